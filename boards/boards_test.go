@@ -1,0 +1,247 @@
+package boards
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The issue's board list: each must exist with this target and RAM floor.
+func TestRequiredBoards(t *testing.T) {
+	want := []struct {
+		name, target string
+		minRAM       int64
+		maxRAM       int64
+	}{
+		{"rpi0-armv6", "linux/arm/6", 512 << 20, 512 << 20},
+		{"rpi3-armv7", "linux/arm/7", 1 << 30, 1 << 30},
+		{"rpi4-arm64", "linux/arm64", 1 << 30, 8 << 30},
+		{"imx6ull-armv7", "linux/arm/7", 256 << 20, 512 << 20},
+		{"rk356x-arm64", "linux/arm64", 1 << 30, 8 << 30},
+	}
+	for _, w := range want {
+		p, err := Lookup(w.name)
+		if err != nil {
+			t.Errorf("Lookup(%q): %v", w.name, err)
+			continue
+		}
+		if p.Target() != w.target {
+			t.Errorf("%s: target %s, want %s", w.name, p.Target(), w.target)
+		}
+		if p.RAM < w.minRAM || p.RAM > w.maxRAM {
+			t.Errorf("%s: ram %d outside [%d, %d]", w.name, p.RAM, w.minRAM, w.maxRAM)
+		}
+	}
+}
+
+// Every embedded file parses and is sane; the storage rule of the issue holds (SD boards batch,
+// eMMC boards sync every append) and no shipped profile gives up durability.
+func TestEveryProfileParsesAndIsSane(t *testing.T) {
+	all, err := All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob("*.toml")
+	if len(all) != len(files) || len(all) < 5 {
+		t.Fatalf("loaded %d profiles from %d files, want all of them and at least 5", len(all), len(files))
+	}
+	for _, p := range all {
+		if p.JournalSync == SyncNone {
+			t.Errorf("%s: shipped profile must not use journal_sync = none", p.Name)
+		}
+		sd := strings.HasPrefix(p.Name, "rpi")
+		if sd && (p.JournalSync != SyncBatch || p.JournalBatchWindow < time.Millisecond) {
+			t.Errorf("%s: SD-card board should batch fsyncs, got %s/%v", p.Name, p.JournalSync, p.JournalBatchWindow)
+		}
+		if !sd && p.JournalSync != SyncAlways {
+			t.Errorf("%s: eMMC board should sync every append, got %s", p.Name, p.JournalSync)
+		}
+		if p.GOMEMLIMIT < minMemLimit || p.GOMEMLIMIT > p.RAM/2 {
+			t.Errorf("%s: gomemlimit %d vs ram %d", p.Name, p.GOMEMLIMIT, p.RAM)
+		}
+		if n, err := ParseByteSize(p.GOMEMLIMITText); err != nil || n != p.GOMEMLIMIT {
+			t.Errorf("%s: GOMEMLIMITText %q does not round-trip (%d, %v)", p.Name, p.GOMEMLIMITText, n, err)
+		}
+		if len(p.SerialPorts) == 0 {
+			t.Errorf("%s: no default serial ports", p.Name)
+		}
+		if p.DataDir != "/var/lib/faceagent" {
+			// The systemd unit's StateDirectory/ReadWritePaths assume this path.
+			t.Errorf("%s: data_dir %q differs from the unit's /var/lib/faceagent", p.Name, p.DataDir)
+		}
+		env := strings.Join(p.Environ(), " ")
+		if !strings.Contains(env, "CGO_ENABLED=0") || !strings.Contains(env, "GOARCH="+p.GOARCH) {
+			t.Errorf("%s: Environ() = %q", p.Name, env)
+		}
+	}
+}
+
+func TestLookupUnknown(t *testing.T) {
+	_, err := Lookup("rpi9")
+	if !errors.Is(err, ErrUnknownBoard) {
+		t.Fatalf("err = %v, want ErrUnknownBoard", err)
+	}
+	if !strings.Contains(err.Error(), "rpi4-arm64") {
+		t.Errorf("error should list the known boards: %v", err)
+	}
+}
+
+func TestLookupReturnsCopy(t *testing.T) {
+	a, _ := Lookup("rpi3-armv7")
+	a.SerialPorts[0] = "/dev/changed"
+	b, _ := Lookup("rpi3-armv7")
+	if b.SerialPorts[0] == "/dev/changed" {
+		t.Fatal("mutating a looked-up profile changed the embedded one")
+	}
+}
+
+func TestNamesSorted(t *testing.T) {
+	n := Names()
+	if !slices.IsSorted(n) || len(n) < 5 {
+		t.Fatalf("Names() = %v", n)
+	}
+}
+
+const good = `description = "test board"
+goos = "linux"
+goarch = "arm"
+goarm = "7"
+ram = "512MiB"
+serial_ports = ["/dev/ttyS1"]
+gomemlimit = "128MiB"
+journal_sync = "batch"
+journal_batch_window = "10ms"
+data_dir = "/var/lib/faceagent"
+`
+
+func TestParseGood(t *testing.T) {
+	p, err := Parse("t", []byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.GOMEMLIMIT != 128<<20 || p.RAM != 512<<20 || p.JournalBatchWindow != 10*time.Millisecond ||
+		p.Target() != "linux/arm/7" || p.GOMEMLIMITText != "128MiB" {
+		t.Fatalf("%+v", p)
+	}
+}
+
+// Each case edits one line of the good profile; the error must name the line and the problem.
+func TestParseBad(t *testing.T) {
+	cases := []struct {
+		name, from, to string
+		line           int
+		want           string
+	}{
+		{"unknown key", `data_dir = "/var/lib/faceagent"`, "data_dir = \"/var/lib/faceagent\"\ndata-dir = \"/x\"", 11, `unknown key "data-dir"`},
+		{"typo key", `goarm = "7"`, `go_arm = "7"`, 4, `unknown key "go_arm"`},
+		{"table", `goos = "linux"`, "goos = \"linux\"\n[extra]\nx = 1", 0, `unknown key`},
+		{"syntax", `goarch = "arm"`, `goarch = arm`, 3, `expected value`},
+		{"not linux", `goos = "linux"`, `goos = "windows"`, 2, "only linux"},
+		{"arch", `goarch = "arm"`, `goarch = "mips"`, 3, "goarch"},
+		{"goarm missing", `goarm = "7"`, ``, 0, "goarm"},
+		{"goarm 8", `goarm = "7"`, `goarm = "8"`, 4, "goarm"},
+		{"goarm on arm64", `goarch = "arm"`, `goarch = "arm64"`, 4, "only meaningful"},
+		{"memlimit unit", `gomemlimit = "128MiB"`, `gomemlimit = "128MB"`, 7, "size"},
+		{"memlimit small", `gomemlimit = "128MiB"`, `gomemlimit = "8MiB"`, 7, "below"},
+		{"memlimit big", `gomemlimit = "128MiB"`, `gomemlimit = "300MiB"`, 7, "half of ram"},
+		{"sync", `journal_sync = "batch"`, `journal_sync = "sometimes"`, 8, "always, batch or none"},
+		{"no window", `journal_batch_window = "10ms"`, ``, 0, "needs journal_batch_window"},
+		{"window long", `journal_batch_window = "10ms"`, `journal_batch_window = "5s"`, 9, "needs journal_batch_window"},
+		{"window bad", `journal_batch_window = "10ms"`, `journal_batch_window = "10"`, 9, "duration"},
+		{"window with always", `journal_sync = "batch"`, `journal_sync = "always"`, 9, "only meaningful"},
+		{"relative dir", `data_dir = "/var/lib/faceagent"`, `data_dir = "var/lib"`, 10, "absolute"},
+		{"root dir", `data_dir = "/var/lib/faceagent"`, `data_dir = "/"`, 10, "absolute"},
+		{"port", `serial_ports = ["/dev/ttyS1"]`, `serial_ports = ["ttyS1"]`, 6, "/dev/"},
+		{"dup port", `serial_ports = ["/dev/ttyS1"]`, `serial_ports = ["/dev/ttyS1", "/dev/ttyS1"]`, 6, "twice"},
+		{"missing ram", `ram = "512MiB"`, ``, 0, `missing key "ram"`},
+		{"empty description", `description = "test board"`, `description = " "`, 1, "description"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			in := strings.Replace(good, c.from, c.to, 1)
+			if in == good {
+				t.Fatal("case does not change the input")
+			}
+			_, err := Parse("t", []byte(in))
+			var pe *ProfileError
+			if !errors.As(err, &pe) {
+				t.Fatalf("err = %v, want *ProfileError", err)
+			}
+			if !strings.Contains(pe.Msg, c.want) {
+				t.Errorf("msg %q does not contain %q", pe.Msg, c.want)
+			}
+			if c.line != 0 && pe.Line != c.line {
+				t.Errorf("line %d, want %d (%v)", pe.Line, c.line, err)
+			}
+			if !strings.HasPrefix(err.Error(), "boards/t.toml:") {
+				t.Errorf("error %q does not start with the file name", err)
+			}
+		})
+	}
+}
+
+// A TOML integer is taken as bytes, like GOMEMLIMIT=134217728.
+func TestParseIntegerSize(t *testing.T) {
+	p, err := Parse("t", []byte(strings.Replace(good, `gomemlimit = "128MiB"`, `gomemlimit = 134217728`, 1)))
+	if err != nil || p.GOMEMLIMIT != 128<<20 || p.GOMEMLIMITText != "134217728" {
+		t.Fatalf("%+v, %v", p, err)
+	}
+}
+
+func TestParseBadName(t *testing.T) {
+	for _, n := range []string{"", "Rpi", "a/b", "../x", "-x"} {
+		if _, err := Parse(n, []byte(good)); err == nil {
+			t.Errorf("Parse(%q) accepted a bad name", n)
+		}
+	}
+}
+
+func TestParseByteSize(t *testing.T) {
+	ok := map[string]int64{"0": 0, "1": 1, "1B": 1, "2KiB": 2048, "128MiB": 128 << 20, "3GiB": 3 << 30,
+		"1TiB": 1 << 40, "9223372036854775807": 1<<63 - 1, "8388607TiB": 8388607 << 40}
+	for in, want := range ok {
+		if got, err := ParseByteSize(in); err != nil || got != want {
+			t.Errorf("ParseByteSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "B", "MiB", "1MB", "1 MiB", "-1", "+1", "1.5GiB", "8388608TiB", "9223372036854775808", "99999999999999999999"} {
+		if got, err := ParseByteSize(in); err == nil {
+			t.Errorf("ParseByteSize(%q) = %d, want an error", in, got)
+		}
+	}
+}
+
+// The fuzz seeds are the shipped profiles and testdata/*.toml.
+func FuzzParse(f *testing.F) {
+	for _, pattern := range []string{"*.toml", "testdata/*.toml"} {
+		paths, _ := filepath.Glob(pattern)
+		for _, p := range paths {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(data)
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := Parse("fuzz", data)
+		if err != nil {
+			var pe *ProfileError
+			if !errors.As(err, &pe) {
+				t.Fatalf("error of type %T, want *ProfileError: %v", err, err)
+			}
+			return
+		}
+		// Whatever is accepted satisfies the invariants the agent relies on.
+		if p.GOOS != "linux" || p.GOMEMLIMIT < minMemLimit || p.GOMEMLIMIT > p.RAM/2 || !strings.HasPrefix(p.DataDir, "/") {
+			t.Fatalf("accepted an insane profile: %+v", p)
+		}
+		if (p.JournalSync == SyncBatch) != (p.JournalBatchWindow > 0) {
+			t.Fatalf("batch window %v with policy %s", p.JournalBatchWindow, p.JournalSync)
+		}
+	})
+}
