@@ -1,0 +1,114 @@
+package statestore
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/seed0e69bba5/faceagent/hlc"
+)
+
+func benchStore(b testing.TB) *Store {
+	s, err := New(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+func nowTS() string { return hlc.Timestamp{Wall: time.Now().UnixMilli(), Node: "client"}.String() }
+
+// TestGetAndSetAllocations pins the engine's allocation budget: GET none,
+// SET of an existing key only the copy of the value it stores.
+func TestGetAndSetAllocations(t *testing.T) {
+	if testing.CoverMode() != "" || raceEnabled {
+		t.Skip("allocation counts differ under -cover and -race")
+	}
+	s := benchStore(t)
+	defer s.Close()
+	set := setReq(nowTS(), "device/0001/state", "0123456789abcdef0123456789abcdef")
+	get := &Request{Payload: cmd("GET", "device/0001/state")}
+	dst := make([]byte, 0, 256)
+	s.Do(set, dst[:0])
+	if n := testing.AllocsPerRun(1000, func() { s.Do(get, dst[:0]) }); n != 0 {
+		t.Errorf("GET allocates %.1f times", n)
+	}
+	if n := testing.AllocsPerRun(1000, func() { s.Do(set, dst[:0]) }); n > 1 {
+		t.Errorf("SET allocates %.1f times, want at most 1", n)
+	}
+}
+
+func BenchmarkEngineGET(b *testing.B) {
+	s := benchStore(b)
+	defer s.Close()
+	s.Do(setReq(nowTS(), "device/0001/state", "0123456789abcdef0123456789abcdef"), nil)
+	get := &Request{Payload: cmd("GET", "device/0001/state"), Timestamp: nowTS(), HasTimestamp: true}
+	dst := make([]byte, 0, 256)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(get.Payload)))
+	for b.Loop() {
+		dst, _ = s.Do(get, dst[:0])
+	}
+}
+
+func BenchmarkEngineSET(b *testing.B) {
+	s := benchStore(b)
+	defer s.Close()
+	set := setReq(nowTS(), "device/0001/state", "0123456789abcdef0123456789abcdef")
+	dst := make([]byte, 0, 256)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(set.Payload)))
+	for b.Loop() {
+		dst, _ = s.Do(set, dst[:0])
+	}
+}
+
+func BenchmarkEngineSETNotify(b *testing.B) {
+	s := benchStore(b)
+	defer s.Close()
+	s.Do(&Request{Payload: cmd("KEYNOTIFY", "device/0001/state"), Watcher: discardWatcher{}}, nil)
+	set := setReq(nowTS(), "device/0001/state", "0123456789abcdef0123456789abcdef", "PX", "60000")
+	dst := make([]byte, 0, 256)
+	b.ReportAllocs()
+	for b.Loop() {
+		dst, _ = s.Do(set, dst[:0])
+	}
+}
+
+type discardWatcher struct{}
+
+func (discardWatcher) Notify(string, Op, []byte, hlc.Timestamp) {}
+
+// BenchmarkMemoryPerKey stores many 16-byte keys with 64-byte values and
+// reports the heap bytes per key beyond those 80 payload bytes.
+func BenchmarkMemoryPerKey(b *testing.B) {
+	const keys = 200_000
+	value := make([]byte, 64)
+	payloads := make([][]byte, keys)
+	for i := range payloads {
+		payloads[i] = cmd("SET", fmt.Sprintf("key-%011d", i), string(value))
+	}
+	ts := nowTS()
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		s := benchStore(b)
+		req := &Request{Timestamp: ts, HasTimestamp: true}
+		for _, p := range payloads {
+			req.Payload = p
+			s.Do(req, nil)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if s.Len() != keys {
+			b.Fatalf("stored %d keys", s.Len())
+		}
+		perKey := float64(after.HeapAlloc-before.HeapAlloc) / keys
+		b.ReportMetric(perKey, "B/key")
+		b.ReportMetric(perKey-80, "overhead-B/key")
+		runtime.KeepAlive(payloads)
+		s.Close()
+	}
+}

@@ -1,0 +1,330 @@
+package statestore
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+	"unsafe"
+
+	"github.com/seed0e69bba5/faceagent/hlc"
+	"github.com/seed0e69bba5/faceagent/resp3"
+)
+
+// Request is one state store request with the MQTT user properties that
+// matter to the engine. Payload is only read during Do; the store copies what
+// it keeps. The properties are strings because mochi hands user properties
+// over as strings: the engine parses them without copying.
+type Request struct {
+	// Payload is the RESP3 command (an array of blob strings).
+	Payload []byte
+	// Timestamp is the __ts user property; HasTimestamp says whether it was
+	// present at all (an empty value is present and malformed).
+	Timestamp    string
+	HasTimestamp bool
+	// FencingToken is the __ft user property, HasFencingToken its presence.
+	FencingToken    string
+	HasFencingToken bool
+	// Persist is the user property "aio-persistence: true": a SET keeps the
+	// key on disk across a restart (when the store has a SnapshotPath).
+	Persist bool
+	// Watcher is the connection that KEYNOTIFY registers. Nil makes KEYNOTIFY
+	// answer "not authorized" (an in-process caller with no connection).
+	Watcher Watcher
+	// Access decides key-prefix authorization; nil allows every key.
+	Access KeyAccess
+}
+
+// KeyAccess authorizes a request's key. write is true for SET, DEL and VDEL,
+// false for GET and KEYNOTIFY.
+type KeyAccess interface {
+	AllowKey(key []byte, write bool) bool
+}
+
+// maxArgs bounds the arguments of one command: SET k v NX PX n plus room for
+// a client that repeats options (which is a syntax error anyway).
+const maxArgs = 16
+
+// Do executes one request and appends its RESP3 reply to dst. version is the
+// __ts the response must carry; it is zero when the reply has none (errors,
+// GET or DEL of a missing key, KEYNOTIFY). Do never blocks on I/O.
+func (s *Store) Do(req *Request, dst []byte) (out []byte, version hlc.Timestamp) {
+	var argv [maxArgs][]byte
+	args, err := resp3.ParseCommand(req.Payload, argv[:0])
+	if err != nil || len(args) == 0 {
+		return appendErr(dst, ErrTextSyntax), version
+	}
+	verb := args[0]
+	switch {
+	case equalFold(verb, "SET"):
+		return s.set(req, args, dst)
+	case equalFold(verb, "GET"):
+		return s.get(req, args, dst)
+	case equalFold(verb, "DEL"):
+		return s.del(req, args, dst, false)
+	case equalFold(verb, "VDEL"):
+		return s.del(req, args, dst, true)
+	case equalFold(verb, "KEYNOTIFY"):
+		return s.keynotify(req, args, dst), version
+	}
+	return appendErr(dst, ErrTextUnknown), version
+}
+
+// checkKey applies the checks every verb shares once arity is known.
+func checkKey(req *Request, key []byte, write bool) string {
+	if len(key) == 0 {
+		return ErrTextZeroKey
+	}
+	if req.Access != nil && !req.Access.AllowKey(key, write) {
+		return ErrTextNotAuthorized
+	}
+	return ""
+}
+
+// setOptions are the parsed options of a SET: NX, NEX and PX in any order,
+// in either case (wire facts 2 and 8).
+type setOptions struct {
+	nx, nex bool
+	px      int64 // ms; 0: none
+}
+
+func parseSetOptions(args [][]byte) (o setOptions, ok bool) {
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case equalFold(a, "NX") && !o.nx && !o.nex:
+			o.nx = true
+		case equalFold(a, "NEX") && !o.nx && !o.nex:
+			o.nex = true // wire fact 2: NEX takes no argument
+		case equalFold(a, "PX") && o.px == 0 && i+1 < len(args):
+			i++
+			n, err := strconv.ParseInt(unsafe.String(unsafe.SliceData(args[i]), len(args[i])), 10, 64)
+			if err != nil || n <= 0 {
+				return o, false
+			}
+			o.px = n
+		default:
+			return o, false
+		}
+	}
+	return o, true
+}
+
+func (s *Store) set(req *Request, args [][]byte, dst []byte) ([]byte, hlc.Timestamp) {
+	var none hlc.Timestamp
+	if len(args) < 3 {
+		return appendErr(dst, ErrTextArity), none
+	}
+	key, value := args[1], args[2]
+	opts, ok := parseSetOptions(args[3:])
+	if !ok {
+		return appendErr(dst, ErrTextSyntax), none
+	}
+	if msg := checkKey(req, key, true); msg != "" {
+		return appendErr(dst, msg), none
+	}
+	// protocol: "When clients do a SET, they must set the MQTT5 user property __ts"
+	if !req.HasTimestamp {
+		return appendErr(dst, ErrTextNoTimestamp), none
+	}
+	ts, err := hlc.ParseString(req.Timestamp)
+	if err != nil {
+		return appendErr(dst, ErrTextBadTimestamp), none
+	}
+	ft, msg := s.parseFence(req)
+	if msg != "" {
+		return appendErr(dst, msg), none
+	}
+	if err := s.clock.CheckDrift(ts); err != nil {
+		return appendErr(dst, ErrTextTimestampAhead), none
+	}
+	if s.maxValue > 0 && len(value) > s.maxValue {
+		return appendErr(dst, ErrTextQuota), none
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.lookup(key)
+	if e != nil {
+		if msg := checkFence(e, req, ft); msg != "" {
+			return appendErr(dst, msg), none
+		}
+		// wire fact 1: a refused SET is :-1 with the stored version in __ts.
+		if opts.nx || (opts.nex && !bytes.Equal(e.value, value)) {
+			s.clock.Observe(ts)
+			return resp3.AppendInt(dst, -1), e.version
+		}
+	}
+	grow := int64(len(value))
+	if e == nil {
+		grow += int64(len(key))
+		if s.maxKeys > 0 && len(s.keys) >= s.maxKeys {
+			return appendErr(dst, ErrTextQuota), none
+		}
+	} else {
+		grow -= int64(len(e.value))
+	}
+	if s.maxBytes > 0 && grow > 0 && s.bytes+grow > s.maxBytes {
+		return appendErr(dst, ErrTextQuota), none
+	}
+	version, err := s.clock.Update(ts)
+	if err != nil { // raced past the drift check: the wall clock moved back
+		return appendErr(dst, ErrTextTimestampAhead), none
+	}
+
+	stored := append(make([]byte, 0, len(value)), value...) // the one allocation of a SET
+	if e == nil {
+		e = &entry{key: string(key), heapIndex: -1}
+		s.keys[e.key] = e
+	}
+	s.bytes += grow
+	e.value = stored
+	e.version = version
+	if req.HasFencingToken && (e.fence == nil || hlc.Compare(ft, *e.fence) > 0) {
+		f := ft
+		f.Node = strings.Clone(ft.Node) // keep the node id, not the request's property string
+		e.fence = &f
+	}
+	s.setExpiry(e, opts.px)
+	if e.persist != req.Persist {
+		if req.Persist {
+			s.persisted[e] = struct{}{}
+		} else {
+			delete(s.persisted, e)
+		}
+		e.persist = req.Persist
+		s.markDirty()
+	} else if e.persist {
+		s.markDirty()
+	}
+	if s.watchers.has(e.key) {
+		s.watchers.notify(e.key, OpSet, stored, version)
+	}
+	return resp3.AppendSimpleString(dst, "OK"), version
+}
+
+func (s *Store) get(req *Request, args [][]byte, dst []byte) ([]byte, hlc.Timestamp) {
+	var none hlc.Timestamp
+	if len(args) != 2 {
+		return appendErr(dst, ErrTextArity), none
+	}
+	if msg := checkKey(req, args[1], false); msg != "" {
+		return appendErr(dst, msg), none
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.lookup(args[1])
+	if e == nil {
+		return resp3.AppendNullBlob(dst), none // wire fact 12: no __ts
+	}
+	return resp3.AppendBlob(dst, e.value), e.version
+}
+
+// del serves DEL and VDEL (vdel: delete only when the value matches).
+func (s *Store) del(req *Request, args [][]byte, dst []byte, vdel bool) ([]byte, hlc.Timestamp) {
+	var none hlc.Timestamp
+	if (!vdel && len(args) != 2) || (vdel && len(args) != 3) {
+		return appendErr(dst, ErrTextArity), none
+	}
+	key := args[1]
+	if msg := checkKey(req, key, true); msg != "" {
+		return appendErr(dst, msg), none
+	}
+	ft, msg := s.parseFence(req)
+	if msg != "" {
+		return appendErr(dst, msg), none
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.lookup(key)
+	if e == nil {
+		return resp3.AppendInt(dst, 0), none // wire fact 1
+	}
+	if msg := checkFence(e, req, ft); msg != "" {
+		return appendErr(dst, msg), none
+	}
+	if vdel && !bytes.Equal(e.value, args[2]) {
+		return resp3.AppendInt(dst, -1), e.version // wire fact 1
+	}
+	s.remove(e)
+	s.notifyDelete(e.key)
+	return resp3.AppendInt(dst, 1), e.version
+}
+
+func (s *Store) keynotify(req *Request, args [][]byte, dst []byte) []byte {
+	if len(args) != 2 && len(args) != 3 {
+		return appendErr(dst, ErrTextArity)
+	}
+	stop := len(args) == 3
+	if stop && !equalFold(args[2], "STOP") {
+		return appendErr(dst, ErrTextSyntax)
+	}
+	if msg := checkKey(req, args[1], false); msg != "" {
+		return appendErr(dst, msg)
+	}
+	if req.Watcher == nil {
+		return appendErr(dst, ErrTextNotAuthorized)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if stop {
+		if !s.watchers.remove(args[1], req.Watcher) {
+			return resp3.AppendInt(dst, 0) // protocol: STOP on a key not watched is :0
+		}
+		return resp3.AppendSimpleString(dst, "OK")
+	}
+	s.watchers.add(string(args[1]), req.Watcher)
+	return resp3.AppendSimpleString(dst, "OK")
+}
+
+// parseFence parses and drift-checks the request's __ft when present.
+func (s *Store) parseFence(req *Request) (hlc.Timestamp, string) {
+	if !req.HasFencingToken {
+		return hlc.Timestamp{}, ""
+	}
+	ft, err := hlc.ParseString(req.FencingToken)
+	if err != nil {
+		return ft, ErrTextBadTimestamp
+	}
+	if err := s.clock.CheckDrift(ft); err != nil {
+		return ft, ErrTextFencingAhead
+	}
+	return ft, ""
+}
+
+// checkFence applies the document's fencing token algorithm to an existing
+// key: a fenced key needs a token, and not an older one.
+func checkFence(e *entry, req *Request, ft hlc.Timestamp) string {
+	if e.fence == nil {
+		return ""
+	}
+	if !req.HasFencingToken {
+		return ErrTextFencingNeeded
+	}
+	if hlc.Compare(ft, *e.fence) < 0 {
+		return ErrTextFencingLower
+	}
+	return ""
+}
+
+func appendErr(dst []byte, text string) []byte {
+	dst = append(dst, "-ERR "...)
+	dst = append(dst, text...)
+	return append(dst, '\r', '\n')
+}
+
+// equalFold reports whether b equals the upper-case ASCII word s in either
+// case, without allocating.
+func equalFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		if c != s[i] {
+			return false
+		}
+	}
+	return true
+}

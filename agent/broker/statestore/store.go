@@ -1,0 +1,222 @@
+package statestore
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/seed0e69bba5/faceagent/hlc"
+)
+
+// DefaultNode is the HLC node id of versions issued by a store whose
+// Options.Node is empty; it is the node id the protocol document's examples
+// show.
+const DefaultNode = "StateStore"
+
+// Options configure a Store. The zero value (or nil) is a usable in-memory
+// store without quotas.
+type Options struct {
+	// Node is the HLC node id written into every version the store issues.
+	// It must not contain ':' (wire fact 7). Default DefaultNode.
+	Node string
+	// Clock issues versions. Default hlc.NewClock(Node). Tests inject one with
+	// a fake wall clock.
+	Clock *hlc.Clock
+	// Now returns the wall clock in Unix milliseconds; it drives PX expiry.
+	// Default time.Now().UnixMilli.
+	Now func() int64
+
+	// MaxKeys bounds the number of stored keys; 0 means no bound.
+	MaxKeys int
+	// MaxBytes bounds the sum of len(key)+len(value) over all keys; 0 means
+	// no bound.
+	MaxBytes int64
+	// MaxValueSize bounds one value; 0 means no bound.
+	MaxValueSize int
+
+	// SnapshotPath, when not empty, is the file that keeps the keys written
+	// with Request.Persist across a restart (see doc.go, "Persistence").
+	SnapshotPath string
+
+	// Logger receives persistence failures. Default: discard.
+	Logger *slog.Logger
+}
+
+// Store is the state store engine: keys, versions, fencing tokens, expiry,
+// KEYNOTIFY registrations and quotas, with no MQTT in it. It is safe for
+// concurrent use; all operations are serialised by one mutex, which makes
+// every operation linearizable (the protocol asks for per-key order only).
+type Store struct {
+	node     string
+	clock    *hlc.Clock
+	now      func() int64
+	maxKeys  int
+	maxBytes int64
+	maxValue int
+	log      *slog.Logger
+
+	mu        sync.Mutex
+	keys      map[string]*entry
+	bytes     int64               // sum of len(key)+len(value)
+	expiry    expiryHeap          // entries with a PX deadline
+	watchers  watchRegistry       // KEYNOTIFY registrations
+	persisted map[*entry]struct{} // entries with persist set
+	dirty     bool                // persistent set changed since the last snapshot
+	closed    bool
+
+	wakeSweeper chan struct{} // cap 1: the earliest deadline changed
+	wakePersist chan struct{} // cap 1: the persistent set changed
+	done        chan struct{}
+	wg          sync.WaitGroup
+	closeOnce   sync.Once
+
+	snapshot *snapshotFile // nil without SnapshotPath
+}
+
+// entry is one stored key. value is never modified after it is stored (a SET
+// stores a new slice), so snapshots may share it without copying.
+type entry struct {
+	key       string
+	value     []byte
+	version   hlc.Timestamp
+	fence     *hlc.Timestamp // nil: the key is not fenced
+	expireAt  int64          // Unix ms; 0: never
+	heapIndex int32          // position in Store.expiry; -1 when absent
+	persist   bool
+}
+
+// New returns a running store. With Options.SnapshotPath set it loads the
+// persisted keys first and fails with ErrCorruptSnapshot (wrapped) when the
+// file is damaged. Close stops its goroutines.
+func New(opts *Options) (*Store, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Node == "" {
+		o.Node = DefaultNode
+	}
+	if o.Clock == nil {
+		o.Clock = hlc.NewClock(o.Node)
+	}
+	if o.Now == nil {
+		o.Now = func() int64 { return time.Now().UnixMilli() }
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s := &Store{
+		node:        o.Node,
+		clock:       o.Clock,
+		now:         o.Now,
+		maxKeys:     o.MaxKeys,
+		maxBytes:    o.MaxBytes,
+		maxValue:    o.MaxValueSize,
+		log:         o.Logger,
+		keys:        make(map[string]*entry),
+		persisted:   make(map[*entry]struct{}),
+		watchers:    newWatchRegistry(),
+		wakeSweeper: make(chan struct{}, 1),
+		wakePersist: make(chan struct{}, 1),
+		done:        make(chan struct{}),
+	}
+	if o.SnapshotPath != "" {
+		s.snapshot = &snapshotFile{path: o.SnapshotPath}
+		recs, err := s.snapshot.load()
+		if err != nil {
+			return nil, fmt.Errorf("statestore: load %s: %w", o.SnapshotPath, err)
+		}
+		s.restore(recs)
+		s.wg.Add(1)
+		go s.persistLoop()
+	}
+	s.wg.Add(1)
+	go s.sweepLoop()
+	return s, nil
+}
+
+// Close stops the sweeper, writes a last snapshot when persistence is on, and
+// waits for the store's goroutines. Requests after Close still work in memory
+// but nothing more is persisted or expired by the sweeper. A second Close
+// returns ErrClosed.
+func (s *Store) Close() error {
+	err := ErrClosed
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		close(s.done)
+		s.wg.Wait()
+		err = nil
+		if s.snapshot != nil {
+			err = s.writeSnapshot()
+		}
+	})
+	return err
+}
+
+// Len returns the number of live keys (expired keys not yet swept included).
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.keys)
+}
+
+// Bytes returns the sum of len(key)+len(value) over stored keys.
+func (s *Store) Bytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytes
+}
+
+// lookup returns the live entry for key, removing it first (with its DELETE
+// notification) when its PX deadline has passed: an expired key is invisible
+// at once, whether or not the sweeper has run. Called with s.mu held.
+func (s *Store) lookup(key []byte) *entry {
+	e := s.keys[string(key)]
+	if e == nil {
+		return nil
+	}
+	if e.expireAt != 0 && e.expireAt <= s.now() {
+		s.remove(e)
+		s.notifyDelete(e.key)
+		return nil
+	}
+	return e
+}
+
+// remove unlinks e from every index. Called with s.mu held.
+func (s *Store) remove(e *entry) {
+	delete(s.keys, e.key)
+	s.bytes -= int64(len(e.key) + len(e.value))
+	if e.heapIndex >= 0 {
+		s.expiry.remove(e)
+	}
+	if e.persist {
+		delete(s.persisted, e)
+		s.markDirty()
+	}
+}
+
+// notifyDelete sends the DELETE notification for key with a fresh version,
+// so that per key the notifications' versions increase. Called with s.mu held.
+func (s *Store) notifyDelete(key string) {
+	if !s.watchers.has(key) {
+		return
+	}
+	s.watchers.notify(key, OpDelete, nil, s.clock.Now())
+}
+
+// markDirty wakes the persistence goroutine. Called with s.mu held.
+func (s *Store) markDirty() {
+	if s.snapshot == nil {
+		return
+	}
+	s.dirty = true
+	select {
+	case s.wakePersist <- struct{}{}:
+	default:
+	}
+}

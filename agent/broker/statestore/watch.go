@@ -1,0 +1,141 @@
+package statestore
+
+import (
+	"github.com/seed0e69bba5/faceagent/hlc"
+	"github.com/seed0e69bba5/faceagent/resp3"
+)
+
+// Op is the operation a KEYNOTIFY notification reports.
+type Op uint8
+
+const (
+	// OpSet: the key was set; the notification payload is
+	// "*4 NOTIFY SET VALUE <value>" (wire fact 3).
+	OpSet Op = iota + 1
+	// OpDelete: the key was removed by DEL, VDEL or PX expiry; the payload is
+	// "*2 NOTIFY DELETE" (wire fact 3; the document says DEL).
+	OpDelete
+)
+
+// String returns the operation as the notification payload spells it.
+func (o Op) String() string {
+	switch o {
+	case OpSet:
+		return "SET"
+	case OpDelete:
+		return "DELETE"
+	}
+	return "UNKNOWN"
+}
+
+// Watcher receives the notifications of the keys it registered with
+// KEYNOTIFY. It is compared with == (use a pointer), one per connection.
+type Watcher interface {
+	// Notify is called with the store locked, after the change is applied,
+	// in version order per key. It must not block and must copy value (and
+	// key, if kept). value is nil for OpDelete.
+	Notify(key string, op Op, value []byte, version hlc.Timestamp)
+}
+
+// watchRegistry maps keys to the watchers that registered them, and each
+// watcher to its keys so that Unwatch is proportional to what it watched.
+type watchRegistry struct {
+	byKey     map[string][]Watcher
+	byWatcher map[Watcher]map[string]struct{}
+}
+
+func newWatchRegistry() watchRegistry {
+	return watchRegistry{
+		byKey:     make(map[string][]Watcher),
+		byWatcher: make(map[Watcher]map[string]struct{}),
+	}
+}
+
+func (r *watchRegistry) has(key string) bool { return len(r.byKey[key]) > 0 }
+
+func (r *watchRegistry) notify(key string, op Op, value []byte, version hlc.Timestamp) {
+	for _, w := range r.byKey[key] {
+		w.Notify(key, op, value, version)
+	}
+}
+
+// add registers w for key; registering twice is one registration.
+func (r *watchRegistry) add(key string, w Watcher) {
+	keys := r.byWatcher[w]
+	if keys == nil {
+		keys = make(map[string]struct{})
+		r.byWatcher[w] = keys
+	}
+	if _, ok := keys[key]; ok {
+		return
+	}
+	keys[key] = struct{}{}
+	r.byKey[key] = append(r.byKey[key], w)
+}
+
+// remove drops w's registration for key and reports whether there was one.
+func (r *watchRegistry) remove(key []byte, w Watcher) bool {
+	keys := r.byWatcher[w]
+	if _, ok := keys[string(key)]; !ok {
+		return false
+	}
+	delete(keys, string(key))
+	if len(keys) == 0 {
+		delete(r.byWatcher, w)
+	}
+	r.dropFromKey(string(key), w)
+	return true
+}
+
+func (r *watchRegistry) dropFromKey(key string, w Watcher) {
+	list := r.byKey[key]
+	for i, x := range list {
+		if x == w {
+			list[i] = list[len(list)-1]
+			list[len(list)-1] = nil
+			list = list[:len(list)-1]
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(r.byKey, key)
+	} else {
+		r.byKey[key] = list
+	}
+}
+
+// removeAll drops every registration of w and returns how many there were.
+func (r *watchRegistry) removeAll(w Watcher) int {
+	keys := r.byWatcher[w]
+	for key := range keys {
+		r.dropFromKey(key, w)
+	}
+	delete(r.byWatcher, w)
+	return len(keys)
+}
+
+// Unwatch drops every KEYNOTIFY registration of w (its connection closed or
+// was taken over) and returns how many there were. Notifications already
+// handed to w are not recalled.
+func (s *Store) Unwatch(w Watcher) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.watchers.removeAll(w)
+}
+
+// Watching returns the number of keys w is registered for.
+func (s *Store) Watching(w Watcher) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.watchers.byWatcher[w])
+}
+
+// AppendNotification appends the RESP3 notification payload for op (wire
+// fact 3) to dst.
+func AppendNotification(dst []byte, op Op, value []byte) []byte {
+	if op == OpSet {
+		dst = append(dst, "*4\r\n$6\r\nNOTIFY\r\n$3\r\nSET\r\n$5\r\nVALUE\r\n"...)
+		return resp3.AppendBlob(dst, value)
+	}
+	return append(dst, "*2\r\n$6\r\nNOTIFY\r\n$6\r\nDELETE\r\n"...)
+}
