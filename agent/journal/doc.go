@@ -1,0 +1,82 @@
+// Package journal is the agent's durable log: an append-only, segmented, checksummed,
+// group-committed write-ahead log in one directory. The outbox keeps its message table in
+// it, and anything else that must survive a crash can too.
+//
+// # Tutorial
+//
+//	j, err := journal.Open("/var/lib/faceagent/outbox", nil) // locks the directory, recovers
+//	if err != nil { ... }
+//	defer j.Close()
+//	// Rebuild your state, oldest record first (before the first append).
+//	err = j.Replay(func(rec []byte) error { return state.apply(rec) })
+//	// Append returns once the record is on stable storage.
+//	err = j.Append(encoded)
+//	// Or order records under your own lock and wait for durability outside it:
+//	seq, err := j.AppendAsync(encoded) // cheap, never blocks on I/O
+//	...unlock...
+//	err = j.Wait(seq)
+//	// Compaction: when most records are dead, replace the log by the live state.
+//	cp, err := j.Checkpoint()            // under your lock: no append may race with it
+//	live := state.copy()                 // still under your lock
+//	err = j.WriteSnapshot(cp, func(emit func([]byte) error) error { ...emit each live record... })
+//
+// Records are opaque bytes to the journal; the outbox encodes its records with msgp and
+// versions them itself.
+//
+// # Group commit
+//
+// One writer goroutine owns the open segment. Appends frame their record into a shared
+// buffer and kick it; it takes the whole buffer, writes it with one write and one fsync
+// (Options.Sync: SyncAlways; SyncBatch first waits Options.BatchWindow to gather more;
+// SyncNone never fsyncs), then wakes every waiter of the batch. Appends arriving during an
+// fsync form the next batch, so N concurrent producers share about one fsync per round. An
+// idle journal has no timer armed: the writer sleeps on a channel.
+//
+// # On-disk format (version 1)
+//
+// The directory holds LOCK (an flock is held on it while open), segments named
+// %020d.wal, and at most one snapshot %020d.snap (plus a %020d.snap.tmp while one is
+// being written). Every file starts with a 16-byte header:
+//
+//	kind    [6]byte  "FAJRNL" (segment) or "FASNAP" (snapshot)
+//	version uint16   little endian, 1
+//	number  uint64   little endian: the segment number; for a snapshot, the first segment
+//	                 it does NOT cover
+//
+// followed by frames:
+//
+//	length     uint32  little endian, 1..MaxRecordSize
+//	payloadCRC uint32  CRC-32C (Castagnoli) of the payload
+//	headerCRC  uint32  CRC-32C of the 8 bytes before it
+//	payload    [length]byte
+//
+// Segment numbers are contiguous. Replay reads the snapshot (if any), then every segment
+// numbered >= the snapshot's number, in order.
+//
+// # Invariants
+//
+//   - Append (or Wait) returns nil only when the record is written and, unless SyncNone,
+//     fsynced. A record that was acknowledged is replayed after any crash.
+//   - Records replay in the order AppendAsync was called.
+//   - The log only ever loses a torn tail: damage at the end of the newest segment with no
+//     valid frame after it (the last batch of a crash, whose appends never returned).
+//     Damage anywhere else is a *CorruptError naming the file and offset; Options.SkipCorrupt
+//     skips such ranges and lists them in Recovery().Lost.
+//   - Compaction never leaves a state where neither the old segments nor the complete
+//     snapshot exist: temp file, fsync, rename, fsync directory, only then delete.
+//   - After a failed write or fsync the journal refuses appends (ErrNoSpace, ErrFailed):
+//     a partial write is cut back, so what was durable stays readable; Close and Open again.
+//
+// # Caveats
+//
+//   - Durability is the filesystem's: fsync on a device that lies about flushes (some SD
+//     cards) is not durable. Use a filesystem with ordered data (ext4 data=ordered).
+//   - A disk-full journal does not resume by itself; its owner reopens it once space is free.
+//     This is deliberate: after a failed write the owner's in-memory state may be ahead of
+//     the disk, and replay is the one way back to a state the disk agrees with.
+//   - Replay holds one whole file in memory at a time (SegmentSize, 64 MiB by default).
+//   - Finding out whether damage is a torn tail scans the rest of the file byte by byte;
+//     that only happens on damaged files.
+//   - Locking uses flock(2): it protects against a second process on the same host, not
+//     against a second host on a network filesystem.
+package journal

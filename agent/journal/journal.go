@@ -1,0 +1,459 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// SyncPolicy says when the journal fsyncs.
+type SyncPolicy int
+
+const (
+	// SyncAlways fsyncs every batch: Append returns once its record is on stable storage.
+	// Appends that arrive while an fsync runs share the next one (group commit).
+	SyncAlways SyncPolicy = iota
+	// SyncBatch waits Options.BatchWindow after the first pending record to gather more,
+	// then writes and fsyncs them together. Append still returns only when durable; the
+	// window trades latency for fewer fsyncs on slow flash.
+	SyncBatch
+	// SyncNone writes to the OS but never fsyncs: records survive a process crash, not a
+	// power cut. For tests and benchmarks.
+	SyncNone
+)
+
+func (p SyncPolicy) String() string {
+	switch p {
+	case SyncAlways:
+		return "always"
+	case SyncBatch:
+		return "batch"
+	case SyncNone:
+		return "none"
+	}
+	return fmt.Sprintf("SyncPolicy(%d)", int(p))
+}
+
+// Options configure a Journal. The zero value (and nil) means the defaults.
+type Options struct {
+	Sync SyncPolicy
+	// BatchWindow is how long SyncBatch gathers records before an fsync. Default 2ms.
+	BatchWindow time.Duration
+	// SegmentSize is the size past which the journal starts a new segment. Default 64 MiB.
+	SegmentSize int64
+	// MaxRecordSize bounds one record (and what recovery believes a length field). Default 16 MiB.
+	MaxRecordSize int
+	// SkipCorrupt makes Open and Replay skip damaged records that are not at the tail
+	// instead of failing; what was skipped is listed in Recovery().Lost.
+	SkipCorrupt bool
+	// FS is the file layer. Default OSFS.
+	FS FS
+	// Logger receives recovery and failure reports. Default: discard.
+	Logger *slog.Logger
+	// OnFailure, when set, is called once (from the journal's writer goroutine, with no lock
+	// held) when the journal starts refusing appends, with the error it will return.
+	OnFailure func(error)
+}
+
+func (o *Options) withDefaults() Options {
+	var r Options
+	if o != nil {
+		r = *o
+	}
+	if r.BatchWindow <= 0 {
+		r.BatchWindow = 2 * time.Millisecond
+	}
+	if r.SegmentSize <= 0 {
+		r.SegmentSize = 64 << 20
+	}
+	if r.MaxRecordSize <= 0 {
+		r.MaxRecordSize = 16 << 20
+	}
+	if r.FS == nil {
+		r.FS = OSFS{}
+	}
+	if r.Logger == nil {
+		r.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return r
+}
+
+// Seq numbers the records appended since Open, from 1.
+type Seq uint64
+
+// Stats are counters since Open.
+type Stats struct {
+	Records   uint64 // records appended
+	Bytes     uint64 // bytes written, frames and headers
+	Batches   uint64 // write+fsync rounds (Records/Batches is the group-commit factor)
+	Segments  int    // live segment files
+	Snapshots uint64 // snapshots written
+}
+
+// Journal is an append-only, checksummed, group-committed log in one directory. It is safe
+// for concurrent use.
+type Journal struct {
+	dir  string
+	opts Options
+	fs   FS
+	log  *slog.Logger
+	lock *os.File
+
+	// Owned by the writer goroutine once Open returns.
+	seg     File
+	segNum  uint64
+	segSize int64
+
+	mu       sync.Mutex
+	cond     sync.Cond
+	buf      []byte // frames not yet handed to the writer
+	spare    []byte
+	next     Seq // sequence number of the next record
+	durable  Seq // every record with seq <= durable is written (and synced, per policy)
+	err      error
+	closed   bool
+	appended bool
+	// writerDone is set when the writer goroutine has exited: nothing will become durable.
+	writerDone bool
+	stats      Stats
+	firstSeg   uint64 // oldest live segment
+	snapNum    uint64 // newest snapshot (0: none)
+	recovery   Recovery
+
+	kick chan struct{}
+	ckpt chan chan checkpointResult
+	quit chan struct{}
+	done chan struct{}
+
+	snapMu sync.Mutex // one snapshot at a time
+}
+
+// Open opens (creating if needed) the journal in dir, takes its lock, and recovers: it
+// validates every record, truncates a torn tail, and positions appends after the last valid
+// record. It does not deliver records; call Replay for that, before the first append.
+func Open(dir string, opts *Options) (*Journal, error) {
+	o := opts.withDefaults()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	lock, err := lockDir(filepath.Join(dir, "LOCK"))
+	if err != nil {
+		return nil, err
+	}
+	j := &Journal{
+		dir: dir, opts: o, fs: o.FS, log: o.Logger, lock: lock,
+		next: 1,
+		kick: make(chan struct{}, 1),
+		ckpt: make(chan chan checkpointResult),
+		quit: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	j.cond.L = &j.mu
+	if err := j.recover(); err != nil {
+		if j.seg != nil {
+			j.seg.Close()
+		}
+		unlockDir(lock)
+		return nil, err
+	}
+	go j.run()
+	return j, nil
+}
+
+// Dir returns the journal's directory.
+func (j *Journal) Dir() string { return j.dir }
+
+// Append writes p as one record and returns once it is durable (per the sync policy).
+// p may be reused when Append returns.
+func (j *Journal) Append(p []byte) error {
+	seq, err := j.AppendAsync(p)
+	if err != nil {
+		return err
+	}
+	return j.Wait(seq)
+}
+
+// AppendAsync queues p as one record and returns its sequence number without waiting; Wait
+// tells when it is durable. Records become durable in the order AppendAsync was called. p is
+// copied and may be reused at once. AppendAsync never blocks on I/O.
+func (j *Journal) AppendAsync(p []byte) (Seq, error) {
+	if len(p) == 0 {
+		return 0, ErrEmptyRecord
+	}
+	if len(p) > j.opts.MaxRecordSize {
+		return 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(p), j.opts.MaxRecordSize)
+	}
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		return 0, ErrClosed
+	}
+	if j.err != nil {
+		err := j.err
+		j.mu.Unlock()
+		return 0, err
+	}
+	j.buf = appendFrame(j.buf, p)
+	seq := j.next
+	j.next++
+	j.appended = true
+	j.mu.Unlock()
+	select {
+	case j.kick <- struct{}{}:
+	default: // the writer is already due to run
+	}
+	return seq, nil
+}
+
+// Wait blocks until the record seq is durable, or returns the error that prevented it.
+func (j *Journal) Wait(seq Seq) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for j.durable < seq && j.err == nil && seq < j.next && !j.writerDone {
+		j.cond.Wait()
+	}
+	if j.durable >= seq {
+		return nil
+	}
+	if j.err != nil {
+		return j.err
+	}
+	return ErrClosed
+}
+
+// Durable returns the highest sequence number known durable.
+func (j *Journal) Durable() Seq {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.durable
+}
+
+// Err returns the error that makes the journal refuse appends, or nil.
+func (j *Journal) Err() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.err
+}
+
+// Stats returns counters since Open.
+func (j *Journal) Stats() Stats {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s := j.stats
+	s.Segments = int(j.segNum - j.firstSeg + 1)
+	return s
+}
+
+// Recovery reports what Open found: records, a truncated tail, skipped damage.
+func (j *Journal) Recovery() Recovery {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.recovery
+}
+
+// Close writes what is queued, fsyncs it, and releases the lock. It is idempotent.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		return nil
+	}
+	j.closed = true
+	j.mu.Unlock()
+	close(j.quit)
+	<-j.done
+	var err error
+	if j.seg != nil {
+		if j.opts.Sync != SyncNone && j.Err() == nil {
+			err = j.seg.Sync()
+		}
+		if cerr := j.seg.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if uerr := unlockDir(j.lock); err == nil {
+		err = uerr
+	}
+	return err
+}
+
+// run is the writer goroutine: it owns the open segment. Every append kicks it; it takes
+// everything queued, writes it with one write and one fsync, and wakes the waiters. Appends
+// that arrive during the fsync form the next batch: that is the group commit.
+func (j *Journal) run() {
+	defer func() {
+		j.mu.Lock()
+		j.writerDone = true
+		j.cond.Broadcast()
+		j.mu.Unlock()
+		close(j.done)
+	}()
+	for {
+		var reply chan checkpointResult
+		select {
+		case <-j.kick:
+		case reply = <-j.ckpt:
+		case <-j.quit:
+			j.flush()
+			return
+		}
+		if reply == nil && j.opts.Sync == SyncBatch {
+			t := time.NewTimer(j.opts.BatchWindow)
+			select {
+			case <-t.C:
+			case <-j.quit:
+				t.Stop()
+			}
+		}
+		j.flush()
+		if reply != nil {
+			reply <- j.checkpoint()
+		}
+	}
+}
+
+func (j *Journal) flush() {
+	j.mu.Lock()
+	if len(j.buf) == 0 || j.err != nil {
+		j.mu.Unlock()
+		return
+	}
+	b, last, n := j.buf, j.next-1, j.next-1-j.durable
+	j.buf, j.spare = j.spare[:0], nil
+	j.mu.Unlock()
+
+	wrote, err := j.writeBatch(b)
+
+	j.mu.Lock()
+	if wrote {
+		j.durable = last
+		j.stats.Records += uint64(n)
+		j.stats.Bytes += uint64(len(b))
+		j.stats.Batches++
+	}
+	failed := err != nil && j.err == nil
+	if failed {
+		j.err = err
+	}
+	if cap(b) <= 4<<20 { // do not pin a huge buffer after a burst
+		j.spare = b[:0]
+	}
+	if !failed {
+		j.cond.Broadcast()
+		j.mu.Unlock()
+		return
+	}
+	j.mu.Unlock()
+	// Appends are refused from here on; the waiters wake after OnFailure ran, so whoever
+	// sees the error also sees the owner's reaction to it.
+	j.log.Error("journal refuses appends", "dir", j.dir, "err", err)
+	if j.opts.OnFailure != nil {
+		j.opts.OnFailure(err)
+	}
+	j.mu.Lock()
+	j.cond.Broadcast()
+	j.mu.Unlock()
+}
+
+// writeBatch writes b at the end of the open segment and syncs it. wrote says whether the
+// batch is durable; err may still be set (a failed rotation after a durable batch).
+func (j *Journal) writeBatch(b []byte) (wrote bool, err error) {
+	path := j.segPath(j.segNum)
+	if _, err := j.seg.WriteAt(b, j.segSize); err != nil {
+		// Cut a partial write off so the file ends at the last durable record.
+		terr := j.seg.Truncate(j.segSize)
+		if errors.Is(err, syscall.ENOSPC) && terr == nil {
+			return false, fmt.Errorf("%w: writing %s: %v", ErrNoSpace, path, err)
+		}
+		return false, fmt.Errorf("%w: writing %s: %v", ErrFailed, path, errors.Join(err, terr))
+	}
+	if j.opts.Sync != SyncNone {
+		if err := j.seg.Sync(); err != nil {
+			j.seg.Truncate(j.segSize) // best effort; the kernel's view is unknown now
+			if errors.Is(err, syscall.ENOSPC) {
+				return false, fmt.Errorf("%w: fsync %s: %v", ErrNoSpace, path, err)
+			}
+			return false, fmt.Errorf("%w: fsync %s: %v", ErrFailed, path, err)
+		}
+	}
+	j.segSize += int64(len(b))
+	if j.segSize >= j.opts.SegmentSize {
+		if err := j.rotate(); err != nil {
+			return true, err
+		}
+	}
+	return true, nil
+}
+
+// rotate seals the open segment and starts the next one.
+func (j *Journal) rotate() error {
+	if j.opts.Sync != SyncNone {
+		if err := j.seg.Sync(); err != nil {
+			return fmt.Errorf("%w: fsync %s: %v", ErrFailed, j.segPath(j.segNum), err)
+		}
+	}
+	if err := j.seg.Close(); err != nil {
+		return fmt.Errorf("%w: close %s: %v", ErrFailed, j.segPath(j.segNum), err)
+	}
+	j.seg = nil
+	f, err := j.createSegment(j.segNum + 1)
+	if err != nil {
+		return err
+	}
+	j.seg, j.segSize = f, fileHeaderSize
+	j.mu.Lock()
+	j.segNum++
+	j.mu.Unlock()
+	return nil
+}
+
+// createSegment creates segment num with its header, durably.
+func (j *Journal) createSegment(num uint64) (File, error) {
+	path := j.segPath(num)
+	f, err := j.fs.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, j.ioErr("create", path, err)
+	}
+	if _, err := f.WriteAt(appendFileHeader(nil, segmentKind, num), 0); err != nil {
+		f.Close()
+		return nil, j.ioErr("write header of", path, err)
+	}
+	if j.opts.Sync != SyncNone {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return nil, j.ioErr("fsync", path, err)
+		}
+		if err := j.fs.SyncDir(j.dir); err != nil {
+			f.Close()
+			return nil, j.ioErr("fsync directory", j.dir, err)
+		}
+	}
+	return f, nil
+}
+
+func (j *Journal) ioErr(what, path string, err error) error {
+	if errors.Is(err, syscall.ENOSPC) {
+		return fmt.Errorf("%w: %s %s: %v", ErrNoSpace, what, path, err)
+	}
+	return fmt.Errorf("%w: %s %s: %v", ErrFailed, what, path, err)
+}
+
+func (j *Journal) segPath(num uint64) string {
+	return filepath.Join(j.dir, fmt.Sprintf("%020d%s", num, segmentExt))
+}
+
+func (j *Journal) snapPath(num uint64) string {
+	return filepath.Join(j.dir, fmt.Sprintf("%020d%s", num, snapshotExt))
+}
+
+const (
+	segmentExt  = ".wal"
+	snapshotExt = ".snap"
+	tempExt     = ".tmp"
+)
