@@ -1,0 +1,326 @@
+package config
+
+import (
+	"strings"
+	"time"
+)
+
+// Config is the agent's whole configuration: the file's values over the board profile's
+// over the defaults of [Default]. Sections that the file may omit to switch a feature off
+// ([broker], [upstream], [intake.http]) are pointers: nil means "not configured".
+//
+// The toml tags are the file's key names; tools read these structs, so the names are part
+// of the contract in DESIGN.md ("Config keys that tools and tests rely on").
+type Config struct {
+	Agent    Agent     `toml:"agent"`
+	Broker   *Broker   `toml:"broker,omitempty"`
+	Upstream *Upstream `toml:"upstream,omitempty"`
+	Dispatch Dispatch  `toml:"dispatch"`
+	Intake   Intake    `toml:"intake"`
+	Store    Store     `toml:"store"`
+	Topics   Topics    `toml:"topics"`
+	Log      Log       `toml:"log"`
+	Metrics  Metrics   `toml:"metrics"`
+	Devices  []Device  `toml:"devices"`
+
+	// File is the path the configuration was loaded from ("" for in-memory input).
+	File string `toml:"-"`
+}
+
+// Agent is the [agent] section.
+type Agent struct {
+	// GatewayID names this gateway in every upstream topic and store key ({gw}).
+	// Required unless the config runs the embedded broker alone.
+	GatewayID string `toml:"gateway_id"`
+	// DataDir holds the journal, the broker's sessions and persisted store keys.
+	DataDir string `toml:"data_dir"`
+	// Board names a profile in boards/ whose values fill in keys the file leaves out.
+	Board string `toml:"board"`
+	// GoMemLimit sets the Go runtime's soft memory limit (debug.SetMemoryLimit); 0 leaves it
+	// to the GOMEMLIMIT environment variable.
+	GoMemLimit Size `toml:"gomemlimit"`
+	// ShutdownTimeout bounds a clean stop: the in-flight write, the journal flush, the
+	// last reports.
+	ShutdownTimeout Duration `toml:"shutdown_timeout"`
+}
+
+// Broker is the [broker] section: the embedded MQTT5 broker and state store.
+type Broker struct {
+	Listen string `toml:"listen"`
+	// TLSCert and TLSKey switch the listener to TLS; TLSClientCA additionally requires
+	// client certificates signed by that CA.
+	TLSCert     string `toml:"tls_cert"`
+	TLSKey      string `toml:"tls_key"`
+	TLSClientCA string `toml:"tls_client_ca"`
+	// UsersFile lists "user:bcrypt-hash" lines, one user a line.
+	UsersFile string `toml:"users_file"`
+	// AllowAnonymous lets clients connect without credentials. Unset, it is true exactly
+	// when neither users_file nor tls_client_ca is set.
+	AllowAnonymous *bool `toml:"allow_anonymous"`
+	// Persist keeps sessions, their queued messages and retained messages in data_dir
+	// across restarts.
+	Persist bool `toml:"persist"`
+	// Quotas; 0 means unlimited where noted in configs/agent.toml.
+	MaxClients        int  `toml:"max_clients"`
+	MaxPacketSize     Size `toml:"max_packet_size"`
+	ReceiveMaximum    int  `toml:"receive_maximum"`
+	MaxQueuedMessages int  `toml:"max_queued_messages"`
+	StoreMaxKeys      int  `toml:"store_max_keys"`
+	StoreMaxValueSize Size `toml:"store_max_value_size"`
+}
+
+// Anonymous reports whether anonymous clients are accepted, resolving the unset default.
+func (b *Broker) Anonymous() bool {
+	if b.AllowAnonymous != nil {
+		return *b.AllowAnonymous
+	}
+	return b.UsersFile == "" && b.TLSClientCA == ""
+}
+
+// Upstream is the [upstream] section: the broker that carries tasks, reports and the state
+// store. Without it, and with [broker], the agent talks to its embedded broker in-process.
+type Upstream struct {
+	// URL is mqtt://host:port or mqtts://host:port (tcp://, ssl:// and tls:// too).
+	URL      string `toml:"url"`
+	ClientID string `toml:"client_id"`
+	// TLS: a CA bundle to verify the server, and a client certificate for mutual TLS.
+	TLSCA         string `toml:"tls_ca"`
+	TLSCert       string `toml:"tls_cert"`
+	TLSKey        string `toml:"tls_key"`
+	TLSServerName string `toml:"tls_server_name"`
+	// Credentials: the password comes from a file or an environment variable, never from
+	// this file, so the config can be shared and printed.
+	Username     string `toml:"username"`
+	PasswordFile string `toml:"password_file"`
+	PasswordEnv  string `toml:"password_env"`
+	// Password is resolved from PasswordFile or PasswordEnv by Load; it is never printed.
+	Password string `toml:"-"`
+
+	KeepAlive      Duration `toml:"keepalive"`
+	ConnectTimeout Duration `toml:"connect_timeout"`
+	SessionExpiry  Duration `toml:"session_expiry"`
+	ReconnectMax   Duration `toml:"reconnect_max"`
+}
+
+// Dispatch is the [dispatch] section: how commands go to terminals. Devices may override
+// retry_interval, max_tries and heartbeat_timeout.
+type Dispatch struct {
+	RetryInterval    Duration `toml:"retry_interval"`
+	MaxTries         int      `toml:"max_tries"`
+	HeartbeatTimeout Duration `toml:"heartbeat_timeout"`
+	// BackoffMax caps the retry interval, which doubles with each try.
+	BackoffMax Duration `toml:"backoff_max"`
+	// FailedRetention is how long failed commands stay in the journal for "retry failed".
+	FailedRetention Duration `toml:"failed_retention"`
+	// Queue bounds: tasks beyond them are refused at intake (deadletter, "over a bound").
+	MaxQueuePerDevice int `toml:"max_queue_per_device"`
+	MaxQueueTotal     int `toml:"max_queue_total"`
+}
+
+// Intake is the [intake] section: bounds on what the back office sends, and the optional
+// HTTP pull source.
+type Intake struct {
+	// MaxBatch is the most tasks one upstream message may carry.
+	MaxBatch int `toml:"max_batch"`
+	// MaxMessageSize is the largest task message accepted.
+	MaxMessageSize Size        `toml:"max_message_size"`
+	HTTP           *IntakeHTTP `toml:"http,omitempty"`
+}
+
+// IntakeHTTP is [intake.http]: a back office API polled for pages of tasks; results are
+// POSTed back to ResultsURL.
+type IntakeHTTP struct {
+	URL        string   `toml:"url"`
+	ResultsURL string   `toml:"results_url"`
+	PageSize   int      `toml:"page_size"`
+	Interval   Duration `toml:"interval"`
+	Timeout    Duration `toml:"timeout"`
+	// AuthHeader names the header that carries the credential; its value comes from
+	// AuthValueFile or AuthValueEnv.
+	AuthHeader    string `toml:"auth_header"`
+	AuthValueFile string `toml:"auth_value_file"`
+	AuthValueEnv  string `toml:"auth_value_env"`
+	// AuthValue is resolved by Load; it is never printed.
+	AuthValue string `toml:"-"`
+}
+
+// Store is the [store] section: device state written to the state store.
+type Store struct {
+	// WriteInterval is the least time between two writes of one device's state.
+	WriteInterval  Duration `toml:"write_interval"`
+	RequestTimeout Duration `toml:"request_timeout"`
+}
+
+// Topics is the [topics] section: the terminal-side topic templates; {id} is the device id.
+type Topics struct {
+	DeviceCommand   string `toml:"device_command"`
+	DeviceAck       string `toml:"device_ack"`
+	DeviceHeartbeat string `toml:"device_heartbeat"`
+}
+
+// Command returns the command topic of device id.
+func (t Topics) Command(id string) string { return strings.ReplaceAll(t.DeviceCommand, "{id}", id) }
+
+// Ack returns the ack topic of device id.
+func (t Topics) Ack(id string) string { return strings.ReplaceAll(t.DeviceAck, "{id}", id) }
+
+// Heartbeat returns the heartbeat topic of device id.
+func (t Topics) Heartbeat(id string) string {
+	return strings.ReplaceAll(t.DeviceHeartbeat, "{id}", id)
+}
+
+// Log is the [log] section.
+type Log struct {
+	Level  string `toml:"level"`  // debug, info, warn, error
+	Format string `toml:"format"` // text or json
+}
+
+// Metrics is the [metrics] section.
+type Metrics struct {
+	// Listen serves /metrics and /healthz; "" switches the endpoint off.
+	Listen string `toml:"listen"`
+}
+
+// Device is one [[devices]] entry.
+type Device struct {
+	ID        string `toml:"id"`
+	Transport string `toml:"transport"` // mqtt or serial
+	// Serial line settings (transport = "serial" only).
+	Port     string `toml:"port,omitempty"`
+	Baud     int    `toml:"baud,omitzero"`
+	DataBits int    `toml:"data_bits,omitzero"`
+	Parity   string `toml:"parity,omitempty"` // none, even, odd, mark, space
+	StopBits int    `toml:"stop_bits,omitzero"`
+	// Heartbeat = false is for firmware without heartbeats: the terminal is then online
+	// from the start and never times out.
+	Heartbeat *bool `toml:"heartbeat"`
+	// Overrides of [dispatch]; zero means "as in [dispatch]".
+	RetryInterval    Duration `toml:"retry_interval,omitempty"`
+	MaxTries         int      `toml:"max_tries,omitzero"`
+	HeartbeatTimeout Duration `toml:"heartbeat_timeout,omitempty"`
+}
+
+// Transport names.
+const (
+	TransportMQTT   = "mqtt"
+	TransportSerial = "serial"
+)
+
+// HasHeartbeat reports whether the terminal sends heartbeats (the default).
+func (d *Device) HasHeartbeat() bool { return d.Heartbeat == nil || *d.Heartbeat }
+
+// Effective returns the dispatch settings for device d: its overrides over base.
+func (d *Device) Effective(base Dispatch) Dispatch {
+	if d.RetryInterval.Duration > 0 {
+		base.RetryInterval = d.RetryInterval
+	}
+	if d.MaxTries > 0 {
+		base.MaxTries = d.MaxTries
+	}
+	if d.HeartbeatTimeout.Duration > 0 {
+		base.HeartbeatTimeout = d.HeartbeatTimeout
+	}
+	return base
+}
+
+// Device returns the device with the given id, or nil.
+func (c *Config) Device(id string) *Device {
+	for i := range c.Devices {
+		if c.Devices[i].ID == id {
+			return &c.Devices[i]
+		}
+	}
+	return nil
+}
+
+// BrokerOnly reports whether the config runs the embedded broker and state store alone:
+// [broker] and nothing that needs a gateway (no devices, no upstream, no HTTP intake).
+func (c *Config) BrokerOnly() bool {
+	return c.Broker != nil && c.Upstream == nil && len(c.Devices) == 0 && c.Intake.HTTP == nil
+}
+
+// Default values, in one place. Load starts from these, lays the board profile over them,
+// then the file.
+var (
+	defaultAgent = Agent{
+		DataDir:         "/var/lib/faceagent",
+		ShutdownTimeout: D(10 * time.Second),
+	}
+	defaultBroker = Broker{
+		Listen:            "127.0.0.1:1883",
+		Persist:           true,
+		MaxClients:        0,
+		MaxPacketSize:     1 << 20,
+		ReceiveMaximum:    1024,
+		MaxQueuedMessages: 10000,
+		StoreMaxKeys:      100000,
+		StoreMaxValueSize: 64 << 10,
+	}
+	defaultUpstream = Upstream{
+		KeepAlive:      D(30 * time.Second),
+		ConnectTimeout: D(10 * time.Second),
+		SessionExpiry:  D(24 * time.Hour),
+		ReconnectMax:   D(30 * time.Second),
+	}
+	defaultDispatch = Dispatch{
+		RetryInterval:     D(2 * time.Second),
+		MaxTries:          5,
+		HeartbeatTimeout:  D(30 * time.Second),
+		BackoffMax:        D(30 * time.Second),
+		FailedRetention:   D(7 * 24 * time.Hour),
+		MaxQueuePerDevice: 10000,
+		MaxQueueTotal:     200000,
+	}
+	defaultIntake = Intake{
+		MaxBatch:       1000,
+		MaxMessageSize: 1 << 20,
+	}
+	defaultIntakeHTTP = IntakeHTTP{
+		PageSize:   100,
+		Interval:   D(10 * time.Second),
+		Timeout:    D(10 * time.Second),
+		AuthHeader: "Authorization",
+	}
+	defaultStore = Store{
+		WriteInterval:  D(time.Second),
+		RequestTimeout: D(5 * time.Second),
+	}
+	defaultTopics = Topics{
+		DeviceCommand:   "dev/face/{id}",
+		DeviceAck:       "dev/face/{id}/Ack",
+		DeviceHeartbeat: "dev/face/{id}/heartbeat",
+	}
+	defaultLog    = Log{Level: "info", Format: "text"}
+	defaultDevice = Device{
+		Transport: TransportMQTT,
+		Baud:      115200,
+		DataBits:  8,
+		Parity:    "none",
+		StopBits:  1,
+	}
+)
+
+// Default returns the defaults of every always-present section. The optional sections'
+// defaults apply when the file names the section.
+func Default() *Config {
+	return &Config{
+		Agent:    defaultAgent,
+		Dispatch: defaultDispatch,
+		Intake:   defaultIntake,
+		Store:    defaultStore,
+		Topics:   defaultTopics,
+		Log:      defaultLog,
+	}
+}
+
+// DefaultBroker returns the [broker] defaults.
+func DefaultBroker() *Broker { b := defaultBroker; return &b }
+
+// DefaultUpstream returns the [upstream] defaults.
+func DefaultUpstream() *Upstream { u := defaultUpstream; return &u }
+
+// DefaultIntakeHTTP returns the [intake.http] defaults.
+func DefaultIntakeHTTP() *IntakeHTTP { h := defaultIntakeHTTP; return &h }
+
+// DefaultDevice returns the defaults of a [[devices]] entry (without an id).
+func DefaultDevice() Device { return defaultDevice }

@@ -1,0 +1,310 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Limits checked by validation.
+const (
+	MaxDevices  = 4096 // terminals per gateway
+	MaxIDLength = 64   // gateway and device ids
+	MaxTries    = 1000
+)
+
+// idRe is what a gateway or device id may contain: it becomes a topic level and part of
+// store keys, so no '/', '+', '#', spaces or control characters.
+var idRe = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+func (d *decoder) validate(c *Config) {
+	d.validateAgent(c)
+	if c.Broker != nil {
+		d.validateBroker(c.Broker)
+	}
+	if c.Upstream != nil {
+		d.validateUpstream(c)
+	} else if c.Broker == nil && (len(c.Devices) > 0 || c.Intake.HTTP != nil) {
+		d.errf("upstream", "missing: the agent needs [upstream] url or an embedded [broker]")
+	}
+	d.validateDispatch(c.Dispatch)
+	d.validateIntake(c.Intake)
+	d.positive("store.write_interval", c.Store.WriteInterval)
+	d.positive("store.request_timeout", c.Store.RequestTimeout)
+	d.validateTopics(c.Topics)
+	d.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
+	d.oneOf("log.format", c.Log.Format, "text", "json")
+	if c.Metrics.Listen != "" {
+		d.hostPort("metrics.listen", c.Metrics.Listen)
+	}
+	d.validateDevices(c)
+}
+
+func (d *decoder) validateAgent(c *Config) {
+	a := &c.Agent
+	switch {
+	case a.GatewayID == "" && !c.BrokerOnly() && c.Broker != nil:
+		d.errf("agent.gateway_id", "required (only a config with nothing but [broker] may leave it out)")
+	case a.GatewayID == "" && c.Broker == nil:
+		d.errf("agent.gateway_id", "required")
+	case a.GatewayID != "":
+		d.id("agent.gateway_id", a.GatewayID)
+	}
+	if a.DataDir == "" {
+		d.errf("agent.data_dir", "must not be empty")
+	}
+	if a.GoMemLimit != 0 && a.GoMemLimit < 4<<20 {
+		d.errf("agent.gomemlimit", "%d bytes is too small (at least 4MiB, or 0 to leave it to GOMEMLIMIT)", a.GoMemLimit)
+	}
+	d.positive("agent.shutdown_timeout", a.ShutdownTimeout)
+}
+
+func (d *decoder) validateBroker(b *Broker) {
+	d.hostPort("broker.listen", b.Listen)
+	d.pair("broker.tls_cert", b.TLSCert, "broker.tls_key", b.TLSKey)
+	if b.TLSClientCA != "" && b.TLSCert == "" {
+		d.errf("broker.tls_client_ca", "needs tls_cert and tls_key: client certificates are checked only on a TLS listener")
+	}
+	if b.AllowAnonymous != nil && !*b.AllowAnonymous && b.UsersFile == "" && b.TLSClientCA == "" {
+		d.errf("broker.allow_anonymous", "false, but no users_file or tls_client_ca: no client could connect")
+	}
+	d.atLeast("broker.max_clients", b.MaxClients, 0)
+	d.atLeast("broker.max_queued_messages", b.MaxQueuedMessages, 0)
+	d.atLeast("broker.store_max_keys", b.StoreMaxKeys, 0)
+	if b.ReceiveMaximum < 1 || b.ReceiveMaximum > 65535 {
+		d.errf("broker.receive_maximum", "%d is out of range (1..65535, MQTT5 Receive Maximum)", b.ReceiveMaximum)
+	}
+	if b.MaxPacketSize != 0 && b.MaxPacketSize < 1<<10 {
+		d.errf("broker.max_packet_size", "%d bytes is too small (at least 1KiB, or 0 for the protocol's limit)", b.MaxPacketSize)
+	} else if b.StoreMaxValueSize <= 0 {
+		d.errf("broker.store_max_value_size", "must be positive")
+	} else if b.MaxPacketSize != 0 && b.StoreMaxValueSize > b.MaxPacketSize {
+		d.errf("broker.store_max_value_size", "%d bytes exceeds max_packet_size (%d): such values could never be sent", b.StoreMaxValueSize, b.MaxPacketSize)
+	}
+}
+
+var upstreamSchemes = map[string]bool{"mqtt": false, "tcp": false, "mqtts": true, "ssl": true, "tls": true}
+
+func (d *decoder) validateUpstream(c *Config) {
+	u := c.Upstream
+	if u.URL == "" {
+		if c.Broker == nil {
+			d.errf("upstream.url", "required without an embedded [broker]")
+		}
+	} else if p, err := url.Parse(u.URL); err != nil {
+		d.errf("upstream.url", "%v", err)
+	} else if tls, ok := upstreamSchemes[p.Scheme]; !ok {
+		d.errf("upstream.url", "scheme %q is not supported (use mqtt:// or mqtts://)", p.Scheme)
+	} else if p.Hostname() == "" {
+		d.errf("upstream.url", "%q has no host", u.URL)
+	} else if !tls && (u.TLSCA != "" || u.TLSCert != "" || u.TLSServerName != "") {
+		d.errf("upstream.url", "TLS settings are set but %q is not a TLS url (use mqtts://)", u.URL)
+	}
+	d.pair("upstream.tls_cert", u.TLSCert, "upstream.tls_key", u.TLSKey)
+	if (u.PasswordFile != "" || u.PasswordEnv != "") && u.Username == "" {
+		d.errf("upstream.username", "required when a password is set")
+	}
+	if u.ClientID != "" && (len(u.ClientID) > 128 || !idRe.MatchString(u.ClientID)) {
+		d.errf("upstream.client_id", "%q: use at most 128 of A-Z a-z 0-9 . _ -", u.ClientID)
+	}
+	if u.KeepAlive.Duration < time.Second || u.KeepAlive.Duration > 65535*time.Second {
+		d.errf("upstream.keepalive", "%s is out of range (1s..18h12m15s)", u.KeepAlive.Duration)
+	}
+	d.positive("upstream.connect_timeout", u.ConnectTimeout)
+	if u.SessionExpiry.Duration > (1<<32-1)*time.Second {
+		d.errf("upstream.session_expiry", "%s is beyond MQTT's limit of 2^32-1 seconds", u.SessionExpiry.Duration)
+	}
+	d.positive("upstream.reconnect_max", u.ReconnectMax)
+}
+
+func (d *decoder) validateDispatch(p Dispatch) {
+	d.positive("dispatch.retry_interval", p.RetryInterval)
+	d.positive("dispatch.heartbeat_timeout", p.HeartbeatTimeout)
+	if p.MaxTries < 1 || p.MaxTries > MaxTries {
+		d.errf("dispatch.max_tries", "%d is out of range (1..%d)", p.MaxTries, MaxTries)
+	}
+	if p.BackoffMax.Duration < p.RetryInterval.Duration {
+		d.errf("dispatch.backoff_max", "%s is less than retry_interval (%s)", p.BackoffMax.Duration, p.RetryInterval.Duration)
+	}
+	if p.MaxQueuePerDevice < 1 {
+		d.errf("dispatch.max_queue_per_device", "must be at least 1")
+	}
+	if p.MaxQueueTotal < p.MaxQueuePerDevice {
+		d.errf("dispatch.max_queue_total", "%d is less than max_queue_per_device (%d)", p.MaxQueueTotal, p.MaxQueuePerDevice)
+	}
+}
+
+func (d *decoder) validateIntake(in Intake) {
+	if in.MaxBatch < 1 || in.MaxBatch > 100000 {
+		d.errf("intake.max_batch", "%d is out of range (1..100000)", in.MaxBatch)
+	}
+	if in.MaxMessageSize < 1<<10 {
+		d.errf("intake.max_message_size", "%d bytes is too small (at least 1KiB)", in.MaxMessageSize)
+	}
+	h := in.HTTP
+	if h == nil {
+		return
+	}
+	d.httpURL("intake.http.url", h.URL, true)
+	d.httpURL("intake.http.results_url", h.ResultsURL, false)
+	if h.PageSize < 1 || h.PageSize > 10000 {
+		d.errf("intake.http.page_size", "%d is out of range (1..10000)", h.PageSize)
+	}
+	d.positive("intake.http.interval", h.Interval)
+	d.positive("intake.http.timeout", h.Timeout)
+	if h.AuthHeader == "" && (h.AuthValueFile != "" || h.AuthValueEnv != "") {
+		d.errf("intake.http.auth_header", "must name a header when an auth value is set")
+	} else if strings.ContainsAny(h.AuthHeader, " :\t\r\n") {
+		d.errf("intake.http.auth_header", "%q is not a header name", h.AuthHeader)
+	}
+}
+
+func (d *decoder) validateTopics(t Topics) {
+	seen := map[string]string{}
+	for _, tt := range []struct{ key, tmpl string }{
+		{"topics.device_command", t.DeviceCommand},
+		{"topics.device_ack", t.DeviceAck},
+		{"topics.device_heartbeat", t.DeviceHeartbeat},
+	} {
+		switch {
+		case strings.Count(tt.tmpl, "{id}") != 1:
+			d.errf(tt.key, "%q must contain {id} exactly once", tt.tmpl)
+		case strings.ContainsAny(tt.tmpl, "+#\x00"):
+			d.errf(tt.key, "%q must not contain MQTT wildcards", tt.tmpl)
+		case strings.Contains(strings.ReplaceAll(tt.tmpl, "{id}", ""), "{"):
+			d.errf(tt.key, "%q: {id} is the only placeholder", tt.tmpl)
+		case strings.HasPrefix(tt.tmpl, "/") || strings.HasSuffix(tt.tmpl, "/") || strings.Contains(tt.tmpl, "//"):
+			d.errf(tt.key, "%q has an empty topic level", tt.tmpl)
+		case seen[tt.tmpl] != "":
+			d.errf(tt.key, "%q is the same topic as %s", tt.tmpl, seen[tt.tmpl])
+		}
+		seen[tt.tmpl] = tt.key
+	}
+}
+
+func (d *decoder) validateDevices(c *Config) {
+	if len(c.Devices) > MaxDevices {
+		d.errs = append(d.errs, &Error{File: d.file, Line: d.ix.line("devices[0]"), Key: "devices",
+			Msg: fmt.Sprintf("%d devices; at most %d per gateway", len(c.Devices), MaxDevices)})
+		return
+	}
+	first := map[string]string{}
+	for i := range c.Devices {
+		dev := &c.Devices[i]
+		k := func(field string) string { return fmt.Sprintf("devices[%d].%s", i, field) }
+		if dev.ID == "" {
+			d.errf(k("id"), "required")
+		} else if d.id(k("id"), dev.ID) {
+			if prev, dup := first[dev.ID]; dup {
+				d.errf(k("id"), "%q is already used by %s", dev.ID, prev)
+			}
+			first[dev.ID] = k("id")
+		}
+		switch dev.Transport {
+		case TransportMQTT:
+			for _, f := range []string{"port", "baud", "data_bits", "parity", "stop_bits"} {
+				if d.ix.has(k(f)) {
+					d.errf(k(f), "only used with transport = \"serial\"")
+				}
+			}
+		case TransportSerial:
+			if dev.Port == "" {
+				d.errf(k("port"), "required with transport = \"serial\" (e.g. \"/dev/ttyS1\")")
+			}
+			if dev.Baud < 50 || dev.Baud > 4000000 {
+				d.errf(k("baud"), "%d is out of range (50..4000000)", dev.Baud)
+			}
+			if dev.DataBits < 5 || dev.DataBits > 8 {
+				d.errf(k("data_bits"), "%d is out of range (5..8)", dev.DataBits)
+			}
+			d.oneOf(k("parity"), dev.Parity, "none", "even", "odd", "mark", "space")
+			if dev.StopBits != 1 && dev.StopBits != 2 {
+				d.errf(k("stop_bits"), "%d: must be 1 or 2", dev.StopBits)
+			}
+		default:
+			d.errf(k("transport"), "%q: must be \"mqtt\" or \"serial\"", dev.Transport)
+		}
+		if dev.MaxTries < 0 || dev.MaxTries > MaxTries {
+			d.errf(k("max_tries"), "%d is out of range (1..%d, or leave it out to use [dispatch])", dev.MaxTries, MaxTries)
+		}
+		if !dev.HasHeartbeat() && dev.HeartbeatTimeout.Duration != 0 {
+			d.errf(k("heartbeat_timeout"), "has no effect with heartbeat = false")
+		}
+		if eff := dev.Effective(c.Dispatch); eff.BackoffMax.Duration < eff.RetryInterval.Duration && d.ix.has(k("retry_interval")) {
+			d.errf(k("retry_interval"), "%s is more than dispatch.backoff_max (%s)", eff.RetryInterval.Duration, eff.BackoffMax.Duration)
+		}
+	}
+}
+
+// Helpers: each records an error naming key and returns whether the value was fine.
+
+func (d *decoder) id(key, v string) bool {
+	if len(v) > MaxIDLength || !idRe.MatchString(v) {
+		d.errf(key, "%q: use 1 to %d of A-Z a-z 0-9 . _ - (it becomes a topic level)", v, MaxIDLength)
+		return false
+	}
+	return true
+}
+
+func (d *decoder) positive(key string, v Duration) {
+	if v.Duration <= 0 {
+		d.errf(key, "must be positive")
+	}
+}
+
+func (d *decoder) atLeast(key string, v, min int) {
+	if v < min {
+		d.errf(key, "%d is less than %d", v, min)
+	}
+}
+
+func (d *decoder) oneOf(key, v string, allowed ...string) {
+	for _, a := range allowed {
+		if v == a {
+			return
+		}
+	}
+	d.errf(key, "%q: must be one of %s", v, strings.Join(allowed, ", "))
+}
+
+func (d *decoder) pair(keyA, a, keyB, b string) {
+	switch {
+	case a != "" && b == "":
+		d.errf(keyB, "required with %s", keyA)
+	case a == "" && b != "":
+		d.errf(keyA, "required with %s", keyB)
+	}
+}
+
+func (d *decoder) hostPort(key, v string) {
+	_, port, err := net.SplitHostPort(v)
+	if err != nil {
+		d.errf(key, "%q: want host:port (%v)", v, err)
+		return
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		d.errf(key, "%q: port must be a number 0..65535", v)
+	}
+}
+
+func (d *decoder) httpURL(key, v string, required bool) {
+	if v == "" {
+		if required {
+			d.errf(key, "required")
+		}
+		return
+	}
+	p, err := url.Parse(v)
+	switch {
+	case err != nil:
+		d.errf(key, "%v", err)
+	case p.Scheme != "http" && p.Scheme != "https":
+		d.errf(key, "%q: must be an http:// or https:// url", v)
+	case p.Host == "":
+		d.errf(key, "%q has no host", v)
+	}
+}
