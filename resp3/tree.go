@@ -43,14 +43,15 @@ func ParseTree(b []byte, dst []Value) ([]Value, error) {
 	return tree, nil
 }
 
-// walk reads one whole value iteratively: pending[d] is how many whole values the aggregate
-// at depth d still expects. No recursion, so no input can exhaust the stack, and each loop
-// turn consumes at least three bytes, so it ends.
+// walk reads one whole value starting at b[0].
 func walk(b []byte, dst []Value, collect bool) ([]Value, int, error) {
-	var pending [MaxDepth + 1]int
-	depth := 0
-	pending[0] = 1 // the top level expects one value
-	i := 0
+	return walkAt(b, 0, dst, collect, 0)
+}
+
+// walkAt reads the whole value at b[i]. It recurses once per nesting level, and depth is
+// bounded by MaxDepth, so no input can exhaust the stack; every token consumes at least three
+// bytes, so it ends.
+func walkAt(b []byte, i int, dst []Value, collect bool, depth int) ([]Value, int, error) {
 	for {
 		v, next, err := readValueAt(b, i)
 		if err != nil {
@@ -59,32 +60,27 @@ func walk(b []byte, dst []Value, collect bool) ([]Value, int, error) {
 		if collect {
 			dst = append(dst, v)
 		}
-		n := 0
+		n := v.Len // Array, Set, Push; -1 for "*-1" means no elements
 		switch v.Kind {
 		case Array, Set, Push:
-			n = v.Len // -1 for "*-1": no elements
-		case Map:
+		case Map, Attribute:
 			n = 2 * v.Len
-		case Attribute:
-			// The pairs are read at a deeper level; the annotated value then takes this
-			// slot, so the attribute itself does not count.
-			pending[depth]++
-			n = 2 * v.Len
+		default:
+			return dst, next, nil
 		}
-		pending[depth]--
-		if n > 0 {
-			if depth == MaxDepth {
-				return dst, 0, errAt(i, ErrTooDeep)
+		if n > 0 && depth == MaxDepth {
+			return dst, 0, errAt(i, ErrTooDeep)
+		}
+		for ; n > 0; n-- {
+			dst, next, err = walkAt(b, next, dst, collect, depth+1)
+			if err != nil {
+				return dst, 0, err
 			}
-			depth++
-			pending[depth] = n
 		}
+		if v.Kind != Attribute {
+			return dst, next, nil
+		}
+		// An attribute annotates the value after it, which is read as part of this one.
 		i = next
-		for pending[depth] == 0 {
-			if depth == 0 {
-				return dst, i, nil
-			}
-			depth--
-		}
 	}
 }

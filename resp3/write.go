@@ -27,16 +27,23 @@ func AppendPushHeader(dst []byte, n int) []byte { return appendHeader(dst, Push,
 func AppendAttributeHeader(dst []byte, n int) []byte { return appendHeader(dst, Attribute, n) }
 
 // AppendBlob appends b as a blob string: "$len\r\n" b "\r\n".
-func AppendBlob(dst, b []byte) []byte {
-	dst = appendHeader(dst, BlobString, len(b))
-	dst = append(dst, b...)
-	return append(dst, '\r', '\n')
-}
+func AppendBlob(dst, b []byte) []byte { return appendBlob(dst, BlobString, b) }
 
 // AppendBlobString is AppendBlob for a string.
-func AppendBlobString(dst []byte, s string) []byte {
-	dst = appendHeader(dst, BlobString, len(s))
-	dst = append(dst, s...)
+func AppendBlobString(dst []byte, s string) []byte { return appendBlob(dst, BlobString, s) }
+
+// appendBlob writes a length-prefixed token. The lengths of keys and values are usually
+// below 100, so their digits are written inline.
+func appendBlob[T string | []byte](dst []byte, k Kind, b T) []byte {
+	n := len(b)
+	if n < 10 {
+		dst = append(dst, byte(k), byte('0'+n), '\r', '\n')
+	} else if n < 100 {
+		dst = append(dst, byte(k), byte('0'+n/10), byte('0'+n%10), '\r', '\n')
+	} else {
+		dst = appendHeaderSlow(dst, k, n)
+	}
+	dst = append(dst, b...)
 	return append(dst, '\r', '\n')
 }
 
@@ -57,11 +64,7 @@ func AppendError(dst []byte, msg string) []byte {
 }
 
 // AppendBlobError appends "!len\r\n" msg "\r\n".
-func AppendBlobError(dst []byte, msg []byte) []byte {
-	dst = appendHeader(dst, BlobError, len(msg))
-	dst = append(dst, msg...)
-	return append(dst, '\r', '\n')
-}
+func AppendBlobError(dst []byte, msg []byte) []byte { return appendBlob(dst, BlobError, msg) }
 
 // AppendVerbatim appends "=len\r\nfmt:text\r\n". format should be three bytes ("txt",
 // "mkd"); it is written as given.
@@ -163,12 +166,18 @@ func AppendValue(dst []byte, v Value) []byte {
 	return dst
 }
 
+// appendHeader is split so that its common case (a one-digit count) inlines into the
+// writers; the rest goes out of line.
 func appendHeader(dst []byte, k Kind, n int) []byte {
+	if uint(n) < 10 {
+		return append(dst, byte(k), byte('0'+n), '\r', '\n')
+	}
+	return appendHeaderSlow(dst, k, n)
+}
+
+func appendHeaderSlow(dst []byte, k Kind, n int) []byte {
 	if n < 0 {
 		return append(dst, byte(k), '-', '1', '\r', '\n')
-	}
-	if n < 10 {
-		return append(dst, byte(k), byte('0'+n), '\r', '\n')
 	}
 	if n < 100 {
 		return append(dst, byte(k), byte('0'+n/10), byte('0'+n%10), '\r', '\n')
