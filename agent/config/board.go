@@ -1,17 +1,34 @@
 package config
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+	"time"
 
-// boardProfile is the hook where `agent.board = "<name>"` finds its profile: TOML in this
-// package's schema (sections [agent], [broker], [dispatch], [intake], [store], [log],
-// [metrics], [topics]; no devices, no upstream) whose keys fill in what the file leaves
-// out — explicit keys in the file win, because Parse decodes the profile first and the
-// file over it.
+	"github.com/seed0e69bba5/faceagent/boards"
+)
+
+// boardProfile is where `agent.board = "<name>"` finds its defaults: the boards package's
+// profile, rendered as TOML in this package's schema. Parse decodes it before the file, so
+// every key written in the file wins over the board's. A board sets:
 //
-// HOOK: the boards package (boards/, package boards: embedded TOML profiles with a lookup
-// function) is being written in parallel. When it lands, this function becomes a call to
-// its lookup; until then a config naming a board is refused with ErrNoBoards rather than
-// silently running without the board's limits.
+//	[agent]   gomemlimit, data_dir
+//	[journal] sync, batch_window
+//
+// An unknown name is an error wrapping boards.ErrUnknownBoard that lists the known ones.
 func boardProfile(name string) ([]byte, error) {
-	return nil, fmt.Errorf("board %q: %w", name, ErrNoBoards)
+	p, err := boards.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	return profileTOML(p), nil
+}
+
+func profileTOML(p boards.Profile) []byte {
+	b := fmt.Appendf(nil, "[agent]\ngomemlimit = %d\ndata_dir = %s\n[journal]\nsync = %s\n",
+		p.GOMEMLIMIT, strconv.Quote(p.DataDir), strconv.Quote(string(p.JournalSync)))
+	if p.JournalBatchWindow > 0 {
+		b = fmt.Appendf(b, "batch_window = %s\n", strconv.Quote(time.Duration(p.JournalBatchWindow).String()))
+	}
+	return b
 }

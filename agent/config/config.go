@@ -16,6 +16,7 @@ type Config struct {
 	Broker   *Broker   `toml:"broker,omitempty"`
 	Upstream *Upstream `toml:"upstream,omitempty"`
 	Dispatch Dispatch  `toml:"dispatch"`
+	Journal  Journal   `toml:"journal"`
 	Intake   Intake    `toml:"intake"`
 	Store    Store     `toml:"store"`
 	Topics   Topics    `toml:"topics"`
@@ -116,6 +117,23 @@ type Dispatch struct {
 	MaxQueuePerDevice int `toml:"max_queue_per_device"`
 	MaxQueueTotal     int `toml:"max_queue_total"`
 }
+
+// Journal is the [journal] section: when the on-disk journal fsyncs. Board profiles set
+// it to suit their storage (eMMC "always", SD cards "batch").
+type Journal struct {
+	// Sync is "always" (fsync before an append returns), "batch" (appends within
+	// batch_window share one fsync; each still returns only after it) or "none" (never
+	// fsync: tmpfs and tests only — a power cut loses acknowledged tasks).
+	Sync        string   `toml:"sync"`
+	BatchWindow Duration `toml:"batch_window"`
+}
+
+// Journal sync policies.
+const (
+	SyncAlways = "always"
+	SyncBatch  = "batch"
+	SyncNone   = "none"
+)
 
 // Intake is the [intake] section: bounds on what the back office sends, and the optional
 // HTTP pull source.
@@ -271,6 +289,10 @@ var (
 		MaxQueuePerDevice: 10000,
 		MaxQueueTotal:     200000,
 	}
+	defaultJournal = Journal{
+		Sync:        SyncAlways,
+		BatchWindow: D(2 * time.Millisecond),
+	}
 	defaultIntake = Intake{
 		MaxBatch:       1000,
 		MaxMessageSize: 1 << 20,
@@ -306,6 +328,7 @@ func Default() *Config {
 	return &Config{
 		Agent:    defaultAgent,
 		Dispatch: defaultDispatch,
+		Journal:  defaultJournal,
 		Intake:   defaultIntake,
 		Store:    defaultStore,
 		Topics:   defaultTopics,

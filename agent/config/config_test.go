@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/seed0e69bba5/faceagent/boards"
 )
 
 func noEnv(string) (string, bool) { return "", false }
@@ -270,10 +272,34 @@ func TestBoardProfile(t *testing.T) {
 	if err == nil || err.Error() != `board "tiny":2: dispatch.retries: unknown key` {
 		t.Errorf("bad profile: %v", err)
 	}
-	// Without the boards package compiled in, a board name is refused, not ignored.
-	_, err = Parse("f.toml", []byte(src), testOpts)
-	if !errors.Is(err, ErrNoBoards) && !strings.Contains(err.Error(), "board") {
-		t.Errorf("default board lookup: %v", err)
+}
+
+// The real profiles from package boards: a board's values fill in, the file's win.
+func TestBoardsPackage(t *testing.T) {
+	src := "[agent]\ngateway_id = \"g\"\nboard = \"rpi4-arm64\"\n[broker]\n[journal]\nbatch_window = \"50ms\"\n"
+	c, err := Parse("f.toml", []byte(src), testOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := boards.Lookup("rpi4-arm64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(c.Agent.GoMemLimit) != p.GOMEMLIMIT || c.Agent.DataDir != p.DataDir || c.Journal.Sync != string(p.JournalSync) {
+		t.Errorf("board not applied: agent %+v journal %+v, profile %+v", c.Agent, c.Journal, p)
+	}
+	if c.Journal.BatchWindow.Duration != 50*time.Millisecond {
+		t.Errorf("explicit batch_window must win: %s", c.Journal.BatchWindow)
+	}
+	for _, name := range boards.Names() {
+		src := "[agent]\ngateway_id = \"g\"\nboard = \"" + name + "\"\n[broker]\n"
+		if _, err := Parse("f.toml", []byte(src), testOpts); err != nil {
+			t.Errorf("board %s: %v", name, err)
+		}
+	}
+	_, err = Parse("f.toml", []byte(strings.Replace(src, "rpi4-arm64", "pdp11", 1)), testOpts)
+	if !errors.Is(err, boards.ErrUnknownBoard) || !strings.HasPrefix(err.Error(), "f.toml:3: agent.board: ") {
+		t.Errorf("unknown board: %v", err)
 	}
 }
 

@@ -38,8 +38,8 @@
 //     of the file (position.go). Keys inside inline tables are reported at the line of the
 //     table's key.
 //   - Durations are strings ("2s", "7d"); a bare number is refused rather than guessed.
-//   - agent.board needs the boards package; until it is part of the build a board name is
-//     refused with ErrNoBoards (see board.go) instead of being ignored.
+//   - A board profile (package boards) sets agent.gomemlimit, agent.data_dir and
+//     [journal]; every other key keeps its default unless the file sets it.
 //   - Load reads the file once; reloading (SIGHUP) means calling Load again and swapping
 //     the result in — a Config is never mutated after Load returns.
 package config

@@ -10,10 +10,6 @@ import (
 // ErrTooLarge is returned (wrapped in an *Error) when a config file exceeds MaxFileSize.
 var ErrTooLarge = errors.New("config file too large")
 
-// ErrNoBoards is returned (wrapped in an *Error) for agent.board while this build has no
-// board profiles to look the name up in.
-var ErrNoBoards = errors.New("board profiles are not available in this build")
-
 // Error is one thing wrong with a config file, printed as "FILE:LINE: key: what is wrong"
 // (the line is left out when the key is not written in the file, for instance when a
 // default is invalid in combination with another key).

@@ -25,8 +25,8 @@ type Options struct {
 	LookupEnv func(string) (string, bool)
 	// ReadFile reads *_file keys (passwords, tokens); default os.ReadFile.
 	ReadFile func(string) ([]byte, error)
-	// Board returns the TOML profile of a board name; default: the boards package, once
-	// it is part of the build (see board.go).
+	// Board returns the TOML profile (in this package's schema) of a board name; default:
+	// the boards package's profile (see board.go).
 	Board func(name string) ([]byte, error)
 }
 

@@ -32,6 +32,10 @@ func (d *decoder) validate(c *Config) {
 		d.errf("upstream", "missing: the agent needs [upstream] url or an embedded [broker]")
 	}
 	d.validateDispatch(c.Dispatch)
+	d.oneOf("journal.sync", c.Journal.Sync, SyncAlways, SyncBatch, SyncNone)
+	if w := c.Journal.BatchWindow.Duration; w <= 0 || w > time.Second {
+		d.errf("journal.batch_window", "%s is out of range (more than 0, at most 1s)", w)
+	}
 	d.validateIntake(c.Intake)
 	d.positive("store.write_interval", c.Store.WriteInterval)
 	d.positive("store.request_timeout", c.Store.RequestTimeout)
