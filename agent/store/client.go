@@ -1,0 +1,358 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"fmt"
+	mrand "math/rand/v2"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/eclipse/paho.golang/autopaho"
+	"github.com/eclipse/paho.golang/paho"
+	"github.com/seed0e69bba5/faceagent/hlc"
+)
+
+// Topics of the state store service (protocol document, "State store system topic").
+const (
+	invokeTopic       = "statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke"
+	notifyTopicPrefix = "clients/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/"
+)
+
+type connState int
+
+const (
+	stateDown        connState = iota // no connection: requests fail with ErrNotConnected
+	stateSubscribing                  // connected, waiting for SUBACK: requests wait
+	stateReady                        // subscribed: requests go out
+	stateClosed                       // Close called
+)
+
+// Client talks to the state store over one MQTT5 connection, which it keeps up with
+// reconnects. It is safe for concurrent use; any number of requests may be in flight.
+type Client struct {
+	opts         Options
+	clock        *hlc.Clock
+	cm           *autopaho.ConnectionManager
+	respTopic    string // clients/{clientId}/services/statestore/_any_/command/invoke/response
+	notifyPrefix string // clients/statestore/v1/…/{HEX(clientId)}/command/notify/
+	ctx          context.Context
+	cancel       context.CancelFunc
+	wg           sync.WaitGroup // resync goroutines and watch pumps
+	closeOnce    sync.Once
+
+	mu       sync.Mutex
+	state    connState
+	gen      uint64        // generation of the connection that is up (or was up last)
+	dialGen  uint64        // generation of the latest dialed network connection
+	readyCh  chan struct{} // closed when state becomes stateReady; replaced when the link drops
+	readyErr error         // why the last connection could not get ready (refused SUBACK)
+	pending  map[[16]byte]*call
+	watches  map[string]*keyWatch
+}
+
+// Connect creates a Client and waits until it is connected and subscribed, or ctx ends (then
+// the client is closed and the error returned).
+func Connect(ctx context.Context, opts *Options) (*Client, error) {
+	c, err := New(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.WaitReady(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// New creates a Client and starts connecting in the background; it does not block. Requests
+// made before the connection is up fail with ErrNotConnected: use WaitReady.
+func New(opts *Options) (*Client, error) {
+	o, u, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if strings.ContainsAny(o.ClientID, "+#") {
+		return nil, fmt.Errorf("store: client id %q contains an MQTT wildcard", o.ClientID)
+	}
+	c := &Client{
+		opts:         o,
+		clock:        o.Clock,
+		respTopic:    "clients/" + o.ClientID + "/services/statestore/_any_/command/invoke/response",
+		notifyPrefix: notifyTopicPrefix + strings.ToUpper(hex.EncodeToString([]byte(o.ClientID))) + "/command/notify/",
+		readyCh:      make(chan struct{}),
+		pending:      make(map[[16]byte]*call),
+		watches:      make(map[string]*keyWatch),
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	cfg := autopaho.ClientConfig{
+		ServerUrls:                    []*url.URL{u},
+		TlsCfg:                        o.TLS,
+		KeepAlive:                     o.KeepAlive,
+		CleanStartOnInitialConnection: true,
+		SessionExpiryInterval:         0, // the store forgets KEYNOTIFY on disconnect anyway
+		ReconnectBackoff:              jitterBackoff(o.ReconnectMin, o.ReconnectMax),
+		ConnectTimeout:                o.ConnectTimeout,
+		AttemptConnection:             c.dial,
+		OnConnectionUp:                c.onConnectionUp,
+		OnConnectionDown:              func() bool { c.linkDown(0); return true },
+		OnConnectError: func(err error) {
+			o.Logger.Debug("store: connect failed", "url", o.URL, "err", err)
+		},
+		ConnectUsername: o.Username,
+		ConnectPassword: o.Password,
+		ClientConfig: paho.ClientConfig{
+			ClientID: o.ClientID,
+			// Handlers belong here, not in AddOnPublishReceived, which is lost on reconnect
+			// (DESIGN.md field notes). They run one at a time on paho's goroutine: they only
+			// hand results over and never block.
+			OnPublishReceived: []func(paho.PublishReceived) (bool, error){c.onPublish},
+			PacketTimeout:     o.Timeout,
+		},
+	}
+	cm, err := autopaho.NewConnection(c.ctx, cfg)
+	if err != nil {
+		c.cancel()
+		return nil, err
+	}
+	c.cm = cm
+	return c, nil
+}
+
+// ClientID returns the MQTT client id in use.
+func (c *Client) ClientID() string { return c.opts.ClientID }
+
+// Clock returns the clock that stamps requests and observes responses.
+func (c *Client) Clock() *hlc.Clock { return c.clock }
+
+// Ready reports whether the client is connected and subscribed.
+func (c *Client) Ready() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state == stateReady
+}
+
+// WaitReady blocks until the client is connected and subscribed to its response topic, or ctx
+// ends, or the client is closed.
+func (c *Client) WaitReady(ctx context.Context) error {
+	for {
+		c.mu.Lock()
+		st, ch := c.state, c.readyCh
+		c.mu.Unlock()
+		switch st {
+		case stateReady:
+			return nil
+		case stateClosed:
+			return ErrClosed
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("store: waiting for connection to %s: %w", c.opts.URL, ctx.Err())
+		}
+	}
+}
+
+// Close disconnects and stops every goroutine of the client. Requests in flight fail with
+// ErrClosed; watch channels are closed. Safe to call more than once.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.state = stateClosed
+		c.failPendingLocked(ErrClosed)
+		watches := c.watches
+		c.watches = map[string]*keyWatch{}
+		c.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = c.cm.Disconnect(ctx)
+		cancel()
+		c.cancel()
+		for _, kw := range watches {
+			for _, w := range kw.watchers {
+				w.close()
+			}
+		}
+		c.wg.Wait()
+	})
+	return nil
+}
+
+// dial opens the network connection for autopaho and wraps it so the client learns of a dead
+// link from the failing read itself, before autopaho tears the session down, and can fail the
+// requests in flight at once.
+func (c *Client) dial(ctx context.Context, _ autopaho.ClientConfig, u *url.URL) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.ConnectTimeout)
+	defer cancel()
+	var (
+		conn net.Conn
+		err  error
+	)
+	switch strings.ToLower(u.Scheme) {
+	case "mqtt", "tcp":
+		var d net.Dialer
+		conn, err = d.DialContext(ctx, "tcp", u.Host)
+	case "mqtts", "tls", "ssl":
+		cfg := c.opts.TLS
+		if cfg == nil {
+			cfg = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		d := tls.Dialer{Config: cfg}
+		conn, err = d.DialContext(ctx, "tcp", u.Host)
+	default:
+		return nil, fmt.Errorf("store: unsupported URL scheme %q", u.Scheme)
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.dialGen++
+	gen := c.dialGen
+	c.mu.Unlock()
+	return &trackedConn{Conn: conn, c: c, gen: gen}, nil
+}
+
+// trackedConn reports the end of its connection to the client once. It implements
+// sync.Locker so paho serialises its writes (required for TLS).
+type trackedConn struct {
+	net.Conn
+	sync.Mutex
+	c    *Client
+	gen  uint64
+	once sync.Once
+}
+
+func (t *trackedConn) Read(p []byte) (int, error) {
+	n, err := t.Conn.Read(p)
+	if err != nil {
+		t.once.Do(func() { t.c.linkDown(t.gen) })
+	}
+	return n, err
+}
+
+func (t *trackedConn) Close() error {
+	t.once.Do(func() { t.c.linkDown(t.gen) })
+	return t.Conn.Close()
+}
+
+// onConnectionUp runs on autopaho's goroutine and must not block: the SUBSCRIBE and the
+// watch resumption run on a goroutine of their own.
+func (c *Client) onConnectionUp(cm *autopaho.ConnectionManager, _ *paho.Connack) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state == stateClosed {
+		return
+	}
+	c.gen = c.dialGen
+	c.state = stateSubscribing
+	c.readyErr = nil
+	c.wg.Add(1)
+	go c.resync(cm, c.gen) // cm: c.cm may not be assigned yet on the first connection
+}
+
+// linkDown marks the connection of generation gen as gone (0: whichever is up) and fails
+// the requests in flight with ErrConnectionLost, so they do not wait out their timeouts.
+func (c *Client) linkDown(gen uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state == stateClosed || c.state == stateDown || (gen != 0 && gen != c.gen) {
+		return
+	}
+	if c.state == stateReady {
+		c.readyCh = make(chan struct{})
+	}
+	c.state = stateDown
+	c.failPendingLocked(ErrConnectionLost)
+	c.opts.Logger.Info("store: connection lost", "url", c.opts.URL)
+}
+
+// resync makes a fresh connection usable: subscribe and await the SUBACK (protocol: "SUBSCRIBE
+// … and wait for the SUBACK … before sending any KEYNOTIFY"), then re-register every watched
+// key, because the store forgets KEYNOTIFY registrations when a client disconnects.
+func (c *Client) resync(cm *autopaho.ConnectionManager, gen uint64) {
+	defer c.wg.Done()
+	ctx, cancel := context.WithTimeout(c.ctx, c.opts.Timeout)
+	defer cancel()
+	sub := &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{
+		{Topic: c.respTopic, QoS: 1},
+		// The real service delivers notifications without a subscription (wire fact 4);
+		// subscribing makes deployments behind another broker work too.
+		{Topic: c.notifyPrefix + "+", QoS: 1},
+	}}
+	suback, err := cm.Subscribe(ctx, sub)
+	if err == nil && (len(suback.Reasons) == 0 || suback.Reasons[0] >= 0x80) {
+		err = fmt.Errorf("store: broker refused the subscription to %s (reason %v)", c.respTopic, suback.Reasons)
+	}
+	c.mu.Lock()
+	if c.gen != gen || c.state != stateSubscribing {
+		c.mu.Unlock()
+		return
+	}
+	if err != nil {
+		c.readyErr = err
+		c.mu.Unlock()
+		c.opts.Logger.Error("store: subscribe failed", "err", err)
+		return
+	}
+	c.state = stateReady
+	close(c.readyCh)
+	keys := make([]string, 0, len(c.watches))
+	for k := range c.watches {
+		keys = append(keys, k)
+	}
+	c.mu.Unlock()
+	c.opts.Logger.Info("store: connected", "url", c.opts.URL, "client", c.opts.ClientID)
+	for _, k := range keys {
+		if err := c.rewatch(c.ctx, k); err != nil {
+			c.opts.Logger.Warn("store: resuming watch failed", "key", k, "err", err)
+		}
+	}
+}
+
+// jitterBackoff waits a random time between min and an exponentially growing ceiling that
+// stops at max ("full jitter"), so clients cut off together do not return together.
+func jitterBackoff(minDelay, maxDelay time.Duration) func(int) time.Duration {
+	return func(attempt int) time.Duration {
+		if attempt <= 0 {
+			return 0
+		}
+		ceil := maxDelay
+		if attempt < 30 {
+			ceil = min(maxDelay, minDelay<<uint(attempt))
+		}
+		return minDelay + mrand.N(ceil-minDelay+1)
+	}
+}
+
+func parseURL(s string) (*url.URL, error) {
+	if !strings.Contains(s, "://") {
+		s = "mqtt://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("store: bad broker URL %q: %w", s, err)
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "mqtt", "tcp", "mqtts", "tls", "ssl":
+	default:
+		return nil, fmt.Errorf("store: bad broker URL %q: scheme must be mqtt:// or mqtts://", s)
+	}
+	if u.Port() == "" {
+		port := "1883"
+		if strings.ToLower(u.Scheme) != "mqtt" && strings.ToLower(u.Scheme) != "tcp" {
+			port = "8883"
+		}
+		u.Host = net.JoinHostPort(u.Hostname(), port)
+	}
+	return u, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

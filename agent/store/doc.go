@@ -1,0 +1,54 @@
+// Package store is a client for the Azure IoT Operations state store (and the faithful copy
+// embedded in agent/broker): a key-value store reached over MQTT5 request/response, with RESP3
+// payloads, hybrid-logical-clock versions, fencing tokens and key notifications.
+//
+// # Tutorial
+//
+//	c, err := store.Connect(ctx, &store.Options{URL: "mqtt://127.0.0.1:1883"})
+//	if err != nil { … }
+//	defer c.Close()
+//
+//	v, err := c.Set(ctx, "greeting", []byte("hello"), &store.SetOptions{Expiry: time.Minute})
+//	e, err := c.Get(ctx, "greeting")            // e.Value, e.Version (== v)
+//	if errors.Is(err, store.ErrNotFound) { … }
+//
+//	// Conditional writes: NX, NEX; a condition that fails is ErrNotApplied.
+//	_, err = c.Set(ctx, "lock", []byte("me"), &store.SetOptions{Condition: store.NotExistsOrEqual, Expiry: 10 * time.Second})
+//
+//	// Notifications, resumed across reconnects.
+//	w, err := c.KeyNotify(ctx, "greeting")
+//	for n := range w.C() { fmt.Println(n.Op, string(n.Value), n.Version) }
+//
+// Leases (lock + fencing token) are in the subpackage lease.
+//
+// # How requests travel
+//
+// Each request is a QoS 1 PUBLISH to the store's invoke topic with a response topic
+// (clients/{clientId}/services/statestore/_any_/command/invoke/response, subscribed and its
+// SUBACK awaited before the first request), 16 random bytes of correlation data registered
+// before the PUBLISH leaves (a response can beat the PUBACK), a Message Expiry equal to the
+// timeout, and the user properties the SDKs send: __ts from the client's hlc.Clock, __protVer
+// 1.0, __srcId, $partition, $high_priority, and __ft / aio-persistence when asked for. Every
+// response's __ts is observed by the same clock. Any number of requests may be in flight on the
+// one connection; the correlator is the client's own (paho's rpc extension loses responses
+// under load and never re-subscribes).
+//
+// # Connection loss
+//
+// The client reconnects with exponential backoff and full jitter. Requests in flight when the
+// link drops fail at once with ErrConnectionLost; requests made while it is down fail at once
+// with ErrNotConnected (both Retryable). After a reconnect the client subscribes again, waits
+// for the SUBACK, sends KEYNOTIFY for every watched key again (the store drops registrations
+// of a disconnected client), GETs each such key and, when it changed meanwhile, delivers a
+// notification with Resync set, so no change goes unnoticed.
+//
+// # Caveats
+//
+//   - A request that failed with ErrTimeout or ErrConnectionLost may have been applied.
+//   - A Resync notification reports the current state only: several changes made while the
+//     client was away arrive as one.
+//   - Values returned by Get and carried by notifications are views into the received packet;
+//     they are the caller's, but the Watches of one key share a notification's Value.
+//   - A Watch whose reader stops reading queues notifications in memory without bound.
+//   - Requests made while the link is down are not queued: retry them (see Retryable).
+package store
