@@ -1,0 +1,368 @@
+package serial
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	bugserial "go.bug.st/serial"
+
+	"github.com/seed0e69bba5/faceagent/device"
+	"github.com/seed0e69bba5/faceagent/device/face"
+)
+
+// Config describes one serial port and the terminal on it. The zero value of every field but
+// Port and DeviceID means its default.
+type Config struct {
+	Port     string // e.g. /dev/ttyS1, /dev/ttyUSB0, or a PTY's Path
+	DeviceID string // the terminal on this port (a port carries exactly one)
+
+	Baud     int    // default 115200
+	DataBits int    // 5..8, default 8
+	Parity   string // "none" (default), "odd", "even", "mark", "space"
+	StopBits string // "1" (default), "1.5", "2"
+
+	// ReadTimeout bounds each read of the port, so the reader notices a cut frame (and
+	// nothing waits on the port forever). Default 100ms.
+	ReadTimeout time.Duration
+	// FrameTimeout is how long a partial frame may wait for its next byte before it is
+	// dropped as cut. Default: 100ms plus twice the time the largest frame takes at Baud.
+	FrameTimeout time.Duration
+	// MaxPayload bounds a frame's payload in both directions. Default DefaultMaxPayload.
+	MaxPayload int
+	// ReopenMin and ReopenMax bound the exponential backoff between attempts to open the port
+	// after it failed or vanished. Defaults 100ms and 5s.
+	ReopenMin, ReopenMax time.Duration
+	// WriteGrace is how long Close waits for a Send blocked in a write before it closes the
+	// port anyway. Default 1s.
+	WriteGrace time.Duration
+	// EventBuffer is the capacity of the Events channel. Default 64.
+	EventBuffer int
+	Logger      *slog.Logger // default: discard
+}
+
+func (c *Config) fill() (*bugserial.Mode, error) {
+	if c.Port == "" || c.DeviceID == "" {
+		return nil, errors.New("config needs both Port and DeviceID")
+	}
+	if len(c.DeviceID) > face.MaxIDLen {
+		return nil, fmt.Errorf("device id longer than %d bytes", face.MaxIDLen)
+	}
+	mode := &bugserial.Mode{BaudRate: c.Baud, DataBits: c.DataBits}
+	if mode.BaudRate == 0 {
+		mode.BaudRate, c.Baud = 115200, 115200
+	}
+	if mode.DataBits == 0 {
+		mode.DataBits, c.DataBits = 8, 8
+	}
+	if mode.DataBits < 5 || mode.DataBits > 8 {
+		return nil, fmt.Errorf("data bits %d: want 5..8", mode.DataBits)
+	}
+	switch c.Parity {
+	case "", "none":
+		mode.Parity = bugserial.NoParity
+	case "odd":
+		mode.Parity = bugserial.OddParity
+	case "even":
+		mode.Parity = bugserial.EvenParity
+	case "mark":
+		mode.Parity = bugserial.MarkParity
+	case "space":
+		mode.Parity = bugserial.SpaceParity
+	default:
+		return nil, fmt.Errorf("parity %q: want none, odd, even, mark or space", c.Parity)
+	}
+	switch c.StopBits {
+	case "", "1":
+		mode.StopBits = bugserial.OneStopBit
+	case "1.5":
+		mode.StopBits = bugserial.OnePointFiveStopBits
+	case "2":
+		mode.StopBits = bugserial.TwoStopBits
+	default:
+		return nil, fmt.Errorf("stop bits %q: want 1, 1.5 or 2", c.StopBits)
+	}
+	if c.MaxPayload <= 0 {
+		c.MaxPayload = DefaultMaxPayload
+	}
+	if c.MaxPayload > MaxPayloadWire {
+		return nil, fmt.Errorf("max payload %d: at most %d", c.MaxPayload, MaxPayloadWire)
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = 100 * time.Millisecond
+	}
+	if c.FrameTimeout <= 0 {
+		wire := time.Duration(c.MaxPayload+Overhead) * 10 * time.Second / time.Duration(c.Baud)
+		c.FrameTimeout = 100*time.Millisecond + 2*wire
+	}
+	if c.ReopenMin <= 0 {
+		c.ReopenMin = 100 * time.Millisecond
+	}
+	if c.ReopenMax < c.ReopenMin {
+		c.ReopenMax = max(5*time.Second, c.ReopenMin)
+	}
+	if c.WriteGrace <= 0 {
+		c.WriteGrace = time.Second
+	}
+	if c.EventBuffer <= 0 {
+		c.EventBuffer = 64
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return mode, nil
+}
+
+// Link is a device.Link over one serial port carrying one terminal.
+type Link struct {
+	cfg    Config
+	mode   *bugserial.Mode
+	events chan device.Event
+	done   chan struct{}
+	wsem   chan struct{} // a mutex for writers that can be waited on with a timeout
+
+	mu   sync.Mutex
+	port bugserial.Port // nil while the port is closed
+
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+var _ device.Link = (*Link)(nil)
+
+// New validates cfg and starts the link. It does not block: the port is opened (and
+// reopened with backoff whenever it fails) in the background; an Up event says it is open.
+func New(cfg Config) (*Link, error) {
+	mode, err := cfg.fill()
+	if err != nil {
+		return nil, &Error{Code: device.ErrConfig, Port: cfg.Port, DeviceID: cfg.DeviceID, Err: err}
+	}
+	l := &Link{
+		cfg:    cfg,
+		mode:   mode,
+		events: make(chan device.Event, cfg.EventBuffer),
+		done:   make(chan struct{}),
+		wsem:   make(chan struct{}, 1),
+	}
+	l.wg.Add(1)
+	go l.run()
+	return l, nil
+}
+
+// Events implements device.Link.
+func (l *Link) Events() <-chan device.Event { return l.events }
+
+func (l *Link) err(code device.Code, cause error) error {
+	return &Error{Code: code, Port: l.cfg.Port, DeviceID: l.cfg.DeviceID, Err: cause}
+}
+
+// Send implements device.Link: it frames cmd and writes it to the port. It waits for an
+// earlier Send's write to finish (bounded by ctx) and returns device.ErrNotConnected at once
+// while the port is closed.
+func (l *Link) Send(ctx context.Context, deviceID string, cmd face.Command) error {
+	if deviceID != l.cfg.DeviceID {
+		return l.err(device.ErrUnknownDevice, fmt.Errorf("this port carries %q, not %q", l.cfg.DeviceID, deviceID))
+	}
+	frame, err := AppendMessage(make([]byte, 0, 128), KindCommand, &cmd)
+	if err != nil {
+		return l.err(device.ErrInvalid, err)
+	}
+	if len(frame)-Overhead > l.cfg.MaxPayload {
+		return l.err(device.ErrInvalid, ErrTooLarge)
+	}
+	select {
+	case l.wsem <- struct{}{}:
+	case <-ctx.Done():
+		return l.err(device.ErrTransport, ctx.Err())
+	case <-l.done:
+		return l.err(device.ErrClosed, nil)
+	}
+	defer func() { <-l.wsem }()
+	select {
+	case <-l.done:
+		return l.err(device.ErrClosed, nil)
+	default:
+	}
+	l.mu.Lock()
+	port := l.port
+	l.mu.Unlock()
+	if port == nil {
+		return l.err(device.ErrNotConnected, nil)
+	}
+	for len(frame) > 0 {
+		n, err := port.Write(frame)
+		if err != nil {
+			return l.err(device.ErrTransport, err)
+		}
+		frame = frame[n:]
+	}
+	return nil
+}
+
+// Close implements device.Link. It closes the port, which wakes the blocked read, and waits
+// for the reader. A Send blocked writing to a port nobody drains is given WriteGrace.
+func (l *Link) Close() error {
+	l.closeOnce.Do(func() {
+		close(l.done)
+		grace := time.NewTimer(l.cfg.WriteGrace)
+		select {
+		case l.wsem <- struct{}{}: // no write in progress: closing cannot pull an fd from under one
+			defer func() { <-l.wsem }()
+		case <-grace.C:
+		}
+		grace.Stop()
+		l.mu.Lock()
+		if l.port != nil {
+			l.port.Close() // wakes the reader (go.bug.st/serial signals pending reads)
+		}
+		l.mu.Unlock()
+		l.wg.Wait()
+		close(l.events)
+	})
+	return nil
+}
+
+func (l *Link) emit(ev device.Event) {
+	ev.At = time.Now()
+	if ev.DeviceID == "" && ev.Kind != device.Error {
+		ev.DeviceID = l.cfg.DeviceID
+	}
+	select {
+	case l.events <- ev:
+	case <-l.done:
+	}
+}
+
+func (l *Link) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+// run opens the port, reads until it fails, and reopens it with exponential backoff.
+func (l *Link) run() {
+	defer l.wg.Done()
+	backoff := l.cfg.ReopenMin
+	reportedDown := false
+	for {
+		port, err := bugserial.Open(l.cfg.Port, l.mode)
+		if err == nil {
+			err = port.SetReadTimeout(l.cfg.ReadTimeout)
+			if err != nil {
+				port.Close()
+			}
+		}
+		if err != nil {
+			if !reportedDown { // one Down per outage, not one per attempt
+				l.emit(device.Event{Kind: device.Down, Err: l.err(device.ErrNotConnected, err)})
+				reportedDown = true
+			}
+			l.cfg.Logger.Debug("serial open failed", "port", l.cfg.Port, "err", err, "retry", backoff)
+			if !l.sleep(backoff) {
+				return
+			}
+			backoff = min(2*backoff, l.cfg.ReopenMax)
+			continue
+		}
+		l.mu.Lock()
+		select {
+		case <-l.done:
+			l.mu.Unlock()
+			port.Close()
+			return
+		default:
+		}
+		l.port = port
+		l.mu.Unlock()
+		backoff = l.cfg.ReopenMin
+		reportedDown = false
+		l.cfg.Logger.Info("serial port open", "port", l.cfg.Port, "device", l.cfg.DeviceID)
+		l.emit(device.Event{Kind: device.Up})
+
+		err = l.read(port)
+
+		// Take the writers' lock so no Send writes to a descriptor being closed.
+		select {
+		case l.wsem <- struct{}{}:
+		case <-l.done:
+			return // Close owns the port now
+		}
+		l.mu.Lock()
+		l.port = nil
+		l.mu.Unlock()
+		port.Close()
+		<-l.wsem
+		select {
+		case <-l.done:
+			return
+		default:
+		}
+		l.cfg.Logger.Warn("serial port lost", "port", l.cfg.Port, "err", err)
+		l.emit(device.Event{Kind: device.Down, Err: l.err(device.ErrTransport, err)})
+		reportedDown = true
+		if !l.sleep(backoff) {
+			return
+		}
+	}
+}
+
+// read decodes frames until the port fails. Timeouts are explicit: go.bug.st/serial returns
+// (0, nil) when ReadTimeout passes, which is when a stalled partial frame is dropped.
+func (l *Link) read(port bugserial.Port) error {
+	dec := Decoder{MaxPayload: l.cfg.MaxPayload, FrameTimeout: l.cfg.FrameTimeout}
+	buf := make([]byte, 1024)
+	for {
+		n, err := port.Read(buf)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		dec.Write(buf[:n], now)
+		for {
+			f, skipped, err := dec.Next(now)
+			if skipped > 0 && (err == nil || err == ErrIncomplete) {
+				l.emit(device.Event{Kind: device.Error, DeviceID: l.cfg.DeviceID,
+					Err: l.err(device.ErrFrame, fmt.Errorf("skipped %d bytes of garbage", skipped))})
+			}
+			if err == ErrIncomplete {
+				break
+			}
+			if err != nil {
+				l.emit(device.Event{Kind: device.Error, DeviceID: l.cfg.DeviceID, Err: l.err(device.ErrFrame, err)})
+				continue
+			}
+			l.handle(f)
+		}
+	}
+}
+
+func (l *Link) handle(f Frame) {
+	msg, err := f.Decode()
+	if err != nil {
+		l.emit(device.Event{Kind: device.Error, DeviceID: l.cfg.DeviceID, Err: l.err(device.ErrInvalid, err)})
+		return
+	}
+	switch m := msg.(type) {
+	case face.Ack:
+		l.emit(device.Event{Kind: device.Ack, Ack: m})
+	case face.Heartbeat:
+		if m.DeviceID != "" && m.DeviceID != l.cfg.DeviceID {
+			l.emit(device.Event{Kind: device.Error, DeviceID: l.cfg.DeviceID, Err: l.err(device.ErrInvalid,
+				fmt.Errorf("heartbeat names device %.64q on the port of %q", m.DeviceID, l.cfg.DeviceID))})
+			return
+		}
+		m.DeviceID = l.cfg.DeviceID
+		l.emit(device.Event{Kind: device.Heartbeat, Heartbeat: m})
+	default:
+		l.emit(device.Event{Kind: device.Error, DeviceID: l.cfg.DeviceID,
+			Err: l.err(device.ErrInvalid, errors.New("the terminal sent a command frame"))})
+	}
+}
