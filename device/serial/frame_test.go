@@ -29,8 +29,8 @@ func TestFrameFixture(t *testing.T) {
 		0xFA, 0xCE, // SOF
 		0x12,       // version 1, kind ack
 		0x00, 0x01, // payload length 1
-		got[5],     // header check (CRC-32C low byte), checked below
-		0x80,       // payload
+		got[5], // header check (CRC-32C low byte), checked below
+		0x80,   // payload
 	}
 	if !bytes.Equal(got[:7], want) || len(got) != 7+4 {
 		t.Fatalf("frame % x", got)
