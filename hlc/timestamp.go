@@ -59,7 +59,7 @@ func ParseString(s string) (Timestamp, error) {
 }
 
 // parseDecimal parses ASCII digits into a value <= limit. It is stricter than strconv: no sign,
-// no underscores, no empty input.
+// no underscores, no empty input. Any number of leading zeros is fine.
 func parseDecimal(b []byte, limit uint64) (uint64, error) {
 	if len(b) == 0 {
 		return 0, ErrNotNumber
@@ -67,22 +67,31 @@ func parseDecimal(b []byte, limit uint64) (uint64, error) {
 	if b[0] == '-' {
 		return 0, ErrNegative
 	}
+	i := 0
+	for i < len(b)-1 && b[i] == '0' {
+		i++
+	}
+	// Up to 19 significant digits cannot overflow a uint64 (10¹⁹-1 < 2⁶⁴), so the loop needs no
+	// per-digit range check; one comparison with limit at the end does.
+	const maxDigits = 19
 	var v uint64
-	for _, c := range b {
+	for _, c := range b[i:min(len(b), i+maxDigits)] {
 		d := uint64(c) - '0'
 		if d > 9 {
 			return 0, ErrNotNumber
 		}
-		if v > (limit-d)/10 { // v*10+d > limit, without overflowing
-			// Keep scanning: "99999999999999999999x" is not a number before it is too big.
-			for _, c := range b {
-				if c < '0' || c > '9' {
-					return 0, ErrNotNumber
-				}
-			}
-			return 0, ErrOverflow
-		}
 		v = v*10 + d
+	}
+	if len(b)-i > maxDigits {
+		for _, c := range b[i+maxDigits:] {
+			if c < '0' || c > '9' {
+				return 0, ErrNotNumber
+			}
+		}
+		return 0, ErrOverflow
+	}
+	if v > limit {
+		return 0, ErrOverflow
 	}
 	return v, nil
 }
