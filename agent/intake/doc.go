@@ -1,0 +1,40 @@
+// Package intake is the agent's upstream message format: task messages from the back
+// office (parsed, bounded and validated), the deadletter messages for what is refused, the
+// result messages, and the stable MessageID a task's command carries to the terminal.
+// It is a data package: no I/O.
+//
+// # Tutorial
+//
+//	batch := intake.Parse(payload, intake.Limits{
+//		MaxBatch:       cfg.Intake.MaxBatch,
+//		MaxMessageSize: int(cfg.Intake.MaxMessageSize),
+//		KnownDevice:    func(id string) bool { return cfg.Device(id) != nil },
+//	})
+//	for _, t := range batch.Tasks {
+//		cmd := t.Command() // face.Command with t.MessageID()
+//		_ = cmd            // journal it, then acknowledge the message upstream
+//	}
+//	for _, r := range batch.Rejects {
+//		dl, _ := json.Marshal(r) // {"reason":"…","payload":…} for faceagent/{gw}/deadletter
+//		_ = dl
+//	}
+//
+// # Rules
+//
+//   - A message is one task object or a JSON array of them (at most Limits.MaxBatch).
+//   - In a batch, good tasks are accepted and each bad one is refused on its own, with its
+//     index in the reason ("task 3: unknown device \"x\""). A repeated taskId within one
+//     batch is refused.
+//   - Unknown JSON fields are ignored, so the back office can add fields without breaking
+//     older gateways; required fields catch misspelt ones.
+//   - Parse never fails as a whole: the caller acknowledges every message and
+//     dead-letters the rejects, so a bad message is not redelivered forever.
+//
+// # Caveats
+//
+//   - MessageID hashes every field of the task: it is stable for the task, not for the
+//     person. It is pinned by a test; changing the scheme would make terminals see resent
+//     commands as new after an upgrade.
+//   - Deadletter payloads that are not JSON are kept as a string of at most
+//     MaxDeadLetterPayload bytes.
+package intake

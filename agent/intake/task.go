@@ -1,0 +1,254 @@
+package intake
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/seed0e69bba5/faceagent/device/face"
+)
+
+// Bounds on a task's fields, tighter than the terminal protocol's so that a MessageID built
+// from them always fits face.MaxIDLen.
+const (
+	MaxTaskIDLen   = 128
+	MaxPersonIDLen = 64
+	MaxNameLen     = face.MaxTextLen
+)
+
+// Task is one whitelist task from the back office (DESIGN.md "Upstream messages"):
+//
+//	{"taskId":"t-1","deviceId":"2042253","op":"AddPerson","person":{"id":"951","name":"…","validFrom":"…","validTo":"…"}}
+type Task struct {
+	TaskID   string      `json:"taskId"`
+	DeviceID string      `json:"deviceId"`
+	Op       face.Op     `json:"op"`
+	Person   face.Person `json:"person"`
+}
+
+// MessageID is the id the task's command carries to the terminal, stable for the task:
+//
+//	<op>-<person id>-<n>
+//
+// where n is the first 63 bits of SHA-256 over the task's fields (taskId, deviceId, op,
+// person id, name, validFrom, validTo, each length-prefixed), in decimal — the shape of the
+// field report's "EditPerson-951-1494527067538440192". The same task always gets the same
+// id (across resends and restarts, and when the back office redelivers it), so terminals
+// can recognise duplicates; two tasks differing in any field get different ids. The op and
+// person id up front keep ids readable in terminal logs.
+func (t *Task) MessageID() string {
+	h := sha256.New()
+	var n [4]byte
+	for _, f := range []string{t.TaskID, t.DeviceID, string(t.Op), t.Person.ID, t.Person.Name, t.Person.ValidFrom, t.Person.ValidTo} {
+		binary.BigEndian.PutUint32(n[:], uint32(len(f)))
+		h.Write(n[:])
+		h.Write([]byte(f))
+	}
+	var sum [sha256.Size]byte
+	v := binary.BigEndian.Uint64(h.Sum(sum[:0])) >> 1
+	b := make([]byte, 0, len(t.Op)+len(t.Person.ID)+22)
+	b = append(b, t.Op...)
+	b = append(b, '-')
+	b = append(b, t.Person.ID...)
+	b = append(b, '-')
+	b = strconv.AppendUint(b, v, 10)
+	return string(b)
+}
+
+// Command is the terminal command for the task.
+func (t *Task) Command() face.Command {
+	return face.Command{MessageID: t.MessageID(), Op: t.Op, Person: t.Person}
+}
+
+// Validate checks the task's fields; the error text becomes the deadletter reason.
+// It does not know the configured devices: Parse checks those through Limits.
+func (t *Task) Validate() error {
+	if err := checkID("taskId", t.TaskID, MaxTaskIDLen); err != nil {
+		return err
+	}
+	if err := checkID("deviceId", t.DeviceID, face.MaxIDLen); err != nil {
+		return err
+	}
+	switch t.Op {
+	case face.AddPerson, face.DeletePerson:
+	case "":
+		return fmt.Errorf("op: missing (want %q or %q)", face.AddPerson, face.DeletePerson)
+	default:
+		return fmt.Errorf("op: unknown op %.64q (want %q or %q)", string(t.Op), face.AddPerson, face.DeletePerson)
+	}
+	p := &t.Person
+	if err := checkID("person.id", p.ID, MaxPersonIDLen); err != nil {
+		return err
+	}
+	if len(p.Name) > MaxNameLen {
+		return fmt.Errorf("person.name: longer than %d bytes", MaxNameLen)
+	}
+	from, err := checkTime("person.validFrom", p.ValidFrom)
+	if err != nil {
+		return err
+	}
+	to, err := checkTime("person.validTo", p.ValidTo)
+	if err != nil {
+		return err
+	}
+	if !from.IsZero() && !to.IsZero() && to.Before(from) {
+		return fmt.Errorf("person.validTo: %s is before validFrom %s", p.ValidTo, p.ValidFrom)
+	}
+	// What reaches the terminal must pass the terminal protocol's own checks.
+	cmd := t.Command()
+	return cmd.Validate()
+}
+
+func checkID(field, v string, max int) error {
+	switch {
+	case v == "":
+		return fmt.Errorf("%s: missing", field)
+	case len(v) > max:
+		return fmt.Errorf("%s: longer than %d bytes", field, max)
+	case !utf8.ValidString(v):
+		return fmt.Errorf("%s: not UTF-8", field)
+	}
+	for _, r := range v {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Errorf("%s: %.64q contains a control character", field, v)
+		}
+	}
+	return nil
+}
+
+func checkTime(field, v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if len(v) > 64 {
+		return time.Time{}, fmt.Errorf("%s: longer than 64 bytes", field)
+	}
+	ts, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s: %q is not an RFC 3339 time", field, v)
+	}
+	return ts, nil
+}
+
+// Limits are the bounds Parse enforces. Zero values mean: no bound (MaxBatch,
+// MaxMessageSize) and every device known (KnownDevice nil).
+type Limits struct {
+	MaxBatch       int
+	MaxMessageSize int
+	// KnownDevice reports whether a device id is configured on this gateway.
+	KnownDevice func(id string) bool
+}
+
+// Batch is the outcome of parsing one upstream message: the accepted tasks, in the order
+// received, and the refused parts, each with its reason.
+type Batch struct {
+	Tasks   []Task
+	Rejects []Reject
+}
+
+// Parse reads one upstream task message: a task object or a JSON array of them. It never
+// fails as a whole: what cannot be accepted comes back as Rejects, so the caller can
+// acknowledge the message (it is not redelivered forever) and dead-letter the rejects. In a
+// batch, good tasks are accepted even when others are refused. A second task with a taskId
+// already seen in the same batch is refused.
+func Parse(payload []byte, lim Limits) Batch {
+	var b Batch
+	if lim.MaxMessageSize > 0 && len(payload) > lim.MaxMessageSize {
+		b.reject(payload, fmt.Sprintf("message too large: %d bytes (max_message_size %d)", len(payload), lim.MaxMessageSize))
+		return b
+	}
+	trimmed := bytes.TrimSpace(payload)
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		var elems []json.RawMessage
+		if err := json.Unmarshal(trimmed, &elems); err != nil {
+			b.reject(payload, "malformed JSON: "+jsonProblem(err))
+			return b
+		}
+		if lim.MaxBatch > 0 && len(elems) > lim.MaxBatch {
+			b.reject(payload, fmt.Sprintf("batch too large: %d tasks (max_batch %d)", len(elems), lim.MaxBatch))
+			return b
+		}
+		seen := make(map[string]struct{}, len(elems))
+		for i, e := range elems {
+			b.one(e, lim, fmt.Sprintf("task %d: ", i), seen)
+		}
+		return b
+	}
+	if !json.Valid(trimmed) {
+		var v any
+		err := json.Unmarshal(trimmed, &v)
+		b.reject(payload, "malformed JSON: "+jsonProblem(err))
+		return b
+	}
+	b.one(trimmed, lim, "", nil)
+	return b
+}
+
+func (b *Batch) one(raw json.RawMessage, lim Limits, where string, seen map[string]struct{}) {
+	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
+		b.reject(raw, where+"not a task: want a JSON object or an array of objects")
+		return
+	}
+	var t Task
+	if err := json.Unmarshal(raw, &t); err != nil {
+		b.reject(raw, where+"invalid task: "+jsonProblem(err))
+		return
+	}
+	if err := t.Validate(); err != nil {
+		b.reject(raw, where+"invalid task: "+err.Error())
+		return
+	}
+	if lim.KnownDevice != nil && !lim.KnownDevice(t.DeviceID) {
+		b.reject(raw, fmt.Sprintf("%sunknown device %q", where, t.DeviceID))
+		return
+	}
+	if seen != nil {
+		if _, dup := seen[t.TaskID]; dup {
+			b.reject(raw, fmt.Sprintf("%sduplicate taskId %q in batch", where, t.TaskID))
+			return
+		}
+		seen[t.TaskID] = struct{}{}
+	}
+	b.Tasks = append(b.Tasks, t)
+}
+
+func (b *Batch) reject(payload []byte, reason string) {
+	b.Rejects = append(b.Rejects, NewReject(reason, payload))
+}
+
+// jsonProblem shortens encoding/json's messages ("json: cannot unmarshal string into Go
+// struct field Task.person of type face.Person") to what a back office developer needs.
+func jsonProblem(err error) string {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case err == nil:
+		return "invalid"
+	case asType(err, &te):
+		return fmt.Sprintf("%s: want %s, got JSON %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+	case asType(err, &se):
+		return fmt.Sprintf("%s at byte %d", se.Error(), se.Offset)
+	}
+	return err.Error()
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "struct", "map":
+		return "an object"
+	case "slice", "array":
+		return "an array"
+	case "string":
+		return "a string"
+	case "int", "int64", "uint64", "float64":
+		return "a number"
+	case "bool":
+		return "a boolean"
+	}
+	return goKind
+}
