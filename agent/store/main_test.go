@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"github.com/seed0e69bba5/faceagent/agent/store/storetest"
 	"testing"
 	"time"
 
@@ -38,9 +39,9 @@ func ctxT(t testing.TB) context.Context {
 }
 
 // mosquittoStore starts mosquitto and the test responder behind it.
-func mosquittoStore(t testing.TB) (*testutil.Mosquitto, *responder) {
+func mosquittoStore(t testing.TB) (*testutil.Mosquitto, *storetest.Responder) {
 	m := testutil.StartMosquitto(t)
-	return m, startResponder(t, m.URL)
+	return m, storetest.Start(t, m.URL)
 }
 
 // next waits for one notification.

@@ -68,14 +68,14 @@ func TestBrokerRestart(t *testing.T) {
 	}
 
 	// A request the store holds is in flight when the broker goes away.
-	r.setHold(true)
+	r.SetHold(true)
 	inflight := make(chan error, 1)
 	go func() {
 		_, err := c.Get(context.Background(), "watched")
 		inflight <- err
 	}()
 	select {
-	case <-r.held:
+	case <-r.Held():
 	case <-time.After(10 * time.Second):
 		t.Fatal("request did not reach the responder")
 	}
@@ -97,8 +97,8 @@ func TestBrokerRestart(t *testing.T) {
 	}
 
 	// While the client is away, another client changes the key.
-	r.setHold(false)
-	r.setDirect("watched", "changed while away")
+	r.SetHold(false)
+	r.SetDirect("watched", "changed while away")
 	m.Restart()
 	if err := c.WaitReady(ctx); err != nil {
 		t.Fatal(err)

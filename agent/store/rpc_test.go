@@ -19,9 +19,7 @@ func TestRequestPropertiesLikeTheSDKs(t *testing.T) {
 	if _, err := c.Set(ctxT(t), "k", []byte("v"), &SetOptions{FencingToken: ft, Persist: true}); err != nil {
 		t.Fatal(err)
 	}
-	r.mu.Lock()
-	p := r.last
-	r.mu.Unlock()
+	p := r.Last()
 	pp := p.Properties
 	if p.QoS != 1 || p.Topic != invokeTopic {
 		t.Errorf("qos %d topic %q", p.QoS, p.Topic)
@@ -243,7 +241,7 @@ func TestThousandConcurrentRequestsOnOneConnection(t *testing.T) {
 func TestTimeout(t *testing.T) {
 	m, r := mosquittoStore(t)
 	c := connect(t, m.URL, nil)
-	r.setHold(true)
+	r.SetHold(true)
 	start := time.Now()
 	_, err := c.Set(ctxT(t), "k", []byte("v"), &SetOptions{Timeout: 300 * time.Millisecond})
 	if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || !Retryable(err) {

@@ -1,4 +1,9 @@
-package store
+// Package storetest runs a small state store behind any MQTT broker, for tests of state store
+// clients (agent/store, tools/sscli) against Debian's mosquitto: the real store sits behind a
+// broker that is not ours in production. It answers as DESIGN.md's wire facts say the service
+// does (GET/SET NX NEX PX/DEL/VDEL/KEYNOTIFY, fencing tokens, versions, notifications) but keeps
+// its data in memory only. A key "error:<text>" makes it answer "-ERR <text>".
+package storetest
 
 import (
 	"context"
@@ -16,11 +21,14 @@ import (
 	"github.com/seed0e69bba5/faceagent/resp3"
 )
 
-// responder is a small state store served through an ordinary MQTT client, as the real one
-// sits behind a broker that is not ours: it lets the client's RPC layer, reconnects and watch
-// resumption be tested against Debian's mosquitto. It answers the way DESIGN.md's wire facts
-// say the service does; the full semantics are tested against agent/broker's store.
-type responder struct {
+// Topics of the state store service.
+const (
+	InvokeTopic       = "statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke"
+	notifyTopicPrefix = "clients/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/"
+)
+
+// Responder is a state store served through an ordinary MQTT client.
+type Responder struct {
 	t     testing.TB
 	cm    *autopaho.ConnectionManager
 	clock *hlc.Clock
@@ -48,9 +56,11 @@ type rEntry struct {
 	timer   *time.Timer
 }
 
-func startResponder(t testing.TB, brokerURL string) *responder {
+// Start connects a Responder to the broker at brokerURL and waits until it is subscribed. It
+// stops when the test ends.
+func Start(t testing.TB, brokerURL string) *Responder {
 	t.Helper()
-	r := &responder{
+	r := &Responder{
 		t:        t,
 		clock:    hlc.NewClock("StateStore"),
 		work:     make(chan *paho.Publish, 4096),
@@ -70,7 +80,7 @@ func startResponder(t testing.TB, brokerURL string) *responder {
 			r.wg.Add(1)
 			go func() {
 				defer r.wg.Done()
-				if _, err := cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: invokeTopic, QoS: 1}}}); err == nil {
+				if _, err := cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: InvokeTopic, QoS: 1}}}); err == nil {
 					r.once.Do(func() { close(r.ready) })
 				}
 			}()
@@ -113,7 +123,7 @@ func startResponder(t testing.TB, brokerURL string) *responder {
 	return r
 }
 
-func (r *responder) serve(ctx context.Context) {
+func (r *Responder) serve(ctx context.Context) {
 	defer r.wg.Done()
 	for {
 		select {
@@ -144,7 +154,18 @@ func (r *responder) serve(ctx context.Context) {
 	}
 }
 
-func (r *responder) setHold(hold bool) {
+// Last returns the latest request received, for checks of its properties.
+func (r *Responder) Last() *paho.Publish {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
+}
+
+// Held receives one value per request swallowed while SetHold(true).
+func (r *Responder) Held() <-chan struct{} { return r.held }
+
+// SetHold makes the responder swallow requests (true) or answer them (false).
+func (r *Responder) SetHold(hold bool) {
 	r.mu.Lock()
 	r.hold = hold
 	r.mu.Unlock()
@@ -153,7 +174,7 @@ func (r *responder) setHold(hold bool) {
 func rErr(text string) []byte { return resp3.AppendError(nil, "ERR "+text) }
 
 // handle executes one request and returns the response payload and __ts.
-func (r *responder) handle(p *paho.Publish) ([]byte, hlc.Timestamp) {
+func (r *Responder) handle(p *paho.Publish) ([]byte, hlc.Timestamp) {
 	var argv [8][]byte
 	args, err := resp3.ParseCommand(p.Payload, argv[:0])
 	if err != nil {
@@ -294,7 +315,7 @@ func (r *responder) handle(p *paho.Publish) ([]byte, hlc.Timestamp) {
 	return rErr("unknown command"), hlc.Timestamp{}
 }
 
-func (r *responder) blobs(ss ...string) []byte {
+func (r *Responder) blobs(ss ...string) []byte {
 	var b []byte
 	for _, s := range ss {
 		b = resp3.AppendBlobString(b, s)
@@ -302,7 +323,7 @@ func (r *responder) blobs(ss ...string) []byte {
 	return b
 }
 
-func (r *responder) expire(key string, e *rEntry) {
+func (r *Responder) expire(key string, e *rEntry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.data[key] == e {
@@ -310,14 +331,14 @@ func (r *responder) expire(key string, e *rEntry) {
 	}
 }
 
-func (r *responder) deleteLocked(key string) {
+func (r *Responder) deleteLocked(key string) {
 	delete(r.data, key)
 	r.notifyLocked(key, append(resp3.AppendArrayHeader(nil, 2), r.blobs("NOTIFY", "DELETE")...), r.clock.Now())
 }
 
 // notifyLocked publishes a notification to every client watching key. Publishing happens on a
 // goroutine: the broker may be down (then the notification is lost, like the real service's).
-func (r *responder) notifyLocked(key string, payload []byte, ts hlc.Timestamp) {
+func (r *Responder) notifyLocked(key string, payload []byte, ts hlc.Timestamp) {
 	for client := range r.watchers[key] {
 		topic := notifyTopicPrefix + strings.ToUpper(hex.EncodeToString([]byte(client))) + "/command/notify/" + strings.ToUpper(hex.EncodeToString([]byte(key)))
 		select {
@@ -329,7 +350,7 @@ func (r *responder) notifyLocked(key string, payload []byte, ts hlc.Timestamp) {
 }
 
 // notifier publishes notifications in order, one at a time.
-func (r *responder) notifier(ctx context.Context) {
+func (r *Responder) notifier(ctx context.Context) {
 	defer r.wg.Done()
 	for {
 		select {
@@ -343,8 +364,9 @@ func (r *responder) notifier(ctx context.Context) {
 	}
 }
 
-// setDirect changes a key without MQTT, as another client would while ours is away.
-func (r *responder) setDirect(key, value string) {
+// SetDirect changes a key without MQTT and without notifications, as another client would
+// while the one under test is away.
+func (r *Responder) SetDirect(key, value string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.data[key] = &rEntry{value: []byte(value), version: r.clock.Now()}
