@@ -38,7 +38,7 @@ const MaxWall = 999_999_999_999_999
 //
 //   - Monotonic: every Timestamp issued by Now or Update is greater (Compare) than every
 //     Timestamp issued before it, by any goroutine, and than every remote timestamp passed
-//     to an Update or Observe that accepted it.
+//     to an Update or Observe that accepted it, or to Restore.
 //   - Update's result is greater than its remote argument.
 //   - Physical lower bound: an issued Wall is >= the physical reading taken for that call.
 //   - Bounded drift: an issued Wall is <= max(largest physical reading so far, largest
@@ -46,7 +46,8 @@ const MaxWall = 999_999_999_999_999
 //     reading so far, because a remote more than D ahead of the reading is refused
 //     (ErrTooFarAhead) and leaves the clock unchanged. The one exception is counter
 //     overflow (see MaxCounter): each 2³¹ timestamps issued within one millisecond move the
-//     wall one millisecond further.
+//     wall one millisecond further. Restore is exempt too: it is the caller's word that the
+//     timestamp was valid when it was issued.
 //   - Node: every issued Timestamp carries the clock's node id.
 //
 // Physical time going backwards never makes the clock go backwards: while it is behind, the
@@ -220,6 +221,24 @@ func (c *Clock) Observe(remote Timestamp) {
 	}
 	c.mu.Unlock()
 }
+
+// Restore merges a timestamp read back from storage, typically the largest version persisted
+// before a restart, so that every later Now or Update is greater than last. Unlike Observe it
+// makes no drift check: after a restart the physical clock may have jumped back by more than the
+// max drift, and issuing versions below ones already handed out would break the order clients
+// rely on (fencing tokens). Only pass timestamps this node issued or accepted before. A wall
+// beyond MaxWall plus a century can only be corrupt data and is clamped to that.
+func (c *Clock) Restore(last Timestamp) {
+	c.mu.Lock()
+	if last.Wall > c.wall || (last.Wall == c.wall && last.Counter > c.counter) {
+		c.wall, c.counter = min(last.Wall, restoreLimit), last.Counter
+	}
+	c.mu.Unlock()
+}
+
+// restoreLimit keeps a corrupt persisted wall (up to math.MaxInt64) from overflowing the wall
+// on a later counter carry: a restored wall is clamped to MaxWall plus a century of drift.
+const restoreLimit = MaxWall + 100*365*24*3600*1000
 
 // CheckDrift returns an error wrapping ErrTooFarAhead if remote.Wall is more than the max drift
 // ahead of the physical clock, the check Update makes. The state store uses it on timestamps it

@@ -259,7 +259,7 @@ func TestPropertyConcurrent(t *testing.T) {
 		{"frozen physical clock, tiny counter", true, 3},
 	} {
 		t.Run(variant.name, func(t *testing.T) {
-			const goroutines, ops = 8, 1500
+			const goroutines, ops = 8, 3000
 			w := newJumpyWall(seed)
 			w.frozen = variant.frozen
 			c := NewClock("S", WithWallClock(w.now))

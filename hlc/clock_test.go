@@ -281,3 +281,32 @@ func TestUpdateAllocs(t *testing.T) {
 		t.Errorf("Observe: %v allocs; want 0", n)
 	}
 }
+
+func TestRestore(t *testing.T) {
+	w := &fakeWall{ms: docWall}
+	c := NewClock("StateStore", WithWallClock(w.now))
+	// Before the restart the store issued versions up to 5 minutes ahead of the physical time
+	// it now reads (its clock jumped back over the reboot). Observe would ignore that; Restore
+	// must not.
+	persisted := Timestamp{Wall: docWall + 5*60_000, Counter: 7, Node: "StateStore"}
+	c.Observe(persisted)
+	if !c.Last().IsZero() {
+		t.Fatalf("Observe took a timestamp beyond the drift: %v", c.Last())
+	}
+	c.Restore(persisted)
+	if got := c.Now(); got != (Timestamp{Wall: persisted.Wall, Counter: 8, Node: "StateStore"}) {
+		t.Fatalf("Now after Restore(%v) = %v", persisted, got)
+	}
+	c.Restore(Timestamp{Wall: docWall, Counter: 99, Node: "StateStore"}) // older: no effect
+	if got := c.Now(); got != (Timestamp{Wall: persisted.Wall, Counter: 9, Node: "StateStore"}) {
+		t.Fatalf("Restore of an older timestamp moved the clock: %v", got)
+	}
+	// A corrupt wall is clamped, so the carry arithmetic cannot overflow.
+	c = NewClock("S", WithWallClock(w.now))
+	c.maxCounter = 0
+	c.Restore(Timestamp{Wall: math.MaxInt64, Node: "S"})
+	a, b := c.Now(), c.Now()
+	if a.Wall != restoreLimit+1 || !b.After(a) {
+		t.Fatalf("after restoring MaxInt64: %v then %v", a, b)
+	}
+}

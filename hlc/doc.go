@@ -32,7 +32,7 @@
 //		// answer "the request timestamp is too far in the future"
 //	}
 //
-// and a client runs one per connection:
+// and a client runs one for all its requests (the SDKs keep one per process):
 //
 //	clock := hlc.NewClock(clientID)
 //	ts := clock.Now()     // __ts of the request
@@ -52,11 +52,11 @@
 //     allocation per Parse; memory stays bounded (at most 256 × 64 bytes of id text) whatever
 //     ids arrive.
 //   - A Clock issues counters up to MaxCounter (2³¹-2, what the .NET SDK can read); beyond it
-//     the wall moves one millisecond on. That takes 2³¹ timestamps within one millisecond, or
-//     after the physical clock jumped back, within the time it takes to catch up again.
-//   - A Clock is not persisted. After a restart, Observe the largest version you stored before
+//     the wall moves one millisecond on. That takes 2³¹ timestamps within one millisecond, or,
+//     after the physical clock jumped back, 2³¹ timestamps before it catches up again.
+//   - A Clock is not persisted. After a restart, Restore the largest version stored before
 //     issuing new ones, or a physical clock that went backwards meanwhile could re-issue smaller
-//     versions.
+//     versions. (Observe would not do: it ignores timestamps beyond the max drift.)
 //   - Physical readings are clamped into [0, MaxWall]; a physical clock before 1970 reads as 0.
 //   - MaxDrift is enforced in whole milliseconds; the check compares remote walls with the
 //     physical reading, not with the clock's own (possibly further ahead) wall, so a clock that
