@@ -1,0 +1,213 @@
+package broker
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+	"golang.org/x/crypto/bcrypt"
+)
+
+const defaultBoltTimeout = 250 * time.Millisecond
+
+// User is one account of the users file.
+type User struct {
+	Name string `toml:"name"`
+	// PasswordHash is a bcrypt hash ("$2a$…", e.g. from `htpasswd -nbB` or
+	// bcrypt.GenerateFromPassword).
+	PasswordHash string `toml:"password_hash"`
+	Rules
+}
+
+// Rules are what a client may do. Topic rules are MQTT filters in which
+// "%c" stands for the client id and "%u" for the user name; key rules are
+// state store key prefixes. A nil list allows everything; an empty list
+// allows nothing.
+type Rules struct {
+	Publish   []string `toml:"publish"`    // topics the client may publish to
+	Subscribe []string `toml:"subscribe"`  // filters it may subscribe to (and receive from)
+	ReadKeys  []string `toml:"read_keys"`  // key prefixes for GET and KEYNOTIFY
+	WriteKeys []string `toml:"write_keys"` // key prefixes for SET, DEL and VDEL
+}
+
+type usersFile struct {
+	Users []User `toml:"users"`
+}
+
+// loadUsers reads path (when set) and merges extra over it.
+func loadUsers(path string, extra []User) (map[string]*User, error) {
+	users := make(map[string]*User)
+	if path != "" {
+		var f usersFile
+		md, err := toml.DecodeFile(path, &f)
+		if err != nil {
+			return nil, fmt.Errorf("broker: users file: %w", err)
+		}
+		if und := md.Undecoded(); len(und) > 0 {
+			return nil, fmt.Errorf("broker: users file %s: unknown key %s", path, und[0])
+		}
+		// toml leaves absent lists nil and present empty lists empty but
+		// non-nil on its own; nothing more to do to keep "nil = all".
+		for i := range f.Users {
+			u := f.Users[i]
+			if u.Name == "" {
+				return nil, fmt.Errorf("broker: users file %s: user %d has no name", path, i+1)
+			}
+			if _, err := bcrypt.Cost([]byte(u.PasswordHash)); err != nil {
+				return nil, fmt.Errorf("broker: users file %s: user %q: password_hash is not bcrypt: %w", path, u.Name, err)
+			}
+			if _, dup := users[u.Name]; dup {
+				return nil, fmt.Errorf("broker: users file %s: user %q twice", path, u.Name)
+			}
+			users[u.Name] = &u
+		}
+	}
+	for i := range extra {
+		u := extra[i]
+		if _, err := bcrypt.Cost([]byte(u.PasswordHash)); err != nil {
+			return nil, fmt.Errorf("broker: user %q: password_hash is not bcrypt: %w", u.Name, err)
+		}
+		users[u.Name] = &u
+	}
+	return users, nil
+}
+
+// authHook authenticates clients against the users and authorizes topics.
+// It is the only hook answering OnConnectAuthenticate and OnACLCheck (mochi
+// ORs them across hooks, so a permissive second hook would open everything).
+type authHook struct {
+	mqtt.HookBase
+	users          map[string]*User
+	allowAnonymous bool
+	anonymous      *Rules // nil: everything
+}
+
+func newAuthHook(users map[string]*User, allowAnonymous bool, anonymous *Rules) *authHook {
+	return &authHook{users: users, allowAnonymous: allowAnonymous, anonymous: anonymous}
+}
+
+func (h *authHook) ID() string { return "faceagent-auth" }
+
+func (h *authHook) Provides(b byte) bool {
+	return b == mqtt.OnConnectAuthenticate || b == mqtt.OnACLCheck
+}
+
+func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
+	name := pk.Connect.Username
+	if len(name) == 0 {
+		return h.allowAnonymous && len(pk.Connect.Password) == 0
+	}
+	u := h.users[string(name)]
+	if u == nil {
+		// Spend the time a real check takes, so that probing names is no
+		// faster than probing passwords.
+		_ = bcrypt.CompareHashAndPassword(dummyHash(), pk.Connect.Password)
+		return false
+	}
+	return bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), pk.Connect.Password) == nil
+}
+
+// dummyHash is a bcrypt hash at the default cost, made once when first
+// needed.
+var dummyHash = sync.OnceValue(func() []byte {
+	h, _ := bcrypt.GenerateFromPassword([]byte("no such user"), bcrypt.DefaultCost)
+	return h
+})
+
+// rules returns the client's rules; nil means everything is allowed.
+func (h *authHook) rules(cl *mqtt.Client) *Rules {
+	if len(cl.Properties.Username) == 0 {
+		return h.anonymous
+	}
+	if u := h.users[string(cl.Properties.Username)]; u != nil {
+		return &u.Rules
+	}
+	return &Rules{Publish: []string{}, Subscribe: []string{}, ReadKeys: []string{}, WriteKeys: []string{}}
+}
+
+func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
+	r := h.rules(cl)
+	if r == nil {
+		return true
+	}
+	filters := r.Subscribe
+	if write {
+		filters = r.Publish
+	}
+	if filters == nil {
+		return true
+	}
+	for _, f := range filters {
+		if filterCovers(expand(f, cl), topic) {
+			return true
+		}
+	}
+	return false
+}
+
+// keyAccess adapts a client's key rules to statestore.KeyAccess.
+type keyAccess struct{ rules *Rules }
+
+func (k keyAccess) AllowKey(key []byte, write bool) bool {
+	prefixes := k.rules.ReadKeys
+	if write {
+		prefixes = k.rules.WriteKeys
+	}
+	if prefixes == nil {
+		return true
+	}
+	for _, p := range prefixes {
+		if bytes.HasPrefix(key, []byte(p)) {
+			return true
+		}
+	}
+	return false
+}
+
+// expand substitutes %c (client id) and %u (user name) in a rule. Ids that
+// contain MQTT wildcards or separators never match a substituted rule, so a
+// client named "#" cannot widen its own rights.
+func expand(rule string, cl *mqtt.Client) string {
+	if !strings.Contains(rule, "%") {
+		return rule
+	}
+	id, user := cl.ID, string(cl.Properties.Username)
+	if strings.ContainsAny(id, "+#/") || strings.ContainsAny(user, "+#/") {
+		return "\x00never"
+	}
+	return strings.NewReplacer("%c", id, "%u", user).Replace(rule)
+}
+
+// filterCovers reports whether every topic matched by topic (a topic name or
+// a filter) is matched by the rule filter.
+func filterCovers(rule, topic string) bool {
+	if rule == topic {
+		return true
+	}
+	r, t := strings.Split(rule, "/"), strings.Split(topic, "/")
+	// [MQTT-4.7.2-1] a rule starting with a wildcard does not match $-topics.
+	if len(t[0]) > 0 && t[0][0] == '$' && (r[0] == "#" || r[0] == "+") {
+		return false
+	}
+	for i, rl := range r {
+		if rl == "#" {
+			return true
+		}
+		if i >= len(t) {
+			return false
+		}
+		switch {
+		case t[i] == "#":
+			return false // the topic filter is wider than the rule
+		case rl == "+":
+		case rl != t[i]:
+			return false
+		}
+	}
+	return len(r) == len(t)
+}

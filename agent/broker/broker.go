@@ -1,0 +1,258 @@
+package broker
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/hooks/storage/bolt"
+	"github.com/mochi-mqtt/server/v2/listeners"
+	"go.etcd.io/bbolt"
+
+	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
+)
+
+// DefaultListen is the address used when Options.Listen is empty.
+const DefaultListen = "127.0.0.1:1883"
+
+// Files kept in Options.DataDir.
+const (
+	SessionsFile = "broker-sessions.db"  // mochi sessions, subscriptions, inflight and retained messages (bbolt)
+	SnapshotFile = "statestore.snapshot" // state store keys written with aio-persistence
+)
+
+// Options configure a Broker. The zero value listens on DefaultListen, keeps
+// everything in memory and refuses every client (set AllowAnonymous or
+// UsersFile).
+type Options struct {
+	// Listen is the TCP address, "127.0.0.1:0" for any free port.
+	Listen string
+
+	// TLS, when CertFile and KeyFile are set, serves MQTT over TLS on Listen.
+	TLS TLSOptions
+
+	// AllowAnonymous lets clients connect without a user name. Without it, a
+	// client needs a user from UsersFile (or Users).
+	AllowAnonymous bool
+	// UsersFile is a TOML file of users with bcrypt password hashes and
+	// their topic and key rules (see doc.go, "Users file").
+	UsersFile string
+	// Users adds users in code (tests, embedding); they are merged with
+	// UsersFile and win on equal names.
+	Users []User
+	// Anonymous holds the rules of anonymous clients; nil allows everything.
+	Anonymous *Rules
+
+	// DataDir, when set, keeps MQTT sessions (bbolt) and the state store's
+	// persistent keys there across restarts. Empty: everything in memory.
+	DataDir string
+
+	// State store quotas; 0 means no bound.
+	MaxKeys      int
+	MaxBytes     int64
+	MaxValueSize int
+	// StateStoreNode is the HLC node id of the store's versions
+	// (statestore.DefaultNode when empty).
+	StateStoreNode string
+
+	// Logger receives the broker's and the store's logs. Default: discard.
+	Logger *slog.Logger
+}
+
+// TLSOptions are file paths of PEM certificates and keys.
+type TLSOptions struct {
+	CertFile string
+	KeyFile  string
+	// ClientCAFile, when set, requires every client to present a
+	// certificate signed by one of these CAs (mutual TLS).
+	ClientCAFile string
+}
+
+// Broker is the embedded MQTT 3.1.1/5 broker with the state store service.
+type Broker struct {
+	opts     Options
+	log      *slog.Logger
+	srv      *mqtt.Server
+	listener *listeners.TCP
+	store    *statestore.Store
+	service  *service
+	auth     *authHook
+
+	mu      sync.Mutex
+	started bool
+	closed  bool
+}
+
+// New configures a broker; it does not listen yet (see Start). It fails on
+// an unreadable users or TLS file, a corrupt state store snapshot, or a
+// configuration that would let nobody in.
+func New(opts *Options) (*Broker, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Listen == "" {
+		o.Listen = DefaultListen
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	users, err := loadUsers(o.UsersFile, o.Users)
+	if err != nil {
+		return nil, err
+	}
+	if len(users) == 0 && !o.AllowAnonymous {
+		return nil, errors.New("broker: no users and allow_anonymous is off: nobody could connect")
+	}
+	tlsConfig, err := o.TLS.config()
+	if err != nil {
+		return nil, err
+	}
+
+	caps := mqtt.NewDefaultServerCapabilities()
+	// Field note: without this, mochi's PUBACK echoes the request's user
+	// properties with reason code 0x01.
+	caps.Compatibilities.NoInheritedPropertiesOnAck = true
+	srv := mqtt.New(&mqtt.Options{
+		Capabilities: caps,
+		Logger:       o.Logger,
+		InlineClient: true,
+	})
+	b := &Broker{opts: o, log: o.Logger, srv: srv}
+
+	b.auth = newAuthHook(users, o.AllowAnonymous, o.Anonymous)
+	if err := srv.AddHook(b.auth, nil); err != nil {
+		return nil, err
+	}
+	if o.DataDir != "" {
+		if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("broker: data dir: %w", err)
+		}
+		err := srv.AddHook(new(bolt.Hook), &bolt.Options{
+			Path:    filepath.Join(o.DataDir, SessionsFile),
+			Options: &bbolt.Options{Timeout: defaultBoltTimeout},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("broker: sessions: %w", err)
+		}
+	}
+	storeOpts := &statestore.Options{
+		Node:         o.StateStoreNode,
+		MaxKeys:      o.MaxKeys,
+		MaxBytes:     o.MaxBytes,
+		MaxValueSize: o.MaxValueSize,
+		Logger:       o.Logger,
+	}
+	if o.DataDir != "" {
+		storeOpts.SnapshotPath = filepath.Join(o.DataDir, SnapshotFile)
+	}
+	b.store, err = statestore.New(storeOpts)
+	if err != nil {
+		b.srv.Close()
+		return nil, err
+	}
+	b.service = newService(srv, b.store, b.auth, o.Logger)
+	if err := srv.AddHook(b.service, nil); err != nil {
+		_ = b.store.Close()
+		return nil, err
+	}
+	b.listener = listeners.NewTCP(listeners.Config{
+		Type: listeners.TypeTCP, ID: "tcp", Address: o.Listen, TLSConfig: tlsConfig,
+	})
+	return b, nil
+}
+
+// AddHook adds a mochi hook (the agent journals tasks in OnPublish). Call it
+// before Start.
+func (b *Broker) AddHook(h mqtt.Hook, config any) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.started {
+		return errors.New("broker: AddHook after Start")
+	}
+	return b.srv.AddHook(h, config)
+}
+
+// Start listens and serves. It does not block: the listener is bound when it
+// returns, so Addr is valid and clients may connect.
+func (b *Broker) Start() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.started || b.closed {
+		return errors.New("broker: already started or closed")
+	}
+	if err := b.srv.AddListener(b.listener); err != nil {
+		return fmt.Errorf("broker: listen %s: %w", b.opts.Listen, err)
+	}
+	if err := b.srv.Serve(); err != nil {
+		return err
+	}
+	b.started = true
+	b.log.Info("broker listening", "addr", b.listener.Address(), "tls", b.opts.TLS.CertFile != "")
+	return nil
+}
+
+// Addr returns the bound host:port (the configured address before Start).
+func (b *Broker) Addr() string { return b.listener.Address() }
+
+// Server returns the mochi server, for in-process hooks and inline clients.
+func (b *Broker) Server() *mqtt.Server { return b.srv }
+
+// Store returns the state store engine behind the service.
+func (b *Broker) Store() *statestore.Store { return b.store }
+
+// Close disconnects every client, stops the hooks (which flushes the state
+// store's snapshot and closes the sessions database) and waits for the
+// broker's goroutines. It is idempotent.
+func (b *Broker) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	if !b.started {
+		// Hooks were initialised in New: stop them without serving.
+		b.srv.Close()
+		return b.service.closeErr
+	}
+	err := b.srv.Close() // stops hooks; the service hook closes the store
+	if err == nil {
+		err = b.service.closeErr
+	}
+	return err
+}
+
+func (t TLSOptions) config() (*tls.Config, error) {
+	if t.CertFile == "" && t.KeyFile == "" {
+		if t.ClientCAFile != "" {
+			return nil, errors.New("broker: tls client CA without a certificate and key")
+		}
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("broker: tls: %w", err)
+	}
+	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if t.ClientCAFile != "" {
+		pem, err := os.ReadFile(t.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("broker: tls client CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("broker: tls client CA %s: no PEM certificates", t.ClientCAFile)
+		}
+		c.ClientCAs = pool
+		c.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return c, nil
+}

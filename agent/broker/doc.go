@@ -1,0 +1,88 @@
+// Package broker is faceagent's embedded MQTT 3.1.1/5 broker
+// (github.com/mochi-mqtt/server/v2) with a faithful Azure IoT Operations state
+// store inside it, so the agent, the official SDK clients and anyone's own
+// client work on one machine without a cluster.
+//
+// # Tutorial
+//
+//	b, err := broker.New(&broker.Options{
+//		Listen:         "127.0.0.1:1883",
+//		AllowAnonymous: true,           // or UsersFile: "/etc/faceagent/users.toml"
+//		DataDir:        "/var/lib/faceagent", // sessions and persistent keys survive restarts
+//	})
+//	if err != nil { ... }
+//	if err := b.Start(); err != nil { ... } // listening when it returns
+//	defer b.Close()
+//
+// Clients publish state store requests (RESP3 payloads) with QoS 1, a
+// Response Topic and Correlation Data on InvokeTopic; the answer comes back
+// on the response topic. See package statestore for the commands.
+//
+// # The state store service
+//
+// A mochi hook serves InvokeTopic in OnPublish, on the requesting client's
+// read loop: the engine is in memory, so nothing there waits for I/O. The
+// request is answered and not routed (CodeSuccessIgnore: PUBACK sent). The
+// response is injected through a dedicated inline client whose id no real
+// client uses, because the Go SDK subscribes to its response topic with No
+// Local. It carries __stat=200, __protVer=1.0, the value's version in __ts
+// where there is one, content type application/octet-stream and the
+// request's correlation data.
+//
+// Preconditions: a response topic equal to InvokeTopic or starting with
+// NotifyTopicPrefix disconnects the client with CodeForbiddenResponseTopic; a
+// request without a response topic is dropped and logged (there is nowhere
+// to answer); a request not sent with QoS 1 or without correlation data is
+// answered with "-ERR " + ErrTextQoS or ErrTextNoCorrelation.
+//
+// KEYNOTIFY notifications are written straight to the connection that
+// registered, on NotifyTopic(clientID, key), whether or not it subscribed to
+// that topic (the Go SDK never does; the real service delivers anyway), so a
+// subscriber gets each one exactly once. Each connection has a bounded queue
+// and a goroutine writing it; a connection that falls notifyQueueLen behind
+// is disconnected with CodeNotifyOverflow. Registrations belong to the
+// connection: they end when it disconnects or is taken over.
+//
+// # Users file
+//
+// Users are TOML, with bcrypt password hashes (cost 10 or more recommended):
+//
+//	[[users]]
+//	name          = "agent"
+//	password_hash = "$2a$10$…"   # htpasswd -nbB agent secret, or bcrypt.GenerateFromPassword
+//	publish       = ["faceagent/#", "statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke"]
+//	subscribe     = ["faceagent/#", "clients/%c/#"]   # %c: the client id, %u: the user name
+//	read_keys     = ["faceagent/"]                    # state store key prefixes for GET, KEYNOTIFY
+//	write_keys    = ["faceagent/gw-01/"]              # … for SET, DEL, VDEL
+//
+// A list left out allows everything; an empty list allows nothing. A key
+// outside the prefixes is answered "-ERR not authorized"; a topic outside
+// the rules is refused as MQTT refuses it (PUBACK or SUBACK 0x87). Without
+// a user name a client is let in only with AllowAnonymous, under
+// Options.Anonymous (nil: everything).
+//
+// # Persistence
+//
+// Without DataDir everything lives in memory, as mochi does by default. With
+// DataDir, mochi's bbolt storage hook keeps sessions, subscriptions,
+// inflight and retained messages in DataDir/broker-sessions.db (each change
+// is a bbolt transaction, fsynced), so a client with a session expiry gets
+// what was queued for it across a broker restart; and the state store keeps
+// the keys written with "aio-persistence: true" in
+// DataDir/statestore.snapshot (see package statestore). Other keys are lost
+// on restart, as in the real service.
+//
+// # Caveats
+//
+//   - With DataDir, every QoS 1 delivery is an fsynced bbolt write made on
+//     the publisher's read loop (mochi's design), state store responses
+//     included: expect hundreds, not thousands, of requests a second.
+//   - TLS certificates are read once, in New; rotating them needs a restart.
+//   - A bcrypt check runs for every CONNECT with a user name (tens of
+//     milliseconds at cost 10 on a gateway); it only delays that client.
+//   - mochi's inline clients (Server().Publish, InjectPacket) bypass
+//     authorization; the state store service's requests from inline clients
+//     are ignored.
+//   - Only the first of mochi's listeners is managed; add WebSocket or Unix
+//     listeners through Server() before Start if you need them.
+package broker

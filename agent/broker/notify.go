@@ -1,0 +1,118 @@
+package broker
+
+import (
+	"encoding/hex"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
+	"github.com/seed0e69bba5/faceagent/hlc"
+)
+
+// notifyQueueLen bounds the notifications waiting for one connection. A
+// client that falls this far behind is disconnected (it re-registers when it
+// reconnects) rather than silently missing changes.
+const notifyQueueLen = 1024
+
+// CodeNotifyOverflow is the DISCONNECT reason for a client whose
+// notification queue overflowed.
+var CodeNotifyOverflow = packets.Code{
+	Code:   packets.ErrQuotaExceeded.Code,
+	Reason: "state store: notification queue overflow",
+}
+
+// notifier delivers one connection's KEYNOTIFY notifications. The store
+// calls Notify with its lock held, in version order per key; Notify only
+// queues, and run writes the packets straight to the registering
+// connection, whether or not it subscribed to the notify topic, and so
+// exactly once (wire fact 4). Writing from this goroutine keeps a slow
+// watcher from stalling the read loop of the client whose SET caused it.
+type notifier struct {
+	svc      *service
+	cl       *mqtt.Client
+	prefix   string // NotifyTopicPrefix/{HEX(clientId)}/command/notify/
+	queue    chan packets.Packet
+	overflow atomic.Bool
+	done     chan struct{}
+	stopOnce sync.Once
+}
+
+func newNotifier(s *service, cl *mqtt.Client) *notifier {
+	return &notifier{
+		svc:    s,
+		cl:     cl,
+		prefix: NotifyTopicPrefix + "/" + strings.ToUpper(hex.EncodeToString([]byte(cl.ID))) + "/command/notify/",
+		queue:  make(chan packets.Packet, notifyQueueLen),
+		done:   make(chan struct{}),
+	}
+}
+
+// NotifyTopic returns the topic of the notifications for key sent to
+// clientID: both are upper-case base 16 (wire fact 3; 8 levels).
+func NotifyTopic(clientID string, key []byte) string {
+	return NotifyTopicPrefix + "/" + strings.ToUpper(hex.EncodeToString([]byte(clientID))) +
+		"/command/notify/" + strings.ToUpper(hex.EncodeToString(key))
+}
+
+// Notify implements statestore.Watcher.
+func (n *notifier) Notify(key string, op statestore.Op, value []byte, version hlc.Timestamp) {
+	pk := packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
+		TopicName:   n.prefix + strings.ToUpper(hex.EncodeToString([]byte(key))),
+		Payload:     statestore.AppendNotification(nil, op, value),
+		Properties: packets.Properties{
+			ContentType: contentType,
+			User:        []packets.UserProperty{{Key: "__ts", Val: version.String()}},
+		},
+	}
+	select {
+	case n.queue <- pk:
+	default:
+		if n.overflow.CompareAndSwap(false, true) {
+			n.stop() // run disconnects the client
+		}
+	}
+}
+
+func (n *notifier) stop() { n.stopOnce.Do(func() { close(n.done) }) }
+
+func (n *notifier) run() {
+	defer n.svc.wg.Done()
+	for {
+		select {
+		case pk := <-n.queue:
+			n.write(pk)
+		case <-n.done:
+			if n.overflow.Load() {
+				n.svc.log.Warn("state store: notification queue overflow, disconnecting", "client", n.cl.ID)
+				_ = n.svc.srv.DisconnectClient(n.cl, CodeNotifyOverflow)
+			}
+			return
+		}
+	}
+}
+
+// write sends one notification as a QoS 1 PUBLISH, recorded in the client's
+// inflight set so its PUBACK is accounted for (field note).
+func (n *notifier) write(pk packets.Packet) {
+	if n.cl.Closed() {
+		return
+	}
+	id, err := n.cl.NextPacketID()
+	if err != nil {
+		n.svc.log.Warn("state store: no packet id for a notification", "client", n.cl.ID, "error", err)
+		return
+	}
+	pk.PacketID = uint16(id)
+	pk.Created = time.Now().Unix() // mochi expires inflight entries from Created
+	n.cl.State.Inflight.Set(pk)
+	if err := n.cl.WritePacket(pk); err != nil {
+		n.cl.State.Inflight.Delete(pk.PacketID)
+		n.svc.log.Debug("state store: notification not written", "client", n.cl.ID, "error", err)
+	}
+}

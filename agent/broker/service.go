@@ -1,0 +1,225 @@
+package broker
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"strings"
+	"sync"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
+	"github.com/seed0e69bba5/faceagent/hlc"
+	"github.com/seed0e69bba5/faceagent/resp3"
+)
+
+// Topics of the state store service.
+const (
+	// InvokeTopic is where clients publish requests.
+	InvokeTopic = "statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke"
+	// NotifyTopicPrefix starts every notification topic; response topics
+	// starting with it are forbidden (wire fact 10).
+	NotifyTopicPrefix = "clients/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8"
+)
+
+// Texts of the -ERR replies to requests that fail an MQTT precondition. The
+// protocol only says such requests fail; these texts are ours.
+const (
+	ErrTextQoS           = "requests must be published with QoS 1"
+	ErrTextNoCorrelation = "missing correlation data"
+)
+
+// CodeForbiddenResponseTopic is the DISCONNECT reason sent to a client whose
+// request names a forbidden response topic (protocol: "The state store
+// disconnects MQTT clients that use an invalid response topic").
+var CodeForbiddenResponseTopic = packets.Code{
+	Code:   packets.ErrTopicNameInvalid.Code,
+	Reason: "state store: response topic not permitted",
+}
+
+// Response property values (wire fact 5).
+const (
+	contentType     = "application/octet-stream"
+	protocolVersion = "1.0"
+)
+
+// service is the mochi hook that serves the state store: it answers
+// requests in OnPublish on the requesting client's read loop (no I/O there:
+// the engine is in memory and the response is queued through an inline
+// client) and drops KEYNOTIFY registrations in OnDisconnect.
+type service struct {
+	mqtt.HookBase
+	srv       *mqtt.Server
+	store     *statestore.Store
+	auth      *authHook
+	log       *slog.Logger
+	responder *mqtt.Client // dedicated inline client (wire fact 11)
+
+	mu        sync.Mutex
+	notifiers map[*mqtt.Client]*notifier
+	stopping  bool
+	wg        sync.WaitGroup
+	closeErr  error
+}
+
+func newService(srv *mqtt.Server, store *statestore.Store, auth *authHook, log *slog.Logger) *service {
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	// The Go SDK subscribes to its response topic with No Local: responses
+	// must come from a client id no real client uses, not mochi's "inline".
+	responder := srv.NewClient(nil, mqtt.LocalListener, "$statestore-"+hex.EncodeToString(id[:]), true)
+	responder.Properties.ProtocolVersion = 5
+	return &service{
+		srv: srv, store: store, auth: auth, log: log, responder: responder,
+		notifiers: make(map[*mqtt.Client]*notifier),
+	}
+}
+
+func (s *service) ID() string { return "faceagent-statestore" }
+
+func (s *service) Provides(b byte) bool {
+	return b == mqtt.OnPublish || b == mqtt.OnDisconnect
+}
+
+// Stop is called by mochi's Close after every client is gone.
+func (s *service) Stop() error {
+	s.mu.Lock()
+	s.stopping = true
+	for cl, n := range s.notifiers {
+		n.stop()
+		delete(s.notifiers, cl)
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	s.closeErr = s.store.Close()
+	return s.closeErr
+}
+
+// OnPublish serves requests on InvokeTopic. Field notes: answer, then
+// return CodeSuccessIgnore (PUBACK sent, the request not routed);
+// ErrRejectPacket only together with DisconnectClient.
+func (s *service) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if cl.Net.Inline || pk.TopicName != InvokeTopic {
+		return pk, nil
+	}
+	rt := pk.Properties.ResponseTopic
+	if rt == InvokeTopic || strings.HasPrefix(rt, NotifyTopicPrefix) {
+		s.log.Warn("state store: forbidden response topic, disconnecting", "client", cl.ID, "response_topic", rt)
+		_ = s.srv.DisconnectClient(cl, CodeForbiddenResponseTopic)
+		return pk, packets.ErrRejectPacket
+	}
+	if rt == "" {
+		s.log.Warn("state store: request without a response topic dropped", "client", cl.ID)
+		return pk, packets.CodeSuccessIgnore
+	}
+	s.serve(cl, &pk)
+	return pk, packets.CodeSuccessIgnore
+}
+
+// serve answers one request that has a usable response topic.
+func (s *service) serve(cl *mqtt.Client, pk *packets.Packet) {
+	out := make([]byte, 0, 64+len(pk.Payload))
+	var version string
+	switch {
+	case pk.FixedHeader.Qos != 1:
+		out = appendErr(out, ErrTextQoS)
+	case len(pk.Properties.CorrelationData) == 0:
+		out = appendErr(out, ErrTextNoCorrelation)
+	default:
+		req := statestore.Request{Payload: pk.Payload}
+		for _, p := range pk.Properties.User {
+			switch p.Key {
+			case "__ts":
+				req.Timestamp, req.HasTimestamp = p.Val, true
+			case "__ft":
+				req.FencingToken, req.HasFencingToken = p.Val, true
+			case "aio-persistence":
+				req.Persist = strings.EqualFold(p.Val, "true")
+			}
+		}
+		if r := s.auth.rules(cl); r != nil && (r.ReadKeys != nil || r.WriteKeys != nil) {
+			req.Access = keyAccess{r}
+		}
+		if isKeyNotify(pk.Payload) {
+			if n := s.notifierFor(cl); n != nil {
+				req.Watcher = n
+			}
+		}
+		var v hlc.Timestamp
+		out, v = s.store.Do(&req, out)
+		if !v.IsZero() {
+			version = v.String()
+		}
+	}
+	props := packets.Properties{
+		ContentType:     contentType,
+		CorrelationData: pk.Properties.CorrelationData,
+		User: []packets.UserProperty{
+			{Key: "__stat", Val: "200"},
+			{Key: "__protVer", Val: protocolVersion},
+		},
+	}
+	if version != "" {
+		props.User = append(props.User, packets.UserProperty{Key: "__ts", Val: version})
+	}
+	err := s.srv.InjectPacket(s.responder, packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
+		TopicName:   pk.Properties.ResponseTopic,
+		Payload:     out,
+		Properties:  props,
+		PacketID:    1, // field note: QoS>0 needs a non-zero id; the inline client never uses it
+	})
+	if err != nil {
+		s.log.Warn("state store: response not sent", "client", cl.ID, "error", err)
+	}
+}
+
+// isKeyNotify reports whether payload is a KEYNOTIFY command, so that only
+// those requests get a notifier (and its goroutine).
+func isKeyNotify(payload []byte) bool {
+	var argv [4][]byte
+	args, _, _ := resp3.ReadCommand(payload, argv[:0])
+	return len(args) > 0 && bytes.EqualFold(args[0], []byte("KEYNOTIFY"))
+}
+
+// OnDisconnect drops the client's registrations. Registrations belong to
+// the *mqtt.Client, not the client id: on a session takeover this fires for
+// the old connection, possibly after the new one registered (field note).
+func (s *service) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
+	s.mu.Lock()
+	n := s.notifiers[cl]
+	delete(s.notifiers, cl)
+	s.mu.Unlock()
+	if n == nil {
+		return
+	}
+	s.store.Unwatch(n)
+	n.stop()
+}
+
+// notifierFor returns cl's notifier, starting it on first use; nil once the
+// service is stopping.
+func (s *service) notifierFor(cl *mqtt.Client) *notifier {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := s.notifiers[cl]; n != nil {
+		return n
+	}
+	if s.stopping || cl.Closed() {
+		return nil
+	}
+	n := newNotifier(s, cl)
+	s.notifiers[cl] = n
+	s.wg.Add(1)
+	go n.run()
+	return n
+}
+
+func appendErr(dst []byte, text string) []byte {
+	dst = append(dst, "-ERR "...)
+	dst = append(dst, text...)
+	return append(dst, '\r', '\n')
+}
