@@ -126,8 +126,9 @@ func appendPadded(dst []byte, v int64, width int) []byte {
 	}
 	i--
 	buf[i] = byte('0' + u)
-	for n := len(buf) - i; n < width; n++ {
-		dst = append(dst, '0')
+	for i > len(buf)-width { // width <= 15 here
+		i--
+		buf[i] = '0'
 	}
 	return append(dst, buf[i:]...)
 }
