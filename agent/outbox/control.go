@@ -1,0 +1,309 @@
+package outbox
+
+import (
+	"slices"
+	"time"
+
+	"github.com/seed0e69bba5/faceagent/agent/journal"
+)
+
+// ResultsReady is signalled (capacity 1, never closed) when results may be waiting. The
+// agent's reporter waits on it, then calls Results.
+func (o *Outbox) ResultsReady() <-chan struct{} { return o.resultsC }
+
+// Results returns up to n results not yet marked reported, oldest first, once their
+// records are durable. The agent publishes them upstream and, when the broker accepted
+// them (PUBACK), calls MarkReported. Results that were never marked are returned again,
+// in the same order, after a restart.
+func (o *Outbox) Results(n int) ([]Result, error) {
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		return nil, ErrClosed
+	}
+	var out []Result
+	var last journal.Seq
+	for _, it := range o.t.results {
+		if len(out) >= n {
+			break
+		}
+		if it.reported || !it.status.Terminal() {
+			continue
+		}
+		out = append(out, Result{
+			MessageID: it.id, TaskID: it.task, DeviceID: it.dev.id, Status: it.status,
+			Tries: int(it.tries), Err: it.lastErr,
+			AddedAt: time.Unix(0, it.added), FinishedAt: time.Unix(0, it.next),
+		})
+		last = max(last, it.finSeq)
+	}
+	o.mu.Unlock()
+	if last > 0 {
+		if err := o.j.Wait(last); err != nil {
+			return nil, o.journalErr(err)
+		}
+	}
+	return out, nil
+}
+
+// MarkReported records that the upstream broker accepted these results. Succeeded,
+// superseded and expired commands leave the table; failed ones are kept for
+// FailedRetention (RetryFailed can bring them back). Unknown ids are ignored. The record is
+// not waited for: after a crash a result may be reported twice, never lost.
+func (o *Outbox) MarkReported(ids ...string) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.usable(); err != nil {
+		return err
+	}
+	var take []string
+	var failed []*item
+	for _, id := range ids {
+		if it := o.t.items[id]; it != nil && it.status.Terminal() && !it.reported {
+			take = append(take, id)
+			if it.status == Failed {
+				failed = append(failed, it)
+			}
+		}
+	}
+	if len(take) == 0 {
+		return nil
+	}
+	if _, err := o.appendApply(&record{Kind: kindReported, IDs: take}); err != nil {
+		return err
+	}
+	o.retained = append(o.retained, failed...)
+	o.rearm()
+	return nil
+}
+
+func (o *Outbox) appendApply(r *record) (journal.Seq, error) {
+	seq, err := o.append(r)
+	if err != nil {
+		return 0, o.journalErr(err)
+	}
+	return seq, o.t.apply(r)
+}
+
+func (o *Outbox) purgeRetained(now int64) {
+	var ids []string
+	for len(o.retained) > 0 {
+		it := o.retained[0]
+		if o.t.items[it.id] == it && it.status == Failed {
+			if it.next+int64(o.settings.FailedRetention) > now {
+				break
+			}
+			ids = append(ids, it.id)
+		}
+		o.retained[0] = nil
+		o.retained = o.retained[1:]
+	}
+	if len(ids) > 0 {
+		o.emit(&record{Kind: kindPurge, IDs: ids})
+	}
+}
+
+// Pause stops dispatch to a device (remote control). A command in flight finishes normally.
+// The pause is journalled: it survives a restart.
+func (o *Outbox) Pause(deviceID string) error { return o.setPaused(deviceID, true) }
+
+// Resume lifts Pause.
+func (o *Outbox) Resume(deviceID string) error { return o.setPaused(deviceID, false) }
+
+func (o *Outbox) setPaused(deviceID string, paused bool) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.usable(); err != nil {
+		return err
+	}
+	d := o.dev(deviceID)
+	if d.paused == paused {
+		return nil
+	}
+	kind := uint8(kindResume)
+	if paused {
+		kind = kindPause
+	}
+	if _, err := o.appendApply(&record{Kind: kind, Device: deviceID}); err != nil {
+		return err
+	}
+	o.pump(d)
+	o.rearm()
+	o.startSendsLocked()
+	return nil
+}
+
+// RetryFailed schedules the failed commands of a device ("" for every device) again with
+// zero tries, and returns how many. A failed command that a later scheduled one for the same
+// person has made moot is left failed.
+func (o *Outbox) RetryFailed(deviceID string) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.usable(); err != nil {
+		return 0, err
+	}
+	ids := o.failedIDs(deviceID, true)
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	if _, err := o.appendApply(&record{Kind: kindReset, IDs: ids}); err != nil {
+		return 0, err
+	}
+	for _, d := range o.t.devices {
+		if deviceID == "" || d.id == deviceID {
+			d.live.failures, d.live.trips, d.live.breakerUntil = 0, 0, 0
+			o.pump(d)
+		}
+	}
+	o.rearm()
+	o.startSendsLocked()
+	return len(ids), nil
+}
+
+// PurgeFailed drops the failed commands of a device ("" for every device), reported or not,
+// and returns how many.
+func (o *Outbox) PurgeFailed(deviceID string) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.usable(); err != nil {
+		return 0, err
+	}
+	ids := o.failedIDs(deviceID, false)
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	if _, err := o.appendApply(&record{Kind: kindPurge, IDs: ids}); err != nil {
+		return 0, err
+	}
+	o.rearm()
+	return len(ids), nil
+}
+
+func (o *Outbox) failedIDs(deviceID string, retry bool) []string {
+	var ids []string
+	for id, it := range o.t.items {
+		if it.status != Failed || (deviceID != "" && it.dev.id != deviceID) {
+			continue
+		}
+		if s := it.dev.sched[it.person]; retry && it.person != "" && s != nil && s.ord > it.ord {
+			continue
+		}
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// SetSettings changes the dispatch settings live (remote config). Zero fields take their
+// defaults. Commands in flight keep the ack deadline they were sent with.
+func (o *Outbox) SetSettings(s Settings) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.settings = s.withDefaults()
+	for _, d := range o.t.devices {
+		o.pump(d)
+	}
+	o.rearm()
+	o.startSendsLocked()
+}
+
+// Settings returns the dispatch settings in force.
+func (o *Outbox) Settings() Settings {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.settings
+}
+
+// SetDevice changes a device's configuration live.
+func (o *Outbox) SetDevice(deviceID string, cfg DeviceConfig) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.configs[deviceID] = cfg
+	d := o.dev(deviceID)
+	d.live.cfg = cfg
+	o.pump(d)
+	o.rearm()
+	o.startSendsLocked()
+}
+
+// DeviceStatus returns one device's state; ok is false for a device never seen.
+func (o *Outbox) DeviceStatus(deviceID string) (st DeviceStatus, ok bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	d := o.t.devices[deviceID]
+	if d == nil {
+		return DeviceStatus{}, false
+	}
+	return o.status(d, o.now()), true
+}
+
+// Status returns every device's state, sorted by id.
+func (o *Outbox) Status() []DeviceStatus {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	now := o.now()
+	out := make([]DeviceStatus, 0, len(o.t.devices))
+	for _, d := range o.t.devices {
+		out = append(out, o.status(d, now))
+	}
+	slices.SortFunc(out, func(a, b DeviceStatus) int {
+		switch {
+		case a.DeviceID < b.DeviceID:
+			return -1
+		case a.DeviceID > b.DeviceID:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+func (o *Outbox) status(d *device, now int64) DeviceStatus {
+	ts := func(ns int64) time.Time {
+		if ns == 0 {
+			return time.Time{}
+		}
+		return time.Unix(0, ns)
+	}
+	st := DeviceStatus{
+		DeviceID: d.id, Online: o.online(d, now), Paused: d.paused, Queued: len(d.queue),
+		LastAck: ts(d.live.lastAck), LastSeen: ts(d.live.lastSeen),
+		Sent: d.live.c.sent, Succeeded: d.live.c.succeeded, Failed: d.live.c.failed,
+		Superseded: d.live.c.superseded, Expired: d.live.c.expired, Retries: d.live.c.retries,
+	}
+	if d.live.breakerUntil > now {
+		st.BreakerOpenUntil = ts(d.live.breakerUntil)
+	}
+	if it := d.inflight; it != nil {
+		st.InFlight, st.InFlightTries = it.id, int(it.tries)
+	}
+	for _, it := range o.t.items {
+		if it.dev == d && it.status == Failed {
+			st.FailedHeld++
+		}
+	}
+	return st
+}
+
+// Stats returns table-wide figures.
+func (o *Outbox) Stats() Stats {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	s := Stats{Queued: o.t.active, Devices: len(o.t.devices)}
+	for _, d := range o.t.devices {
+		if d.inflight != nil {
+			s.InFlight++
+		}
+	}
+	for _, it := range o.t.results {
+		if !it.reported {
+			s.Unreported++
+		}
+	}
+	for _, it := range o.t.items {
+		if it.status == Failed {
+			s.FailedHeld++
+		}
+	}
+	return s
+}

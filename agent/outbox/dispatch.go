@@ -1,0 +1,262 @@
+package outbox
+
+import (
+	"container/heap"
+	"fmt"
+	"time"
+)
+
+// deviceLive is a device's dispatch state that is not journalled: after a restart every
+// device is offline until it is heard from, and its breaker is closed.
+type deviceLive struct {
+	cfg          DeviceConfig
+	lastSeen     int64 // unix ns of the last heartbeat or ack; 0: never (or link down)
+	lastAck      int64
+	down         bool
+	failures     int // consecutive tries without an ack
+	trips        int // breaker openings since the last success
+	breakerUntil int64
+	pending      int // adds written, waiting for durability
+	heapIdx      int
+	deadline     int64 // when this device needs the timer; 0: never
+	c            counters
+}
+
+type counters struct {
+	sent, succeeded, failed, superseded, expired, retries uint64
+}
+
+func (o *Outbox) dev(id string) *device {
+	d, ok := o.t.devices[id]
+	if !ok {
+		d = o.t.device(id)
+		d.live.cfg = o.configs[id]
+	}
+	return d
+}
+
+func (o *Outbox) online(d *device, now int64) bool {
+	if d.live.down {
+		return false
+	}
+	if d.live.cfg.NoHeartbeat {
+		return true
+	}
+	return d.live.lastSeen != 0 && now-d.live.lastSeen < int64(o.settings.HeartbeatTimeout)
+}
+
+// pump sends the device's next command if it may: nothing in flight, not paused, online,
+// breaker closed, and the head of the FIFO due. It is called on every event that could
+// change one of those, which is what makes dispatch immediate without a polling loop.
+func (o *Outbox) pump(d *device) {
+	defer o.touch(d)
+	if o.closed || o.Err() != nil || d.inflight != nil || d.paused || len(d.queue) == 0 {
+		return
+	}
+	now := o.now()
+	if !o.online(d, now) || d.live.breakerUntil > now {
+		return
+	}
+	for len(d.queue) > 0 {
+		it := d.queue[0]
+		if it.expires != 0 && now >= it.expires {
+			o.finishItem(it, Expired, "expired before it could be sent")
+			continue
+		}
+		if it.next > now {
+			return // backing off
+		}
+		o.emit(&record{Kind: kindSend, ID: it.id, Tries: it.tries + 1, Next: now + int64(o.settings.RetryInterval)})
+		if it.status != InFlight { // the journal refused the record
+			return
+		}
+		d.live.c.sent++
+		if it.tries > 1 {
+			d.live.c.retries++
+		}
+		o.sends = append(o.sends, sendJob{dev: d.id, cmd: Command{
+			MessageID: it.id, TaskID: it.task, DeviceID: d.id, Op: it.op, PersonID: it.person,
+			Payload: it.payload, Try: int(it.tries),
+		}})
+		return
+	}
+}
+
+// tryFailed handles a try that got no ack in time (or whose send failed): retry after a
+// backoff, or fail after MaxTries; count it toward the device's breaker.
+func (o *Outbox) tryFailed(it *item, reason string, now int64) {
+	d := it.dev
+	s := o.settings
+	if int(it.tries) >= s.MaxTries {
+		o.finishItem(it, Failed, fmt.Sprintf("%s (after %d tries)", reason, it.tries))
+	} else {
+		o.emit(&record{Kind: kindRetry, ID: it.id, Next: now + int64(o.backoff(int(it.tries))), Err: reason})
+	}
+	d.live.failures++
+	if d.live.failures >= s.BreakerThreshold {
+		// The breaker: a device that keeps failing waits, alone; other devices are untouched
+		// because every device has its own FIFO and its own deadline.
+		cool := s.BreakerCooldown << min(d.live.trips, 4)
+		d.live.breakerUntil = now + int64(cool)
+		d.live.trips++
+		d.live.failures = 0
+		o.log.Warn("outbox: device breaker open", "device", d.id, "for", cool)
+	}
+}
+
+// backoff is the wait before try n+1: RetryInterval·2^(n-1), capped at MaxBackoff, with
+// equal jitter (half fixed, half random) so devices that failed together do not retry together.
+func (o *Outbox) backoff(n int) time.Duration {
+	d := o.settings.RetryInterval
+	for i := 1; i < n && d < o.settings.MaxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, o.settings.MaxBackoff)
+	half := d / 2
+	return half + time.Duration(o.rng.Int64N(int64(half)+1))
+}
+
+// requeue puts an in-flight command back at the head of its FIFO without spending the try:
+// its device went offline, so the try says nothing about the command.
+func (o *Outbox) requeue(it *item) {
+	o.emit(&record{Kind: kindRequeue, ID: it.id, Tries: max(it.tries, 1) - 1})
+}
+
+// deadline is when d next needs attention without an event: its ack timeout, the end of
+// its head's backoff, or the end of its breaker period. Offline and paused devices need
+// none: a heartbeat or Resume pumps them.
+func (o *Outbox) deadline(d *device) int64 {
+	if it := d.inflight; it != nil {
+		return it.next
+	}
+	if len(d.queue) == 0 || d.paused || d.live.down {
+		return 0
+	}
+	now := o.now()
+	if !o.online(d, now) {
+		return 0
+	}
+	if d.live.breakerUntil > now {
+		return d.live.breakerUntil
+	}
+	if h := d.queue[0]; h.next > now {
+		return h.next
+	}
+	return 0
+}
+
+// touch re-files d in the deadline heap.
+func (o *Outbox) touch(d *device) {
+	dl := o.deadline(d)
+	d.live.deadline = dl
+	switch {
+	case dl == 0 && d.live.heapIdx >= 0:
+		heap.Remove(&o.heap, d.live.heapIdx)
+	case dl != 0 && d.live.heapIdx >= 0:
+		heap.Fix(&o.heap, d.live.heapIdx)
+	case dl != 0:
+		heap.Push(&o.heap, d)
+	}
+}
+
+// nextWake is the earliest deadline of all: the one timer the outbox arms.
+func (o *Outbox) nextWake() int64 {
+	var at int64
+	if len(o.heap) > 0 {
+		at = o.heap[0].live.deadline
+	}
+	for len(o.retained) > 0 {
+		it := o.retained[0]
+		if o.t.items[it.id] != it || it.status != Failed {
+			o.retained[0] = nil
+			o.retained = o.retained[1:] // reset or purged since
+			continue
+		}
+		p := it.next + int64(o.settings.FailedRetention)
+		if at == 0 || p < at {
+			at = p
+		}
+		break
+	}
+	return at
+}
+
+// rearm keeps exactly one timer armed for the earliest deadline, and none when idle. A
+// timer that would fire too early is kept (it finds nothing due and re-arms): that saves a
+// Stop and a new timer on every ack.
+func (o *Outbox) rearm() {
+	if o.closed {
+		return
+	}
+	at := o.nextWake()
+	if at == 0 {
+		if o.timer != nil {
+			o.timer.Stop()
+			o.timer, o.timerAt = nil, 0
+		}
+		return
+	}
+	if o.timer != nil && o.timerAt <= at {
+		return
+	}
+	if o.timer != nil {
+		o.timer.Stop()
+	}
+	o.timerGen++
+	gen := o.timerGen
+	o.timerAt = at
+	o.timer = o.clock.AfterFunc(time.Duration(at-o.now()), func() { o.onTimer(gen) })
+}
+
+func (o *Outbox) onTimer(gen uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed || gen != o.timerGen {
+		return // stopped or replaced
+	}
+	o.timer, o.timerAt = nil, 0
+	now := o.now()
+	for len(o.heap) > 0 && o.heap[0].live.deadline <= now {
+		d := o.heap[0]
+		if it := d.inflight; it != nil && it.next <= now && o.Err() == nil {
+			if o.online(d, now) {
+				o.tryFailed(it, "no ack within the retry interval", now)
+			} else {
+				o.requeue(it)
+			}
+		}
+		o.pump(d)
+		if d.live.deadline != 0 && d.live.deadline <= now {
+			// Nothing could be done now (e.g. the journal failed): wait for an event.
+			d.live.deadline = 0
+			heap.Remove(&o.heap, d.live.heapIdx)
+		}
+	}
+	o.purgeRetained(now)
+	o.rearm()
+	o.startSendsLocked()
+}
+
+// deviceHeap orders devices by deadline.
+type deviceHeap []*device
+
+func (h deviceHeap) Len() int           { return len(h) }
+func (h deviceHeap) Less(i, j int) bool { return h[i].live.deadline < h[j].live.deadline }
+func (h deviceHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].live.heapIdx = i
+	h[j].live.heapIdx = j
+}
+func (h *deviceHeap) Push(x any) {
+	d := x.(*device)
+	d.live.heapIdx = len(*h)
+	*h = append(*h, d)
+}
+func (h *deviceHeap) Pop() any {
+	old := *h
+	d := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	d.live.heapIdx = -1
+	return d
+}

@@ -1,0 +1,525 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+
+	"github.com/seed0e69bba5/faceagent/agent/journal"
+)
+
+// Options configure an Outbox. The zero value (and nil) means the defaults.
+type Options struct {
+	// Journal configures the journal (sync policy, file layer). Its Logger and OnFailure are
+	// set by the outbox.
+	Journal journal.Options
+	// Settings are the initial dispatch settings; SetSettings changes them live.
+	Settings Settings
+	// Devices holds per-device configuration; SetDevice changes it live.
+	Devices map[string]DeviceConfig
+	// MaxQueuedPerDevice bounds the unfinished commands of one device. Default 10,000.
+	MaxQueuedPerDevice int
+	// MaxQueued bounds the unfinished commands of all devices. Default 100,000.
+	MaxQueued int
+	// CompactAfter is how many dead journal records trigger a snapshot (and only once they
+	// also outnumber the live ones). Default 50,000.
+	CompactAfter int
+	// Clock is the time source. Default: the system clock.
+	Clock Clock
+	// Seed seeds the retry jitter. 0: random.
+	Seed uint64
+	// Logger receives failures and recoveries. Default: discard.
+	Logger *slog.Logger
+}
+
+// Outbox is the durable local message table: it stores tasks in a journal before it accepts
+// them and delivers them to devices one at a time per device. It is safe for concurrent use.
+// See the package documentation for the protocol between the agent and the outbox.
+type Outbox struct {
+	j        *journal.Journal
+	sender   Sender
+	clock    Clock
+	log      *slog.Logger
+	maxDev   int
+	maxAll   int
+	compactN int
+
+	ctx    context.Context // cancelled by Close: aborts Sends
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // Send goroutines and the compactor
+
+	jerr atomic.Pointer[error] // set (without o.mu) when the journal refused a write
+
+	mu         sync.Mutex
+	t          *table
+	settings   Settings
+	configs    map[string]DeviceConfig
+	rng        *rand.Rand
+	pending    map[string]*record // adds written but not yet durable
+	enc        []byte
+	sends      []sendJob
+	heap       deviceHeap
+	retained   []*item // failed and reported, oldest report first: purged after FailedRetention
+	timerGen   uint64
+	timerAt    int64 // when the armed timer fires (unix ns), 0 when none
+	timer      Timer
+	records    int // journal records since the last snapshot, snapshot included
+	compacting bool
+	closed     bool
+	resultsC   chan struct{}
+
+	afterSendFailed func() // test hook: runs after a Send error was handled
+}
+
+type sendJob struct {
+	dev string
+	cmd Command
+}
+
+// Open opens (creating if needed) the message table in dir, replays its journal, and
+// starts dispatching. Commands that were in flight when the process stopped are scheduled
+// again with the same message id and their tries kept. sender delivers commands.
+func Open(dir string, sender Sender, opts *Options) (*Outbox, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.MaxQueuedPerDevice <= 0 {
+		o.MaxQueuedPerDevice = 10_000
+	}
+	if o.MaxQueued <= 0 {
+		o.MaxQueued = 100_000
+	}
+	if o.CompactAfter <= 0 {
+		o.CompactAfter = 50_000
+	}
+	if o.Clock == nil {
+		o.Clock = realClock{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	seed := o.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	ob := &Outbox{
+		sender: sender, clock: o.Clock, log: o.Logger,
+		maxDev: o.MaxQueuedPerDevice, maxAll: o.MaxQueued, compactN: o.CompactAfter,
+		t:        newTable(),
+		settings: o.Settings.withDefaults(),
+		configs:  map[string]DeviceConfig{},
+		rng:      rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		pending:  map[string]*record{},
+		resultsC: make(chan struct{}, 1),
+	}
+	for id, c := range o.Devices {
+		ob.configs[id] = c
+	}
+	jo := o.Journal
+	jo.Logger = o.Logger
+	jo.OnFailure = ob.journalFailed
+	j, err := journal.Open(dir, &jo)
+	if err != nil {
+		return nil, err
+	}
+	ob.j = j
+	err = j.Replay(func(p []byte) error {
+		var r record
+		if _, err := r.UnmarshalMsg(p); err != nil {
+			return fmt.Errorf("outbox: decoding a journal record: %w", err)
+		}
+		ob.records++
+		return ob.t.apply(&r)
+	})
+	if err != nil {
+		j.Close()
+		return nil, err
+	}
+	ob.ctx, ob.cancel = context.WithCancel(context.Background())
+
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	for _, d := range ob.t.devices {
+		d.live.cfg = ob.configs[d.id]
+	}
+	// At-least-once: what was in flight may or may not have arrived; send it again, same id,
+	// tries kept (the device treats a repeated id as a duplicate).
+	for _, it := range ob.t.items {
+		switch {
+		case it.status == InFlight:
+			ob.emit(&record{Kind: kindRequeue, ID: it.id, Tries: it.tries})
+		case it.status == Failed && it.reported:
+			ob.retained = append(ob.retained, it)
+		}
+	}
+	for _, d := range ob.t.devices {
+		ob.pump(d)
+	}
+	if len(ob.t.results) > 0 {
+		ob.signalResults()
+	}
+	ob.rearm()
+	ob.startSendsLocked()
+	return ob, nil
+}
+
+// Close stops dispatching, cancels Sends in progress and waits for them, then closes the
+// journal (writing what is queued). It is idempotent.
+func (o *Outbox) Close() error {
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		return nil
+	}
+	o.closed = true
+	if o.timer != nil {
+		o.timer.Stop()
+		o.timer, o.timerAt = nil, 0
+	}
+	o.mu.Unlock()
+	o.cancel()
+	o.wg.Wait()
+	return o.j.Close()
+}
+
+// Err returns the journal failure that stopped the outbox, or nil.
+func (o *Outbox) Err() error {
+	if p := o.jerr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// journalFailed is the journal's OnFailure. It runs on the journal's writer goroutine and
+// must not take o.mu (a compaction may hold it while waiting for that goroutine).
+func (o *Outbox) journalFailed(err error) {
+	err = fmt.Errorf("%w: %w", ErrJournal, err)
+	o.jerr.CompareAndSwap(nil, &err)
+	o.log.Error("outbox stops: journal refuses writes; reopen after fixing the cause", "err", err)
+}
+
+func (o *Outbox) usable() error {
+	if o.closed {
+		return ErrClosed
+	}
+	return o.Err()
+}
+
+func (o *Outbox) now() int64 { return o.clock.Now().UnixNano() }
+
+// emit writes r to the journal and applies it to the table. The record is durable later (or
+// never, after a crash or a journal failure): emit is for decisions that are safe to
+// repeat — a lost Send record means one uncounted try, a lost Finish means a resend.
+func (o *Outbox) emit(r *record) journal.Seq {
+	r.Version = recordVersion
+	seq, err := o.append(r)
+	if err != nil {
+		return 0
+	}
+	if err := o.t.apply(r); err != nil {
+		o.log.Error("outbox: applying own record", "err", err) // a bug: kinds are ours
+	}
+	return seq
+}
+
+func (o *Outbox) append(r *record) (journal.Seq, error) {
+	r.Version = recordVersion
+	var err error
+	o.enc, err = r.MarshalMsg(o.enc[:0])
+	if err != nil {
+		return 0, err
+	}
+	seq, err := o.j.AppendAsync(o.enc)
+	if err != nil {
+		if !errors.Is(err, journal.ErrClosed) {
+			o.journalFailed(err)
+		}
+		return 0, err
+	}
+	o.records++
+	o.maybeCompact()
+	return seq, nil
+}
+
+// Enqueue stores t durably and schedules it. It returns nil only once the task is in the
+// journal: only then may the task be acknowledged upstream. Refusals: ErrDuplicate (already
+// stored: acknowledge it too), ErrDeviceFull, ErrFull, ErrInvalidTask, ErrJournal, ErrClosed.
+func (o *Outbox) Enqueue(t Task) error {
+	return o.EnqueueBatch([]Task{t})[0]
+}
+
+// EnqueueBatch stores several tasks with one journal wait; errs[i] is Enqueue's answer
+// for tasks[i].
+func (o *Outbox) EnqueueBatch(tasks []Task) (errs []error) {
+	errs = make([]error, len(tasks))
+	type accepted struct {
+		i   int
+		rec *record
+	}
+	var acc []accepted
+	var last journal.Seq
+	o.mu.Lock()
+	if err := o.usable(); err != nil {
+		o.mu.Unlock()
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	now := o.now()
+	for i, t := range tasks {
+		if t.MessageID == "" || t.DeviceID == "" {
+			errs[i] = fmt.Errorf("%w: message id and device id are required", ErrInvalidTask)
+			continue
+		}
+		if o.t.seen(t.MessageID) {
+			errs[i] = fmt.Errorf("%w: %s", ErrDuplicate, t.MessageID)
+			continue
+		}
+		if _, ok := o.pending[t.MessageID]; ok {
+			errs[i] = fmt.Errorf("%w: %s", ErrDuplicate, t.MessageID)
+			continue
+		}
+		if n := o.t.active + len(o.pending); n >= o.maxAll {
+			errs[i] = fmt.Errorf("%w: %d unfinished commands (max_queued %d)", ErrFull, n, o.maxAll)
+			continue
+		}
+		d := o.dev(t.DeviceID)
+		if n := d.unfinished(); n >= o.maxDev {
+			errs[i] = fmt.Errorf("%w: device %s has %d unfinished commands (max_queued_per_device %d)",
+				ErrDeviceFull, t.DeviceID, n, o.maxDev)
+			continue
+		}
+		o.t.maxOrd++
+		r := &record{
+			Kind: kindAdd, ID: t.MessageID, Task: t.TaskID, Device: t.DeviceID, Op: t.Op,
+			Person: t.PersonID, Payload: append([]byte(nil), t.Payload...), Ord: o.t.maxOrd, Added: now,
+		}
+		if !t.ExpiresAt.IsZero() {
+			r.Expires = t.ExpiresAt.UnixNano()
+		}
+		seq, err := o.append(r)
+		if err != nil {
+			errs[i] = o.journalErr(err)
+			continue
+		}
+		last = seq
+		o.pending[r.ID] = r
+		d.live.pending++
+		acc = append(acc, accepted{i, r})
+	}
+	o.mu.Unlock()
+	if len(acc) == 0 {
+		return errs
+	}
+	werr := o.j.Wait(last)
+
+	o.mu.Lock()
+	for _, a := range acc {
+		delete(o.pending, a.rec.ID)
+		d := o.dev(a.rec.Device)
+		d.live.pending--
+		if werr != nil {
+			errs[a.i] = o.journalErr(werr)
+			continue
+		}
+		o.applyAdd(a.rec)
+	}
+	o.rearm()
+	o.startSendsLocked()
+	o.mu.Unlock()
+	return errs
+}
+
+func (o *Outbox) journalErr(err error) error {
+	if errors.Is(err, journal.ErrClosed) {
+		return ErrClosed
+	}
+	if errors.Is(err, ErrJournal) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrJournal, err)
+}
+
+// applyAdd puts a durable add into the table and coalesces: of the unsent commands for one
+// person on one device, only the latest stays.
+func (o *Outbox) applyAdd(r *record) {
+	d := o.dev(r.Device)
+	prev := d.sched[r.Person]
+	if err := o.t.apply(r); err != nil {
+		return
+	}
+	it := o.t.items[r.ID]
+	if it == nil || it.status != Scheduled {
+		return
+	}
+	if r.Person != "" && prev != nil && prev.status == Scheduled {
+		if prev.ord < it.ord {
+			o.finishItem(prev, Superseded, "superseded by "+it.id)
+		} else {
+			o.finishItem(it, Superseded, "superseded by "+prev.id)
+		}
+	}
+	if d.live.cfg == (DeviceConfig{}) {
+		d.live.cfg = o.configs[d.id]
+	}
+	o.pump(d)
+}
+
+func (d *device) unfinished() int {
+	n := len(d.queue) + d.live.pending
+	if d.inflight != nil {
+		n++
+	}
+	return n
+}
+
+// finishItem makes it terminal and queues its result.
+func (o *Outbox) finishItem(it *item, st Status, reason string) {
+	d := it.dev
+	seq := o.emit(&record{Kind: kindFinish, ID: it.id, Status: uint8(st), Err: reason, Done: o.now()})
+	it.finSeq = seq
+	switch st {
+	case Succeeded:
+		d.live.c.succeeded++
+	case Failed:
+		d.live.c.failed++
+	case Superseded:
+		d.live.c.superseded++
+	case Expired:
+		d.live.c.expired++
+	}
+	o.signalResults()
+}
+
+func (o *Outbox) signalResults() {
+	select {
+	case o.resultsC <- struct{}{}:
+	default:
+	}
+}
+
+// startSendsLocked hands the collected sends to goroutines. Called with o.mu held so that
+// wg.Add cannot race with Close's Wait; the goroutines take o.mu only after Send returns.
+func (o *Outbox) startSendsLocked() {
+	if len(o.sends) == 0 {
+		return
+	}
+	if o.closed {
+		o.sends = o.sends[:0]
+		return
+	}
+	for _, s := range o.sends {
+		o.wg.Add(1)
+		go func(s sendJob) {
+			defer o.wg.Done()
+			if err := o.sender.Send(o.ctx, s.dev, s.cmd); err != nil {
+				o.sendFailed(s.dev, s.cmd.MessageID, s.cmd.Try, err)
+				if o.afterSendFailed != nil {
+					o.afterSendFailed()
+				}
+			}
+		}(s)
+	}
+	clear(o.sends)
+	o.sends = o.sends[:0]
+}
+
+// Ack reports a device's answer to a command. Code 0 is success; any other code is a refusal
+// and fails the command at once (protocol v1: "non-zero: the terminal refused"). An ack also
+// shows the device is online. An ack for an unknown or finished message is ignored (a
+// second ack for a resent command).
+func (o *Outbox) Ack(deviceID, messageID string, code int, message string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return
+	}
+	now := o.now()
+	d := o.dev(deviceID)
+	d.live.lastSeen, d.live.lastAck, d.live.down = now, now, false
+	if it := o.t.items[messageID]; it != nil && it.dev == d && !it.status.Terminal() && o.Err() == nil {
+		// A Scheduled one was acked late, after its ack timeout: it arrived all the same.
+		if code == 0 {
+			d.live.failures, d.live.trips, d.live.breakerUntil = 0, 0, 0
+			o.finishItem(it, Succeeded, "")
+		} else {
+			o.finishItem(it, Failed, fmt.Sprintf("refused by the device: code %d: %s", code, message))
+		}
+	}
+	o.pump(d)
+	o.touch(d)
+	o.rearm()
+	o.startSendsLocked()
+}
+
+// Heartbeat reports that a device is alive: it is online for HeartbeatTimeout from now.
+func (o *Outbox) Heartbeat(deviceID string) {
+	o.seen(deviceID, false)
+}
+
+// LinkUp reports that the transport to a device is up. It makes a device without
+// heartbeats (DeviceConfig.NoHeartbeat) available; others still wait for a heartbeat.
+func (o *Outbox) LinkUp(deviceID string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return
+	}
+	d := o.dev(deviceID)
+	d.live.down = false
+	o.pump(d)
+	o.touch(d)
+	o.rearm()
+	o.startSendsLocked()
+}
+
+// LinkDown reports that the transport to a device is down: the device is offline at once,
+// and a command in flight goes back to the head of its queue without spending a try.
+func (o *Outbox) LinkDown(deviceID string) {
+	o.seen(deviceID, true)
+}
+
+func (o *Outbox) seen(deviceID string, down bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return
+	}
+	d := o.dev(deviceID)
+	if down {
+		d.live.down, d.live.lastSeen = true, 0
+		if it := d.inflight; it != nil && o.Err() == nil {
+			o.requeue(it)
+		}
+	} else {
+		d.live.down, d.live.lastSeen = false, o.now()
+	}
+	o.pump(d)
+	o.touch(d)
+	o.rearm()
+	o.startSendsLocked()
+}
+
+func (o *Outbox) sendFailed(deviceID, messageID string, try int, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed || o.Err() != nil {
+		return
+	}
+	it := o.t.items[messageID]
+	if it == nil || it.status != InFlight || int(it.tries) != try {
+		return
+	}
+	o.tryFailed(it, "send: "+err.Error(), o.now())
+	o.pump(it.dev)
+	o.touch(it.dev)
+	o.rearm()
+	o.startSendsLocked()
+}

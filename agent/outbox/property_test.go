@@ -1,0 +1,244 @@
+package outbox
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/seed0e69bba5/faceagent/agent/journal"
+)
+
+// TestPropertyRandomHistories drives the outbox through random sequences of enqueue, ack,
+// refusal, late ack, ack timeout, heartbeat loss, link loss, pause, reporting, compaction
+// and restart, and checks after every step that no device has two commands in flight, that
+// no accepted task is lost, and at every restart that replaying the journal reproduces the
+// table exactly. Finally it drains everything and checks every accepted task got a result.
+// Repeat a failure with OUTBOX_PROP_SEED=<seed>.
+func TestPropertyRandomHistories(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("OUTBOX_PROP_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed %d (OUTBOX_PROP_SEED to repeat)", seed)
+	histories, steps := 12, 400
+	if testing.Short() {
+		histories = 3
+	}
+	for h := range histories {
+		runHistory(t, seed+uint64(h), steps)
+	}
+}
+
+func runHistory(t *testing.T, seed uint64, steps int) {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	e := newEnv(t, Options{
+		Journal: journal.Options{Sync: journal.SyncNone, SegmentSize: 4 << 10},
+		Settings: Settings{
+			RetryInterval: time.Second, MaxTries: 3, HeartbeatTimeout: 5 * time.Second,
+			MaxBackoff: 4 * time.Second, BreakerThreshold: 3, BreakerCooldown: 10 * time.Second,
+			FailedRetention: time.Minute,
+		},
+		MaxQueuedPerDevice: 8, MaxQueued: 24, CompactAfter: 40, Seed: seed,
+	})
+	devices := []string{"d0", "d1", "d2", "d3"}
+	accepted := map[string]bool{}
+	results := map[string]Result{}
+	nextID := 0
+	fail := func(step int, format string, args ...any) {
+		t.Helper()
+		t.Fatalf("seed %d step %d: %s", seed, step, fmt.Sprintf(format, args...))
+	}
+	report := func(n int) {
+		res, err := e.o.Results(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, r := range res {
+			if prev, dup := results[r.MessageID]; dup && prev.Status == r.Status && r.Status != Failed {
+				fail(-1, "result %s reported twice", r.MessageID)
+			}
+			results[r.MessageID] = r
+			ids = append(ids, r.MessageID)
+		}
+		if err := e.o.MarkReported(ids...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inflight := func(dev string) string { return e.status(dev).InFlight }
+
+	for step := range steps {
+		dev := devices[rng.IntN(len(devices))]
+		switch op := rng.IntN(100); {
+		case op < 35:
+			id := fmt.Sprintf("m%d", nextID)
+			if rng.IntN(10) == 0 && nextID > 0 {
+				id = fmt.Sprintf("m%d", rng.IntN(nextID)) // a redelivery
+			} else {
+				nextID++
+			}
+			err := e.o.Enqueue(Task{MessageID: id, TaskID: "t" + id, DeviceID: dev, Op: "AddPerson",
+				PersonID: fmt.Sprintf("p%d", rng.IntN(3)), Payload: []byte(id)})
+			switch {
+			case err == nil:
+				if accepted[id] {
+					fail(step, "duplicate %s accepted twice", id)
+				}
+				accepted[id] = true
+			case errors.Is(err, ErrDuplicate), errors.Is(err, ErrFull), errors.Is(err, ErrDeviceFull):
+			default:
+				fail(step, "enqueue: %v", err)
+			}
+		case op < 55:
+			if id := inflight(dev); id != "" {
+				e.o.Ack(dev, id, 0, "")
+			}
+		case op < 59:
+			if id := inflight(dev); id != "" {
+				e.o.Ack(dev, id, 3, "refused")
+			}
+		case op < 62:
+			if nextID > 0 {
+				e.o.Ack(dev, fmt.Sprintf("m%d", rng.IntN(nextID)), 0, "late")
+			}
+		case op < 74:
+			e.o.Heartbeat(dev)
+		case op < 86:
+			e.clock.Advance(time.Duration(rng.IntN(3000)) * time.Millisecond)
+		case op < 89:
+			e.o.LinkDown(dev)
+		case op < 92:
+			if rng.IntN(2) == 0 {
+				e.o.Pause(dev)
+			} else {
+				e.o.Resume(dev)
+			}
+		case op < 97:
+			report(rng.IntN(6))
+		case op < 98:
+			if _, err := e.o.RetryFailed(dev); err != nil {
+				fail(step, "RetryFailed: %v", err)
+			}
+		default:
+			checkReplay(t, e, seed, step)
+			e.open()
+		}
+		checkInvariants(t, e, seed, step, accepted, results)
+	}
+
+	// Drain: every device online and acking, until nothing is unfinished.
+	for _, d := range devices {
+		e.o.Resume(d)
+	}
+	for i := 0; e.o.Stats().Queued > 0; i++ {
+		if i > 1000 {
+			t.Fatalf("seed %d: could not drain: %+v", seed, e.o.Stats())
+		}
+		for _, d := range devices {
+			e.o.Heartbeat(d)
+			if id := inflight(d); id != "" {
+				e.o.Ack(d, id, 0, "")
+			}
+		}
+		e.clock.Advance(2 * time.Second)
+	}
+	report(1 << 20)
+	for id := range accepted {
+		if _, ok := results[id]; !ok {
+			t.Fatalf("seed %d: accepted task %s has no result", seed, id)
+		}
+	}
+	snaps := e.o.j.Stats().Snapshots
+	checkReplay(t, e, seed, steps)
+	e.open()
+	if r := e.o.j.Recovery(); snaps == 0 && r.Snapshot == "" {
+		t.Fatalf("seed %d: the history never compacted; the test misses snapshots", seed)
+	}
+}
+
+// checkReplay closes the outbox and checks that replaying its journal from scratch builds
+// exactly the table it had.
+func checkReplay(t *testing.T, e *env, seed uint64, step int) {
+	t.Helper()
+	e.o.mu.Lock()
+	live := e.o.t.dump()
+	e.o.mu.Unlock()
+	if err := e.o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.snd.drain()
+	j, err := journal.Open(e.dir, nil)
+	if err != nil {
+		t.Fatalf("seed %d step %d: reopen journal: %v", seed, step, err)
+	}
+	tb := newTable()
+	err = j.Replay(func(p []byte) error {
+		var r record
+		if _, err := r.UnmarshalMsg(p); err != nil {
+			return err
+		}
+		return tb.apply(&r)
+	})
+	j.Close()
+	if err != nil {
+		t.Fatalf("seed %d step %d: replay: %v", seed, step, err)
+	}
+	if got := tb.dump(); got != live {
+		t.Fatalf("seed %d step %d: replay differs from the live table\nlive:\n%s\nreplayed:\n%s", seed, step, live, got)
+	}
+}
+
+func checkInvariants(t *testing.T, e *env, seed uint64, step int, accepted map[string]bool, results map[string]Result) {
+	t.Helper()
+	o := e.o
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	inFlight := map[*device]int{}
+	active := 0
+	for id, it := range o.t.items {
+		if it.id != id {
+			t.Fatalf("seed %d step %d: item keyed %s has id %s", seed, step, id, it.id)
+		}
+		switch it.status {
+		case InFlight:
+			inFlight[it.dev]++
+			active++
+			if it.dev.inflight != it {
+				t.Fatalf("seed %d step %d: %s in flight but not its device's in-flight slot", seed, step, id)
+			}
+		case Scheduled:
+			active++
+		}
+	}
+	for d, n := range inFlight {
+		if n > 1 {
+			t.Fatalf("seed %d step %d: device %s has %d commands in flight", seed, step, d.id, n)
+		}
+	}
+	queued := 0
+	for _, d := range o.t.devices {
+		for i, it := range d.queue {
+			if it.status != Scheduled || o.t.items[it.id] != it {
+				t.Fatalf("seed %d step %d: queue of %s holds %s in status %s", seed, step, d.id, it.id, it.status)
+			}
+			if i > 0 && d.queue[i-1].ord >= it.ord {
+				t.Fatalf("seed %d step %d: queue of %s not in FIFO order", seed, step, d.id)
+			}
+		}
+		queued += len(d.queue)
+	}
+	if active != o.t.active || queued+len(inFlight) != active {
+		t.Fatalf("seed %d step %d: active %d, counted %d, queued %d + in flight %d", seed, step, o.t.active, active, queued, len(inFlight))
+	}
+	for id := range accepted {
+		if _, ok := o.t.items[id]; !ok {
+			if _, reported := results[id]; !reported {
+				t.Fatalf("seed %d step %d: accepted task %s lost", seed, step, id)
+			}
+		}
+	}
+}

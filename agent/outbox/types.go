@@ -1,0 +1,149 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Status is where a command is in its life.
+type Status uint8
+
+// The statuses. Their numbers are written to the journal: never renumber.
+const (
+	Scheduled  Status = 0 // waiting to be sent (maybe after a backoff, or for its device)
+	InFlight   Status = 1 // sent, waiting for the device's ack
+	Succeeded  Status = 2 // acked with code 0
+	Failed     Status = 3 // refused by the device, or no ack after MaxTries
+	Superseded Status = 4 // a later command for the same person on the same device replaced it before it was sent
+	Expired    Status = 5 // its Task.ExpiresAt passed before it could be sent
+)
+
+var statusNames = [...]string{"scheduled", "in-flight", "succeeded", "failed", "superseded", "expired"}
+
+func (s Status) String() string {
+	if int(s) < len(statusNames) {
+		return statusNames[s]
+	}
+	return fmt.Sprintf("Status(%d)", uint8(s))
+}
+
+// Terminal reports whether s is final.
+func (s Status) Terminal() bool { return s >= Succeeded }
+
+// Task is one command to deliver, as accepted at intake.
+type Task struct {
+	MessageID string // unique; the device acks it; the dedupe key
+	TaskID    string // the back office's id, echoed in the result
+	DeviceID  string
+	Op        string // e.g. "AddPerson", "DeletePerson"; opaque to the outbox
+	PersonID  string // the coalescing key: a later task for the same person supersedes an unsent one
+	Payload   []byte // what the Sender needs to build the device's command; opaque, stored as is
+	ExpiresAt time.Time
+}
+
+// Command is what the outbox asks the Sender to deliver.
+type Command struct {
+	MessageID string
+	TaskID    string
+	DeviceID  string
+	Op        string
+	PersonID  string
+	Payload   []byte // shared with the table: do not modify
+	Try       int    // 1 for the first send; a resend keeps the MessageID
+}
+
+// Sender delivers a command to a device. The outbox calls Send from its own goroutine, at
+// most one command per device at a time, never while holding a lock. A nil error means
+// "handed to the transport"; the outcome arrives later through Ack. An error counts as a
+// failed try. Send must return when ctx is cancelled (Close cancels it).
+type Sender interface {
+	Send(ctx context.Context, deviceID string, cmd Command) error
+}
+
+// SenderFunc adapts a function to Sender.
+type SenderFunc func(ctx context.Context, deviceID string, cmd Command) error
+
+// Send implements Sender.
+func (f SenderFunc) Send(ctx context.Context, deviceID string, cmd Command) error {
+	return f(ctx, deviceID, cmd)
+}
+
+// Result is the outcome of a finished command, to be reported upstream.
+type Result struct {
+	MessageID  string
+	TaskID     string
+	DeviceID   string
+	Status     Status // Succeeded, Failed, Superseded or Expired
+	Tries      int
+	Err        string
+	AddedAt    time.Time
+	FinishedAt time.Time
+}
+
+// Duration is the time from intake to the outcome.
+func (r Result) Duration() time.Duration { return r.FinishedAt.Sub(r.AddedAt) }
+
+// Settings are the dispatch settings ([dispatch] in the config); SetSettings changes them
+// live. A zero field means its default.
+type Settings struct {
+	RetryInterval    time.Duration // ack timeout, and the backoff base. Default 2s.
+	MaxTries         int           // sends before a command is Failed. Default 5.
+	HeartbeatTimeout time.Duration // silence after which a device is offline. Default 30s.
+	MaxBackoff       time.Duration // cap of the exponential backoff. Default 1m.
+	FailedRetention  time.Duration // how long reported failures are kept (for RetryFailed). Default 168h.
+	BreakerThreshold int           // consecutive unacked tries that open a device's breaker. Default 5.
+	BreakerCooldown  time.Duration // first open period; doubles per trip up to 16x. Default 30s.
+}
+
+func (s Settings) withDefaults() Settings {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&s.RetryInterval, 2*time.Second)
+	def(&s.HeartbeatTimeout, 30*time.Second)
+	def(&s.MaxBackoff, time.Minute)
+	def(&s.FailedRetention, 7*24*time.Hour)
+	def(&s.BreakerCooldown, 30*time.Second)
+	if s.MaxTries <= 0 {
+		s.MaxTries = 5
+	}
+	if s.BreakerThreshold <= 0 {
+		s.BreakerThreshold = 5
+	}
+	return s
+}
+
+// DeviceConfig is per-device configuration.
+type DeviceConfig struct {
+	// NoHeartbeat is for firmware that sends no heartbeats (config `heartbeat = false`): the
+	// device counts as online unless its link is down.
+	NoHeartbeat bool
+}
+
+// DeviceStatus is a device's dispatch state, for metrics, the control keys and the tools.
+type DeviceStatus struct {
+	DeviceID         string
+	Online           bool
+	Paused           bool
+	Queued           int    // waiting, not counting the one in flight
+	InFlight         string // message id, "" when none
+	InFlightTries    int
+	LastAck          time.Time
+	LastSeen         time.Time
+	BreakerOpenUntil time.Time // zero when closed
+	FailedHeld       int       // failed commands kept for RetryFailed
+	// Counters since Open.
+	Sent, Succeeded, Failed, Superseded, Expired, Retries uint64
+}
+
+// Stats are table-wide figures.
+type Stats struct {
+	Queued     int // unfinished (scheduled and in flight)
+	InFlight   int
+	Unreported int // results not yet marked reported
+	FailedHeld int
+	Devices    int
+}
