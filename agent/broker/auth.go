@@ -85,6 +85,9 @@ type authHook struct {
 	users          map[string]*User
 	allowAnonymous bool
 	anonymous      *Rules // nil: everything
+
+	dummyOnce sync.Once
+	dummy     []byte
 }
 
 func newAuthHook(users map[string]*User, allowAnonymous bool, anonymous *Rules) *authHook {
@@ -106,18 +109,26 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 	if u == nil {
 		// Spend the time a real check takes, so that probing names is no
 		// faster than probing passwords.
-		_ = bcrypt.CompareHashAndPassword(dummyHash(), pk.Connect.Password)
+		_ = bcrypt.CompareHashAndPassword(h.dummyHash(), pk.Connect.Password)
 		return false
 	}
 	return bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), pk.Connect.Password) == nil
 }
 
-// dummyHash is a bcrypt hash at the default cost, made once when first
-// needed.
-var dummyHash = sync.OnceValue(func() []byte {
-	h, _ := bcrypt.GenerateFromPassword([]byte("no such user"), bcrypt.DefaultCost)
-	return h
-})
+// dummyHash returns a bcrypt hash at the cost of the configured users'
+// hashes (the highest), made once when first needed.
+func (h *authHook) dummyHash() []byte {
+	h.dummyOnce.Do(func() {
+		cost := bcrypt.MinCost
+		for _, u := range h.users {
+			if c, err := bcrypt.Cost([]byte(u.PasswordHash)); err == nil && c > cost {
+				cost = c
+			}
+		}
+		h.dummy, _ = bcrypt.GenerateFromPassword([]byte("no such user"), cost)
+	})
+	return h.dummy
+}
 
 // rules returns the client's rules; nil means everything is allowed.
 func (h *authHook) rules(cl *mqtt.Client) *Rules {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eclipse/paho.golang/packets"
 	"github.com/eclipse/paho.golang/paho"
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/seed0e69bba5/faceagent/hlc"
@@ -103,6 +104,9 @@ func tryDial(t testing.TB, addr, id string, o dialOptions) (*client, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if o.tls != nil {
+		conn = packets.NewThreadSafeConn(conn) // paho: tls.Conn writes are not goroutine-safe
 	}
 	cl := &client{
 		t: t, id: id,
