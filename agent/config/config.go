@@ -53,7 +53,8 @@ type Broker struct {
 	TLSCert     string `toml:"tls_cert"`
 	TLSKey      string `toml:"tls_key"`
 	TLSClientCA string `toml:"tls_client_ca"`
-	// UsersFile lists "user:bcrypt-hash" lines, one user a line.
+	// UsersFile is the broker's users file: TOML [[users]] with bcrypt password hashes and
+	// per-user topic and state store key rules (package agent/broker, "Users file").
 	UsersFile string `toml:"users_file"`
 	// AllowAnonymous lets clients connect without credentials. Unset, it is true exactly
 	// when neither users_file nor tls_client_ca is set.

@@ -1,0 +1,272 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/seed0e69bba5/faceagent/agent/broker"
+	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/metrics"
+)
+
+// Options configure an Agent. Config is required; the rest may be zero.
+type Options struct {
+	Config *config.Config
+	// Logger receives the agent's logs. Default: discard.
+	Logger *slog.Logger
+	// LogLevel, when set, is the level of Logger that Reload adjusts.
+	LogLevel *slog.LevelVar
+	// Version is reported in logs and as faceagent_build_info.
+	Version string
+}
+
+// Agent is one running faceagent: the embedded broker and state store, and (as the
+// packages land) the upstream link, outbox, device links and store writer. Build it with
+// New, run it with Run.
+type Agent struct {
+	log      *slog.Logger
+	level    *slog.LevelVar
+	version  string
+	registry *metrics.Registry
+
+	mu  sync.Mutex
+	cfg *config.Config
+
+	ready   chan struct{}
+	running atomic.Bool
+	started atomic.Bool
+
+	broker     *broker.Broker
+	httpServer *http.Server
+	httpAddr   string
+}
+
+// ErrNotWired is returned by Run for a configuration that needs parts of the agent not
+// yet wired in this build (see doc.go, Caveats).
+var ErrNotWired = errors.New("agent: this build runs only a config with nothing but [broker]")
+
+// ErrAlreadyStarted is returned by a second call to Run.
+var ErrAlreadyStarted = errors.New("agent: Run called twice")
+
+// New checks the options and prepares an Agent; nothing is started.
+func New(opts *Options) (*Agent, error) {
+	if opts == nil || opts.Config == nil {
+		return nil, errors.New("agent: Options.Config is required")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	a := &Agent{
+		log:      log,
+		level:    opts.LogLevel,
+		version:  opts.Version,
+		cfg:      opts.Config,
+		ready:    make(chan struct{}),
+		registry: metrics.NewRegistry(),
+	}
+	a.registerMetrics()
+	return a, nil
+}
+
+// Config returns the configuration in force (the latest one Reload accepted).
+func (a *Agent) Config() *config.Config {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cfg
+}
+
+// Ready is closed once Run has started everything: the broker listens, /metrics serves.
+func (a *Agent) Ready() <-chan struct{} { return a.ready }
+
+// BrokerAddr is the embedded broker's bound address ("" without [broker] or before Ready).
+func (a *Agent) BrokerAddr() string {
+	if a.broker == nil || !a.started.Load() {
+		return ""
+	}
+	return a.broker.Addr()
+}
+
+// MetricsAddr is the bound address of /metrics and /healthz ("" when off or before Ready).
+func (a *Agent) MetricsAddr() string {
+	if !a.started.Load() {
+		return ""
+	}
+	return a.httpAddr
+}
+
+// Healthy reports nil while the agent runs and its parts are sound; /healthz and the
+// systemd watchdog ask it.
+func (a *Agent) Healthy() error {
+	if !a.running.Load() {
+		return errors.New("not running")
+	}
+	return nil
+}
+
+// Run starts the configured parts in order, closes Ready, and blocks until ctx is
+// cancelled; then it stops everything in reverse order within agent.shutdown_timeout and
+// returns nil for a clean stop. A part that fails to start stops the ones already
+// started and its error is returned.
+func (a *Agent) Run(ctx context.Context) error {
+	if !a.started.CompareAndSwap(false, true) {
+		return ErrAlreadyStarted
+	}
+	cfg := a.Config()
+	if !cfg.BrokerOnly() {
+		return ErrNotWired
+	}
+	var stops []func(context.Context) error
+	stopAll := func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.Agent.ShutdownTimeout.Duration)
+		defer cancel()
+		var errs []error
+		for i := len(stops) - 1; i >= 0; i-- {
+			errs = append(errs, stops[i](sctx))
+		}
+		return errors.Join(errs...)
+	}
+
+	if cfg.Broker != nil {
+		b, err := newBroker(cfg, a.log)
+		if err != nil {
+			return err
+		}
+		if err := b.Start(); err != nil {
+			_ = b.Close()
+			return err
+		}
+		a.broker = b
+		stops = append(stops, func(context.Context) error { return b.Close() })
+	}
+	if cfg.Metrics.Listen != "" {
+		if err := a.startHTTP(cfg.Metrics.Listen); err != nil {
+			return errors.Join(err, stopAll())
+		}
+		stops = append(stops, a.httpServer.Shutdown)
+	}
+	a.running.Store(true)
+	a.log.Info("faceagent running", "version", a.version, "broker", a.BrokerAddr(), "metrics", a.httpAddr)
+	close(a.ready)
+
+	<-ctx.Done()
+	a.log.Info("faceagent stopping")
+	a.running.Store(false)
+	err := stopAll()
+	if err != nil {
+		a.log.Error("stop", "err", err)
+	}
+	return err
+}
+
+// newBroker maps [broker] onto the embedded broker's options.
+func newBroker(cfg *config.Config, log *slog.Logger) (*broker.Broker, error) {
+	c := cfg.Broker
+	opts := &broker.Options{
+		Listen:         c.Listen,
+		TLS:            broker.TLSOptions{CertFile: c.TLSCert, KeyFile: c.TLSKey, ClientCAFile: c.TLSClientCA},
+		AllowAnonymous: c.Anonymous(),
+		UsersFile:      c.UsersFile,
+		MaxKeys:        c.StoreMaxKeys,
+		MaxValueSize:   int(c.StoreMaxValueSize),
+		StateStoreNode: cfg.Agent.GatewayID,
+		Logger:         log.With("part", "broker"),
+	}
+	if c.Persist {
+		opts.DataDir = filepath.Clean(cfg.Agent.DataDir)
+	}
+	b, err := broker.New(opts)
+	if err != nil {
+		return nil, err
+	}
+	// Client quotas live in mochi's capabilities, read per connection: set them before
+	// Start. (agent/broker.Options has no fields for them yet.)
+	caps := b.Server().Options.Capabilities
+	if c.MaxClients > 0 {
+		caps.MaximumClients = int64(c.MaxClients)
+	}
+	caps.MaximumPacketSize = uint32(c.MaxPacketSize)
+	caps.ReceiveMaximum = uint16(c.ReceiveMaximum)
+	if c.MaxQueuedMessages > 0 {
+		caps.MaximumInflight = uint16(min(c.MaxQueuedMessages, 65535))
+	}
+	return b, nil
+}
+
+func (a *Agent) startHTTP(addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics: listen %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", a.registry.Handler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := a.Healthy(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	a.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	a.httpAddr = l.Addr().String()
+	go func() {
+		if err := a.httpServer.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error("metrics server", "err", err)
+		}
+	}()
+	return nil
+}
+
+// Reload takes a new configuration from SIGHUP. What can change live is applied
+// ([log] level now; [dispatch] and devices as those parts land); sections that need a
+// restart are named in the returned error, and the running config keeps its old values
+// for them.
+func (a *Agent) Reload(next *config.Config) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	prev := a.cfg
+	var restart []string
+	for name, pair := range map[string][2]any{
+		"[agent]":     {prev.Agent, next.Agent},
+		"[broker]":    {prev.Broker, next.Broker},
+		"[upstream]":  {prev.Upstream, next.Upstream},
+		"[metrics]":   {prev.Metrics, next.Metrics},
+		"[journal]":   {prev.Journal, next.Journal},
+		"[topics]":    {prev.Topics, next.Topics},
+		"[intake]":    {prev.Intake, next.Intake},
+		"[[devices]]": {prev.Devices, next.Devices},
+		"log.format":  {prev.Log.Format, next.Log.Format},
+	} {
+		if !reflect.DeepEqual(pair[0], pair[1]) {
+			restart = append(restart, name)
+		}
+	}
+	applied := *prev
+	applied.Log.Level = next.Log.Level
+	applied.Dispatch = next.Dispatch
+	applied.Store = next.Store
+	a.cfg = &applied
+	if a.level != nil {
+		a.level.Set(ParseLevel(next.Log.Level))
+	}
+	if len(restart) > 0 {
+		slices.Sort(restart)
+		return fmt.Errorf("%w: %v", ErrNeedsRestart, restart)
+	}
+	return nil
+}
+
+// ErrNeedsRestart is returned (wrapped) by Reload when the new file changes sections that
+// apply only at start.
+var ErrNeedsRestart = errors.New("changes need a restart")

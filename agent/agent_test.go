@@ -1,0 +1,111 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/seed0e69bba5/faceagent/agent/config"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func parse(t *testing.T, src string) *config.Config {
+	t.Helper()
+	c, err := config.Parse("t.toml", []byte(src), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestRunBrokerOnly(t *testing.T) {
+	cfg := parse(t, "[agent]\ndata_dir = \""+filepath.Join(t.TempDir(), "d")+"\"\n[broker]\nlisten = \"127.0.0.1:0\"\nmax_clients = 7\n[metrics]\nlisten = \"127.0.0.1:0\"\n")
+	a, err := New(&Options{Config: cfg, Version: "t1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Healthy() == nil {
+		t.Error("healthy before Run")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	select {
+	case <-a.Ready():
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("not ready")
+	}
+	if a.BrokerAddr() == "" || a.Healthy() != nil {
+		t.Fatalf("addr %q healthy %v", a.BrokerAddr(), a.Healthy())
+	}
+	if got := a.broker.Server().Options.Capabilities.MaximumClients; got != 7 {
+		t.Errorf("max_clients not applied: %d", got)
+	}
+	resp, err := http.Get("http://" + a.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "faceagent_up 1\n") || !strings.Contains(string(body), `faceagent_build_info{version="t1"} 1`) {
+		t.Errorf("metrics:\n%s", body)
+	}
+	if err := a.Run(ctx); !errors.Is(err, ErrAlreadyStarted) {
+		t.Errorf("second Run: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("clean stop: %v", err)
+	}
+	if a.Healthy() == nil {
+		t.Error("healthy after stop")
+	}
+}
+
+func TestRunRefusesWhatIsNotWired(t *testing.T) {
+	cfg := parse(t, "[agent]\ngateway_id = \"g\"\n[broker]\n[[devices]]\nid = \"a\"\n")
+	a, _ := New(&Options{Config: cfg})
+	if err := a.Run(context.Background()); !errors.Is(err, ErrNotWired) {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+func TestReload(t *testing.T) {
+	base := "[agent]\ngateway_id = \"g\"\n[broker]\n"
+	level := new(slog.LevelVar)
+	a, _ := New(&Options{Config: parse(t, base), LogLevel: level})
+
+	if err := a.Reload(parse(t, base+"[log]\nlevel = \"debug\"\n[dispatch]\nmax_tries = 9\n")); err != nil {
+		t.Fatalf("live reload: %v", err)
+	}
+	if level.Level() != slog.LevelDebug || a.Config().Dispatch.MaxTries != 9 {
+		t.Errorf("not applied: level %v tries %d", level.Level(), a.Config().Dispatch.MaxTries)
+	}
+	err := a.Reload(parse(t, "[agent]\ngateway_id = \"g\"\n[broker]\nlisten = \"127.0.0.1:1884\"\n[metrics]\nlisten = \"127.0.0.1:9\"\n"))
+	if !errors.Is(err, ErrNeedsRestart) || !strings.Contains(err.Error(), "[[broker] [metrics]]") {
+		t.Errorf("restart-only change: %v", err)
+	}
+	if a.Config().Broker.Listen != "127.0.0.1:1883" || a.Config().Metrics.Listen != "" {
+		t.Errorf("restart-only values must not be taken: %+v", a.Config().Broker)
+	}
+	if level.Level() != slog.LevelInfo {
+		t.Errorf("level must follow the new file: %v", level.Level())
+	}
+}
+
+func TestNewNeedsConfig(t *testing.T) {
+	if _, err := New(nil); err == nil {
+		t.Error("New(nil) accepted")
+	}
+}

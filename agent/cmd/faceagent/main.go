@@ -1,0 +1,167 @@
+// Command faceagent is the gateway daemon: it takes whitelist tasks from the back office,
+// keeps them in a journal and sends them to face terminals one at a time (see
+// agent/doc.go and DESIGN.md).
+//
+//	faceagent -config /etc/faceagent/agent.toml
+//	faceagent -config agent.toml -check-config
+//	faceagent -version
+//
+// Exit codes: 0 clean stop (SIGINT/SIGTERM), 1 runtime failure, 2 bad usage or config.
+// SIGHUP reloads the config file: a bad file is logged and the running config stays.
+// A second SIGINT/SIGTERM during shutdown ends the process at once.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+
+	"github.com/seed0e69bba5/faceagent/agent"
+	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/internal/sdnotify"
+)
+
+// version is stamped at build time: go build -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+// Exit codes (DESIGN.md "Commands").
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("faceagent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "the agent's TOML config `FILE` (see configs/agent.toml)")
+	check := fs.Bool("check-config", false, "validate the config, print the effective configuration and exit (0 valid, 2 not)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: faceagent -config FILE [-check-config] | -version\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "faceagent: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return exitUsage
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "faceagent %s %s %s/%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		return exitOK
+	}
+	if *configPath == "" {
+		fmt.Fprintln(stderr, "faceagent: -config FILE is required")
+		fs.Usage()
+		return exitUsage
+	}
+	cfg, err := config.Load(*configPath, nil)
+	if err != nil {
+		fmt.Fprintln(stderr, err) // FILE:LINE: key: what is wrong, one per line
+		return exitUsage
+	}
+	if *check {
+		if err := cfg.WriteTOML(stdout); err != nil {
+			fmt.Fprintln(stderr, "faceagent:", err)
+			return exitFailure
+		}
+		return exitOK
+	}
+	return serve(cfg, *configPath, stderr)
+}
+
+// serve runs the agent until a signal stops it.
+func serve(cfg *config.Config, path string, stderr io.Writer) int {
+	log, level := agent.NewLogger(cfg.Log, stderr)
+	limit, source := agent.ApplyMemoryLimit(cfg.Agent)
+	log.Info("faceagent starting", "version", version, "config", path, "board", cfg.Agent.Board,
+		"gomemlimit", limit, "gomemlimit_from", source)
+
+	a, err := agent.New(&agent.Options{Config: cfg, Logger: log, LogLevel: level, Version: version})
+	if err != nil {
+		log.Error("start", "err", err)
+		return exitFailure
+	}
+	notifier, err := sdnotify.FromEnv()
+	if err != nil {
+		log.Warn("systemd notify socket unusable", "err", err)
+	}
+
+	ctx, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stopSignals()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	done := make(chan error, 1) // buffered: Run's goroutine must not block if we left
+	go func() { done <- a.Run(ctx) }()
+	ready := a.Ready()
+	watchdogDone := make(chan struct{})
+	close(watchdogDone) // replaced once the watchdog runs
+	for {
+		select {
+		case <-ready:
+			ready = nil
+			_ = notifier.Ready()
+			_ = notifier.Status("running")
+			if every, ok := sdnotify.WatchdogInterval(); ok {
+				watchdogDone = make(chan struct{})
+				go func() {
+					defer close(watchdogDone)
+					_ = notifier.RunWatchdog(ctx, every, a.Healthy)
+				}()
+			}
+		case <-hup:
+			reload(a, path, log)
+		case <-ctx.Done():
+			stopSignals() // a second signal now ends the process the default way
+			_ = notifier.Stopping()
+			err := <-done
+			<-watchdogDone
+			if err != nil {
+				log.Error("stopped with errors", "err", err)
+				return exitFailure
+			}
+			log.Info("faceagent stopped")
+			return exitOK
+		case err := <-done:
+			<-watchdogDone
+			if err == nil {
+				return exitOK
+			}
+			log.Error("faceagent failed", "err", err)
+			return exitFailure
+		}
+	}
+}
+
+// reload re-reads the config file on SIGHUP. A file that does not load changes nothing.
+func reload(a *agent.Agent, path string, log *slog.Logger) {
+	next, err := config.Load(path, nil)
+	if err != nil {
+		log.Error("reload refused: the running config stays", "err", err.Error())
+		return
+	}
+	if err := a.Reload(next); err != nil {
+		log.Warn("config reloaded in part", "err", err.Error())
+		return
+	}
+	log.Info("config reloaded", "config", path)
+}
