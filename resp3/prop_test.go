@@ -93,8 +93,8 @@ func (g gen) scalar() Value {
 	case 9:
 		return Value{Kind: BlobError, Str: g.bytes(50, false)}
 	case 10:
-		formats := [][3]byte{{'t', 'x', 't'}, {'m', 'k', 'd'}}
-		return Value{Kind: VerbatimString, Format: formats[g.rng.IntN(2)], Str: g.bytes(50, false)}
+		formats := []string{"txt", "mkd"}
+		return Value{Kind: VerbatimString, Int: verbatimFormat(formats[g.rng.IntN(2)]), Str: g.bytes(50, false)}
 	case 11:
 		return Value{Kind: Array, Len: -1}
 	}

@@ -13,7 +13,7 @@ import "math"
 // On error, rest is b. ErrIncomplete (errors.Is) means b is a valid prefix and more bytes are
 // needed; any other error is a *SyntaxError matching ErrMalformed.
 func ReadValue(b []byte) (v Value, rest []byte, err error) {
-	v, next, err := readValueAt(b, 0)
+	next, err := readValueAt(b, 0, &v)
 	if err != nil {
 		return Value{}, b, err
 	}
@@ -23,7 +23,8 @@ func ReadValue(b []byte) (v Value, rest []byte, err error) {
 // ParseValue reads exactly one token that must fill all of b: bytes after it are
 // ErrTrailingBytes. Meant for scalar replies such as "+OK\r\n" or "$4\r\n1234\r\n".
 func ParseValue(b []byte) (Value, error) {
-	v, next, err := readValueAt(b, 0)
+	var v Value
+	next, err := readValueAt(b, 0, &v)
 	if err != nil {
 		return Value{}, err
 	}
@@ -33,92 +34,119 @@ func ParseValue(b []byte) (Value, error) {
 	return v, nil
 }
 
-// readValueAt reads the token starting at b[i] and returns it with the index after it.
+// readValueAt reads the token starting at b[i] into *v and returns the index after it.
+// It writes *v in place (every field) rather than returning a Value: returning the struct
+// made callers copy it through the stack, which cost more than the parsing.
 // Offsets in errors are indexes into b, so nested readers report positions in the whole input.
-func readValueAt(b []byte, i int) (Value, int, error) {
+//
+// The common token — a blob string shorter than 100 bytes — takes a short path; everything
+// else (and every error) goes through readToken.
+func readValueAt(b []byte, i int, v *Value) (int, error) {
+	if i+5 < len(b) && b[i] == byte(BlobString) {
+		var n, j int
+		if c := b[i+1] - '0'; c < 10 && b[i+2] == '\r' && b[i+3] == '\n' {
+			n, j = int(c), i+4 // "$d\r\n"
+		} else if d := b[i+2] - '0'; c-1 < 9 && d < 10 && b[i+3] == '\r' && b[i+4] == '\n' {
+			n, j = int(c)*10+int(d), i+5 // "$dd\r\n", no leading zero
+		}
+		if j != 0 && n <= len(b)-j-2 && b[j+n] == '\r' && b[j+n+1] == '\n' {
+			*v = Value{Kind: BlobString, Str: b[j : j+n : j+n]}
+			return j + n + 2, nil
+		}
+	}
+	return readToken(b, i, v)
+}
+
+// readToken is readValueAt for every kind, with the precise errors.
+func readToken(b []byte, i int, v *Value) (int, error) {
 	if i >= len(b) {
-		return Value{}, i, ErrIncomplete
+		return i, ErrIncomplete
 	}
 	k := Kind(b[i])
 	switch k {
 	case BlobString, BlobError, VerbatimString:
 		n, j, err := readLength(b, i+1)
 		if err != nil {
-			return Value{}, i, err
+			return i, err
 		}
 		if n < 0 {
 			// protocol (RESP2 compatibility): "$-1" is a null blob string.
 			if k != BlobString {
-				return Value{}, i, errAt(i+1, ErrNegativeLength)
+				return i, errAt(i+1, ErrNegativeLength)
 			}
-			return Value{Kind: BlobString, Len: -1}, j, nil
+			*v = Value{Kind: BlobString, Len: -1}
+			return j, nil
 		}
 		if n > MaxBlobLen {
-			return Value{}, i, errAt(i+1, ErrTooLarge)
+			return i, errAt(i+1, ErrTooLarge)
 		}
 		if n > len(b)-j-2 {
 			// Report a wrong terminator as soon as its byte is in view, so that malformed
 			// input is not mistaken for a prefix.
 			if n < len(b)-j && b[j+n] != '\r' {
-				return Value{}, i, errAt(j+n, ErrMissingCRLF)
+				return i, errAt(j+n, ErrMissingCRLF)
 			}
-			return Value{}, i, ErrLengthPastBuffer
+			return i, ErrLengthPastBuffer
 		}
 		end := j + n
 		if b[end] != '\r' || b[end+1] != '\n' {
-			return Value{}, i, errAt(end, ErrMissingCRLF)
+			return i, errAt(end, ErrMissingCRLF)
 		}
-		v := Value{Kind: k, Str: b[j:end:end]}
+		*v = Value{Kind: k, Str: b[j:end:end]}
 		if k == VerbatimString {
 			// protocol: "=15\r\ntxt:Some string\r\n" — three format bytes, a colon, the text.
 			if n < 4 || b[j+3] != ':' {
-				return Value{}, i, errAt(j, ErrInvalidVerbatim)
+				return i, errAt(j, ErrInvalidVerbatim)
 			}
-			v.Format = [3]byte{b[j], b[j+1], b[j+2]}
+			v.Int = int64(b[j])<<16 | int64(b[j+1])<<8 | int64(b[j+2])
 			v.Str = b[j+4 : end : end]
 		}
-		return v, end + 2, nil
+		return end + 2, nil
 
 	case Array, Map, Set, Attribute, Push:
 		n, j, err := readLength(b, i+1)
 		if err != nil {
-			return Value{}, i, err
+			return i, err
 		}
 		if n < 0 && k != Array {
 			// protocol: only "*-1" survives from RESP2; RESP3 nulls are "_".
-			return Value{}, i, errAt(i+1, ErrNegativeLength)
+			return i, errAt(i+1, ErrNegativeLength)
 		}
 		if n > MaxElements {
-			return Value{}, i, errAt(i+1, ErrTooManyElements)
+			return i, errAt(i+1, ErrTooManyElements)
 		}
-		return Value{Kind: k, Len: n}, j, nil
+		*v = Value{Kind: k, Len: n}
+		return j, nil
 
 	case SimpleString, SimpleError:
 		j, err := lineEnd(b, i+1)
 		if err != nil {
-			return Value{}, i, err
+			return i, err
 		}
-		return Value{Kind: k, Str: b[i+1 : j : j]}, j + 2, nil
+		*v = Value{Kind: k, Str: b[i+1 : j : j]}
+		return j + 2, nil
 
 	case Integer:
 		n, j, err := readInt(b, i+1)
 		if err != nil {
-			return Value{}, i, err
+			return i, err
 		}
-		return Value{Kind: Integer, Int: n}, j, nil
+		*v = Value{Kind: Integer, Int: n}
+		return j, nil
 
 	case Null:
 		// protocol: "_\r\n"
 		j, err := expectCRLF(b, i+1, ErrInvalidNull)
 		if err != nil {
-			return Value{}, i, err
+			return i, err
 		}
-		return Value{Kind: Null}, j, nil
+		*v = Value{Kind: Null}
+		return j, nil
 
 	case Boolean:
 		// protocol: "#t\r\n" or "#f\r\n"
 		if i+1 >= len(b) {
-			return Value{}, i, ErrIncomplete
+			return i, ErrIncomplete
 		}
 		var t int64
 		switch b[i+1] {
@@ -126,30 +154,32 @@ func readValueAt(b []byte, i int) (Value, int, error) {
 			t = 1
 		case 'f':
 		default:
-			return Value{}, i, errAt(i+1, ErrInvalidBoolean)
+			return i, errAt(i+1, ErrInvalidBoolean)
 		}
 		j, err := expectCRLF(b, i+2, ErrInvalidBoolean)
 		if err != nil {
-			return Value{}, i, err
+			return i, err
 		}
-		return Value{Kind: Boolean, Int: t}, j, nil
+		*v = Value{Kind: Boolean, Int: t}
+		return j, nil
 
 	case Double, BigNumber:
 		j, err := lineEnd(b, i+1)
 		if err != nil {
-			return Value{}, i, err
+			return i, err
 		}
 		text := b[i+1 : j : j]
 		if k == Double {
 			if !validDouble(text) {
-				return Value{}, i, errAt(i+1, ErrInvalidDouble)
+				return i, errAt(i+1, ErrInvalidDouble)
 			}
 		} else if !validBigNumber(text) {
-			return Value{}, i, errAt(i+1, ErrInvalidBigNumber)
+			return i, errAt(i+1, ErrInvalidBigNumber)
 		}
-		return Value{Kind: k, Str: text}, j + 2, nil
+		*v = Value{Kind: k, Str: text}
+		return j + 2, nil
 	}
-	return Value{}, i, errAt(i, ErrUnknownType)
+	return i, errAt(i, ErrUnknownType)
 }
 
 // readLength parses a length or count starting at b[i] up to and including its CRLF and

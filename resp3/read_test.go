@@ -53,7 +53,7 @@ var scalarFixtures = []struct {
 	{"blob error", "!21\r\nSYNTAX invalid syntax\r\n", Value{Kind: BlobError, Str: []byte("SYNTAX invalid syntax")}},
 	// "=15": 3 format bytes "txt", ':', 11 bytes of text.
 	{"verbatim", "=15\r\ntxt:Some string\r\n",
-		Value{Kind: VerbatimString, Format: [3]byte{'t', 'x', 't'}, Str: []byte("Some string")}},
+		Value{Kind: VerbatimString, Int: verbatimFormat("txt"), Str: []byte("Some string")}},
 	{"array header", "*3\r\n", Value{Kind: Array, Len: 3}},
 	{"empty array", "*0\r\n", Value{Kind: Array, Len: 0}},
 	{"map header", "%2\r\n", Value{Kind: Map, Len: 2}},
@@ -217,6 +217,21 @@ func TestDoubleFloat(t *testing.T) {
 }
 
 func equalValue(a, b Value) bool {
-	return a.Kind == b.Kind && a.Format == b.Format && bytes.Equal(a.Str, b.Str) &&
+	return a.Kind == b.Kind && bytes.Equal(a.Str, b.Str) &&
 		(a.Str == nil) == (b.Str == nil) && a.Int == b.Int && a.Len == b.Len
+}
+
+func verbatimFormat(f string) int64 { return int64(f[0])<<16 | int64(f[1])<<8 | int64(f[2]) }
+
+func TestVerbatimFormat(t *testing.T) {
+	v, err := ParseValue([]byte("=8\r\nmkd:# hi\r\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := v.VerbatimFormat(); string(f[:]) != "mkd" || string(v.Str) != "# hi" {
+		t.Fatalf("format %q text %q", f, v.Str)
+	}
+	if got := AppendValue(nil, v); string(got) != "=8\r\nmkd:# hi\r\n" {
+		t.Fatalf("re-encoded %q", got)
+	}
 }

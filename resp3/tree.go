@@ -50,18 +50,22 @@ func walk(b []byte, dst []Value, collect bool) ([]Value, int, error) {
 
 // walkAt reads the whole value at b[i]. It recurses once per nesting level, and depth is
 // bounded by MaxDepth, so no input can exhaust the stack; every token consumes at least three
-// bytes, so it ends.
+// bytes, so it ends. Tokens are read straight into their slot in dst (see readValueAt).
 func walkAt(b []byte, i int, dst []Value, collect bool, depth int) ([]Value, int, error) {
+	var scratch Value
 	for {
-		v, next, err := readValueAt(b, i)
+		v := &scratch
+		if collect {
+			dst = grow(dst)
+			v = &dst[len(dst)-1]
+		}
+		next, err := readValueAt(b, i, v)
 		if err != nil {
 			return dst, 0, err
 		}
-		if collect {
-			dst = append(dst, v)
-		}
 		n := v.Len // Array, Set, Push; -1 for "*-1" means no elements
-		switch v.Kind {
+		kind := v.Kind
+		switch kind {
 		case Array, Set, Push:
 		case Map, Attribute:
 			n = 2 * v.Len
@@ -72,15 +76,38 @@ func walkAt(b []byte, i int, dst []Value, collect bool, depth int) ([]Value, int
 			return dst, 0, errAt(i, ErrTooDeep)
 		}
 		for ; n > 0; n-- {
+			if next < len(b) && !aggregateByte[b[next]] {
+				// A scalar element: read it here rather than one call deeper.
+				e := &scratch
+				if collect {
+					dst = grow(dst)
+					e = &dst[len(dst)-1]
+				}
+				next, err = readValueAt(b, next, e)
+				if err != nil {
+					return dst, 0, err
+				}
+				continue
+			}
 			dst, next, err = walkAt(b, next, dst, collect, depth+1)
 			if err != nil {
 				return dst, 0, err
 			}
 		}
-		if v.Kind != Attribute {
+		if kind != Attribute {
 			return dst, next, nil
 		}
 		// An attribute annotates the value after it, which is read as part of this one.
 		i = next
 	}
 }
+
+// grow extends dst by one element (amortised, like append) and returns it.
+func grow(dst []Value) []Value {
+	if len(dst) < cap(dst) {
+		return dst[:len(dst)+1]
+	}
+	return append(dst, Value{})
+}
+
+var aggregateByte = [256]bool{'*': true, '%': true, '~': true, '|': true, '>': true}

@@ -59,7 +59,7 @@ var treeFixtures = []struct {
 	}},
 	{"errors and verbatim", "*3\r\n-ERR x\r\n!3\r\nbad\r\n=7\r\nmkd:# h\r\n", []Value{
 		{Kind: Array, Len: 3}, {Kind: SimpleError, Str: []byte("ERR x")}, {Kind: BlobError, Str: []byte("bad")},
-		{Kind: VerbatimString, Format: [3]byte{'m', 'k', 'd'}, Str: []byte("# h")},
+		{Kind: VerbatimString, Int: verbatimFormat("mkd"), Str: []byte("# h")},
 	}},
 }
 

@@ -92,13 +92,13 @@ func (k Kind) IsAggregate() bool {
 // Copy it (string(v.Str), bytes.Clone) to keep it longer.
 type Value struct {
 	Kind Kind
-	// Format is a VerbatimString's three-byte format ("txt", "mkd"); zero otherwise.
-	Format [3]byte
 	// Str holds the bytes of string-like kinds (BlobString, SimpleString, SimpleError,
 	// BlobError; VerbatimString: the text after "xxx:"), and the text of Double and
 	// BigNumber values. Nil for a "$-1" null.
 	Str []byte
-	// Int is an Integer's value, or 1/0 for a Boolean.
+	// Int is an Integer's value, 1/0 for a Boolean, and a VerbatimString's three format
+	// bytes ("txt", "mkd") packed big-endian — use VerbatimFormat. (A [3]byte field would
+	// keep Value out of registers in every call.)
 	Int int64
 	// Len is an aggregate's element count (Map and Attribute: the number of pairs), or -1 for
 	// the RESP2 nulls "$-1" and "*-1".
@@ -108,6 +108,11 @@ type Value struct {
 // IsNull reports whether v is a null: "_", "$-1" or "*-1".
 func (v Value) IsNull() bool {
 	return v.Kind == Null || (v.Len == -1 && (v.Kind == BlobString || v.Kind == Array))
+}
+
+// VerbatimFormat returns a VerbatimString's format, such as "txt".
+func (v Value) VerbatimFormat() [3]byte {
+	return [3]byte{byte(v.Int >> 16), byte(v.Int >> 8), byte(v.Int)}
 }
 
 // Bool reports a Boolean's value.

@@ -146,7 +146,7 @@ func AppendValue(dst []byte, v Value) []byte {
 		return AppendBlobError(dst, v.Str)
 	case VerbatimString:
 		dst = appendHeader(dst, VerbatimString, 4+len(v.Str))
-		dst = append(dst, v.Format[:]...)
+		dst = append(dst, byte(v.Int>>16), byte(v.Int>>8), byte(v.Int))
 		dst = append(dst, ':')
 		dst = append(dst, v.Str...)
 		return append(dst, '\r', '\n')
