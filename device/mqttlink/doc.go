@@ -1,0 +1,43 @@
+// Package mqttlink is a device.Link to face terminals on local MQTT: protocol v1 as JSON on
+// dev/face/{id} (commands, QoS 1), dev/face/{id}/Ack and dev/face/{id}/heartbeat (DESIGN.md
+// "Topics and keys"). Every terminal shares one broker connection: the link subscribes to
+// one wildcard filter per message kind (dev/face/+/Ack, dev/face/+/heartbeat) and routes
+// what arrives by the {id} level of its topic.
+//
+// Two ways to reach the broker:
+//
+//   - Config.Server: an in-process mochi broker (github.com/mochi-mqtt/server/v2) with
+//     Options.InlineClient = true. The link uses its inline client (srv.Subscribe /
+//     srv.Publish): no socket, no second connection, up as long as the process is.
+//   - Config.URL: an external broker (a local mosquitto, the cluster's broker) through one
+//     autopaho connection that reconnects by itself (exponential backoff up to
+//     ReconnectMax) and resubscribes on every connection.
+//
+// # Tutorial
+//
+//	link, err := mqttlink.New(mqttlink.Config{URL: "mqtt://127.0.0.1:1883"})
+//	if err != nil { ... }  // *mqttlink.Error with device.ErrConfig
+//	defer link.Close()
+//	// after a device.Up event:
+//	err = link.Send(ctx, "2042253", cmd) // returns after the broker's PUBACK
+//	for ev := range link.Events() { ... } // acks and heartbeats carry the terminal's id
+//
+// Firmware with other topics: CommandTopic "site/{id}/cmd", AckTopic "site/{id}/ack", ….
+// "{id}" must be one whole topic level.
+//
+// # Caveats
+//
+//   - Up and Down concern the whole connection (DeviceID ""). They are coalesced: a flapping
+//     connection yields alternating Up/Down events, never two of a kind in a row.
+//   - Send's nil means the broker accepted the command (PUBACK for QoS 1 over URL; the inline
+//     publish has no PUBACK and returns once mochi queued it for the subscribers). A terminal
+//     that is offline with a clean session never gets it: the agent's retry covers that.
+//   - Malformed acks and heartbeats, and messages from terminals outside Config.Devices, are
+//     Error events with the device id and topic, never dropped silently.
+//   - Inline mode ignores messages published by mochi inline clients (including our own
+//     commands), because mochi hands inline handlers no other way to tell them apart.
+//   - Received messages are handled on the broker's (or paho's) delivery goroutine; a full
+//     Events channel holds that delivery back rather than drop an ack. Drain Events.
+//   - With SessionExpiry = 0 (the default) acks published while the link is disconnected are
+//     lost; set it (and a fixed ClientID) to have the broker keep them.
+package mqttlink

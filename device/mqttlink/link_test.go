@@ -1,0 +1,355 @@
+package mqttlink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/autopaho"
+	"github.com/eclipse/paho.golang/paho"
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/mochi-mqtt/server/v2/packets"
+	"go.uber.org/goleak"
+
+	"github.com/seed0e69bba5/faceagent/device"
+	"github.com/seed0e69bba5/faceagent/device/face"
+	"github.com/seed0e69bba5/faceagent/device/sim"
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// allowAll lets every client connect and use every topic (mochi's auth.AllowHook pulls in a
+// YAML module this repository does not otherwise need).
+type allowAll struct{ mqtt.HookBase }
+
+func (allowAll) ID() string { return "allow-all" }
+func (allowAll) Provides(b byte) bool {
+	return b == mqtt.OnConnectAuthenticate || b == mqtt.OnACLCheck
+}
+func (allowAll) OnConnectAuthenticate(*mqtt.Client, packets.Packet) bool { return true }
+func (allowAll) OnACLCheck(*mqtt.Client, string, bool) bool              { return true }
+
+// startMochi runs an in-process mochi broker with the inline client on a free loopback port.
+func startMochi(t *testing.T) (*mqtt.Server, string) {
+	t.Helper()
+	srv := mqtt.New(&mqtt.Options{InlineClient: true, Logger: slog.New(slog.DiscardHandler)})
+	srv.Options.Capabilities.Compatibilities.NoInheritedPropertiesOnAck = true
+	if err := srv.AddHook(new(allowAll), nil); err != nil {
+		t.Fatal(err)
+	}
+	addr := testutil.FreeAddr(t)
+	if err := srv.AddListener(listeners.NewTCP(listeners.Config{ID: "t", Address: addr})); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Serve(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return srv, "mqtt://" + addr
+}
+
+func newLink(t *testing.T, cfg Config) *Link {
+	t.Helper()
+	l, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func startFleet(t *testing.T, brokerURL string, ids []string, opts sim.Options) *sim.Fleet {
+	t.Helper()
+	opts.Strict = true
+	opts.OnViolation = func(id string, err error) { t.Errorf("%s: %v", id, err) }
+	f, err := sim.StartMQTT(brokerURL, ids, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func waitEvent(t *testing.T, l *Link, kind device.EventKind) device.Event {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev, ok := <-l.Events():
+			if !ok {
+				t.Fatalf("events closed while waiting for %s", kind)
+			}
+			if ev.Kind == kind {
+				return ev
+			}
+			t.Logf("skipping %s", ev)
+		case <-timeout:
+			t.Fatalf("no %s event", kind)
+		}
+	}
+}
+
+func add(id, person string) face.Command {
+	return face.Command{MessageID: "AddPerson-" + person + "-" + id, Op: face.AddPerson, Person: face.Person{ID: person, Name: "n" + person}}
+}
+
+// roundTrips sends one command at a time to each terminal and waits for its ack, checking
+// that acks are routed to the right device ids through the one shared connection.
+func roundTrips(t *testing.T, l *Link, f *sim.Fleet, n int) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range n {
+		for _, term := range f.Terminals() {
+			cmd := add(fmt.Sprint(i), fmt.Sprint(i))
+			if err := l.Send(ctx, term.ID(), cmd); err != nil {
+				t.Fatal(err)
+			}
+			ev := waitEvent(t, l, device.Ack)
+			if ev.DeviceID != term.ID() || ev.Ack.MessageID != cmd.MessageID || !ev.Ack.OK() {
+				t.Fatalf("ack %s, want %s from %s", ev, cmd.MessageID, term.ID())
+			}
+		}
+	}
+	for _, term := range f.Terminals() {
+		if got := len(term.Persons()); got != n {
+			t.Fatalf("%s has %d persons, want %d", term.ID(), got, n)
+		}
+	}
+}
+
+func TestInlineRoundTripsManyTerminals(t *testing.T) {
+	srv, burl := startMochi(t)
+	l := newLink(t, Config{Server: srv})
+	if ev := waitEvent(t, l, device.Up); ev.DeviceID != "" {
+		t.Fatalf("up for %q, want the whole link", ev.DeviceID)
+	}
+	f := startFleet(t, burl, []string{"2042253", "2042254", "2042255"}, sim.Options{Seed: 1})
+	roundTrips(t, l, f, 3)
+}
+
+func TestPahoRoundTripsAgainstMochi(t *testing.T) {
+	_, burl := startMochi(t)
+	l := newLink(t, Config{URL: burl})
+	waitEvent(t, l, device.Up)
+	f := startFleet(t, burl, []string{"a", "b"}, sim.Options{Seed: 2, HeartbeatInterval: time.Hour})
+	roundTrips(t, l, f, 2)
+}
+
+func TestPahoAgainstMosquittoSurvivesRestart(t *testing.T) {
+	m := testutil.StartMosquitto(t)
+	l := newLink(t, Config{URL: m.URL, ReconnectMax: 300 * time.Millisecond})
+	waitEvent(t, l, device.Up)
+	f := startFleet(t, m.URL, []string{"t1", "t2"}, sim.Options{Seed: 3})
+	roundTrips(t, l, f, 2)
+
+	m.Restart()
+	waitEvent(t, l, device.Down)
+	waitEvent(t, l, device.Up)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.WaitReady(ctx); err != nil { // the terminals reconnect too (autopaho)
+		t.Fatal(err)
+	}
+	// The terminals resubscribe on their own schedule: retry like the agent would.
+	cmd := add("after-restart", "900")
+	for {
+		if err := l.Send(ctx, "t1", cmd); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case ev := <-l.Events():
+			if ev.Kind == device.Ack && ev.Ack.MessageID == cmd.MessageID && ev.DeviceID == "t1" {
+				return
+			}
+		case <-time.After(300 * time.Millisecond): // the agent's retry interval
+		case <-ctx.Done():
+			t.Fatal("no ack after the broker restarted")
+		}
+	}
+}
+
+// rawClient publishes what a broken terminal would.
+func rawClient(t *testing.T, brokerURL string) *autopaho.ConnectionManager {
+	t.Helper()
+	u := mustURL(t, brokerURL)
+	cm, err := autopaho.NewConnection(context.Background(), autopaho.ClientConfig{
+		ServerUrls: []*url.URL{u}, KeepAlive: 10, CleanStartOnInitialConnection: true,
+		ClientConfig: paho.ClientConfig{ClientID: "broken-terminal"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		cm.Disconnect(ctx)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := cm.AwaitConnection(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return cm
+}
+
+func mustURL(t *testing.T, s string) *url.URL {
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func TestBadMessagesBecomeErrorEvents(t *testing.T) {
+	srv, burl := startMochi(t)
+	l := newLink(t, Config{Server: srv, Devices: []string{"d1"}})
+	waitEvent(t, l, device.Up)
+	cm := rawClient(t, burl)
+	pub := func(topic, payload string) {
+		t.Helper()
+		if _, err := cm.Publish(context.Background(), &paho.Publish{Topic: topic, QoS: 1, Payload: []byte(payload)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		topic, payload string
+		code           device.Code
+		device, want   string
+	}{
+		{"dev/face/d1/Ack", `{"messageId":`, device.ErrInvalid, "d1", "unexpected end"},
+		{"dev/face/d1/Ack", `{"code":0}`, device.ErrInvalid, "d1", "messageId: missing"},
+		{"dev/face/d1/Ack", `{"messageId":"m"}`, device.ErrInvalid, "d1", "code: missing"},
+		{"dev/face/d1/heartbeat", `{"deviceId":"d2","persons":1}`, device.ErrInvalid, "d1", "names device"},
+		{"dev/face/d1/heartbeat", `{"time":"noon"}`, device.ErrInvalid, "d1", "RFC 3339"},
+		{"dev/face/stranger/Ack", `{"messageId":"m","code":0}`, device.ErrUnknownDevice, "stranger", "unknown device"},
+	}
+	for _, c := range cases {
+		pub(c.topic, c.payload)
+		ev := waitEvent(t, l, device.Error)
+		if !errors.Is(ev.Err, c.code) || ev.DeviceID != c.device || !strings.Contains(ev.Err.Error(), c.want) {
+			t.Errorf("%s %s: got %s", c.topic, c.payload, ev)
+		}
+		var e *Error
+		if !errors.As(ev.Err, &e) || e.Topic != c.topic {
+			t.Errorf("%s: not an *Error naming the topic: %#v", c.topic, ev.Err)
+		}
+	}
+	pub("dev/face/d1/heartbeat", `{"time":"2026-11-22T10:00:00Z","persons":5}`)
+	if ev := waitEvent(t, l, device.Heartbeat); ev.Heartbeat.DeviceID != "d1" || ev.Heartbeat.Persons != 5 {
+		t.Fatalf("heartbeat %s", ev)
+	}
+	if err := l.Send(context.Background(), "d2", add("1", "1")); !errors.Is(err, device.ErrUnknownDevice) {
+		t.Fatalf("send to a device not on the list: %v", err)
+	}
+	if err := l.Send(context.Background(), "d1", face.Command{MessageID: "m"}); !errors.Is(err, device.ErrInvalid) {
+		t.Fatalf("invalid command: %v", err)
+	}
+}
+
+func TestCommandsArriveWithQoS1(t *testing.T) {
+	srv, burl := startMochi(t)
+	l := newLink(t, Config{Server: srv, CommandTopic: "site/7/{id}/cmd"})
+	got := make(chan paho.PublishReceived, 1)
+	u := mustURL(t, burl)
+	cm, err := autopaho.NewConnection(context.Background(), autopaho.ClientConfig{
+		ServerUrls: []*url.URL{u}, KeepAlive: 10, CleanStartOnInitialConnection: true,
+		ClientConfig: paho.ClientConfig{ClientID: "qos-probe", OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+			func(pr paho.PublishReceived) (bool, error) { got <- pr; return true, nil }}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cm.Disconnect(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := cm.AwaitConnection(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "site/7/+/cmd", QoS: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	cmd := add("1", "951")
+	if err := l.Send(ctx, "2042253", cmd); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case pr := <-got:
+		if pr.Packet.Topic != "site/7/2042253/cmd" || pr.Packet.QoS != 1 {
+			t.Fatalf("topic %s qos %d", pr.Packet.Topic, pr.Packet.QoS)
+		}
+		if c, err := face.ParseCommandJSON(pr.Packet.Payload); err != nil || c != cmd {
+			t.Fatalf("payload %s: %v", pr.Packet.Payload, err)
+		}
+	case <-ctx.Done():
+		t.Fatal("command not delivered")
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	srv := mqtt.New(&mqtt.Options{Logger: slog.New(slog.DiscardHandler)}) // no inline client
+	for _, cfg := range []Config{
+		{},
+		{Server: srv, URL: "mqtt://x"},
+		{Server: srv},
+		{URL: "mqtt://127.0.0.1:1", AckTopic: "dev/{id}x/Ack"},
+		{URL: "mqtt://127.0.0.1:1", AckTopic: "dev/+/{id}"},
+		{URL: "mqtt://127.0.0.1:1", AckTopic: "dev/face/{id}/heartbeat"},
+		{URL: "mqtt://127.0.0.1:1", Devices: []string{"a/b"}},
+		{URL: "mqtt://127.0.0.1:1", QoS: 4},
+	} {
+		if l, err := New(cfg); !errors.Is(err, device.ErrConfig) {
+			t.Errorf("%+v: %v", cfg, err)
+			if l != nil {
+				l.Close()
+			}
+		}
+	}
+}
+
+func TestSendWhileBrokerUnreachable(t *testing.T) {
+	l := newLink(t, Config{URL: "mqtt://" + testutil.FreeAddr(t)})
+	if ev := waitEvent(t, l, device.Down); !errors.Is(ev.Err, device.ErrNotConnected) {
+		t.Fatalf("down: %v", ev.Err)
+	}
+	if err := l.Send(context.Background(), "d1", add("1", "1")); !errors.Is(err, device.ErrNotConnected) {
+		t.Fatalf("send: %v", err)
+	}
+	l.Close()
+	if err := l.Send(context.Background(), "d1", add("1", "1")); !errors.Is(err, device.ErrClosed) {
+		t.Fatalf("send after close: %v", err)
+	}
+	if _, ok := <-l.Events(); ok {
+		t.Fatal("events not closed") // drained above except possibly Down repeats: coalesced
+	}
+}
+
+func TestTemplate(t *testing.T) {
+	tp, err := parseTemplate("ack", "dev/face/{id}/Ack")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for topic, want := range map[string]string{"dev/face/7/Ack": "7", "dev/face//Ack": "", "dev/face/7/8/Ack": "", "dev/face/7/Ackx": ""} {
+		id, ok := tp.match(topic)
+		if id != want || ok != (want != "") {
+			t.Errorf("%s: %q %v", topic, id, ok)
+		}
+	}
+	if tp.filter() != "dev/face/+/Ack" || tp.topic("x") != "dev/face/x/Ack" {
+		t.Fatal(tp.filter(), tp.topic("x"))
+	}
+	if tp, _ := parseTemplate("cmd", "{id}"); tp.filter() != "+" {
+		t.Fatal(tp.filter())
+	}
+}

@@ -1,0 +1,54 @@
+// Package sim simulates face terminals speaking protocol v1 over MQTT (each terminal with
+// its own broker connection, as real ones have) or over a serial line (a PTY's master end
+// or a real port). It reproduces what real terminals do wrong: slow acks (fixed or a
+// distribution), lost acks, refusals, offline periods, garbage, crashes in the middle of a
+// command. Each terminal keeps its person list, so a test can assert the final whitelist.
+// All randomness is seeded: terminal i draws from PCG(Seed, i+1).
+//
+// # Tutorial
+//
+//	fleet, err := sim.StartMQTT("mqtt://127.0.0.1:1883", []string{"2042253", "2042254"}, sim.Options{
+//		Seed: 42, AckLatency: sim.Latency{Kind: sim.Exponential, A: 80 * time.Millisecond},
+//		AckLoss: 0.05, HeartbeatInterval: 5 * time.Second, Strict: true,
+//	})
+//	if err != nil { ... }
+//	defer fleet.Close()
+//	fleet.WaitReady(ctx)
+//	... run the agent ...
+//	if err := fleet.Violations(); err != nil { t.Fatal(err) }
+//	persons := fleet.Terminal("2042253").Persons()
+//
+// Over a serial line: p, _ := serial.OpenPTY(); give p.Path to the link and
+// sim.SerialPort{DeviceID: "2042253", Port: p.Master} to StartSerial.
+//
+// # Terminal behaviour
+//
+// A command is applied and acked after AckLatency. AddPerson stores the person (replacing
+// one with the same id), DeletePerson removes it; both are idempotent. A resend of a
+// messageId already answered is applied again and acked again with the same code (DESIGN.md:
+// "terminals must treat a repeated messageId as a duplicate and ack it again"); a refused
+// messageId stays refused. A lost ack means the command was applied and the terminal thinks
+// it answered. A crash applies the command or not (even odds), never acks it, forgets every
+// pending command, (serial) leaves a cut frame on the line, and keeps the terminal offline
+// for CrashDowntime. Offline terminals drop what arrives (Stats.Dropped).
+//
+// # Strict mode: the one-in-flight rule, precisely
+//
+// A command is "unacked" from the moment the terminal receives it until the terminal sends
+// its ack — or decides to lose it, or crashes or goes offline (then it is forgotten). A
+// command C arriving while some command P is unacked is a violation unless C equals P in
+// every field (same messageId, op and person): that is the agent's own resend of the very
+// command in flight after its retry interval, which DESIGN.md allows. A repeated messageId
+// with different content is a violation. A resend of a command already acked (ack lost or
+// late) is not a violation: nothing is unacked. Violations are counted, logged at error
+// level, passed to Options.OnViolation, and returned by Fleet.Violations; facesim exits
+// with status 3 when there were any.
+//
+// # Caveats
+//
+//   - A lost ack is decided when the command arrives, from the terminal's generator; with the
+//     same seed and the same command order the same acks are lost.
+//   - Over MQTT an offline terminal disconnects (clean session): commands sent meanwhile are
+//     gone, as with real terminals; over serial it reads and discards.
+//   - Heartbeat times are the host's clock in RFC 3339, whole seconds.
+package sim

@@ -1,0 +1,396 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/seed0e69bba5/faceagent/device/face"
+)
+
+// Stats counts what one terminal saw and did.
+type Stats struct {
+	DeviceID   string
+	Online     bool
+	Persons    int
+	Received   int // commands that reached the terminal while online
+	Duplicates int // of those, resends of a messageId already seen
+	Acked      int // acks sent (success or refusal)
+	Refused    int // acks sent with a non-zero code
+	AcksLost   int // acks the terminal "sent" into the void
+	Crashes    int
+	Offline    int // offline periods (crashes included)
+	Dropped    int // commands that arrived while offline
+	Garbage    int // garbage messages or byte runs sent
+	Heartbeats int
+	Violations int // strict mode
+}
+
+// link is what a terminal needs from its transport.
+type link interface {
+	sendAck(a *face.Ack) error
+	sendHeartbeat(h *face.Heartbeat) error
+	sendGarbage(r *rand.Rand) error
+	// crash is called when the terminal crashes mid-command (serial: write a cut frame).
+	crash(r *rand.Rand)
+	setOnline(up bool)
+	close()
+}
+
+// pending is a command received and not yet answered.
+type pending struct {
+	cmd     face.Command
+	epoch   uint64 // the terminal's life it belongs to; a crash starts a new one
+	refuse  bool
+	loseAck bool
+}
+
+// Terminal is one simulated face terminal. Its methods are safe for concurrent use.
+type Terminal struct {
+	id   string
+	opts *Options
+	tr   link
+	g    *group
+
+	mu         sync.Mutex
+	rng        *rand.Rand
+	online     bool
+	epoch      uint64
+	persons    map[string]face.Person
+	pending    []*pending
+	results    map[string]int // messageId → the code answered, so a resend gets the same answer
+	stats      Stats
+	violations []error
+}
+
+func newTerminal(id string, index int, opts *Options, g *group) *Terminal {
+	return &Terminal{
+		id: id, opts: opts, g: g,
+		rng:     rand.New(rand.NewPCG(opts.Seed, uint64(index)+1)),
+		online:  true,
+		persons: make(map[string]face.Person),
+		results: make(map[string]int),
+	}
+}
+
+// ID returns the terminal's device id.
+func (t *Terminal) ID() string { return t.id }
+
+// Persons returns the whitelist, sorted by person id.
+func (t *Terminal) Persons() []face.Person {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]face.Person, 0, len(t.persons))
+	for _, p := range t.persons {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Stats returns a snapshot of the counters.
+func (t *Terminal) Stats() Stats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.stats
+	s.DeviceID, s.Online, s.Persons = t.id, t.online, len(t.persons)
+	return s
+}
+
+// Violations returns the strict-mode violations seen so far.
+func (t *Terminal) Violations() []error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]error(nil), t.violations...)
+}
+
+// receive is called by the transport for every command that arrives, in arrival order.
+func (t *Terminal) receive(cmd face.Command) {
+	t.mu.Lock()
+	if !t.online {
+		t.stats.Dropped++
+		t.mu.Unlock()
+		return
+	}
+	t.stats.Received++
+	_, seen := t.results[cmd.MessageID]
+	for _, p := range t.pending {
+		if p.cmd.MessageID == cmd.MessageID {
+			seen = true
+		}
+	}
+	if seen {
+		t.stats.Duplicates++
+	}
+	var violation error
+	if t.opts.Strict {
+		// protocol: one command in flight per terminal. A command arriving while another is
+		// unanswered is a violation, unless it is a resend of that very command (same
+		// messageId, same content): the agent's retry timer may fire before a slow ack.
+		for _, p := range t.pending {
+			if p.cmd != cmd {
+				violation = fmt.Errorf("strict: %s received %s (%s person %s) while %s is unacked",
+					t.id, cmd.MessageID, cmd.Op, cmd.Person.ID, p.cmd.MessageID)
+				t.stats.Violations++
+				t.violations = append(t.violations, violation)
+				break
+			}
+		}
+	}
+	r := t.rng
+	if t.opts.CrashRate > 0 && r.Float64() < t.opts.CrashRate {
+		applied := r.IntN(2) == 0
+		if applied {
+			t.apply(cmd)
+		}
+		t.mu.Unlock()
+		t.opts.Logger.Info("terminal crashed mid-command", "device", t.id, "messageId", cmd.MessageID, "applied", applied)
+		t.crashNow()
+		t.report(violation)
+		return
+	}
+	p := &pending{cmd: cmd, epoch: t.epoch,
+		refuse:  t.opts.RefuseRate > 0 && r.Float64() < t.opts.RefuseRate,
+		loseAck: t.opts.AckLoss > 0 && r.Float64() < t.opts.AckLoss}
+	t.pending = append(t.pending, p)
+	delay := t.opts.AckLatency.Sample(r)
+	t.mu.Unlock()
+	t.report(violation)
+	if delay <= 0 {
+		// Not inline: receive may run in the transport's delivery callback, which must not
+		// wait on a publish.
+		t.g.run(func() { t.answer(p) })
+		return
+	}
+	t.after(delay, func() { t.answer(p) })
+}
+
+func (t *Terminal) report(violation error) {
+	if violation == nil {
+		return
+	}
+	t.opts.Logger.Error("one-in-flight violated", "device", t.id, "err", violation)
+	if t.opts.OnViolation != nil {
+		t.opts.OnViolation(t.id, violation)
+	}
+}
+
+// apply changes the whitelist; both ops are idempotent. Called with mu held.
+func (t *Terminal) apply(cmd face.Command) {
+	switch cmd.Op {
+	case face.AddPerson:
+		t.persons[cmd.Person.ID] = cmd.Person
+	case face.DeletePerson:
+		delete(t.persons, cmd.Person.ID)
+	}
+}
+
+// answer acks p after its latency: applies it (or refuses it), forgets it, sends the ack.
+func (t *Terminal) answer(p *pending) {
+	t.mu.Lock()
+	found := false
+	for i, q := range t.pending {
+		if q == p {
+			t.pending = append(t.pending[:i], t.pending[i+1:]...)
+			found = true
+			break
+		}
+	}
+	if !found || p.epoch != t.epoch || !t.online {
+		t.mu.Unlock() // crashed or went offline since: the command is forgotten
+		return
+	}
+	code, answered := t.results[p.cmd.MessageID]
+	if !answered {
+		if p.refuse {
+			code = t.opts.RefuseCode
+		} else {
+			t.apply(p.cmd)
+		}
+		t.results[p.cmd.MessageID] = code
+	} else if code == 0 {
+		t.apply(p.cmd) // a resend of an accepted command: apply again (idempotent)
+	}
+	if p.loseAck {
+		t.stats.AcksLost++
+		t.mu.Unlock()
+		return
+	}
+	t.stats.Acked++
+	if code != 0 {
+		t.stats.Refused++
+	}
+	garbage := t.opts.GarbageRate > 0 && t.rng.Float64() < t.opts.GarbageRate
+	if garbage {
+		t.stats.Garbage++
+	}
+	t.mu.Unlock()
+	if garbage {
+		t.send("garbage", t.tr.sendGarbage(t.rngLocked()))
+	}
+	ack := face.Ack{MessageID: p.cmd.MessageID, Code: code}
+	if code != 0 {
+		ack.Message = "refused by facesim"
+	}
+	t.send("ack", t.tr.sendAck(&ack))
+}
+
+// rngLocked returns a generator for the transport; the terminal's own stays under mu.
+func (t *Terminal) rngLocked() *rand.Rand {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return rand.New(rand.NewPCG(t.rng.Uint64(), t.rng.Uint64()))
+}
+
+func (t *Terminal) send(what string, err error) {
+	if err != nil {
+		t.opts.Logger.Debug("terminal send failed", "device", t.id, "what", what, "err", err)
+	}
+}
+
+// heartbeat sends one heartbeat if online.
+func (t *Terminal) heartbeat() {
+	t.mu.Lock()
+	if !t.online {
+		t.mu.Unlock()
+		return
+	}
+	t.stats.Heartbeats++
+	h := face.Heartbeat{DeviceID: t.id, Time: time.Now().UTC().Format(time.RFC3339),
+		Firmware: t.opts.Firmware, Persons: len(t.persons)}
+	t.mu.Unlock()
+	t.send("heartbeat", t.tr.sendHeartbeat(&h))
+}
+
+// crashNow takes the terminal down for CrashDowntime, forgetting what is pending.
+func (t *Terminal) crashNow() {
+	t.mu.Lock()
+	t.stats.Crashes++
+	r := rand.New(rand.NewPCG(t.rng.Uint64(), 0))
+	t.mu.Unlock()
+	t.tr.crash(r)
+	t.offlineFor(t.opts.CrashDowntime)
+}
+
+// offlineFor takes the terminal offline now and back online after d.
+func (t *Terminal) offlineFor(d time.Duration) {
+	t.mu.Lock()
+	if !t.online {
+		t.mu.Unlock()
+		return
+	}
+	t.online = false
+	t.epoch++
+	t.pending = nil
+	t.stats.Offline++
+	t.mu.Unlock()
+	t.tr.setOnline(false)
+	t.after(d, func() {
+		t.mu.Lock()
+		t.online = true
+		t.mu.Unlock()
+		t.tr.setOnline(true)
+		t.heartbeat() // a terminal announces itself when it comes back
+	})
+}
+
+// after runs f after d unless the fleet closes first.
+func (t *Terminal) after(d time.Duration, f func()) {
+	t.g.run(func() {
+		tm := time.NewTimer(d)
+		defer tm.Stop()
+		select {
+		case <-tm.C:
+			f()
+		case <-t.g.done:
+		}
+	})
+}
+
+// loops runs the heartbeat ticker and the offline schedule until the fleet closes.
+func (t *Terminal) loops() {
+	if t.opts.HeartbeatInterval > 0 {
+		t.g.run(func() {
+			tick := time.NewTicker(t.opts.HeartbeatInterval)
+			defer tick.Stop()
+			t.heartbeat()
+			for {
+				select {
+				case <-tick.C:
+					t.heartbeat()
+				case <-t.g.done:
+					return
+				}
+			}
+		})
+	}
+	if t.opts.OfflineEvery > 0 && t.opts.OfflineFor > 0 {
+		t.g.run(func() {
+			for {
+				t.mu.Lock()
+				wait := time.Duration(t.rng.ExpFloat64() * float64(t.opts.OfflineEvery))
+				t.mu.Unlock()
+				tm := time.NewTimer(wait)
+				select {
+				case <-tm.C:
+					t.opts.Logger.Info("terminal going offline", "device", t.id, "for", t.opts.OfflineFor)
+					t.offlineFor(t.opts.OfflineFor)
+				case <-t.g.done:
+					tm.Stop()
+					return
+				}
+			}
+		})
+	}
+}
+
+// group owns goroutines: none starts once closing began, close waits for all.
+type group struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+	done   chan struct{}
+}
+
+func newGroup() *group { return &group{done: make(chan struct{})} }
+
+// run starts f in a goroutine unless the group is closing; it reports whether it did.
+func (g *group) run(f func()) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// enter counts the caller's own goroutine as one of the group's (for callbacks from a
+// library); false once closing. Pair with exit.
+func (g *group) enter() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.wg.Add(1)
+	return true
+}
+
+func (g *group) exit() { g.wg.Done() }
+
+// beginClose stops new goroutines and signals done; wait for the rest with g.wg.Wait.
+func (g *group) beginClose() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.closed {
+		g.closed = true
+		close(g.done)
+	}
+}
