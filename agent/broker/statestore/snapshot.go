@@ -185,7 +185,7 @@ func (s *Store) restore(recs []keyRecord) {
 			s.setExpiry(e, r.ExpireAt-now)
 		}
 		// The clock must never issue a version below one already handed out.
-		s.clock.Observe(e.version)
+		s.clock.Restore(e.version) // not Observe: no drift check on our own past versions
 	}
 }
 
