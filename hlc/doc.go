@@ -18,6 +18,10 @@
 //
 // Bounds: the wall clock is 0 … math.MaxInt64, the counter 0 … math.MaxUint32, the node id is
 // not empty and contains no ':'. Anything else is a *ParseError naming the segment at fault.
+// The SDKs read the wall as an int64 (Go), u64 (Rust) or double (.NET) and the counter as a
+// uint64 (Go), u64 (Rust) or int32 (.NET); this package's bounds cover every value they write
+// in practice (counters restart at 0 every millisecond) and a Clock never issues a counter .NET
+// cannot read (MaxCounter). Parse is stricter than strconv: no '+' or '-' sign, digits only.
 //
 // # Clocks
 //
