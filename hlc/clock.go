@@ -1,6 +1,8 @@
 package hlc
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"strings"
@@ -91,15 +93,14 @@ func WithMaxDrift(d time.Duration) Option {
 	}
 }
 
-// NewClock returns a clock issuing timestamps for node. It panics if node is not a valid node id
-// (empty, or contains ':'), since every timestamp it issued would be unparseable: check a
-// configured id with ValidNode first.
+// NewClock returns a clock issuing timestamps for node. A node id must not be empty or contain
+// ':' (every timestamp would be unparseable); rather than fail at start-up over an id that only
+// breaks ties, NewClock replaces each ':' with '_' and an empty id with a random one
+// ("hlc-" and 16 hex digits, as the SDKs default to a random UUID). Node returns the id in use;
+// check a configured id with ValidNode to refuse it instead.
 func NewClock(node string, opts ...Option) *Clock {
-	if err := ValidNode(node); err != nil {
-		panic(err)
-	}
 	c := &Clock{
-		node:       node,
+		node:       usableNode(node),
 		now:        systemMillis,
 		maxDriftMs: DefaultMaxDrift.Milliseconds(),
 		maxCounter: MaxCounter,
@@ -109,8 +110,17 @@ func NewClock(node string, opts ...Option) *Clock {
 	}
 	// Timestamps of our own node come back (a GET returns the version the store issued);
 	// seeding the intern table makes parsing them allocation-free from the start.
-	internNode([]byte(node))
+	internNode([]byte(c.node))
 	return c
+}
+
+func usableNode(node string) string {
+	if node == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:]) // never fails (crypto/rand documents it)
+		return "hlc-" + hex.EncodeToString(b[:])
+	}
+	return strings.ReplaceAll(node, ":", "_")
 }
 
 // ValidNode reports whether node can be a node id: not empty and without ':'.

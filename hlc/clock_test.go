@@ -238,19 +238,26 @@ func TestPhysicalClamp(t *testing.T) {
 	}
 }
 
-func TestNewClockValidatesNode(t *testing.T) {
+func TestNewClockNodeIDs(t *testing.T) {
 	for _, bad := range []string{"", "host:1883"} {
 		if err := ValidNode(bad); err == nil {
 			t.Errorf("ValidNode(%q) = nil", bad)
 		}
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("NewClock(%q) did not panic", bad)
-				}
-			}()
-			NewClock(bad)
-		}()
+	}
+	if c := NewClock("gw:01:a"); c.Node() != "gw_01_a" {
+		t.Errorf("NewClock(\"gw:01:a\").Node() = %q", c.Node())
+	}
+	a, b := NewClock(""), NewClock("")
+	if len(a.Node()) != 20 || !strings.HasPrefix(a.Node(), "hlc-") || a.Node() == b.Node() {
+		t.Errorf("empty node ids became %q and %q; want distinct random ids", a.Node(), b.Node())
+	}
+	for _, c := range []*Clock{a, NewClock("gw:01")} {
+		if err := ValidNode(c.Node()); err != nil {
+			t.Error(err)
+		}
+		if ts, err := ParseString(c.Now().String()); err != nil || ts.Node != c.Node() {
+			t.Errorf("clock %q issues unparseable timestamps: %v", c.Node(), err)
+		}
 	}
 	if err := ValidNode("StateStore"); err != nil {
 		t.Error(err)

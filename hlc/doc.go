@@ -67,6 +67,6 @@
 //     jumped backwards still accepts peers within the drift of real time.
 //   - Observe ignores, without an error, a remote timestamp Update would refuse; use
 //     CheckDrift when the caller must know.
-//   - NewClock panics on an invalid node id (empty or containing ':'): validate configured ids
-//     with ValidNode.
+//   - NewClock does not fail on an invalid node id: it replaces ':' with '_' and an empty id
+//     with a random one. Validate a configured id with ValidNode to refuse it instead.
 package hlc
