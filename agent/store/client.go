@@ -52,6 +52,7 @@ type Client struct {
 	dialGen  uint64        // generation of the latest dialed network connection
 	readyCh  chan struct{} // closed when state becomes stateReady; replaced when the link drops
 	readyErr error         // why the last connection could not get ready (refused SUBACK)
+	downCh   chan struct{} // closed when the link drops; replaced when it comes up
 	pending  map[[16]byte]*call
 	watches  map[string]*keyWatch
 }
@@ -86,6 +87,7 @@ func New(opts *Options) (*Client, error) {
 		respTopic:    "clients/" + o.ClientID + "/services/statestore/_any_/command/invoke/response",
 		notifyPrefix: notifyTopicPrefix + strings.ToUpper(hex.EncodeToString([]byte(o.ClientID))) + "/command/notify/",
 		readyCh:      make(chan struct{}),
+		downCh:       closedChan(),
 		pending:      make(map[[16]byte]*call),
 		watches:      make(map[string]*keyWatch),
 	}
@@ -156,6 +158,13 @@ func (c *Client) WaitReady(ctx context.Context) error {
 			return fmt.Errorf("store: waiting for connection to %s: %w", c.opts.URL, ctx.Err())
 		}
 	}
+}
+
+// linkDownSignal returns a channel closed when the current connection is (or was) lost.
+func (c *Client) linkDownSignal() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.downCh
 }
 
 // Close disconnects and stops every goroutine of the client. Requests in flight fail with
@@ -249,6 +258,7 @@ func (c *Client) onConnectionUp(cm *autopaho.ConnectionManager, _ *paho.Connack)
 	}
 	c.gen = c.dialGen
 	c.state = stateSubscribing
+	c.downCh = make(chan struct{})
 	c.readyErr = nil
 	c.wg.Add(1)
 	go c.resync(cm, c.gen) // cm: c.cm may not be assigned yet on the first connection
@@ -266,6 +276,7 @@ func (c *Client) linkDown(gen uint64) {
 		c.readyCh = make(chan struct{})
 	}
 	c.state = stateDown
+	close(c.downCh)
 	c.failPendingLocked(ErrConnectionLost)
 	c.opts.Logger.Info("store: connection lost", "url", c.opts.URL)
 }
@@ -349,6 +360,12 @@ func parseURL(s string) (*url.URL, error) {
 		u.Host = net.JoinHostPort(u.Hostname(), port)
 	}
 	return u, nil
+}
+
+func closedChan() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
 }
 
 func randomHex(n int) string {
