@@ -34,13 +34,16 @@
 //
 // # Strict mode: the one-in-flight rule, precisely
 //
-// A command is "unacked" from the moment the terminal receives it until the terminal sends
-// its ack — or decides to lose it, or crashes or goes offline (then it is forgotten). A
-// command C arriving while some command P is unacked is a violation unless C equals P in
-// every field (same messageId, op and person): that is the agent's own resend of the very
-// command in flight after its retry interval, which DESIGN.md allows. A repeated messageId
-// with different content is a violation. A resend of a command already acked (ack lost or
-// late) is not a violation: nothing is unacked. Violations are counted, logged at error
+// A messageId is "unacked" from the moment the terminal first receives it until the
+// terminal answers it for the first time (sends the ack, or loses it: the terminal believes
+// it answered), or forgets it (crash, offline period). A command C arriving while some other
+// command P is unacked is a violation unless C equals P in every field (same messageId, op
+// and person): that is the agent's own resend of the very command in flight after its retry
+// interval, which DESIGN.md allows. A repeated messageId with different content is a
+// violation. Copies of an already answered messageId that still wait for their repeated ack
+// do not count: when latency exceeds the agent's retry interval, the agent sends the next
+// command after the first ack while the resend is still queued in the terminal, and that is
+// correct behaviour. Violations are counted, logged at error
 // level, passed to Options.OnViolation, and returned by Fleet.Violations; facesim exits
 // with status 3 when there were any.
 //

@@ -126,10 +126,14 @@ func (t *Terminal) receive(cmd face.Command) {
 	}
 	var violation error
 	if t.opts.Strict {
-		// protocol: one command in flight per terminal. A command arriving while another is
-		// unanswered is a violation, unless it is a resend of that very command (same
-		// messageId, same content): the agent's retry timer may fire before a slow ack.
+		// protocol: one command in flight per terminal. A command arriving while another
+		// messageId is unanswered is a violation, unless it is a resend of that very command
+		// (same messageId, same content): the agent's retry timer may fire before a slow ack.
+		// See "Strict mode" in doc.go.
 		for _, p := range t.pending {
+			if _, answered := t.results[p.cmd.MessageID]; answered {
+				continue // a late copy of an answered messageId: its first ack went out
+			}
 			if p.cmd != cmd {
 				violation = fmt.Errorf("strict: %s received %s (%s person %s) while %s is unacked",
 					t.id, cmd.MessageID, cmd.Op, cmd.Person.ID, p.cmd.MessageID)
