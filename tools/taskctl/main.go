@@ -1,0 +1,138 @@
+// Command taskctl submits whitelist tasks to a faceagent and follows their progress.
+//
+//	taskctl submit [flags] FILE.jsonl     # tasks from a file (JSON Lines: a task or an array per line)
+//	taskctl submit [flags] -              # … from standard input
+//	taskctl submit -generate 10000 -devices 64 [-device-prefix term-]
+//
+// Tasks go to faceagent/{gw}/tasks with QoS 1 (in messages of -batch tasks, each
+// terminal's tasks in order); results are followed on faceagent/{gw}/results and
+// faceagent/{gw}/deadletter with a progress bar per terminal (redrawn in place on a
+// terminal), then a summary: done, failed, superseded, missing, p50/p99 per terminal.
+//
+// Exit status: 0 when every task has an outcome (succeeded or not), 1 when following
+// timed out or the broker was lost, 2 for bad usage.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, isTerminal(os.Stdout))
+	stop()
+	os.Exit(code)
+}
+
+const usage = `usage: taskctl submit [flags] FILE.jsonl | -
+       taskctl submit [flags] -generate N -devices M
+`
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, tty bool) int {
+	if len(args) == 0 || args[0] != "submit" {
+		fmt.Fprint(stderr, usage)
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+			return 0
+		}
+		return 2
+	}
+	fs := flag.NewFlagSet("taskctl submit", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := submitOptions{}
+	fs.StringVar(&o.URL, "url", "mqtt://127.0.0.1:1883", "the broker the agent takes tasks from (mqtt:// or mqtts://)")
+	fs.StringVar(&o.Gateway, "gateway", "gw-01", "the agent's gateway_id ({gw} in the topics)")
+	fs.StringVar(&o.Username, "username", "", "MQTT user name")
+	passwordEnv := fs.String("password-env", "TASKCTL_PASSWORD", "environment variable holding the MQTT password")
+	fs.IntVar(&o.Batch, "batch", 50, "tasks per message (1 sends single task objects)")
+	fs.IntVar(&o.Inflight, "inflight", 16, "task messages awaiting PUBACK at once")
+	noFollow := fs.Bool("no-follow", false, "only submit; do not wait for results")
+	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up following after this long (0: never)")
+	fs.DurationVar(&o.Every, "every", 200*time.Millisecond, "progress refresh period")
+	generate := fs.Int("generate", 0, "generate N tasks instead of reading a file")
+	devices := fs.Int("devices", 8, "with -generate: spread the tasks over this many terminals")
+	prefix := fs.String("device-prefix", "term-", "with -generate: terminal ids are PREFIX01, PREFIX02, …")
+	run := fs.String("run-id", "", "with -generate: task id prefix (default: random), so reruns are told apart")
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+
+	// Flags may come before or after the file name.
+	var files []string
+	rest := args[1:]
+	for {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
+			return 2
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		files = append(files, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	o.Follow = !*noFollow
+	o.Password = os.Getenv(*passwordEnv)
+	o.Live = tty
+	if o.Every <= 0 || o.Batch < 1 || o.Inflight < 1 {
+		fmt.Fprintln(stderr, "taskctl: -every, -batch and -inflight must be positive")
+		return 2
+	}
+
+	var tasks []pending
+	switch {
+	case *generate > 0 && len(files) > 0:
+		fmt.Fprintln(stderr, "taskctl: give a file or -generate, not both")
+		return 2
+	case *generate > 0:
+		if *devices < 1 {
+			fmt.Fprintln(stderr, "taskctl: -devices must be at least 1")
+			return 2
+		}
+		id := *run
+		if id == "" {
+			id = "run" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+		}
+		tasks = generateTasks(*generate, deviceIDs(*prefix, *devices), id)
+	case len(files) == 1:
+		var r io.Reader = stdin
+		name := "stdin"
+		if files[0] != "-" {
+			f, err := os.Open(files[0])
+			if err != nil {
+				fmt.Fprintln(stderr, "taskctl:", err)
+				return 2
+			}
+			defer f.Close()
+			r, name = f, files[0]
+		}
+		var err error
+		if tasks, err = readTasks(r, name); err != nil {
+			fmt.Fprintln(stderr, "taskctl:", err)
+			return 2
+		}
+	default:
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+
+	if err := submit(ctx, o, tasks, stdout); err != nil {
+		fmt.Fprintln(stderr, "taskctl:", err)
+		return 1
+	}
+	return 0
+}
+
+// isTerminal reports whether f is a character device (a terminal, for the live bars).
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

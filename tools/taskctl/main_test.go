@@ -1,0 +1,265 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/mochi-mqtt/server/v2/packets"
+	"go.uber.org/goleak"
+
+	"github.com/seed0e69bba5/faceagent/agent/intake"
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeAgent is an in-process mochi broker with an inline subscriber playing the agent:
+// it parses each task message like the agent does and publishes a result for every task
+// (failed for person "refuse-me", none for person "never"), and a deadletter for each
+// reject.
+type fakeAgent struct {
+	srv  *mqtt.Server
+	url  string
+	work chan []byte
+	wg   sync.WaitGroup
+}
+
+func startFakeAgent(t *testing.T, gw string, known ...string) *fakeAgent {
+	t.Helper()
+	srv := mqtt.New(&mqtt.Options{InlineClient: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err := srv.AddHook(new(allowAll), nil); err != nil {
+		t.Fatal(err)
+	}
+	addr := testutil.FreeAddr(t)
+	if err := srv.AddListener(listeners.NewTCP(listeners.Config{ID: "t", Address: addr})); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Serve(); err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeAgent{srv: srv, url: "mqtt://" + addr, work: make(chan []byte, 1024)}
+	isKnown := func(id string) bool {
+		for _, k := range known {
+			if k == id {
+				return true
+			}
+		}
+		return false
+	}
+	// Publishing from inside the inline handler would run on the publisher's read loop;
+	// hand the work to a goroutine as the real agent does.
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		for payload := range f.work {
+			b := intake.Parse(payload, intake.Limits{KnownDevice: isKnown})
+			for _, r := range b.Rejects {
+				dl, _ := json.Marshal(r)
+				_ = srv.Publish("faceagent/"+gw+"/deadletter", dl, false, 1)
+			}
+			for i, task := range b.Tasks {
+				res := intake.Result{TaskID: task.TaskID, DeviceID: task.DeviceID, MessageID: task.MessageID(), Status: intake.Succeeded, Tries: 1, DurationMs: int64(10 + i)}
+				switch task.Person.ID {
+				case "refuse-me":
+					res.Status, res.Error = intake.Failed, "terminal refused: code 3"
+				case "never":
+					continue
+				}
+				out, _ := json.Marshal(res)
+				_ = srv.Publish("faceagent/"+gw+"/results", out, false, 1)
+			}
+		}
+	}()
+	err := srv.Subscribe("faceagent/"+gw+"/tasks", 1, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
+		f.work <- append([]byte(nil), pk.Payload...)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = srv.Close()
+		close(f.work)
+		f.wg.Wait()
+	})
+	return f
+}
+
+// allowAll lets every client connect and use every topic (mochi's auth package would
+// pull in yaml for its ledger).
+type allowAll struct{ mqtt.HookBase }
+
+func (allowAll) ID() string { return "allow-all" }
+func (allowAll) Provides(b byte) bool {
+	return b == mqtt.OnConnectAuthenticate || b == mqtt.OnACLCheck
+}
+func (allowAll) OnConnectAuthenticate(*mqtt.Client, packets.Packet) bool { return true }
+func (allowAll) OnACLCheck(*mqtt.Client, string, bool) bool              { return true }
+
+func runTaskctl(t *testing.T, tty bool, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	code := run(ctx, args, strings.NewReader(""), &out, &errOut, tty)
+	return out.String(), errOut.String(), code
+}
+
+func summaryRow(t *testing.T, out, name string) string {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `\s+(.*)$`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no summary row %q in\n%s", name, out)
+	}
+	return strings.Join(strings.Fields(m[1]), " ")
+}
+
+func TestSubmitFileAndFollow(t *testing.T) {
+	f := startFakeAgent(t, "gw-t", "term-01", "term-02")
+	out, errOut, code := runTaskctl(t, false, "submit", "-url", f.url, "-gateway", "gw-t", "-every", "10ms", "testdata/tasks.jsonl", "-batch", "2")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	// done failed superseded missing p50 p99
+	if got := summaryRow(t, out, "term-01"); got != "2 1 0 0 10ms 11ms" && got != "2 1 0 0 10ms 10ms" {
+		t.Errorf("term-01 row %q\n%s", got, out)
+	}
+	if got := summaryRow(t, out, "term-02"); got != "2 0 0 0 10ms 11ms" {
+		t.Errorf("term-02 row %q\n%s", got, out)
+	}
+	if got := summaryRow(t, out, "term-99"); !strings.HasPrefix(got, "0 1 0 0 - -") {
+		t.Errorf("term-99 (dead-lettered) row %q\n%s", got, out)
+	}
+	if got := summaryRow(t, out, "total"); !strings.HasPrefix(got, "4 2 0 0 ") {
+		t.Errorf("total row %q\n%s", got, out)
+	}
+	if !strings.Contains(out, "submitted 6 tasks") {
+		t.Errorf("no submit line:\n%s", out)
+	}
+}
+
+func TestGenerateManyWithLiveBars(t *testing.T) {
+	f := startFakeAgent(t, "gw-g", "dev-01", "dev-02", "dev-03")
+	out, errOut, code := runTaskctl(t, true, "submit", "-url", f.url, "-gateway", "gw-g", "-generate", "1500", "-devices", "3", "-device-prefix", "dev-", "-run-id", "r1", "-every", "5ms")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	if !strings.Contains(out, "\x1b[4A") || !strings.Contains(out, "dev-01 ") {
+		t.Errorf("no in-place redraw of the bars:\n%q", out[:min(len(out), 400)])
+	}
+	if got := summaryRow(t, out, "total"); !strings.HasPrefix(got, "1500 0 0 0 ") {
+		t.Errorf("total row %q", got)
+	}
+}
+
+func TestTimeoutReportsMissing(t *testing.T) {
+	f := startFakeAgent(t, "gw-m", "a")
+	in := `{"taskId":"x1","deviceId":"a","op":"AddPerson","person":{"id":"1"}}` + "\n" +
+		`{"taskId":"x2","deviceId":"a","op":"AddPerson","person":{"id":"never"}}` + "\n"
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"submit", "-url", f.url, "-gateway", "gw-m", "-timeout", "500ms", "-every", "10ms", "-"},
+		strings.NewReader(in), &out, &errOut, false)
+	if code != 1 || !strings.Contains(errOut.String(), "not every task has an outcome: 1 of 2 after 500ms") {
+		t.Fatalf("exit %d, stderr %q", code, errOut.String())
+	}
+	if got := summaryRow(t, out.String(), "a"); !strings.HasPrefix(got, "1 0 0 1 ") {
+		t.Errorf("row %q", got)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"frobnicate"},
+		{"submit"},
+		{"submit", "-generate", "5", "testdata/tasks.jsonl"},
+		{"submit", "-batch", "0", "testdata/tasks.jsonl"},
+		{"submit", "-generate", "5", "-devices", "0"},
+		{"submit", "testdata/does-not-exist.jsonl"},
+		{"submit", "-nope"},
+	} {
+		if _, _, code := runTaskctl(t, false, args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+	_, errOut, code := runTaskctl(t, false, "submit", "-url", "mqtt://127.0.0.1:1", "testdata/tasks.jsonl")
+	if code != 1 || !strings.Contains(errOut, "connect 127.0.0.1:1") {
+		t.Errorf("unreachable broker: %d %q", code, errOut)
+	}
+}
+
+func TestReadTasks(t *testing.T) {
+	for in, want := range map[string]string{
+		"{\"taskId\":\"a\"}\n{\"taskId\":\"a\"}\n": `x:2: taskId "a" already on line 1`,
+		"{\"deviceId\":\"d\"}\n":                   "x:1: task without taskId",
+		"[1,2]\n":                                  "x:1: not a task object",
+		"[{\"taskId\":\"a\"}\n":                    "x:1: unexpected end of JSON input",
+		"nonsense\n":                               "x:1: not a task object",
+	} {
+		_, err := readTasks(strings.NewReader(in), "x")
+		if err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", in, err, want)
+		}
+	}
+	long := `{"taskId":"a","pad":"` + strings.Repeat("x", maxLine) + `"}`
+	if _, err := readTasks(strings.NewReader(long), "x"); err == nil || !strings.Contains(err.Error(), "longer than") {
+		t.Errorf("long line: %v", err)
+	}
+}
+
+func TestGenerateAndBatches(t *testing.T) {
+	ids := deviceIDs("t-", 64)
+	if ids[0] != "t-01" || ids[63] != "t-64" || deviceIDs("x", 100)[0] != "x001" {
+		t.Fatalf("ids %v", ids[:2])
+	}
+	tasks := generateTasks(100, ids[:4], "r")
+	seen := map[string]bool{}
+	deletes := 0
+	for _, p := range tasks {
+		b := intake.Parse(p.raw, intake.Limits{})
+		if len(b.Tasks) != 1 || b.Tasks[0].TaskID != p.taskID || seen[p.taskID] {
+			t.Fatalf("generated task invalid or repeated: %s %+v", p.raw, b.Rejects)
+		}
+		seen[p.taskID] = true
+		if b.Tasks[0].Op == "DeletePerson" {
+			deletes++
+		}
+	}
+	if deletes == 0 {
+		t.Error("no DeletePerson generated")
+	}
+	msgs := batches(tasks[:5], 2)
+	if len(msgs) != 3 || msgs[2][0] != '{' || msgs[0][0] != '[' {
+		t.Fatalf("batches: %d, %s", len(msgs), msgs[2])
+	}
+	b := intake.Parse(msgs[0], intake.Limits{})
+	if len(b.Tasks) != 2 || b.Tasks[1].TaskID != tasks[1].taskID {
+		t.Fatalf("batch content %+v", b)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	ms := make([]int64, 100)
+	for i := range ms {
+		ms[i] = int64(100 - i)
+	}
+	if p50, p99 := percentile(ms, 0.5), percentile(ms, 0.99); p50 != 50 || p99 != 99 {
+		t.Errorf("p50 %d p99 %d", p50, p99)
+	}
+	if percentile(nil, 0.5) != -1 || percentile([]int64{7}, 0.99) != 7 {
+		t.Error("edge cases")
+	}
+	if fmtMs(-1) != "-" || fmtMs(1500) != "1.5s" {
+		t.Error(fmt.Sprint(fmtMs(1500)))
+	}
+}
