@@ -205,6 +205,7 @@ type req struct {
 	noCorrelation bool
 	responseTopic *string
 	timeout       time.Duration // for the PUBACK; default waitFor
+	topic         string        // default InvokeTopic
 }
 
 func (c *client) publish(payload []byte, r req) (correlation []byte, wait chan *paho.Publish, err error) {
@@ -262,7 +263,11 @@ func (c *client) publish(payload []byte, r req) (correlation []byte, wait chan *
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	_, err = c.c.Publish(ctx, &paho.Publish{QoS: qos, Topic: InvokeTopic, Payload: payload, Properties: props})
+	topic := InvokeTopic
+	if r.topic != "" {
+		topic = r.topic
+	}
+	_, err = c.c.Publish(ctx, &paho.Publish{QoS: qos, Topic: topic, Payload: payload, Properties: props})
 	return correlation, wait, err
 }
 
