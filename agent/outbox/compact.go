@@ -1,5 +1,7 @@
 package outbox
 
+import "bytes"
+
 // maybeCompact starts a compaction when the journal holds many more records than the table
 // has live entries. It runs in the background; the table is locked only while the journal
 // seals its segment and the live state is copied.
@@ -47,6 +49,7 @@ func (o *Outbox) compact() error {
 	})
 	for _, r := range o.pending {
 		c := *r
+		c.Payload = bytes.Clone(r.Payload) // the caller's buffer: it may reuse it once Enqueue returns
 		recs = append(recs, &c)
 	}
 	o.records = len(recs)

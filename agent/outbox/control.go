@@ -23,19 +23,20 @@ func (o *Outbox) Results(n int) ([]Result, error) {
 	}
 	var out []Result
 	var last journal.Seq
-	for _, it := range o.t.results {
+	for _, r := range o.t.results {
 		if len(out) >= n {
 			break
 		}
+		it := r.it
 		if it.reported || !it.status.Terminal() {
 			continue
 		}
 		out = append(out, Result{
 			MessageID: it.id, TaskID: it.task, DeviceID: it.dev.id, Status: it.status,
-			Tries: int(it.tries), Err: it.lastErr,
+			Tries: int(it.tries), Err: o.t.lastErr(it),
 			AddedAt: time.Unix(0, it.added), FinishedAt: time.Unix(0, it.next),
 		})
-		last = max(last, it.finSeq)
+		last = max(last, r.seq)
 	}
 	o.mu.Unlock()
 	if last > 0 {
@@ -295,8 +296,8 @@ func (o *Outbox) Stats() Stats {
 			s.InFlight++
 		}
 	}
-	for _, it := range o.t.results {
-		if !it.reported {
+	for _, r := range o.t.results {
+		if !r.it.reported {
 			s.Unreported++
 		}
 	}

@@ -75,7 +75,7 @@ func (o *Outbox) pump(d *device) {
 			d.live.c.retries++
 		}
 		o.sends = append(o.sends, sendJob{dev: d.id, cmd: Command{
-			MessageID: it.id, TaskID: it.task, DeviceID: d.id, Op: it.op, PersonID: it.person,
+			MessageID: it.id, TaskID: it.task, DeviceID: d.id, Op: o.t.opOf(it), PersonID: it.person,
 			Payload: it.payload, Try: int(it.tries),
 		}})
 		return

@@ -129,9 +129,9 @@ func Open(dir string, sender Sender, opts *Options) (*Outbox, error) {
 		return nil, err
 	}
 	ob.j = j
+	var r record
 	err = j.Replay(func(p []byte) error {
-		var r record
-		if _, err := r.UnmarshalMsg(p); err != nil {
+		if err := decodeRecord(p, &r); err != nil {
 			return fmt.Errorf("outbox: decoding a journal record: %w", err)
 		}
 		ob.records++
@@ -299,7 +299,7 @@ func (o *Outbox) EnqueueBatch(tasks []Task) (errs []error) {
 		o.t.maxOrd++
 		r := &record{
 			Kind: kindAdd, ID: t.MessageID, Task: t.TaskID, Device: t.DeviceID, Op: t.Op,
-			Person: t.PersonID, Payload: append([]byte(nil), t.Payload...), Ord: o.t.maxOrd, Added: now,
+			Person: t.PersonID, Payload: t.Payload, Ord: o.t.maxOrd, Added: now,
 		}
 		if !t.ExpiresAt.IsZero() {
 			r.Expires = t.ExpiresAt.UnixNano()
@@ -384,7 +384,9 @@ func (d *device) unfinished() int {
 func (o *Outbox) finishItem(it *item, st Status, reason string) {
 	d := it.dev
 	seq := o.emit(&record{Kind: kindFinish, ID: it.id, Status: uint8(st), Err: reason, Done: o.now()})
-	it.finSeq = seq
+	if n := len(o.t.results); n > 0 && o.t.results[n-1].it == it {
+		o.t.results[n-1].seq = seq
+	}
 	switch st {
 	case Succeeded:
 		d.live.c.succeeded++

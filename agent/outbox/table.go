@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"sort"
@@ -15,10 +16,12 @@ import (
 // retry, what is superseded) are made by the Outbox, which writes them as records and then
 // applies them.
 
+// item is one message. It is kept small (the budget is 256 bytes a queued task beyond its
+// payload, indexes included): the op is an index into table.ops, the rarely set last error
+// lives in table.errs.
 type item struct {
 	id       string
 	task     string
-	op       string
 	person   string
 	dev      *device
 	payload  []byte
@@ -26,11 +29,17 @@ type item struct {
 	added    int64 // unix ns
 	expires  int64
 	next     int64 // Scheduled: earliest next send; InFlight: ack deadline; terminal: finished at
-	lastErr  string
-	finSeq   journal.Seq // the journal record that made it terminal (live only)
 	tries    uint32
+	op       uint16
 	status   Status
 	reported bool
+}
+
+// result is an entry of the results list: a terminal message and the journal record that
+// made it terminal (0 when it came from replay, i.e. is durable).
+type result struct {
+	it  *item
+	seq journal.Seq
 }
 
 type device struct {
@@ -45,9 +54,12 @@ type device struct {
 type table struct {
 	items   map[string]*item
 	devices map[string]*device
-	results []*item // terminal, unreported (and reported ones not yet trimmed), in finish order
+	results []result // terminal and unreported, in finish order
 	maxOrd  uint64
-	active  int // Scheduled + InFlight
+	active  int               // Scheduled + InFlight
+	ops     []string          // interned ops; item.op indexes it
+	opIdx   map[string]uint16 // op -> index
+	errs    map[*item]string  // last error of the messages that have one
 
 	// recent remembers the ids of the last recentCap messages that left the table, so a
 	// redelivered task is still recognised as a duplicate after its result was reported.
@@ -94,12 +106,47 @@ func (t *table) recentIDs() []string {
 }
 
 func newTable() *table {
-	return &table{items: map[string]*item{}, devices: map[string]*device{}}
+	return &table{items: map[string]*item{}, devices: map[string]*device{}, opIdx: map[string]uint16{}, errs: map[*item]string{}}
 }
 
+// intern returns op's index in t.ops. Ops are a handful of verbs; past 65535 distinct ones
+// (a bug upstream) they share the last slot rather than grow memory.
+func (t *table) intern(op string) uint16 {
+	if i, ok := t.opIdx[op]; ok {
+		return i
+	}
+	if len(t.ops) > 0xfffe {
+		return uint16(len(t.ops) - 1)
+	}
+	t.ops = append(t.ops, strings.Clone(op))
+	t.opIdx[t.ops[len(t.ops)-1]] = uint16(len(t.ops) - 1)
+	return uint16(len(t.ops) - 1)
+}
+
+func (t *table) opOf(it *item) string { return t.ops[it.op] }
+
+func (t *table) lastErr(it *item) string { return t.errs[it] }
+
+func (t *table) setErr(it *item, e string) {
+	if e == "" {
+		delete(t.errs, it)
+	} else {
+		t.errs[it] = strings.Clone(e)
+	}
+}
+
+// forget drops a message from the table.
+func (t *table) forget(it *item) {
+	delete(t.items, it.id)
+	delete(t.errs, it)
+	t.remember(it.id)
+}
+
+// device returns the device, creating it. id may alias a replay buffer: it is copied.
 func (t *table) device(id string) *device {
 	d := t.devices[id]
 	if d == nil {
+		id = strings.Clone(id)
 		d = &device{id: id, sched: map[string]*item{}}
 		d.live.heapIdx = -1
 		t.devices[id] = d
@@ -159,12 +206,13 @@ func (t *table) schedule(it *item) {
 func (t *table) finish(it *item, st Status) {
 	it.status = st
 	if !it.reported {
-		t.results = append(t.results, it)
+		t.results = append(t.results, result{it: it})
 	}
 }
 
 // apply changes the table by one record. Records about unknown messages are ignored: they
-// can only come from a crash between a purge and its snapshot, and mean nothing then.
+// can only come from a crash between a purge and its snapshot, and mean nothing then. The
+// record's strings may alias a replay buffer: apply copies what it keeps.
 func (t *table) apply(r *record) error {
 	switch r.Kind {
 	case kindAdd, kindItem:
@@ -172,16 +220,21 @@ func (t *table) apply(r *record) error {
 			return nil
 		}
 		it := &item{
-			id: r.ID, task: r.Task, op: r.Op, person: r.Person, payload: r.Payload,
-			dev: t.device(r.Device), ord: r.Ord, added: r.Added, expires: r.Expires,
+			id: strings.Clone(r.ID), task: strings.Clone(r.Task), op: t.intern(r.Op),
+			person: strings.Clone(r.Person), dev: t.device(r.Device),
+			ord: r.Ord, added: r.Added, expires: r.Expires,
 		}
-		t.items[r.ID] = it
+		if len(r.Payload) > 0 {
+			it.payload = bytes.Clone(r.Payload)
+		}
+		t.items[it.id] = it
 		t.maxOrd = max(t.maxOrd, r.Ord)
 		if r.Kind == kindAdd {
 			t.schedule(it)
 			return nil
 		}
-		it.tries, it.next, it.lastErr, it.reported = r.Tries, r.Next, r.Err, r.Reported
+		it.tries, it.next, it.reported = r.Tries, r.Next, r.Reported
+		t.setErr(it, r.Err)
 		switch st := Status(r.Status); st {
 		case Scheduled:
 			t.schedule(it)
@@ -209,7 +262,7 @@ func (t *table) apply(r *record) error {
 		t.detach(it)
 		it.next = r.Next
 		if r.Kind == kindRetry {
-			it.lastErr = r.Err
+			t.setErr(it, r.Err)
 		} else {
 			it.tries = r.Tries
 		}
@@ -220,7 +273,8 @@ func (t *table) apply(r *record) error {
 			return nil
 		}
 		t.detach(it)
-		it.next, it.lastErr = r.Done, r.Err
+		it.next = r.Done
+		t.setErr(it, r.Err)
 		t.finish(it, Status(r.Status))
 	case kindReported:
 		for _, id := range r.IDs {
@@ -230,8 +284,7 @@ func (t *table) apply(r *record) error {
 			}
 			it.reported = true
 			if it.status != Failed {
-				delete(t.items, id)
-				t.remember(id)
+				t.forget(it)
 			}
 		}
 		t.trimResults()
@@ -239,8 +292,7 @@ func (t *table) apply(r *record) error {
 		for _, id := range r.IDs {
 			if it := t.items[id]; it != nil && it.status.Terminal() {
 				it.reported = true
-				delete(t.items, id)
-				t.remember(id)
+				t.forget(it)
 			}
 		}
 		t.trimResults()
@@ -250,7 +302,8 @@ func (t *table) apply(r *record) error {
 			if it == nil || it.status != Failed {
 				continue
 			}
-			it.tries, it.next, it.lastErr, it.reported = 0, 0, "", false
+			it.tries, it.next, it.reported = 0, 0, false
+			t.setErr(it, "")
 			t.schedule(it)
 		}
 		t.trimResults()
@@ -260,7 +313,7 @@ func (t *table) apply(r *record) error {
 		t.device(r.Device).paused = r.Paused
 	case kindRecent:
 		for _, id := range r.IDs {
-			t.remember(id)
+			t.remember(strings.Clone(id))
 		}
 	default:
 		return fmt.Errorf("%w: kind %d, version %d", ErrUnknownRecord, r.Kind, r.Version)
@@ -271,9 +324,9 @@ func (t *table) apply(r *record) error {
 // trimResults drops results that are no longer unreported terminal messages.
 func (t *table) trimResults() {
 	keep := t.results[:0]
-	for _, it := range t.results {
-		if !it.reported && it.status.Terminal() {
-			keep = append(keep, it)
+	for _, r := range t.results {
+		if !r.it.reported && r.it.status.Terminal() {
+			keep = append(keep, r)
 		}
 	}
 	clear(t.results[len(keep):])
@@ -296,29 +349,29 @@ func (t *table) snapshotRecords(emit func(*record) error) error {
 		}
 	}
 	inResults := make(map[*item]bool, len(t.results))
-	for _, it := range t.results {
-		inResults[it] = true
+	for _, r := range t.results {
+		inResults[r.it] = true
 	}
 	for _, it := range t.items {
 		if !inResults[it] {
-			if err := emit(itemRecord(it)); err != nil {
+			if err := emit(t.itemRecord(it)); err != nil {
 				return err
 			}
 		}
 	}
-	for _, it := range t.results {
-		if err := emit(itemRecord(it)); err != nil {
+	for _, r := range t.results {
+		if err := emit(t.itemRecord(r.it)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func itemRecord(it *item) *record {
+func (t *table) itemRecord(it *item) *record {
 	return &record{
-		Kind: kindItem, ID: it.id, Task: it.task, Device: it.dev.id, Op: it.op, Person: it.person,
+		Kind: kindItem, ID: it.id, Task: it.task, Device: it.dev.id, Op: t.opOf(it), Person: it.person,
 		Payload: it.payload, Ord: it.ord, Added: it.added, Expires: it.expires, Next: it.next,
-		Tries: it.tries, Status: uint8(it.status), Err: it.lastErr, Reported: it.reported,
+		Tries: it.tries, Status: uint8(it.status), Err: t.lastErr(it), Reported: it.reported,
 	}
 }
 
@@ -333,7 +386,7 @@ func (t *table) dump() string {
 	for _, id := range ids {
 		it := t.items[id]
 		fmt.Fprintf(&b, "item %s dev=%s ord=%d %s tries=%d next=%d rep=%v err=%q\n",
-			id, it.dev.id, it.ord, it.status, it.tries, it.next, it.reported, it.lastErr)
+			id, it.dev.id, it.ord, it.status, it.tries, it.next, it.reported, t.lastErr(it))
 	}
 	devs := make([]string, 0, len(t.devices))
 	for id := range t.devices {
@@ -360,8 +413,8 @@ func (t *table) dump() string {
 		fmt.Fprintf(&b, " sched=%v\n", persons)
 	}
 	b.WriteString("results ")
-	for _, it := range t.results {
-		fmt.Fprintf(&b, "%s,", it.id)
+	for _, r := range t.results {
+		fmt.Fprintf(&b, "%s,", r.it.id)
 	}
 	fmt.Fprintf(&b, "\nactive %d\nrecent %v\n", t.active, t.recentIDs())
 	return b.String()
