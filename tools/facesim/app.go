@@ -40,10 +40,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 type config struct {
 	transport, url, listen, devices, prefix, ports, linkDir, logLevel string
-	n, baud                                                          int
-	summary, duration                                                time.Duration
-	latency                                                          string
-	opts                                                             sim.Options
+	n, baud                                                           int
+	summary, duration                                                 time.Duration
+	latency                                                           string
+	opts                                                              sim.Options
 }
 
 func newFlags(stderr io.Writer, c *config) *flag.FlagSet {

@@ -25,7 +25,7 @@ func (allowAll) Provides(b byte) bool {
 	return b == mqtt.OnConnectAuthenticate || b == mqtt.OnACLCheck
 }
 func (allowAll) OnConnectAuthenticate(*mqtt.Client, packets.Packet) bool { return true }
-func (allowAll) OnACLCheck(*mqtt.Client, string, bool) bool             { return true }
+func (allowAll) OnACLCheck(*mqtt.Client, string, bool) bool              { return true }
 
 func startBroker(listen string, logger *slog.Logger) (*broker, error) {
 	// Bind first so that port 0 resolves and a busy port fails here, clearly.
