@@ -37,7 +37,9 @@ func (allowAll) OnConnectAuthenticate(*mqtt.Client, packets.Packet) bool { retur
 func (allowAll) OnACLCheck(*mqtt.Client, string, bool) bool              { return true }
 
 // startMochi runs an in-process mochi broker with the inline client on a free loopback port.
-func startMochi(t *testing.T) (*mqtt.Server, string) {
+func startMochi(t *testing.T) (*mqtt.Server, string) { return startMochiB(t) }
+
+func startMochiB(t testing.TB) (*mqtt.Server, string) {
 	t.Helper()
 	srv := mqtt.New(&mqtt.Options{InlineClient: true, Logger: slog.New(slog.DiscardHandler)})
 	srv.Options.Capabilities.Compatibilities.NoInheritedPropertiesOnAck = true
