@@ -133,6 +133,7 @@ func New(opts *Options) (*Broker, error) {
 	}
 	if o.DataDir != "" {
 		if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+			srv.Close()
 			return nil, fmt.Errorf("broker: data dir: %w", err)
 		}
 		err := srv.AddHook(new(bolt.Hook), &bolt.Options{
@@ -140,6 +141,7 @@ func New(opts *Options) (*Broker, error) {
 			Options: &bbolt.Options{Timeout: defaultBoltTimeout},
 		})
 		if err != nil {
+			srv.Close()
 			return nil, fmt.Errorf("broker: sessions: %w", err)
 		}
 	}
@@ -161,6 +163,7 @@ func New(opts *Options) (*Broker, error) {
 	b.service = newService(srv, b.store, b.auth, o.Logger)
 	if err := srv.AddHook(b.service, nil); err != nil {
 		_ = b.store.Close()
+		srv.Close()
 		return nil, err
 	}
 	b.listener = listeners.NewTCP(listeners.Config{

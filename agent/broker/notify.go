@@ -110,9 +110,17 @@ func (n *notifier) write(pk packets.Packet) {
 	}
 	pk.PacketID = uint16(id)
 	pk.Created = time.Now().Unix() // mochi expires inflight entries from Created
-	n.cl.State.Inflight.Set(pk)
+	if n.cl.State.Inflight.Set(pk) {
+		// Account for it as mochi does for routed messages, since its PUBACK
+		// goes through mochi's processPuback, which undoes both.
+		atomic.AddInt64(&n.svc.srv.Info.Inflight, 1)
+		n.cl.State.Inflight.DecreaseSendQuota()
+	}
 	if err := n.cl.WritePacket(pk); err != nil {
-		n.cl.State.Inflight.Delete(pk.PacketID)
+		if n.cl.State.Inflight.Delete(pk.PacketID) {
+			atomic.AddInt64(&n.svc.srv.Info.Inflight, -1)
+			n.cl.State.Inflight.IncreaseSendQuota()
+		}
 		n.svc.log.Debug("state store: notification not written", "client", n.cl.ID, "error", err)
 	}
 }

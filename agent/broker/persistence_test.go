@@ -2,9 +2,14 @@ package broker
 
 import (
 	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
 )
 
 // TestRestartKeepsSessionsAndPersistentKeys: with a DataDir, keys written
@@ -50,5 +55,28 @@ func TestRestartKeepsSessionsAndPersistentKeys(t *testing.T) {
 	}
 	if p := kv2.do(cmd("GET", "volatile"), req{}); string(p.Payload) != "$-1\r\n" {
 		t.Fatalf("volatile key survived: %q", p.Payload)
+	}
+}
+
+// TestCorruptSnapshotStopsStartup: a damaged snapshot is an error, not an
+// empty store, and the failed New releases the sessions database.
+func TestCorruptSnapshotStopsStartup(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, SnapshotFile)
+	if err := os.WriteFile(path, []byte("FASTORE1 not a snapshot"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(&Options{AllowAnonymous: true, DataDir: dir}); !errors.Is(err, statestore.ErrCorruptSnapshot) {
+		t.Fatalf("New = %v, want ErrCorruptSnapshot", err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(&Options{AllowAnonymous: true, DataDir: dir})
+	if err != nil {
+		t.Fatalf("after removing the snapshot: %v", err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
