@@ -12,6 +12,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if serveChild() {
+		return // this process was a benchmark's broker
+	}
 	goleak.VerifyTestMain(m)
 }
 
