@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -10,8 +11,9 @@ import (
 type FS interface {
 	// OpenFile opens name like os.OpenFile.
 	OpenFile(name string, flag int, perm os.FileMode) (File, error)
-	// ReadFile reads a whole file like os.ReadFile.
-	ReadFile(name string) ([]byte, error)
+	// ReadFile reads a whole file into buf (grown if too small) and returns the data.
+	// Recovery reads segments of up to SegmentSize one after another through one buffer.
+	ReadFile(name string, buf []byte) ([]byte, error)
 	// ReadDir returns the names of the entries of dir.
 	ReadDir(dir string) ([]string, error)
 	Rename(oldpath, newpath string) error
@@ -37,7 +39,27 @@ func (OSFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 }
 
 // ReadFile implements FS.
-func (OSFS) ReadFile(name string) ([]byte, error) { return os.ReadFile(name) }
+func (OSFS) ReadFile(name string, buf []byte) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	size := int(st.Size())
+	if cap(buf) < size {
+		buf = make([]byte, size)
+	}
+	buf = buf[:size]
+	n, err := io.ReadFull(f, buf)
+	if err == io.ErrUnexpectedEOF { // the file shrank since Stat
+		err = nil
+	}
+	return buf[:n], err
+}
 
 // ReadDir implements FS.
 func (OSFS) ReadDir(dir string) ([]string, error) {

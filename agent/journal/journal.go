@@ -111,7 +111,8 @@ type Journal struct {
 	segSize int64
 
 	mu       sync.Mutex
-	cond     sync.Cond
+	open     *batch // records queued since the last hand-off to the writer
+	flushing *batch // records the writer is writing now
 	buf      []byte // frames not yet handed to the writer
 	spare    []byte
 	next     Seq // sequence number of the next record
@@ -119,12 +120,10 @@ type Journal struct {
 	err      error
 	closed   bool
 	appended bool
-	// writerDone is set when the writer goroutine has exited: nothing will become durable.
-	writerDone bool
-	stats      Stats
-	firstSeg   uint64 // oldest live segment
-	snapNum    uint64 // newest snapshot (0: none)
-	recovery   Recovery
+	stats    Stats
+	firstSeg uint64 // oldest live segment
+	snapNum  uint64 // newest snapshot (0: none)
+	recovery Recovery
 
 	kick chan struct{}
 	ckpt chan chan checkpointResult
@@ -154,7 +153,6 @@ func Open(dir string, opts *Options) (*Journal, error) {
 		quit: make(chan struct{}),
 		done: make(chan struct{}),
 	}
-	j.cond.L = &j.mu
 	if err := j.recover(); err != nil {
 		if j.seg != nil {
 			j.seg.Close()
@@ -202,6 +200,10 @@ func (j *Journal) AppendAsync(p []byte) (Seq, error) {
 	j.buf = appendFrame(j.buf, p)
 	seq := j.next
 	j.next++
+	if j.open == nil {
+		j.open = &batch{done: make(chan struct{})}
+	}
+	j.open.last = seq
 	j.appended = true
 	j.mu.Unlock()
 	select {
@@ -212,19 +214,38 @@ func (j *Journal) AppendAsync(p []byte) (Seq, error) {
 }
 
 // Wait blocks until the record seq is durable, or returns the error that prevented it.
+// Each batch has its own channel, so a finished fsync wakes only the appends it covered.
 func (j *Journal) Wait(seq Seq) error {
 	j.mu.Lock()
-	defer j.mu.Unlock()
-	for j.durable < seq && j.err == nil && seq < j.next && !j.writerDone {
-		j.cond.Wait()
-	}
 	if j.durable >= seq {
+		j.mu.Unlock()
 		return nil
 	}
 	if j.err != nil {
-		return j.err
+		err := j.err
+		j.mu.Unlock()
+		return err
 	}
-	return ErrClosed
+	var b *batch
+	switch {
+	case j.flushing != nil && seq <= j.flushing.last:
+		b = j.flushing
+	case j.open != nil && seq <= j.open.last:
+		b = j.open
+	}
+	j.mu.Unlock()
+	if b == nil {
+		return ErrClosed // seq was never issued, or the writer is gone
+	}
+	<-b.done
+	return b.err
+}
+
+// batch is a group of records written with one write and one fsync.
+type batch struct {
+	last Seq
+	done chan struct{} // closed when the batch is durable or failed
+	err  error         // set before done is closed
 }
 
 // Durable returns the highest sequence number known durable.
@@ -289,8 +310,11 @@ func (j *Journal) Close() error {
 func (j *Journal) run() {
 	defer func() {
 		j.mu.Lock()
-		j.writerDone = true
-		j.cond.Broadcast()
+		if b := j.open; b != nil { // cannot happen: Close flushes; never strand a waiter
+			j.open = nil
+			b.err = ErrClosed
+			close(b.done)
+		}
 		j.mu.Unlock()
 		close(j.done)
 	}()
@@ -320,19 +344,30 @@ func (j *Journal) run() {
 
 func (j *Journal) flush() {
 	j.mu.Lock()
-	if len(j.buf) == 0 || j.err != nil {
+	bt := j.open
+	if bt == nil {
 		j.mu.Unlock()
 		return
 	}
-	b, last, n := j.buf, j.next-1, j.next-1-j.durable
+	j.open = nil
+	if j.err != nil { // queued before the journal failed: they fail with it
+		bt.err = j.err
+		j.buf = j.buf[:0]
+		j.mu.Unlock()
+		close(bt.done)
+		return
+	}
+	j.flushing = bt
+	b, n := j.buf, bt.last-j.durable
 	j.buf, j.spare = j.spare[:0], nil
 	j.mu.Unlock()
 
 	wrote, err := j.writeBatch(b)
 
 	j.mu.Lock()
+	j.flushing = nil
 	if wrote {
-		j.durable = last
+		j.durable = bt.last
 		j.stats.Records += uint64(n)
 		j.stats.Bytes += uint64(len(b))
 		j.stats.Batches++
@@ -344,9 +379,12 @@ func (j *Journal) flush() {
 	if cap(b) <= 4<<20 { // do not pin a huge buffer after a burst
 		j.spare = b[:0]
 	}
+	if !wrote {
+		bt.err = err
+	}
 	if !failed {
-		j.cond.Broadcast()
 		j.mu.Unlock()
+		close(bt.done)
 		return
 	}
 	j.mu.Unlock()
@@ -356,9 +394,7 @@ func (j *Journal) flush() {
 	if j.opts.OnFailure != nil {
 		j.opts.OnFailure(err)
 	}
-	j.mu.Lock()
-	j.cond.Broadcast()
-	j.mu.Unlock()
+	close(bt.done)
 }
 
 // writeBatch writes b at the end of the open segment and syncs it. wrote says whether the

@@ -159,9 +159,11 @@ func (j *Journal) recover() error {
 		return err
 	}
 	var rec Recovery
+	var buf []byte // one read buffer for every file
 	if files.snapshot > 0 {
 		path := j.snapPath(files.snapshot)
-		data, err := j.fs.ReadFile(path)
+		data, err := j.fs.ReadFile(path, buf)
+		buf = data
 		if err != nil {
 			return fmt.Errorf("journal: %w", err)
 		}
@@ -185,7 +187,8 @@ func (j *Journal) recover() error {
 	for i, n := range files.segments {
 		path := j.segPath(n)
 		last := i == len(files.segments)-1
-		data, err := j.fs.ReadFile(path)
+		data, err := j.fs.ReadFile(path, buf)
+		buf = data
 		if err != nil {
 			return fmt.Errorf("journal: %w", err)
 		}
@@ -250,9 +253,11 @@ func (j *Journal) Replay(fn func(rec []byte) error) error {
 	}
 	snap, first, last := j.snapNum, j.firstSeg, j.segNum
 	j.mu.Unlock()
+	var buf []byte // one read buffer for every file: records are valid only until fn returns
 	if snap > 0 {
 		path := j.snapPath(snap)
-		data, err := j.fs.ReadFile(path)
+		data, err := j.fs.ReadFile(path, buf)
+		buf = data
 		if err != nil {
 			return fmt.Errorf("journal: %w", err)
 		}
@@ -262,7 +267,8 @@ func (j *Journal) Replay(fn func(rec []byte) error) error {
 	}
 	for n := first; n <= last; n++ {
 		path := j.segPath(n)
-		data, err := j.fs.ReadFile(path)
+		data, err := j.fs.ReadFile(path, buf)
+		buf = data
 		if err != nil {
 			return fmt.Errorf("journal: %w", err)
 		}

@@ -32,7 +32,7 @@ func (o *Outbox) Results(n int) ([]Result, error) {
 			continue
 		}
 		out = append(out, Result{
-			MessageID: it.id, TaskID: it.task, DeviceID: it.dev.id, Status: it.status,
+			MessageID: it.id(), TaskID: it.task(), DeviceID: it.dev.id, Status: it.status,
 			Tries: int(it.tries), Err: o.t.lastErr(it),
 			AddedAt: time.Unix(0, it.added), FinishedAt: time.Unix(0, it.next),
 		})
@@ -90,11 +90,11 @@ func (o *Outbox) purgeRetained(now int64) {
 	var ids []string
 	for len(o.retained) > 0 {
 		it := o.retained[0]
-		if o.t.items[it.id] == it && it.status == Failed {
+		if o.t.items[it.id()] == it && it.status == Failed {
 			if it.next+int64(o.settings.FailedRetention) > now {
 				break
 			}
-			ids = append(ids, it.id)
+			ids = append(ids, it.id())
 		}
 		o.retained[0] = nil
 		o.retained = o.retained[1:]
@@ -186,7 +186,7 @@ func (o *Outbox) failedIDs(deviceID string, retry bool) []string {
 		if it.status != Failed || (deviceID != "" && it.dev.id != deviceID) {
 			continue
 		}
-		if s := it.dev.sched[it.person]; retry && it.person != "" && s != nil && s.ord > it.ord {
+		if s := it.dev.sched[it.person()]; retry && it.person() != "" && s != nil && s.ord > it.ord {
 			continue
 		}
 		ids = append(ids, id)
@@ -276,7 +276,7 @@ func (o *Outbox) status(d *device, now int64) DeviceStatus {
 		st.BreakerOpenUntil = ts(d.live.breakerUntil)
 	}
 	if it := d.inflight; it != nil {
-		st.InFlight, st.InFlightTries = it.id, int(it.tries)
+		st.InFlight, st.InFlightTries = it.id(), int(it.tries)
 	}
 	for _, it := range o.t.items {
 		if it.dev == d && it.status == Failed {

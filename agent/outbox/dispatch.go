@@ -66,7 +66,7 @@ func (o *Outbox) pump(d *device) {
 		if it.next > now {
 			return // backing off
 		}
-		o.emit(&record{Kind: kindSend, ID: it.id, Tries: it.tries + 1, Next: now + int64(o.settings.RetryInterval)})
+		o.emit(&record{Kind: kindSend, ID: it.id(), Tries: it.tries + 1, Next: now + int64(o.settings.RetryInterval)})
 		if it.status != InFlight { // the journal refused the record
 			return
 		}
@@ -75,8 +75,8 @@ func (o *Outbox) pump(d *device) {
 			d.live.c.retries++
 		}
 		o.sends = append(o.sends, sendJob{dev: d.id, cmd: Command{
-			MessageID: it.id, TaskID: it.task, DeviceID: d.id, Op: o.t.opOf(it), PersonID: it.person,
-			Payload: it.payload, Try: int(it.tries),
+			MessageID: it.id(), TaskID: it.task(), DeviceID: d.id, Op: o.t.opOf(it), PersonID: it.person(),
+			Payload: it.payloadBytes(), Try: int(it.tries),
 		}})
 		return
 	}
@@ -90,7 +90,7 @@ func (o *Outbox) tryFailed(it *item, reason string, now int64) {
 	if int(it.tries) >= s.MaxTries {
 		o.finishItem(it, Failed, fmt.Sprintf("%s (after %d tries)", reason, it.tries))
 	} else {
-		o.emit(&record{Kind: kindRetry, ID: it.id, Next: now + int64(o.backoff(int(it.tries))), Err: reason})
+		o.emit(&record{Kind: kindRetry, ID: it.id(), Next: now + int64(o.backoff(int(it.tries))), Err: reason})
 	}
 	d.live.failures++
 	if d.live.failures >= s.BreakerThreshold {
@@ -119,7 +119,7 @@ func (o *Outbox) backoff(n int) time.Duration {
 // requeue puts an in-flight command back at the head of its FIFO without spending the try:
 // its device went offline, so the try says nothing about the command.
 func (o *Outbox) requeue(it *item) {
-	o.emit(&record{Kind: kindRequeue, ID: it.id, Tries: max(it.tries, 1) - 1})
+	o.emit(&record{Kind: kindRequeue, ID: it.id(), Tries: max(it.tries, 1) - 1})
 }
 
 // deadline is when d next needs attention without an event: its ack timeout, the end of
@@ -167,7 +167,7 @@ func (o *Outbox) nextWake() int64 {
 	}
 	for len(o.retained) > 0 {
 		it := o.retained[0]
-		if o.t.items[it.id] != it || it.status != Failed {
+		if o.t.items[it.id()] != it || it.status != Failed {
 			o.retained[0] = nil
 			o.retained = o.retained[1:] // reset or purged since
 			continue

@@ -153,7 +153,7 @@ func Open(dir string, sender Sender, opts *Options) (*Outbox, error) {
 	for _, it := range ob.t.items {
 		switch {
 		case it.status == InFlight:
-			ob.emit(&record{Kind: kindRequeue, ID: it.id, Tries: it.tries})
+			ob.emit(&record{Kind: kindRequeue, ID: it.id(), Tries: it.tries})
 		case it.status == Failed && it.reported:
 			ob.retained = append(ob.retained, it)
 		}
@@ -361,9 +361,9 @@ func (o *Outbox) applyAdd(r *record) {
 	}
 	if r.Person != "" && prev != nil && prev.status == Scheduled {
 		if prev.ord < it.ord {
-			o.finishItem(prev, Superseded, "superseded by "+it.id)
+			o.finishItem(prev, Superseded, "superseded by "+it.id())
 		} else {
-			o.finishItem(it, Superseded, "superseded by "+prev.id)
+			o.finishItem(it, Superseded, "superseded by "+prev.id())
 		}
 	}
 	if d.live.cfg == (DeviceConfig{}) {
@@ -383,7 +383,7 @@ func (d *device) unfinished() int {
 // finishItem makes it terminal and queues its result.
 func (o *Outbox) finishItem(it *item, st Status, reason string) {
 	d := it.dev
-	seq := o.emit(&record{Kind: kindFinish, ID: it.id, Status: uint8(st), Err: reason, Done: o.now()})
+	seq := o.emit(&record{Kind: kindFinish, ID: it.id(), Status: uint8(st), Err: reason, Done: o.now()})
 	if n := len(o.t.results); n > 0 && o.t.results[n-1].it == it {
 		o.t.results[n-1].seq = seq
 	}

@@ -200,8 +200,8 @@ func checkInvariants(t *testing.T, e *env, seed uint64, step int, accepted map[s
 	inFlight := map[*device]int{}
 	active := 0
 	for id, it := range o.t.items {
-		if it.id != id {
-			t.Fatalf("seed %d step %d: item keyed %s has id %s", seed, step, id, it.id)
+		if it.id() != id {
+			t.Fatalf("seed %d step %d: item keyed %s has id %s", seed, step, id, it.id())
 		}
 		switch it.status {
 		case InFlight:
@@ -222,8 +222,8 @@ func checkInvariants(t *testing.T, e *env, seed uint64, step int, accepted map[s
 	queued := 0
 	for _, d := range o.t.devices {
 		for i, it := range d.queue {
-			if it.status != Scheduled || o.t.items[it.id] != it {
-				t.Fatalf("seed %d step %d: queue of %s holds %s in status %s", seed, step, d.id, it.id, it.status)
+			if it.status != Scheduled || o.t.items[it.id()] != it {
+				t.Fatalf("seed %d step %d: queue of %s holds %s in status %s", seed, step, d.id, it.id(), it.status)
 			}
 			if i > 0 && d.queue[i-1].ord >= it.ord {
 				t.Fatalf("seed %d step %d: queue of %s not in FIFO order", seed, step, d.id)

@@ -1,11 +1,11 @@
 package outbox
 
 import (
-	"bytes"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
+	"unsafe"
 
 	"github.com/seed0e69bba5/faceagent/agent/journal"
 )
@@ -20,19 +20,42 @@ import (
 // payload, indexes included): the op is an index into table.ops, the rarely set last error
 // lives in table.errs.
 type item struct {
-	id       string
-	task     string
-	person   string
-	dev      *device
-	payload  []byte
-	ord      uint64
-	added    int64 // unix ns
-	expires  int64
-	next     int64 // Scheduled: earliest next send; InFlight: ack deadline; terminal: finished at
-	tries    uint32
-	op       uint16
-	status   Status
-	reported bool
+	// blob holds id, task id, person id and payload in one allocation; the lengths split it.
+	blob      string
+	idLen     uint32
+	taskLen   uint32
+	personLen uint32
+	dev       *device
+	ord       uint64
+	added     int64 // unix ns
+	expires   int64
+	next      int64 // Scheduled: earliest next send; InFlight: ack deadline; terminal: finished at
+	tries     uint32
+	op        uint16
+	status    Status
+	reported  bool
+}
+
+func newItem(id, task, person string, payload []byte) *item {
+	return &item{
+		blob:  id + task + person + string(payload), // one allocation for all of them
+		idLen: uint32(len(id)), taskLen: uint32(len(task)), personLen: uint32(len(person)),
+	}
+}
+
+func (it *item) id() string   { return it.blob[:it.idLen] }
+func (it *item) task() string { return it.blob[it.idLen : it.idLen+it.taskLen] }
+func (it *item) person() string {
+	return it.blob[it.idLen+it.taskLen : it.idLen+it.taskLen+it.personLen]
+}
+
+// payloadBytes returns the payload as a view of the item's memory: never modify it.
+func (it *item) payloadBytes() []byte {
+	p := it.blob[it.idLen+it.taskLen+it.personLen:]
+	if p == "" {
+		return nil
+	}
+	return unsafe.Slice(unsafe.StringData(p), len(p))
 }
 
 // result is an entry of the results list: a terminal message and the journal record that
@@ -79,6 +102,7 @@ func (t *table) remember(id string) {
 	if _, ok := t.recentSet[id]; ok {
 		return
 	}
+	id = strings.Clone(id) // do not pin a message's blob (or a replay buffer)
 	if len(t.recent) < recentCap {
 		t.recent = append(t.recent, id)
 	} else {
@@ -137,9 +161,9 @@ func (t *table) setErr(it *item, e string) {
 
 // forget drops a message from the table.
 func (t *table) forget(it *item) {
-	delete(t.items, it.id)
+	delete(t.items, it.id())
 	delete(t.errs, it)
-	t.remember(it.id)
+	t.remember(it.id())
 }
 
 // device returns the device, creating it. id may alias a replay buffer: it is copied.
@@ -157,11 +181,11 @@ func (t *table) device(id string) *device {
 func (d *device) enqueue(it *item) {
 	i := sort.Search(len(d.queue), func(i int) bool { return d.queue[i].ord >= it.ord })
 	d.queue = slices.Insert(d.queue, i, it)
-	if it.person == "" {
+	if it.person() == "" {
 		return
 	}
-	if cur := d.sched[it.person]; cur == nil || cur.ord < it.ord {
-		d.sched[it.person] = it
+	if cur := d.sched[it.person()]; cur == nil || cur.ord < it.ord {
+		d.sched[it.person()] = it
 	}
 }
 
@@ -175,8 +199,8 @@ func (d *device) dequeue(it *item) {
 			d.queue = slices.Delete(d.queue, i, i+1)
 		}
 	}
-	if it.person != "" && d.sched[it.person] == it {
-		delete(d.sched, it.person)
+	if it.person() != "" && d.sched[it.person()] == it {
+		delete(d.sched, it.person())
 	}
 	if len(d.queue) == 0 {
 		d.queue = nil // let a drained queue's array go
@@ -219,15 +243,10 @@ func (t *table) apply(r *record) error {
 		if _, ok := t.items[r.ID]; ok {
 			return nil
 		}
-		it := &item{
-			id: strings.Clone(r.ID), task: strings.Clone(r.Task), op: t.intern(r.Op),
-			person: strings.Clone(r.Person), dev: t.device(r.Device),
-			ord: r.Ord, added: r.Added, expires: r.Expires,
-		}
-		if len(r.Payload) > 0 {
-			it.payload = bytes.Clone(r.Payload)
-		}
-		t.items[it.id] = it
+		it := newItem(r.ID, r.Task, r.Person, r.Payload)
+		it.op, it.dev = t.intern(r.Op), t.device(r.Device)
+		it.ord, it.added, it.expires = r.Ord, r.Added, r.Expires
+		t.items[it.id()] = it
 		t.maxOrd = max(t.maxOrd, r.Ord)
 		if r.Kind == kindAdd {
 			t.schedule(it)
@@ -313,7 +332,7 @@ func (t *table) apply(r *record) error {
 		t.device(r.Device).paused = r.Paused
 	case kindRecent:
 		for _, id := range r.IDs {
-			t.remember(strings.Clone(id))
+			t.remember(id)
 		}
 	default:
 		return fmt.Errorf("%w: kind %d, version %d", ErrUnknownRecord, r.Kind, r.Version)
@@ -369,8 +388,8 @@ func (t *table) snapshotRecords(emit func(*record) error) error {
 
 func (t *table) itemRecord(it *item) *record {
 	return &record{
-		Kind: kindItem, ID: it.id, Task: it.task, Device: it.dev.id, Op: t.opOf(it), Person: it.person,
-		Payload: it.payload, Ord: it.ord, Added: it.added, Expires: it.expires, Next: it.next,
+		Kind: kindItem, ID: it.id(), Task: it.task(), Device: it.dev.id, Op: t.opOf(it), Person: it.person(),
+		Payload: it.payloadBytes(), Ord: it.ord, Added: it.added, Expires: it.expires, Next: it.next,
 		Tries: it.tries, Status: uint8(it.status), Err: t.lastErr(it), Reported: it.reported,
 	}
 }
@@ -400,21 +419,21 @@ func (t *table) dump() string {
 		}
 		fmt.Fprintf(&b, "device %s paused=%v queue=", id, d.paused)
 		for _, it := range d.queue {
-			fmt.Fprintf(&b, "%s,", it.id)
+			fmt.Fprintf(&b, "%s,", it.id())
 		}
 		if d.inflight != nil {
-			fmt.Fprintf(&b, " inflight=%s", d.inflight.id)
+			fmt.Fprintf(&b, " inflight=%s", d.inflight.id())
 		}
 		persons := make([]string, 0, len(d.sched))
 		for p, it := range d.sched {
-			persons = append(persons, p+"="+it.id)
+			persons = append(persons, p+"="+it.id())
 		}
 		slices.Sort(persons)
 		fmt.Fprintf(&b, " sched=%v\n", persons)
 	}
 	b.WriteString("results ")
 	for _, r := range t.results {
-		fmt.Fprintf(&b, "%s,", r.it.id)
+		fmt.Fprintf(&b, "%s,", r.it.id())
 	}
 	fmt.Fprintf(&b, "\nactive %d\nrecent %v\n", t.active, t.recentIDs())
 	return b.String()
