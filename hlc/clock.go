@@ -62,9 +62,11 @@ type Clock struct {
 	maxCounter uint64 // MaxCounter; smaller in tests to exercise overflow
 
 	// A mutex and not a CAS loop on packed state: the state is 96 bits (wall and counter), so
-	// a lock-free version needs either a narrower wall/counter or a heap-allocated state per
-	// update. The uncontended lock costs about as much as the physical clock read; see
-	// BenchmarkClockSync in docs/benchmarks.md for the measured comparison.
+	// a lock-free version needs either a narrower wall and counter (44 + 20 bits in
+	// BenchmarkClockSync's casClock: walls until 2577, counters to 1M) or a heap-allocated
+	// state per update. Measured (docs/benchmarks.md), CAS saves 10-20 ns per timestamp, with
+	// or without contention; every Now and Update also reads the system clock, which costs
+	// more than that (BenchmarkSystemMillis).
 	mu      sync.Mutex
 	wall    int64  // largest wall issued or observed
 	counter uint32 // its counter
