@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -189,7 +191,13 @@ func (a *app) exitCode(c command, err error) int {
 
 // connect opens the store client the flags describe.
 func (a *app) connect(ctx context.Context) (*store.Client, error) {
-	o := &store.Options{URL: a.conn.url, ClientID: a.conn.clientID, Username: a.conn.user, Timeout: a.conn.timeout}
+	id := a.conn.clientID
+	if id == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		id = "sscli-" + hex.EncodeToString(b[:])
+	}
+	o := &store.Options{URL: a.conn.url, ClientID: id, Username: a.conn.user, Timeout: a.conn.timeout}
 	if a.conn.passwordFile != "" {
 		pw, err := os.ReadFile(a.conn.passwordFile)
 		if err != nil {
