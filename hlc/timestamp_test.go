@@ -127,7 +127,7 @@ func TestAppendTextMatchesFmt(t *testing.T) {
 		1000000000000000, 1696374425000, math.MaxInt64, -1, -12345, math.MinInt64}
 	counters := []uint32{0, 1, 9999, 99999, 100000, math.MaxInt32, math.MaxUint32}
 	r := rand.New(rand.NewPCG(1, 2))
-	for range 200 {
+	for range 50 {
 		walls = append(walls, r.Int64N(1<<50), r.Int64())
 		counters = append(counters, r.Uint32N(100000), r.Uint32())
 	}
