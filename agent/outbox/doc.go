@@ -1,0 +1,112 @@
+// Package outbox is the agent's local message table: a durable queue of commands for
+// face-recognition terminals that keeps exactly one command in flight per terminal, sends
+// the next one the moment the terminal acks, retries what is not acked, and keeps every
+// result until the upstream broker has accepted it.
+//
+// It grows from the field report in docs (reference/local-message-table.md), whose table
+// lived in memory, never matched acks and polled every 500 ms. Here the table is a journal
+// (package agent/journal) replayed at start, acks are matched by message id, and dispatch is
+// driven by events: an ack, a heartbeat, an enqueue, or the one timer armed for the
+// earliest deadline. An idle outbox arms no timer at all.
+//
+// # Tutorial: what the agent calls
+//
+//	ob, err := outbox.Open(filepath.Join(dataDir, "outbox"), sender, &outbox.Options{
+//		Settings: outbox.Settings{RetryInterval: 2 * time.Second, MaxTries: 5, HeartbeatTimeout: 30 * time.Second},
+//		Devices:  map[string]outbox.DeviceConfig{"2042253": {}, "serial-1": {NoHeartbeat: true}},
+//	})
+//	defer ob.Close()
+//
+// sender implements Sender: Send(ctx, deviceID, Command) publishes the command (the agent
+// wraps device.Link.Send, building a face.Command from Command.MessageID, Op and Payload).
+//
+// Intake (the upstream task, before its PUBACK):
+//
+//	err := ob.Enqueue(outbox.Task{MessageID: id, TaskID: t.TaskID, DeviceID: t.DeviceID,
+//		Op: t.Op, PersonID: t.Person.ID, Payload: personJSON})
+//	// nil or errors.Is(err, outbox.ErrDuplicate): durable, acknowledge upstream.
+//	// ErrDeviceFull, ErrFull, ErrInvalidTask: refuse (deadletter with err.Error() as reason).
+//	// ErrJournal: the disk failed (full?); refuse, alert, reopen once fixed.
+//
+// Device events (from device.Link.Events()):
+//
+//	ob.Ack(ev.DeviceID, ev.Ack.MessageID, ev.Ack.Code, ev.Ack.Message) // Event Ack
+//	ob.Heartbeat(ev.DeviceID)                                         // Event Heartbeat
+//	ob.LinkUp(ev.DeviceID) / ob.LinkDown(ev.DeviceID)                 // Events Up / Down
+//
+// Results (one goroutine):
+//
+//	for {
+//		select {
+//		case <-ob.ResultsReady():
+//		case <-ctx.Done(): return
+//		}
+//		for {
+//			res, err := ob.Results(100) // oldest first, durable
+//			if err != nil || len(res) == 0 { break }
+//			...publish each to faceagent/{gw}/results with QoS 1, wait for the PUBACKs...
+//			ob.MarkReported(ids...)      // journalled; unmarked results come back after a restart
+//		}
+//	}
+//
+// Remote control and config: Pause, Resume, RetryFailed, PurgeFailed, SetSettings,
+// SetDevice; metrics and tools: Status, DeviceStatus, Stats.
+//
+// # Delivery semantics
+//
+// At-least-once. Enqueue returns nil only when the task is in the journal. After a crash,
+// a command that was in flight is sent again with the same message id, and its tries are
+// kept; terminals must treat a repeated message id as a duplicate and ack it again. An ack
+// that arrives after its timeout still completes the command; a second ack is ignored. A
+// result may be reported twice after a crash (MarkReported is not waited for), never lost.
+//
+// Per device: FIFO by intake order, one command in flight, the next sent when the ack
+// arrives. The ack timeout is Settings.RetryInterval; a command not acked in time is sent
+// again after RetryInterval·2^(tries-1) (capped at MaxBackoff, with jitter), and after
+// MaxTries sends it is Failed. A non-zero ack code fails it at once. Failed commands are
+// reported, kept for FailedRetention after the report (RetryFailed brings them back), then
+// purged. A device is online for HeartbeatTimeout after a heartbeat or an ack; an offline
+// device gets nothing, and a command in flight when it goes silent returns to the head of
+// its queue without spending the try. BreakerThreshold unacked tries in a row open the
+// device's breaker for BreakerCooldown (doubling up to 16x); other devices never wait for it.
+//
+// Coalescing: when a task arrives for a person who already has an unsent command on the
+// same device, the older one is Superseded (whitelist commands are idempotent; the last one
+// wins). The command in flight is never touched. Dedupe: a message id already in the table,
+// being stored, or among the last 8192 that left it is refused with ErrDuplicate.
+//
+// # On-disk format
+//
+// The journal (see package journal for framing) holds one msgp map per record, with short
+// keys (record.go): v (format version, 1), k (kind), id, ids, t (task), d (device), op, p
+// (person), b (payload), o (intake order), at, ad (added), ex (expires), nx (next attempt or
+// ack deadline), dn (done), n (tries), s (status), e (error), r (reported), pa (paused).
+// Kinds: 1 add, 2 send, 3 retry, 4 requeue, 5 finish, 6 reported, 7 purge, 8 reset, 9 pause,
+// 10 resume; snapshots use 11 item (a message's whole state), 12 device, 13 recent ids.
+// Decoders skip keys they do not know, so a later release reads these files; kinds and
+// status numbers are never reused.
+//
+// # Invariants
+//
+//   - The table is changed only by applying records, live and in replay alike: replaying the
+//     journal reproduces the table (the property test checks it at every restart).
+//   - At most one command per device is InFlight.
+//   - A task accepted by Enqueue stays in the table until its result was marked reported.
+//   - Unfinished commands never exceed MaxQueued, nor MaxQueuedPerDevice on one device.
+//   - At most one timer is armed; none when nothing waits for a deadline.
+//
+// # Caveats
+//
+//   - Sends, retries and finishes are journalled without waiting for the fsync, so that an
+//     ack is followed by the next send in microseconds. A crash can lose the last few of
+//     them: a try may go uncounted, a finished command may be sent once more. Both are within
+//     at-least-once; intake is always waited for.
+//   - After the journal fails (disk full, I/O error) the outbox stops dispatching and refuses
+//     intake with ErrJournal; Err reports it. Close and Open again once the cause is fixed:
+//     the table is rebuilt from what is on disk.
+//   - Compaction holds the table lock while the journal seals its segment (one fsync) and
+//     the live state is copied; the snapshot is written without it.
+//   - Online state, breakers and counters are not journalled: after a restart every device
+//     is offline until heard from.
+//   - Command.Payload is a view of the table's memory: a Sender must not modify it.
+package outbox
