@@ -69,8 +69,11 @@
 // is a bbolt transaction, fsynced), so a client with a session expiry gets
 // what was queued for it across a broker restart; and the state store keeps
 // the keys written with "aio-persistence: true" in
-// DataDir/statestore.snapshot (see package statestore). Other keys are lost
-// on restart, as in the real service.
+// DataDir/statestore.snapshot (see package statestore); a request that
+// changes such a key is answered only once the snapshot holding the change
+// is fsynced (the answer is sent by the store's persistence goroutine, not
+// the client's read loop). Other keys are lost on restart, as in the real
+// service.
 //
 // # Caveats
 //

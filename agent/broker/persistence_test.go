@@ -30,6 +30,16 @@ func TestRestartKeepsSessionsAndPersistentKeys(t *testing.T) {
 
 	kv := dial(t, b1.Addr(), "kv", dialOptions{})
 	kept := kv.do(cmd("SET", "faceagent/gw-01/config", "retry=2s"), req{persist: true})
+	// The reply came only once the key was on disk: read the snapshot now,
+	// while the broker runs.
+	onDisk, err := statestore.New(&statestore.Options{SnapshotPath: filepath.Join(dir, SnapshotFile)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := onDisk.Len(); n != 1 {
+		t.Fatalf("snapshot holds %d keys when the SET was answered", n)
+	}
+	_ = onDisk.Close()
 	kv.do(cmd("SET", "volatile", "x"), req{})
 	kv.close()
 	if err := b1.Close(); err != nil {

@@ -122,7 +122,7 @@ func (s *service) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet,
 // serve answers one request that has a usable response topic.
 func (s *service) serve(cl *mqtt.Client, pk *packets.Packet) {
 	out := make([]byte, 0, 64+len(pk.Payload))
-	var version string
+	var version hlc.Timestamp // none for precondition errors
 	switch {
 	case pk.FixedHeader.Qos != 1:
 		out = appendErr(out, ErrTextQoS)
@@ -148,32 +148,46 @@ func (s *service) serve(cl *mqtt.Client, pk *packets.Packet) {
 				req.Watcher = n
 			}
 		}
-		var v hlc.Timestamp
-		out, v = s.store.Do(&req, out)
-		if !v.IsZero() {
-			version = v.String()
+		// A change of a persistent key is answered once it is on disk; the
+		// persistence goroutine sends that response, not this read loop.
+		clientID, topic, corr := cl.ID, pk.Properties.ResponseTopic, pk.Properties.CorrelationData
+		out, v, wait := s.store.DoDurable(&req, out, func(reply []byte, v hlc.Timestamp, err error) {
+			if err != nil {
+				s.log.Error("state store: persistent change answered without a snapshot", "client", clientID, "error", err)
+			}
+			s.respond(clientID, topic, corr, reply, v)
+		})
+		if wait {
+			return
 		}
+		s.respond(cl.ID, pk.Properties.ResponseTopic, pk.Properties.CorrelationData, out, v)
+		return
 	}
+	s.respond(cl.ID, pk.Properties.ResponseTopic, pk.Properties.CorrelationData, out, version)
+}
+
+// respond publishes a reply through the responder (wire facts 5 and 11).
+func (s *service) respond(clientID, topic string, correlation, payload []byte, version hlc.Timestamp) {
 	props := packets.Properties{
 		ContentType:     contentType,
-		CorrelationData: pk.Properties.CorrelationData,
+		CorrelationData: correlation,
 		User: []packets.UserProperty{
 			{Key: "__stat", Val: "200"},
 			{Key: "__protVer", Val: protocolVersion},
 		},
 	}
-	if version != "" {
-		props.User = append(props.User, packets.UserProperty{Key: "__ts", Val: version})
+	if !version.IsZero() {
+		props.User = append(props.User, packets.UserProperty{Key: "__ts", Val: version.String()})
 	}
 	err := s.srv.InjectPacket(s.responder, packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
-		TopicName:   pk.Properties.ResponseTopic,
-		Payload:     out,
+		TopicName:   topic,
+		Payload:     payload,
 		Properties:  props,
 		PacketID:    1, // field note: QoS>0 needs a non-zero id; the inline client never uses it
 	})
 	if err != nil {
-		s.log.Warn("state store: response not sent", "client", cl.ID, "error", err)
+		s.log.Warn("state store: response not sent", "client", clientID, "error", err)
 	}
 }
 

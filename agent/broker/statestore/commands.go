@@ -32,6 +32,8 @@ type Request struct {
 	Watcher Watcher
 	// Access decides key-prefix authorization; nil allows every key.
 	Access KeyAccess
+
+	persistSeq uint64 // set by Do: the change of the persistent set it made
 }
 
 // KeyAccess authorizes a request's key. write is true for SET, DEL and VDEL,
@@ -48,6 +50,7 @@ const maxArgs = 16
 // __ts the response must carry; it is zero when the reply has none (errors,
 // GET or DEL of a missing key, KEYNOTIFY). Do never blocks on I/O.
 func (s *Store) Do(req *Request, dst []byte) (out []byte, version hlc.Timestamp) {
+	req.persistSeq = 0
 	var argv [maxArgs][]byte
 	args, err := resp3.ParseCommand(req.Payload, argv[:0])
 	if err != nil || len(args) == 0 {
@@ -191,9 +194,9 @@ func (s *Store) set(req *Request, args [][]byte, dst []byte) ([]byte, hlc.Timest
 			delete(s.persisted, e)
 		}
 		e.persist = req.Persist
-		s.markDirty()
+		req.persistSeq = s.markDirty()
 	} else if e.persist {
-		s.markDirty()
+		req.persistSeq = s.markDirty()
 	}
 	if s.watchers.has(e.key) {
 		s.watchers.notify(e.key, OpSet, stored, version)
@@ -244,7 +247,7 @@ func (s *Store) del(req *Request, args [][]byte, dst []byte, vdel bool) ([]byte,
 	if vdel && !bytes.Equal(e.value, args[2]) {
 		return resp3.AppendInt(dst, -1), e.version // wire fact 1
 	}
-	s.remove(e)
+	req.persistSeq = s.remove(e)
 	s.notifyDelete(e.key)
 	return resp3.AppendInt(dst, 1), e.version
 }

@@ -64,11 +64,12 @@
 //
 // # Caveats
 //
-//   - A SET with "aio-persistence: true" is answered before its snapshot
-//     reaches the disk: a power cut within a few milliseconds of the reply can
-//     lose it (a clean stop cannot). The snapshot rewrites every persistent
-//     key, which suits the few configuration and lease keys it is meant for,
-//     not hundreds of thousands of persistent keys.
+//   - Do (unlike DoDurable) reports a persistent change before its snapshot
+//     reaches the disk. The snapshot rewrites every persistent key, which
+//     suits the few configuration and lease keys it is meant for, not
+//     hundreds of thousands of persistent keys; a persistent write costs a
+//     snapshot write and two fsyncs of latency (writes in the meantime are
+//     coalesced into one snapshot).
 //   - One mutex serialises all operations. That is stronger than the per-key
 //     order the protocol asks for and costs a few hundred nanoseconds per
 //     request; it is not the bottleneck behind an MQTT broker.

@@ -218,6 +218,7 @@ func (s *Store) writeSnapshot() error {
 		return nil
 	}
 	s.dirty = false
+	seq := s.dirtySeq
 	recs := s.collect()
 	s.mu.Unlock()
 	b, err := encodeSnapshot(snapshotHeader{
@@ -231,8 +232,63 @@ func (s *Store) writeSnapshot() error {
 		s.dirty = true // try again on the next change or at Close
 		s.mu.Unlock()
 		s.log.Error("statestore: snapshot write failed", "path", s.snapshot.path, "error", err)
+		return err
 	}
-	return err
+	s.mu.Lock()
+	s.durableSeq = seq
+	ready := s.takeWaiters(seq)
+	s.mu.Unlock()
+	for _, w := range ready {
+		w.done(w.reply, w.version, nil)
+	}
+	return nil
+}
+
+// durableWaiter is a DoDurable caller waiting for snapshot seq.
+type durableWaiter struct {
+	seq     uint64
+	reply   []byte
+	version hlc.Timestamp
+	done    func(reply []byte, version hlc.Timestamp, err error)
+}
+
+// takeWaiters removes and returns the waiters satisfied by seq. Called with
+// s.mu held.
+func (s *Store) takeWaiters(seq uint64) []durableWaiter {
+	var ready []durableWaiter
+	kept := s.waiters[:0]
+	for _, w := range s.waiters {
+		if w.seq <= seq {
+			ready = append(ready, w)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	clear(s.waiters[len(kept):])
+	s.waiters = kept
+	return ready
+}
+
+// DoDurable is Do for a caller that must not acknowledge a change of the
+// persistent keys before it is on disk. When the request changed them (a
+// SET with Persist, or a SET, DEL or VDEL of a persistent key) in a store
+// with a SnapshotPath, DoDurable returns wait = true and calls done once,
+// from the store's persistence goroutine, after a snapshot holding the
+// change is fsynced — or with the error at Close if none could be written —
+// passing it the reply and version DoDurable returned. Otherwise wait is
+// false and done is never called. done must not block.
+func (s *Store) DoDurable(req *Request, dst []byte, done func(reply []byte, version hlc.Timestamp, err error)) (out []byte, version hlc.Timestamp, wait bool) {
+	out, version = s.Do(req, dst)
+	if req.persistSeq == 0 || done == nil {
+		return out, version, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.durableSeq >= req.persistSeq {
+		return out, version, false // a snapshot already took it
+	}
+	s.waiters = append(s.waiters, durableWaiter{req.persistSeq, out, version, done})
+	return out, version, true
 }
 
 // persistLoop writes snapshots off the request path: requests only mark the

@@ -57,14 +57,17 @@ type Store struct {
 	maxValue int
 	log      *slog.Logger
 
-	mu        sync.Mutex
-	keys      map[string]*entry
-	bytes     int64               // sum of len(key)+len(value)
-	expiry    expiryHeap          // entries with a PX deadline
-	watchers  watchRegistry       // KEYNOTIFY registrations
-	persisted map[*entry]struct{} // entries with persist set
-	dirty     bool                // persistent set changed since the last snapshot
-	closed    bool
+	mu         sync.Mutex
+	keys       map[string]*entry
+	bytes      int64               // sum of len(key)+len(value)
+	expiry     expiryHeap          // entries with a PX deadline
+	watchers   watchRegistry       // KEYNOTIFY registrations
+	persisted  map[*entry]struct{} // entries with persist set
+	dirty      bool                // persistent set changed since the last snapshot
+	dirtySeq   uint64              // counts changes of the persistent set
+	durableSeq uint64              // dirtySeq of the last snapshot on disk
+	waiters    []durableWaiter     // DoDurable callers waiting for a snapshot
+	closed     bool
 
 	wakeSweeper chan struct{} // cap 1: the earliest deadline changed
 	wakePersist chan struct{} // cap 1: the persistent set changed
@@ -152,6 +155,12 @@ func (s *Store) Close() error {
 		err = nil
 		if s.snapshot != nil {
 			err = s.writeSnapshot()
+			s.mu.Lock()
+			left := s.takeWaiters(^uint64(0))
+			s.mu.Unlock()
+			for _, w := range left { // the last write failed
+				w.done(w.reply, w.version, err)
+			}
 		}
 	})
 	return err
@@ -187,8 +196,9 @@ func (s *Store) lookup(key []byte) *entry {
 	return e
 }
 
-// remove unlinks e from every index. Called with s.mu held.
-func (s *Store) remove(e *entry) {
+// remove unlinks e from every index and returns the persistence sequence of
+// the change (0 when e was not persistent). Called with s.mu held.
+func (s *Store) remove(e *entry) (seq uint64) {
 	delete(s.keys, e.key)
 	s.bytes -= int64(len(e.key) + len(e.value))
 	if e.heapIndex >= 0 {
@@ -196,8 +206,9 @@ func (s *Store) remove(e *entry) {
 	}
 	if e.persist {
 		delete(s.persisted, e)
-		s.markDirty()
+		seq = s.markDirty()
 	}
+	return seq
 }
 
 // notifyDelete sends the DELETE notification for key with a fresh version,
@@ -209,14 +220,17 @@ func (s *Store) notifyDelete(key string) {
 	s.watchers.notify(key, OpDelete, nil, s.clock.Now())
 }
 
-// markDirty wakes the persistence goroutine. Called with s.mu held.
-func (s *Store) markDirty() {
+// markDirty wakes the persistence goroutine and returns the sequence number
+// of this change (0 without persistence). Called with s.mu held.
+func (s *Store) markDirty() uint64 {
 	if s.snapshot == nil {
-		return
+		return 0
 	}
 	s.dirty = true
+	s.dirtySeq++
 	select {
 	case s.wakePersist <- struct{}{}:
 	default:
 	}
+	return s.dirtySeq
 }

@@ -556,3 +556,47 @@ func TestConcurrentRequests(t *testing.T) {
 		}
 	}
 }
+
+// TestDoDurableWaitsForTheSnapshot: a change of the persistent keys is
+// reported only once a snapshot holding it is on disk.
+func TestDoDurableWaitsForTheSnapshot(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "statestore.snap")
+	s, err := New(&Options{SnapshotPath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := hlc.Timestamp{Wall: time.Now().UnixMilli(), Node: "c"}.String()
+	durable := make(chan error, 1)
+	onDisk := func(reply []byte, _ hlc.Timestamp, err error) {
+		b, _ := os.ReadFile(path)
+		recs, derr := decodeSnapshot(b)
+		if err == nil && (derr != nil || len(recs) != 1 || string(recs[0].Value) != "v1" || string(reply) != "+OK\r\n") {
+			err = errors.New("done called before the snapshot held the change")
+		}
+		durable <- err
+	}
+	req := setReq(now, "config", "v1")
+	req.Persist = true
+	out, _, wait := s.DoDurable(req, nil, onDisk)
+	if string(out) != "+OK\r\n" || !wait {
+		t.Fatalf("persistent SET: %q wait=%v", out, wait)
+	}
+	select {
+	case err := <-durable:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("done never called")
+	}
+	if _, _, wait := s.DoDurable(setReq(now, "volatile", "x"), nil, onDisk); wait {
+		t.Fatal("volatile SET waits")
+	}
+	if _, _, wait := s.DoDurable(&Request{Payload: cmd("GET", "config")}, nil, onDisk); wait {
+		t.Fatal("GET waits")
+	}
+	if _, _, wait := s.DoDurable(&Request{Payload: cmd("DEL", "config")}, nil, func([]byte, hlc.Timestamp, error) {}); !wait {
+		t.Fatal("DEL of a persistent key does not wait")
+	}
+}
