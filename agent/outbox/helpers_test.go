@@ -15,7 +15,12 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(crashChildEnv); dir != "" {
+		crashChild(dir) // never returns
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // fakeClock is a Clock whose time moves only in Advance, which runs due timers in the
 // caller's goroutine.
