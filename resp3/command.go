@@ -29,8 +29,8 @@ func ReadCommand(b []byte, args [][]byte) (cmd [][]byte, rest []byte, err error)
 	return args, b[next:], nil
 }
 
-// readCommandAt is the command fast path. It inlines the common one- and two-digit lengths;
-// anything longer or odd goes through readLength, which also produces the precise error.
+// readCommandAt is the command fast path: lengths are parsed in place; anything odd goes
+// through readLength, which also produces the precise error.
 func readCommandAt(b []byte, args [][]byte) ([][]byte, int, error) {
 	args = args[:0]
 	if len(b) == 0 {
@@ -72,23 +72,36 @@ func readCommandAt(b []byte, args [][]byte) ([][]byte, int, error) {
 			}
 			return args[:0], 0, errAt(i, ErrNotCommand)
 		}
+		// Fast paths: "$d\r\n" and "$dd\r\n" (keys, names, small values) by pattern, then any
+		// canonical length below 1<<26 in a loop. Anything else (sign, leading zero, huge,
+		// missing CRLF, end of input) is re-read by readLength for the precise error.
 		var l, j int
-		// Fast path: "$d\r\n" and "$dd\r\n" without leading zero.
 		if i+4 < len(b) && b[i+1]-'0' < 10 && b[i+2] == '\r' && b[i+3] == '\n' {
 			l, j = int(b[i+1]-'0'), i+4
 		} else if i+5 < len(b) && b[i+1]-'1' < 9 && b[i+2]-'0' < 10 && b[i+3] == '\r' && b[i+4] == '\n' {
 			l, j = int(b[i+1]-'0')*10+int(b[i+2]-'0'), i+5
 		} else {
-			var err error
-			l, j, err = readLength(b, i+1)
-			if err != nil {
-				return args[:0], 0, err
+			for j = i + 1; j < len(b) && l < 1<<26; j++ { // l < 1<<26: l*10+9 fits in 32 bits
+				d := b[j] - '0'
+				if d > 9 {
+					break
+				}
+				l = l*10 + int(d)
 			}
-			if l < 0 {
-				return args[:0], 0, errAt(i, ErrNotCommand) // "$-1": a null argument
-			}
-			if l > MaxBlobLen {
-				return args[:0], 0, errAt(i+1, ErrTooLarge)
+			if j+1 < len(b) && b[j] == '\r' && b[j+1] == '\n' && j > i+1 && b[i+1] != '0' {
+				j += 2
+			} else {
+				var err error
+				l, j, err = readLength(b, i+1)
+				if err != nil {
+					return args[:0], 0, err
+				}
+				if l < 0 {
+					return args[:0], 0, errAt(i, ErrNotCommand) // "$-1": a null argument
+				}
+				if l > MaxBlobLen {
+					return args[:0], 0, errAt(i+1, ErrTooLarge)
+				}
 			}
 		}
 		if l > len(b)-j-2 { // written this way round so that j+l cannot overflow

@@ -208,10 +208,7 @@ func readLength(b []byte, i int) (n, next int, err error) {
 		return -1, j, err
 	}
 	if c < '0' || c > '9' {
-		if c == '\r' || c == '\n' {
-			return 0, i, errAt(i, ErrInvalidLength) // empty length
-		}
-		return 0, i, errAt(i, ErrInvalidLength)
+		return 0, i, errAt(i, ErrInvalidLength) // empty, a sign, "?" (streamed), or junk
 	}
 	n = int(c - '0')
 	j := i + 1

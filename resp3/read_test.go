@@ -235,3 +235,15 @@ func TestVerbatimFormat(t *testing.T) {
 		t.Fatalf("re-encoded %q", got)
 	}
 }
+
+func TestKindHelpers(t *testing.T) {
+	for in, want := range map[string]int{"*3\r\n": 3, "%2\r\n": 4, "|1\r\n": 2, "~0\r\n": 0, ">5\r\n": 5, "*-1\r\n": 0, ":9\r\n": 0} {
+		v, err := ParseValue([]byte(in))
+		if err != nil || v.Elements() != want || v.Kind.IsAggregate() != (in[0] != ':') {
+			t.Errorf("%q: Elements %d (want %d), IsAggregate %v, err %v", in, v.Elements(), want, v.Kind.IsAggregate(), err)
+		}
+	}
+	if BlobString.String() != "blob string" || Kind('x').String() != `kind("x")` {
+		t.Errorf("String: %q %q", BlobString.String(), Kind('x').String())
+	}
+}
