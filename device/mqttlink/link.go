@@ -38,8 +38,8 @@ type Config struct {
 	// Topic templates; "{id}" is one whole topic level. Defaults DefaultCommandTopic,
 	// DefaultAckTopic, DefaultHeartbeatTopic.
 	CommandTopic, AckTopic, HeartbeatTopic string
-	// QoS of commands; default 1 (a command lost in the broker is a retry wasted).
-	// Set 3 to mean QoS 0 explicitly.
+	// QoS of commands: 1 (the default) or 2. QoS 0 is not offered: the field report's QoS 0
+	// lost commands inside the broker, and each such loss costs a retry interval.
 	QoS byte
 	// Devices, when not empty, restricts the link to these terminals: Send refuses others
 	// with device.ErrUnknownDevice, and their messages become Error events.
@@ -71,11 +71,9 @@ func (c *Config) fill() error {
 	switch c.QoS {
 	case 0:
 		c.QoS = 1
-	case 3:
-		c.QoS = 0
 	case 1, 2:
 	default:
-		return fmt.Errorf("qos %d: want 1, 2 or 3 (meaning 0)", c.QoS)
+		return fmt.Errorf("qos %d: want 1 or 2", c.QoS)
 	}
 	for _, id := range c.Devices {
 		if !validDeviceID(id) {
