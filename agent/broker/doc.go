@@ -39,7 +39,7 @@
 // registered, on NotifyTopic(clientID, key), whether or not it subscribed to
 // that topic (the Go SDK never does; the real service delivers anyway), so a
 // subscriber gets each one exactly once. Each connection has a bounded queue
-// and a goroutine writing it; a connection that falls notifyQueueLen behind
+// and a goroutine writing it; a connection that falls 1024 notifications behind
 // is disconnected with CodeNotifyOverflow. Registrations belong to the
 // connection: they end when it disconnects or is taken over.
 //
@@ -86,6 +86,6 @@
 //   - mochi's inline clients (Server().Publish, InjectPacket) bypass
 //     authorization; the state store service's requests from inline clients
 //     are ignored.
-//   - Only the first of mochi's listeners is managed; add WebSocket or Unix
+//   - The broker manages one TCP (or TLS) listener; add WebSocket or Unix
 //     listeners through Server() before Start if you need them.
 package broker

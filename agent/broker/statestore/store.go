@@ -67,7 +67,6 @@ type Store struct {
 	dirtySeq   uint64              // counts changes of the persistent set
 	durableSeq uint64              // dirtySeq of the last snapshot on disk
 	waiters    []durableWaiter     // DoDurable callers waiting for a snapshot
-	closed     bool
 
 	wakeSweeper chan struct{} // cap 1: the earliest deadline changed
 	wakePersist chan struct{} // cap 1: the persistent set changed
@@ -147,9 +146,6 @@ func New(opts *Options) (*Store, error) {
 func (s *Store) Close() error {
 	err := ErrClosed
 	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		s.closed = true
-		s.mu.Unlock()
 		close(s.done)
 		s.wg.Wait()
 		err = nil
