@@ -355,3 +355,34 @@ func TestTemplate(t *testing.T) {
 		t.Fatal(tp.filter())
 	}
 }
+
+// A consumer that stops draining Events holds back delivery (no ack is dropped), and Close
+// still returns: it unblocks the handlers waiting on the full channel.
+func TestCloseUnblocksAFullEventsChannel(t *testing.T) {
+	srv, burl := startMochi(t)
+	l, err := New(Config{Server: srv, EventBuffer: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := rawClient(t, burl)
+	for i := range 5 { // Up fills the buffer; the handlers of these wait
+		if _, err := cm.Publish(context.Background(), &paho.Publish{Topic: "dev/face/d1/heartbeat", QoS: 0,
+			Payload: []byte(fmt.Sprintf(`{"persons":%d}`, i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closed := make(chan struct{})
+	go func() { l.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close blocked behind a full Events channel")
+	}
+	n := 0
+	for range l.Events() {
+		n++
+	}
+	if n > 1 {
+		t.Fatalf("%d events buffered in a channel of 1", n)
+	}
+}

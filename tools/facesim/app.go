@@ -234,7 +234,11 @@ func checkRates(c *config) error {
 
 func deviceIDs(c *config) []string {
 	if c.devices != "" {
-		return strings.Split(c.devices, ",")
+		ids := strings.Split(c.devices, ",")
+		for i := range ids {
+			ids[i] = strings.TrimSpace(ids[i])
+		}
+		return ids
 	}
 	ids := make([]string, c.n)
 	for i := range ids {
