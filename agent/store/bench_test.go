@@ -102,6 +102,10 @@ type rawPaho struct {
 	pending map[uint64]chan struct{}
 	next    atomic.Uint64
 	cancel  context.CancelFunc
+	// props makes it send the properties this client sends (content type, expiry, __ts,
+	// __protVer, __srcId, $partition, $high_priority), with a fixed __ts, to price them apart
+	// from the client's code.
+	props bool
 }
 
 func newRawPaho(b *testing.B, brokerURL string) *rawPaho {
@@ -144,6 +148,8 @@ func newRawPaho(b *testing.B, brokerURL string) *rawPaho {
 	return r
 }
 
+var rawTS = hlc.Timestamp{Wall: time.Now().UnixMilli(), Node: "raw"}.String()
+
 var getPayload = []byte("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n")
 
 func (r *rawPaho) roundTrip(ctx context.Context) error {
@@ -156,8 +162,16 @@ func (r *rawPaho) roundTrip(ctx context.Context) error {
 	r.mu.Lock()
 	r.pending[id] = ch
 	r.mu.Unlock()
-	if _, err := r.cm.Publish(ctx, &paho.Publish{QoS: 1, Topic: invokeTopic, Payload: getPayload,
-		Properties: &paho.PublishProperties{CorrelationData: cd, ResponseTopic: r.resp}}); err != nil {
+	p := &paho.Publish{QoS: 1, Topic: invokeTopic, Payload: getPayload,
+		Properties: &paho.PublishProperties{CorrelationData: cd, ResponseTopic: r.resp}}
+	if r.props {
+		expiry := uint32(10)
+		p.Properties.ContentType = "application/octet-stream"
+		p.Properties.MessageExpiry = &expiry
+		p.Properties.User = paho.UserProperties{{Key: "__ts", Value: rawTS}, {Key: "__protVer", Value: "1.0"},
+			{Key: "__srcId", Value: "raw"}, {Key: "$partition", Value: "raw"}, {Key: "$high_priority", Value: ""}}
+	}
+	if _, err := r.cm.Publish(ctx, p); err != nil {
 		return err
 	}
 	<-ch
@@ -195,6 +209,11 @@ func BenchmarkRoundTrip(b *testing.B) {
 	for _, inflight := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("echo-paho/inflight=%d", inflight), func(b *testing.B) {
 			r := newRawPaho(b, startEcho(b))
+			runInFlight(b, inflight, r.roundTrip)
+		})
+		b.Run(fmt.Sprintf("echo-paho-props/inflight=%d", inflight), func(b *testing.B) {
+			r := newRawPaho(b, startEcho(b))
+			r.props = true
 			runInFlight(b, inflight, r.roundTrip)
 		})
 		b.Run(fmt.Sprintf("echo-client/inflight=%d", inflight), func(b *testing.B) {

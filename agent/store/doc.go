@@ -19,7 +19,21 @@
 //	w, err := c.KeyNotify(ctx, "greeting")
 //	for n := range w.C() { fmt.Println(n.Op, string(n.Value), n.Version) }
 //
-// Leases (lock + fencing token) are in the subpackage lease.
+//	// Leases: a lock with a fencing token, renewed in the background.
+//	l, err := c.Acquire(ctx, "faceagent/gw-01/leader", &store.LeaseOptions{TTL: 10 * time.Second})
+//	_, err = l.Edit(ctx, "faceagent/gw-01/config", func(old []byte, found bool) ([]byte, error) { … })
+//	select { case <-l.Lost(): … l.Err() … }
+//	l.Release(ctx)
+//
+// # Leases
+//
+// A lease is the protocol document's lock: SET name holder NEX PX ttl takes it and renews it
+// (every TTL/3 by default), VDEL name holder releases it. Its version is the fencing token:
+// Lease.Edit reads a protected key and writes it back with that token as __ft, so a holder
+// that lost the lease without knowing it (paused, partitioned) cannot overwrite its
+// successor's writes: the store refuses the older token. The lease watches its own key, so
+// losing it (deleted, taken over, a renewal refused, or not renewed within the TTL) closes
+// Lost at once.
 //
 // # How requests travel
 //

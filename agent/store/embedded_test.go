@@ -245,3 +245,49 @@ func TestEmbeddedRestartFailsInFlightAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestEmbeddedAuthorization: key rules answer "not authorized"; a broker ACL that refuses the
+// invoke topic answers the PUBLISH with PUBACK 0x87, reported as ErrNotAuthorized too, without
+// waiting for the timeout.
+func TestEmbeddedAuthorization(t *testing.T) {
+	b, err := broker.New(&broker.Options{Listen: "127.0.0.1:0", AllowAnonymous: true, Anonymous: &broker.Rules{
+		Publish:   []string{invokeTopic},
+		Subscribe: []string{"clients/#"},
+		ReadKeys:  []string{"public/"},
+		WriteKeys: []string{"public/"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	c := connect(t, "mqtt://"+b.Addr(), nil)
+	ctx := ctxT(t)
+	if _, err := c.Set(ctx, "public/k", []byte("v"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Set(ctx, "private/k", []byte("v"), nil); !errors.Is(err, ErrNotAuthorized) {
+		t.Fatalf("write outside the key rules: %v", err)
+	}
+
+	denied, err := broker.New(&broker.Options{Listen: "127.0.0.1:0", AllowAnonymous: true, Anonymous: &broker.Rules{
+		Publish: []string{"nothing/allowed"}, Subscribe: []string{"clients/#"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := denied.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer denied.Close()
+	d := connect(t, "mqtt://"+denied.Addr(), func(o *Options) { o.Timeout = 20 * time.Second })
+	start := time.Now()
+	if _, err := d.Get(ctx, "k"); !errors.Is(err, ErrNotAuthorized) {
+		t.Fatalf("publish refused by the ACL: %v", err)
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Errorf("took %v", time.Since(start))
+	}
+}
