@@ -37,7 +37,7 @@ func readCommandAt(b []byte, args [][]byte) ([][]byte, int, error) {
 		return args, 0, ErrIncomplete
 	}
 	if b[0] != byte(Array) {
-		if _, err := readValueAt(b, 0, new(Value)); err != nil && err != ErrIncomplete {
+		if _, err := readValueAt(b, 0, new(Value)); IsMalformed(err) {
 			return args, 0, err // unknown type byte, or otherwise broken
 		}
 		return args, 0, errAt(0, ErrNotCommand)
@@ -67,7 +67,7 @@ func readCommandAt(b []byte, args [][]byte) ([][]byte, int, error) {
 			return args[:0], 0, ErrIncomplete
 		}
 		if b[i] != byte(BlobString) {
-			if _, err := readValueAt(b, i, new(Value)); err != nil && err != ErrIncomplete {
+			if _, err := readValueAt(b, i, new(Value)); IsMalformed(err) {
 				return args[:0], 0, err
 			}
 			return args[:0], 0, errAt(i, ErrNotCommand)

@@ -86,6 +86,8 @@ func TestParseCommandErrors(t *testing.T) {
 		want error
 	}{
 		{"not array", "$3\r\nGET\r\n", ErrNotCommand},
+		{"truncated blob, not array", "$10\r\nGET", ErrNotCommand},
+		{"truncated integer arg", "*2\r\n$3\r\nGET\r\n:1", ErrNotCommand},
 		{"simple string", "+OK\r\n", ErrNotCommand},
 		{"unknown type", "GET key\r\n", ErrUnknownType},
 		{"empty array", "*0\r\n", ErrNotCommand},

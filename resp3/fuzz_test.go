@@ -137,6 +137,9 @@ func FuzzParseCommand(f *testing.F) {
 			!errors.Is(err, ErrNotCommand) && !errors.Is(err, ErrTooManyElements) {
 			t.Fatalf("%q: a valid prefix for ParseTree, but ParseCommand says %v", in, err)
 		}
+		if errors.Is(err, ErrIncomplete) && !errors.Is(terr, ErrIncomplete) {
+			t.Fatalf("%q: ParseCommand wants more bytes, but ParseTree says %v", in, terr)
+		}
 		if err != nil {
 			if len(args) != 0 {
 				t.Fatalf("%q: %d args returned with error %v", in, len(args), err)
