@@ -24,10 +24,11 @@
 // # Terminal behaviour
 //
 // A command is applied and acked after AckLatency. AddPerson stores the person (replacing
-// one with the same id), DeletePerson removes it; both are idempotent. A resend of a
-// messageId already answered is applied again and acked again with the same code (DESIGN.md:
-// "terminals must treat a repeated messageId as a duplicate and ack it again"); a refused
-// messageId stays refused. A lost ack means the command was applied and the terminal thinks
+// one with the same id), DeletePerson removes it. A resend of a messageId already answered
+// is not executed again, only acked again with the same code (DESIGN.md: "terminals must
+// treat a repeated messageId as a duplicate and ack it again"); a refused messageId stays
+// refused. Copies of one messageId waiting at once are answered once each, and only the
+// first answer executes. A lost ack means the command was applied and the terminal thinks
 // it answered. A crash applies the command or not (even odds), never acks it, forgets every
 // pending command, (serial) leaves a cut frame on the line, and keeps the terminal offline
 // for CrashDowntime. Offline terminals drop what arrives (Stats.Dropped).

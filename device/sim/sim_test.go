@@ -265,7 +265,7 @@ func TestUnreliableTerminalsConvergeOverSerial(t *testing.T) {
 func TestStrictModeCatchesASecondCommand(t *testing.T) {
 	var mu sync.Mutex
 	var seen []error
-	o := Options{Seed: 1, Strict: true, AckLatency: Latency{A: 200 * time.Millisecond},
+	o := Options{Seed: 1, Strict: true, AckLatency: Latency{A: time.Second}, // the four sends land well within it
 		OnViolation: func(_ string, err error) { mu.Lock(); seen = append(seen, err); mu.Unlock() }}
 	f, links := serialFleet(t, []string{"d"}, o)
 	l := links["d"]
@@ -418,5 +418,27 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A late duplicate is acked again but not executed again: it must not undo a later command.
+func TestDuplicateIsAckedNotReExecuted(t *testing.T) {
+	f, links := serialFleet(t, []string{"d"}, strict(t, Options{Seed: 1}))
+	l := links["d"]
+	waitKind(t, l, device.Up)
+	ctx := context.Background()
+	add := face.Command{MessageID: "Add-1", Op: face.AddPerson, Person: face.Person{ID: "1"}}
+	del := face.Command{MessageID: "Del-1", Op: face.DeletePerson, Person: face.Person{ID: "1"}}
+	for _, c := range []face.Command{add, del, add} {
+		must(t, l.Send(ctx, "d", c))
+		if ev := waitKind(t, l, device.Ack); ev.Ack.MessageID != c.MessageID || !ev.Ack.OK() {
+			t.Fatalf("ack %s for %s", ev, c.MessageID)
+		}
+	}
+	if ps := f.Terminal("d").Persons(); len(ps) != 0 {
+		t.Fatalf("the duplicate AddPerson was executed again: %v", ps)
+	}
+	if s := f.Terminal("d").Stats(); s.Duplicates != 1 || s.Acked != 3 {
+		t.Fatalf("stats %+v", s)
 	}
 }

@@ -145,7 +145,8 @@ func (t *Terminal) receive(cmd face.Command) {
 	}
 	r := t.rng
 	if t.opts.CrashRate > 0 && r.Float64() < t.opts.CrashRate {
-		applied := r.IntN(2) == 0
+		_, answered := t.results[cmd.MessageID]
+		applied := r.IntN(2) == 0 && !answered // a duplicate is never executed again
 		if applied {
 			t.apply(cmd)
 		}
@@ -214,9 +215,10 @@ func (t *Terminal) answer(p *pending) {
 			t.apply(p.cmd)
 		}
 		t.results[p.cmd.MessageID] = code
-	} else if code == 0 {
-		t.apply(p.cmd) // a resend of an accepted command: apply again (idempotent)
 	}
+	// A repeated messageId is a duplicate: acked again with the first answer's code, never
+	// executed again (DESIGN.md delivery semantics). Re-executing a late copy of an
+	// AddPerson could otherwise undo the DeletePerson the agent sent after the first ack.
 	if p.loseAck {
 		t.stats.AcksLost++
 		t.mu.Unlock()

@@ -143,7 +143,7 @@ func TestEmbeddedBrokerWithALink(t *testing.T) {
 func TestSerialStrictViolationExitsThree(t *testing.T) {
 	dir := t.TempDir()
 	r, cancel, done, _, stderr := start(t, "-transport", "serial", "-n", "1", "-link-dir", dir,
-		"-strict", "-ack-latency", "300ms", "-summary", "0", "-heartbeat", "0")
+		"-strict", "-ack-latency", "1s", "-summary", "0", "-heartbeat", "0")
 	path := filepath.Join(dir, "sim-1")
 	if r.Ports["sim-1"] != path {
 		t.Fatalf("ports %v", r.Ports)
