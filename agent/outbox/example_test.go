@@ -28,7 +28,7 @@ func Example() {
 
 	for i, person := range []string{"951", "952"} {
 		err := ob.Enqueue(outbox.Task{
-			MessageID: fmt.Sprintf("EditPerson-%s-%d", person, 1494527067538440192+i),
+			MessageID: fmt.Sprintf("EditPerson-%s-%d", person, int64(1494527067538440192)+int64(i)),
 			TaskID:    fmt.Sprintf("t-%d", i+1), DeviceID: "2042253", Op: "AddPerson",
 			PersonID: person, Payload: []byte(`{"id":"` + person + `"}`),
 		})
