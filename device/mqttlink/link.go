@@ -327,6 +327,11 @@ func (l *Link) deliver(topic string, payload []byte) {
 
 // known reports whether id is one of ours, emitting an Error event when it is not.
 func (l *Link) known(id, topic string) bool {
+	if !validDeviceID(id) {
+		l.emit(device.Event{Kind: device.Error, Err: &Error{Code: device.ErrInvalid, Topic: topic,
+			Err: fmt.Errorf("device id of %d bytes (at most %d)", len(id), face.MaxIDLen)}})
+		return false
+	}
 	if l.devices == nil || l.devices[id] {
 		return true
 	}

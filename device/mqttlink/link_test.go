@@ -236,6 +236,7 @@ func TestBadMessagesBecomeErrorEvents(t *testing.T) {
 		{"dev/face/d1/heartbeat", `{"deviceId":"d2","persons":1}`, device.ErrInvalid, "d1", "names device"},
 		{"dev/face/d1/heartbeat", `{"time":"noon"}`, device.ErrInvalid, "d1", "RFC 3339"},
 		{"dev/face/stranger/Ack", `{"messageId":"m","code":0}`, device.ErrUnknownDevice, "stranger", "unknown device"},
+		{"dev/face/" + strings.Repeat("x", 200) + "/Ack", `{"messageId":"m","code":0}`, device.ErrInvalid, "", "at most 128"},
 	}
 	for _, c := range cases {
 		pub(c.topic, c.payload)

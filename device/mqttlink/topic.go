@@ -3,6 +3,8 @@ package mqttlink
 import (
 	"fmt"
 	"strings"
+
+	"github.com/seed0e69bba5/faceagent/device/face"
 )
 
 // Default topic templates (DESIGN.md "Topics and keys", from the field report).
@@ -50,7 +52,8 @@ func (t template) match(topic string) (string, bool) {
 	return id, true
 }
 
-// validDeviceID reports whether id can stand in a topic level.
+// validDeviceID reports whether id can stand in a topic level and is within the protocol's
+// bound on ids.
 func validDeviceID(id string) bool {
-	return id != "" && !strings.ContainsAny(id, "/+#\x00")
+	return id != "" && len(id) <= face.MaxIDLen && !strings.ContainsAny(id, "/+#\x00")
 }
