@@ -167,7 +167,7 @@ func TestRoundTrip(t *testing.T) {
 
 func TestGarbageCorruptAndCutFrames(t *testing.T) {
 	tm := newTerminal(t)
-	l := newLink(t, Config{Port: tm.pty.Path, FrameTimeout: 50 * time.Millisecond, ReadTimeout: 20 * time.Millisecond})
+	l := newLink(t, Config{Port: tm.pty.Path, FrameTimeout: 200 * time.Millisecond, ReadTimeout: 20 * time.Millisecond})
 	waitEvent(t, l, device.Up)
 
 	// Garbage, then an ack.

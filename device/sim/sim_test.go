@@ -71,7 +71,7 @@ func serialFleet(t *testing.T, ids []string, o Options) (*Fleet, map[string]*ser
 			t.Fatal(err)
 		}
 		ports = append(ports, SerialPort{DeviceID: id, Port: p.Master})
-		l, err := serial.New(serial.Config{Port: p.Path, DeviceID: id, FrameTimeout: 50 * time.Millisecond, ReadTimeout: 20 * time.Millisecond})
+		l, err := serial.New(serial.Config{Port: p.Path, DeviceID: id, FrameTimeout: 200 * time.Millisecond, ReadTimeout: 20 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
