@@ -47,6 +47,10 @@ type Options struct {
 	BatchWindow time.Duration
 	// SegmentSize is the size past which the journal starts a new segment. Default 64 MiB.
 	SegmentSize int64
+	// LazyDelay is the longest an AppendLazy record waits for company. Default 50ms.
+	LazyDelay time.Duration
+	// LazyBytes of queued lazy records make the writer go at once. Default 256 KiB.
+	LazyBytes int
 	// MaxRecordSize bounds one record (and what recovery believes a length field). Default 16 MiB.
 	MaxRecordSize int
 	// SkipCorrupt makes Open and Replay skip damaged records that are not at the tail
@@ -68,6 +72,12 @@ func (o *Options) withDefaults() Options {
 	}
 	if r.BatchWindow <= 0 {
 		r.BatchWindow = 2 * time.Millisecond
+	}
+	if r.LazyDelay <= 0 {
+		r.LazyDelay = 50 * time.Millisecond
+	}
+	if r.LazyBytes <= 0 {
+		r.LazyBytes = 256 << 10
 	}
 	if r.SegmentSize <= 0 {
 		r.SegmentSize = 64 << 20
@@ -126,6 +136,7 @@ type Journal struct {
 	recovery Recovery
 
 	kick chan struct{}
+	lazy chan struct{}
 	ckpt chan chan checkpointResult
 	quit chan struct{}
 	done chan struct{}
@@ -149,6 +160,7 @@ func Open(dir string, opts *Options) (*Journal, error) {
 		dir: dir, opts: o, fs: o.FS, log: o.Logger, lock: lock,
 		next: 1,
 		kick: make(chan struct{}, 1),
+		lazy: make(chan struct{}, 1),
 		ckpt: make(chan chan checkpointResult),
 		quit: make(chan struct{}),
 		done: make(chan struct{}),
@@ -181,6 +193,19 @@ func (j *Journal) Append(p []byte) error {
 // tells when it is durable. Records become durable in the order AppendAsync was called. p is
 // copied and may be reused at once. AppendAsync never blocks on I/O.
 func (j *Journal) AppendAsync(p []byte) (Seq, error) {
+	return j.append(p, false)
+}
+
+// AppendLazy queues p like AppendAsync but does not hurry: the record is written with the
+// next batch somebody waits for, or Options.LazyDelay after it was queued, or once
+// Options.LazyBytes are queued, whichever comes first. Wait(seq) hurries it. For records
+// whose loss in a crash is harmless (the outbox's sends and acks): under a stream of them
+// the journal fsyncs a few times a second instead of once per record.
+func (j *Journal) AppendLazy(p []byte) (Seq, error) {
+	return j.append(p, true)
+}
+
+func (j *Journal) append(p []byte, lazy bool) (Seq, error) {
 	if len(p) == 0 {
 		return 0, ErrEmptyRecord
 	}
@@ -205,12 +230,22 @@ func (j *Journal) AppendAsync(p []byte) (Seq, error) {
 	}
 	j.open.last = seq
 	j.appended = true
+	hurry := !lazy || len(j.buf) >= j.opts.LazyBytes
 	j.mu.Unlock()
-	select {
-	case j.kick <- struct{}{}:
-	default: // the writer is already due to run
+	if hurry {
+		j.wake(j.kick)
+	} else {
+		j.wake(j.lazy)
 	}
 	return seq, nil
+}
+
+// wake signals the writer without blocking; a pending signal is as good as a new one.
+func (j *Journal) wake(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
 }
 
 // Wait blocks until the record seq is durable, or returns the error that prevented it.
@@ -227,13 +262,17 @@ func (j *Journal) Wait(seq Seq) error {
 		return err
 	}
 	var b *batch
+	hurry := false
 	switch {
 	case j.flushing != nil && seq <= j.flushing.last:
 		b = j.flushing
 	case j.open != nil && seq <= j.open.last:
-		b = j.open
+		b, hurry = j.open, true // it may hold only lazy records: somebody waits now
 	}
 	j.mu.Unlock()
+	if hurry {
+		j.wake(j.kick)
+	}
 	if b == nil {
 		return ErrClosed // seq was never issued, or the writer is gone
 	}
@@ -320,24 +359,40 @@ func (j *Journal) run() {
 	}()
 	for {
 		var reply chan checkpointResult
+		quitting := false
 		select {
 		case <-j.kick:
 		case reply = <-j.ckpt:
 		case <-j.quit:
-			j.flush()
-			return
+			quitting = true
+		case <-j.lazy:
+			// Only lazy records are queued: give them company for up to LazyDelay. This
+			// timer is armed only while such records wait; an idle journal has none.
+			t := time.NewTimer(j.opts.LazyDelay)
+			select {
+			case <-t.C:
+			case <-j.kick:
+			case reply = <-j.ckpt:
+			case <-j.quit:
+				quitting = true
+			}
+			t.Stop()
 		}
-		if reply == nil && j.opts.Sync == SyncBatch {
+		if reply == nil && !quitting && j.opts.Sync == SyncBatch {
 			t := time.NewTimer(j.opts.BatchWindow)
 			select {
 			case <-t.C:
 			case <-j.quit:
-				t.Stop()
+				quitting = true
 			}
+			t.Stop()
 		}
 		j.flush()
 		if reply != nil {
 			reply <- j.checkpoint()
+		}
+		if quitting {
+			return
 		}
 	}
 }

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -332,5 +334,55 @@ func TestBadHeaderAndMissingSegment(t *testing.T) {
 	os.Remove(segs[1])
 	if _, err := Open(dir, nil); err == nil {
 		t.Fatal("missing segment accepted")
+	}
+}
+
+func TestLazyAppendsRideWithTheNextWait(t *testing.T) {
+	dir := t.TempDir()
+	j := openT(t, dir, &Options{LazyDelay: time.Hour})
+	var last Seq
+	for i := range 10 {
+		seq, err := j.AppendLazy(fmt.Appendf(nil, "lazy-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = seq
+	}
+	if st := j.Stats(); st.Batches != 0 {
+		t.Fatalf("lazy records written at once: %+v", st)
+	}
+	if err := j.Wait(last); err != nil { // a waiter hurries them
+		t.Fatal(err)
+	}
+	if st := j.Stats(); st.Batches != 1 || st.Records != 10 {
+		t.Fatalf("after Wait: %+v", st)
+	}
+	seq, _ := j.AppendLazy([]byte("rides-along"))
+	if err := j.Append([]byte("durable")); err != nil {
+		t.Fatal(err)
+	}
+	if j.Durable() < seq {
+		t.Fatal("a lazy record queued before a durable one was not written with it")
+	}
+	j.AppendLazy([]byte("flushed-by-close"))
+	j.Close()
+	j = openT(t, dir, nil)
+	defer j.Close()
+	if got := replayAll(t, j); len(got) != 13 || got[12] != "flushed-by-close" {
+		t.Fatalf("replay: %v", got)
+	}
+}
+
+func TestLazyDelayFlushes(t *testing.T) {
+	j := openT(t, t.TempDir(), &Options{LazyDelay: time.Millisecond})
+	defer j.Close()
+	seq, _ := j.AppendLazy([]byte("x"))
+	// Wait would hurry it; watch the durable mark instead, bounded by a generous deadline.
+	deadline := time.Now().Add(10 * time.Second)
+	for j.Durable() < seq {
+		if time.Now().After(deadline) {
+			t.Fatal("lazy record never written")
+		}
+		runtime.Gosched()
 	}
 }

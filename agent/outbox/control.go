@@ -70,7 +70,7 @@ func (o *Outbox) MarkReported(ids ...string) error {
 	if len(take) == 0 {
 		return nil
 	}
-	if _, err := o.appendApply(&record{Kind: kindReported, IDs: take}); err != nil {
+	if _, err := o.appendApply(&record{Kind: kindReported, IDs: take}, true); err != nil {
 		return err
 	}
 	o.retained = append(o.retained, failed...)
@@ -78,8 +78,8 @@ func (o *Outbox) MarkReported(ids ...string) error {
 	return nil
 }
 
-func (o *Outbox) appendApply(r *record) (journal.Seq, error) {
-	seq, err := o.append(r)
+func (o *Outbox) appendApply(r *record, lazy bool) (journal.Seq, error) {
+	seq, err := o.append(r, lazy)
 	if err != nil {
 		return 0, o.journalErr(err)
 	}
@@ -125,7 +125,7 @@ func (o *Outbox) setPaused(deviceID string, paused bool) error {
 	if paused {
 		kind = kindPause
 	}
-	if _, err := o.appendApply(&record{Kind: kind, Device: deviceID}); err != nil {
+	if _, err := o.appendApply(&record{Kind: kind, Device: deviceID}, false); err != nil {
 		return err
 	}
 	o.pump(d)
@@ -147,7 +147,7 @@ func (o *Outbox) RetryFailed(deviceID string) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	if _, err := o.appendApply(&record{Kind: kindReset, IDs: ids}); err != nil {
+	if _, err := o.appendApply(&record{Kind: kindReset, IDs: ids}, false); err != nil {
 		return 0, err
 	}
 	for _, d := range o.t.devices {
@@ -173,7 +173,7 @@ func (o *Outbox) PurgeFailed(deviceID string) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	if _, err := o.appendApply(&record{Kind: kindPurge, IDs: ids}); err != nil {
+	if _, err := o.appendApply(&record{Kind: kindPurge, IDs: ids}, false); err != nil {
 		return 0, err
 	}
 	o.rearm()

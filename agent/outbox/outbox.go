@@ -218,7 +218,7 @@ func (o *Outbox) now() int64 { return o.clock.Now().UnixNano() }
 // repeat — a lost Send record means one uncounted try, a lost Finish means a resend.
 func (o *Outbox) emit(r *record) journal.Seq {
 	r.Version = recordVersion
-	seq, err := o.append(r)
+	seq, err := o.append(r, true)
 	if err != nil {
 		return 0
 	}
@@ -228,14 +228,23 @@ func (o *Outbox) emit(r *record) journal.Seq {
 	return seq
 }
 
-func (o *Outbox) append(r *record) (journal.Seq, error) {
+// append writes r to the journal. Lazy records (sends, retries, finishes, reports) go out
+// with the next fsync somebody waits for, or within the journal's LazyDelay: their loss in a
+// crash costs a resend, never a task, and a stream of acks then costs a few fsyncs a second
+// instead of one each.
+func (o *Outbox) append(r *record, lazy bool) (journal.Seq, error) {
 	r.Version = recordVersion
 	var err error
 	o.enc, err = r.MarshalMsg(o.enc[:0])
 	if err != nil {
 		return 0, err
 	}
-	seq, err := o.j.AppendAsync(o.enc)
+	var seq journal.Seq
+	if lazy {
+		seq, err = o.j.AppendLazy(o.enc)
+	} else {
+		seq, err = o.j.AppendAsync(o.enc)
+	}
 	if err != nil {
 		if !errors.Is(err, journal.ErrClosed) {
 			o.journalFailed(err)
@@ -304,7 +313,7 @@ func (o *Outbox) EnqueueBatch(tasks []Task) (errs []error) {
 		if !t.ExpiresAt.IsZero() {
 			r.Expires = t.ExpiresAt.UnixNano()
 		}
-		seq, err := o.append(r)
+		seq, err := o.append(r, false)
 		if err != nil {
 			errs[i] = o.journalErr(err)
 			continue
