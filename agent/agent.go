@@ -18,6 +18,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
+	"github.com/seed0e69bba5/faceagent/agent/outbox"
 )
 
 // Options configure an Agent. Config is required; the rest may be zero.
@@ -48,13 +49,15 @@ type Agent struct {
 	started atomic.Bool
 
 	broker     *broker.Broker
+	outbox     atomic.Pointer[outbox.Outbox]
+	m          *agentMetrics
 	httpServer *http.Server
 	httpAddr   string
 }
 
 // ErrNotWired is returned by Run for a configuration that needs parts of the agent not
-// yet wired in this build (see doc.go, Caveats).
-var ErrNotWired = errors.New("agent: this build runs only a config with nothing but [broker]")
+// yet wired in this build: an external [upstream] broker (see doc.go, Caveats).
+var ErrNotWired = errors.New("agent: this build runs with the embedded [broker] only; [upstream] is not wired yet")
 
 // ErrAlreadyStarted is returned by a second call to Run.
 var ErrAlreadyStarted = errors.New("agent: Run called twice")
@@ -119,14 +122,21 @@ func (a *Agent) Healthy() error {
 // cancelled; then it stops everything in reverse order within agent.shutdown_timeout and
 // returns nil for a clean stop. A part that fails to start stops the ones already
 // started and its error is returned.
+//
+// Start order: embedded broker (not yet listening) with the intake hook, device links,
+// outbox (journal replay), event pumps, reporter, broker listening, /metrics. Stop order
+// is the reverse, so no task is acknowledged that the journal did not take, and the
+// journal is flushed after the last ack was recorded.
 func (a *Agent) Run(ctx context.Context) error {
 	if !a.started.CompareAndSwap(false, true) {
 		return ErrAlreadyStarted
 	}
 	cfg := a.Config()
-	if !cfg.BrokerOnly() {
+	if cfg.Upstream != nil || cfg.Broker == nil {
 		return ErrNotWired
 	}
+	runCtx, cancelRun := context.WithCancel(context.Background())
+	defer cancelRun()
 	var stops []func(context.Context) error
 	stopAll := func() error {
 		sctx, cancel := context.WithTimeout(context.Background(), cfg.Agent.ShutdownTimeout.Duration)
@@ -137,37 +147,82 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		return errors.Join(errs...)
 	}
+	fail := func(err error) error { return errors.Join(err, stopAll()) }
 
-	if cfg.Broker != nil {
-		b, err := newBroker(cfg, a.log)
-		if err != nil {
-			return err
+	b, err := newBroker(cfg, a.log)
+	if err != nil {
+		return err
+	}
+	a.broker = b
+	stops = append(stops, func(context.Context) error { return b.Close() })
+
+	if !cfg.BrokerOnly() {
+		if err := a.startGateway(runCtx, cfg, b, &stops); err != nil {
+			return fail(err)
 		}
-		if err := b.Start(); err != nil {
-			_ = b.Close()
-			return err
-		}
-		a.broker = b
-		stops = append(stops, func(context.Context) error { return b.Close() })
+	}
+	if err := b.Start(); err != nil {
+		return fail(err)
 	}
 	if cfg.Metrics.Listen != "" {
 		if err := a.startHTTP(cfg.Metrics.Listen); err != nil {
-			return errors.Join(err, stopAll())
+			return fail(err)
 		}
 		stops = append(stops, a.httpServer.Shutdown)
 	}
 	a.running.Store(true)
-	a.log.Info("faceagent running", "version", a.version, "broker", a.BrokerAddr(), "metrics", a.httpAddr)
+	a.log.Info("faceagent running", "version", a.version, "broker", a.BrokerAddr(), "metrics", a.httpAddr,
+		"gateway", cfg.Agent.GatewayID, "devices", len(cfg.Devices))
 	close(a.ready)
 
 	<-ctx.Done()
 	a.log.Info("faceagent stopping")
 	a.running.Store(false)
-	err := stopAll()
+	cancelRun()
+	err = stopAll()
 	if err != nil {
 		a.log.Error("stop", "err", err)
 	}
 	return err
+}
+
+// startGateway wires intake, links, outbox and reports onto the embedded broker b, which
+// is not listening yet. Each part pushes its stop function.
+func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.Broker, stops *[]func(context.Context) error) error {
+	t := upstreamTopics(cfg.Agent.GatewayID)
+	pub := inlinePublisher{b.Server()}
+	take := newTaker(cfg, pub, a.m, a.log.With("part", "intake"))
+	if err := b.AddHook(&intakeHook{srv: b.Server(), topic: t.tasks, take: take}, nil); err != nil {
+		return err
+	}
+	l, err := openLinks(cfg, b.Server(), "", a.log)
+	if err != nil {
+		return err
+	}
+	var p pumps
+	*stops = append(*stops, func(sctx context.Context) error {
+		l.close() // closes the Events channels: the pumps end
+		stopWithin(sctx, p.wg.Wait)
+		return nil
+	})
+	ob, err := openOutbox(cfg, l, a.log)
+	if err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
+	*stops = append(*stops, func(context.Context) error { a.outbox.Store(nil); return ob.Close() })
+	a.outbox.Store(ob)
+	take.ob.Store(ob)
+	// From the moment shutdown begins, refuse tasks without acknowledging them.
+	*stops = append(*stops, func(context.Context) error { take.ob.Store(nil); return nil })
+	p.start(l, ob, &forwarder{pub: pub, prefix: t.devices, log: a.log.With("part", "forward")}, a.log)
+
+	rep := &reporter{ob: ob, pub: pub, topic: t.results, log: a.log.With("part", "report"), m: a.m}
+	rctx, cancel := context.WithCancel(ctx)
+	rep.start(rctx)
+	*stops = append(*stops, func(context.Context) error { cancel(); rep.wg.Wait(); return nil })
+	// Stops run in reverse: reporter, intake refusal, outbox (journal flushed), links and
+	// pumps, then the broker.
+	return nil
 }
 
 // newBroker maps [broker] onto the embedded broker's options.

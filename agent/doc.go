@@ -1,6 +1,6 @@
 // Package agent wires faceagent together: the configuration, the embedded broker and
-// state store, and — as those packages land — the upstream link, the outbox, the device
-// links and the device-state writer. It owns start-up order, supervision and shutdown.
+// state store, the intake of tasks, the outbox (the durable local message table), the
+// device links, and the reports upstream. It owns start-up order and shutdown.
 //
 // # Tutorial
 //
@@ -13,8 +13,24 @@
 //	go func() { <-a.Ready(); /* sd_notify READY=1 */ }()
 //	err = a.Run(ctx) // blocks; cancel ctx for a clean stop
 //
-// Run starts the parts in order (broker, metrics endpoint, …), closes Ready, waits for
-// ctx, then stops the parts in reverse within agent.shutdown_timeout. Reload applies what
+// Run starts the parts in order, closes Ready, waits for ctx, then stops the parts in
+// reverse within agent.shutdown_timeout.
+//
+// # How a task travels (embedded broker)
+//
+//  1. The back office publishes on faceagent/{gw}/tasks (QoS 1). The intake hook, inside
+//     the broker's OnPublish, parses the message (package intake), stores the good tasks
+//     in the outbox's journal (EnqueueBatch returns once they are durable) and only then
+//     lets mochi send the PUBACK. Malformed tasks, unknown devices and tasks over a queue
+//     bound go to faceagent/{gw}/deadletter and are acknowledged; a journal failure is
+//     not acknowledged (MQTT5: PUBACK 0x83; 3.1.1: no PUBACK, disconnect).
+//  2. The outbox sends each device's commands one at a time through the device links
+//     (one MQTT link through the broker's inline client, one serial link per port).
+//  3. Link events go to the outbox (acks, heartbeats, link up/down) and acks and
+//     heartbeats are forwarded to faceagent/{gw}/devices/{id}/ack|heartbeat.
+//  4. The reporter publishes each finished task's result on faceagent/{gw}/results and
+//     marks it reported only after that; unreported results are sent again after a
+//     restart. Reload applies what
 // can change live from a re-read file ([log] level, [dispatch], [store]) and names the
 // sections that need a restart (ErrNeedsRestart).
 //
@@ -23,9 +39,11 @@
 //
 // # Caveats
 //
-//   - This build runs the embedded broker and state store alone (a config with nothing but
-//     [broker]); any other config makes Run return ErrNotWired. The intake hook, outbox,
-//     device links, reports and device state are wired as their packages land (issue 7).
+//   - An external [upstream] broker (paho with manual acks after the journal append) is
+//     not wired yet: Run returns ErrNotWired. Nor are the device-state keys in the store,
+//     the remote config/control keys, and per-device [dispatch] overrides (the outbox has
+//     one set of settings).
+//   - Forwarded acks and heartbeats are informational and not journalled.
 //   - The broker's client quotas (max_clients, max_packet_size, receive_maximum,
 //     max_queued_messages) are set on mochi's capabilities after broker.New, because
 //     agent/broker.Options has no fields for them yet.

@@ -3,10 +3,25 @@ package agent
 import (
 	"runtime"
 	"time"
+
+	"github.com/seed0e69bba5/faceagent/agent/metrics"
+	"github.com/seed0e69bba5/faceagent/agent/outbox"
 )
 
-// registerMetrics declares the agent's series. Parts that land later (outbox, links,
-// store writer) add theirs next to these; names are faceagent_<what>[_unit][_total].
+// agentMetrics are the agent's series; names are faceagent_<what>[_unit][_total].
+type agentMetrics struct {
+	tasksAccepted *metrics.Counter
+	tasksRejected *metrics.Counter
+	results       *metrics.CounterVec // by status
+	queued        *metrics.GaugeVec   // by device
+	inFlight      *metrics.GaugeVec
+	online        *metrics.GaugeVec
+	sent          *metrics.CounterVec
+	succeeded     *metrics.CounterVec
+	failed        *metrics.CounterVec
+	retries       *metrics.CounterVec
+}
+
 func (a *Agent) registerMetrics() {
 	r := a.registry
 	r.NewGaugeVec("faceagent_build_info", "Always 1; the label is the build's version.", "version").With(a.version).Set(1)
@@ -23,4 +38,48 @@ func (a *Agent) registerMetrics() {
 	r.NewGaugeFunc("faceagent_goroutines", "Goroutines in the process.", func() float64 {
 		return float64(runtime.NumGoroutine())
 	})
+	a.m = &agentMetrics{
+		tasksAccepted: r.NewCounter("faceagent_tasks_accepted_total", "Tasks stored in the journal at intake."),
+		tasksRejected: r.NewCounter("faceagent_tasks_rejected_total", "Tasks (or messages) dead-lettered at intake."),
+		results:       r.NewCounterVec("faceagent_results_total", "Results reported upstream, by status.", "status"),
+		queued:        r.NewGaugeVec("faceagent_queue_depth", "Commands waiting per terminal (not counting the one in flight).", "device"),
+		inFlight:      r.NewGaugeVec("faceagent_in_flight", "1 while a command is in flight to the terminal.", "device"),
+		online:        r.NewGaugeVec("faceagent_device_online", "1 while the terminal is online.", "device"),
+		sent:          r.NewCounterVec("faceagent_commands_sent_total", "Commands sent to the terminal, resends included.", "device"),
+		succeeded:     r.NewCounterVec("faceagent_commands_succeeded_total", "Commands the terminal acked with code 0.", "device"),
+		failed:        r.NewCounterVec("faceagent_commands_failed_total", "Commands refused or out of tries.", "device"),
+		retries:       r.NewCounterVec("faceagent_commands_retried_total", "Resends after an ack timeout.", "device"),
+	}
+	r.OnScrape(a.scrapeOutbox)
+}
+
+// scrapeOutbox mirrors the outbox's per-device status into the gauges and counters.
+func (a *Agent) scrapeOutbox() {
+	ob := a.outbox.Load()
+	if ob == nil {
+		return
+	}
+	for _, st := range ob.Status() {
+		m, id := a.m, st.DeviceID
+		m.queued.With(id).Set(float64(st.Queued))
+		m.inFlight.With(id).Set(b2f(st.InFlight != ""))
+		m.online.With(id).Set(b2f(st.Online))
+		m.sent.With(id).Set(st.Sent)
+		m.succeeded.With(id).Set(st.Succeeded)
+		m.failed.With(id).Set(st.Failed)
+		m.retries.With(id).Set(st.Retries)
+	}
+}
+
+func (m *agentMetrics) result(r outbox.Result) {
+	if m != nil {
+		m.results.With(r.Status.String()).Inc()
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

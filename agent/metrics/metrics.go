@@ -95,6 +95,10 @@ func (c *Counter) Add(n uint64) { c.v.Add(n) }
 // Value returns the count.
 func (c *Counter) Value() uint64 { return c.v.Load() }
 
+// Set sets the count, for mirroring a count another component keeps (the outbox's
+// per-device counters). The caller keeps it monotonic.
+func (c *Counter) Set(n uint64) { c.v.Store(n) }
+
 func (c *Counter) write(w *strings.Builder, name, labels string) {
 	w.WriteString(name)
 	w.WriteString(labels)

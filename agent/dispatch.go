@@ -1,0 +1,205 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+
+	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/journal"
+	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/device"
+	"github.com/seed0e69bba5/faceagent/device/face"
+	"github.com/seed0e69bba5/faceagent/device/mqttlink"
+	"github.com/seed0e69bba5/faceagent/device/serial"
+)
+
+// OutboxDir is the outbox's journal directory inside agent.data_dir.
+const OutboxDir = "outbox"
+
+// links holds the device links and routes each device's commands to its link. It is the
+// outbox's Sender.
+type links struct {
+	byDevice map[string]device.Link
+	all      []device.Link
+	devices  map[device.Link][]string // the devices each link carries (for Up/Down of a shared connection)
+}
+
+// Send implements outbox.Sender: the stored payload is the face.Command in msgp.
+func (l *links) Send(ctx context.Context, deviceID string, cmd outbox.Command) error {
+	link := l.byDevice[deviceID]
+	if link == nil {
+		return fmt.Errorf("device %s: no link", deviceID)
+	}
+	fc, err := face.ParseCommandMsg(cmd.Payload)
+	if err != nil {
+		return fmt.Errorf("device %s: stored command: %w", deviceID, err)
+	}
+	return link.Send(ctx, deviceID, fc)
+}
+
+func (l *links) close() {
+	for _, link := range l.all {
+		_ = link.Close()
+	}
+}
+
+// openLinks creates one MQTT link for all MQTT terminals (through the embedded broker's
+// inline client when there is one, else through brokerURL) and one serial link per serial
+// terminal. Links connect in the background; Up events follow.
+func openLinks(cfg *config.Config, srv *mqtt.Server, brokerURL string, log *slog.Logger) (*links, error) {
+	l := &links{byDevice: map[string]device.Link{}, devices: map[device.Link][]string{}}
+	var mqttIDs []string
+	for _, d := range cfg.Devices {
+		if d.Transport == config.TransportMQTT {
+			mqttIDs = append(mqttIDs, d.ID)
+		}
+	}
+	if len(mqttIDs) > 0 {
+		lc := mqttlink.Config{
+			CommandTopic:   cfg.Topics.DeviceCommand,
+			AckTopic:       cfg.Topics.DeviceAck,
+			HeartbeatTopic: cfg.Topics.DeviceHeartbeat,
+			Devices:        mqttIDs,
+			EventBuffer:    1024,
+			Logger:         log.With("part", "mqttlink"),
+		}
+		if srv != nil {
+			lc.Server = srv
+		} else {
+			lc.URL = brokerURL
+			lc.ClientID = "faceagent-" + cfg.Agent.GatewayID + "-devices"
+			if u := cfg.Upstream; u != nil {
+				lc.Username, lc.Password = u.Username, u.Password
+			}
+		}
+		link, err := mqttlink.New(lc)
+		if err != nil {
+			return nil, fmt.Errorf("mqtt devices: %w", err)
+		}
+		l.add(link, mqttIDs)
+	}
+	for _, d := range cfg.Devices {
+		if d.Transport != config.TransportSerial {
+			continue
+		}
+		link, err := serial.New(serial.Config{
+			Port: d.Port, DeviceID: d.ID, Baud: d.Baud, DataBits: d.DataBits, Parity: d.Parity,
+			StopBits: fmt.Sprint(d.StopBits), Logger: log.With("part", "serial", "device", d.ID),
+		})
+		if err != nil {
+			l.close()
+			return nil, fmt.Errorf("devices %s: %w", d.ID, err)
+		}
+		l.add(link, []string{d.ID})
+	}
+	return l, nil
+}
+
+func (l *links) add(link device.Link, ids []string) {
+	l.all = append(l.all, link)
+	l.devices[link] = ids
+	for _, id := range ids {
+		l.byDevice[id] = link
+	}
+}
+
+// openOutbox opens the message table with [dispatch] and [journal] applied.
+func openOutbox(cfg *config.Config, sender outbox.Sender, log *slog.Logger) (*outbox.Outbox, error) {
+	devs := map[string]outbox.DeviceConfig{}
+	for _, d := range cfg.Devices {
+		devs[d.ID] = outbox.DeviceConfig{NoHeartbeat: !d.HasHeartbeat()}
+	}
+	jo := journal.Options{BatchWindow: cfg.Journal.BatchWindow.Duration}
+	switch cfg.Journal.Sync {
+	case config.SyncBatch:
+		jo.Sync = journal.SyncBatch
+	case config.SyncNone:
+		jo.Sync = journal.SyncNone
+	default:
+		jo.Sync = journal.SyncAlways
+	}
+	return outbox.Open(filepath.Join(cfg.Agent.DataDir, OutboxDir), sender, &outbox.Options{
+		Journal:            jo,
+		Settings:           settings(cfg.Dispatch),
+		Devices:            devs,
+		MaxQueuedPerDevice: cfg.Dispatch.MaxQueuePerDevice,
+		MaxQueued:          cfg.Dispatch.MaxQueueTotal,
+		Logger:             log.With("part", "outbox"),
+	})
+}
+
+// settings maps [dispatch] onto the outbox's settings. Per-device overrides of
+// retry_interval, max_tries and heartbeat_timeout are not applied yet: the outbox has one
+// set of settings (see doc.go, Caveats).
+func settings(d config.Dispatch) outbox.Settings {
+	return outbox.Settings{
+		RetryInterval:    d.RetryInterval.Duration,
+		MaxTries:         d.MaxTries,
+		HeartbeatTimeout: d.HeartbeatTimeout.Duration,
+		MaxBackoff:       d.BackoffMax.Duration,
+		FailedRetention:  d.FailedRetention.Duration,
+	}
+}
+
+// pumps move link events into the outbox and upstream. One goroutine per link; they end
+// when the link's Events channel closes (on link Close).
+type pumps struct {
+	wg sync.WaitGroup
+}
+
+func (p *pumps) start(l *links, ob *outbox.Outbox, fwd *forwarder, log *slog.Logger) {
+	for _, link := range l.all {
+		ids := l.devices[link]
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			for ev := range link.Events() {
+				handleEvent(ev, ids, ob, fwd, log)
+			}
+		}()
+	}
+}
+
+func handleEvent(ev device.Event, ids []string, ob *outbox.Outbox, fwd *forwarder, log *slog.Logger) {
+	targets := ids
+	if ev.DeviceID != "" {
+		targets = []string{ev.DeviceID}
+	}
+	switch ev.Kind {
+	case device.Ack:
+		ob.Ack(ev.DeviceID, ev.Ack.MessageID, ev.Ack.Code, ev.Ack.Message)
+		fwd.ack(ev.DeviceID, ev.Ack)
+	case device.Heartbeat:
+		ob.Heartbeat(ev.DeviceID)
+		fwd.heartbeat(ev.DeviceID, ev.Heartbeat)
+	case device.Up:
+		for _, id := range targets {
+			ob.LinkUp(id)
+		}
+		log.Info("device link up", "devices", len(targets))
+	case device.Down:
+		for _, id := range targets {
+			ob.LinkDown(id)
+		}
+		log.Warn("device link down", "devices", len(targets), "err", ev.Err)
+	case device.Error:
+		log.Debug("device link error", "device", ev.DeviceID, "err", ev.Err)
+	}
+}
+
+// stopTimeout bounds how long shutdown waits for one part.
+func stopWithin(ctx context.Context, fn func()) {
+	done := make(chan struct{})
+	go func() { fn(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	case <-time.After(30 * time.Second):
+	}
+}

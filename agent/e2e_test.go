@@ -1,0 +1,232 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/intake"
+	"github.com/seed0e69bba5/faceagent/device/face"
+	"github.com/seed0e69bba5/faceagent/device/sim"
+)
+
+// backOffice is a paho client playing the back office: it publishes task messages with
+// QoS 1 and collects results and deadletters.
+type backOffice struct {
+	t       *testing.T
+	c       *paho.Client
+	mu      sync.Mutex
+	results map[string]intake.Result
+	dead    []intake.DeadLetter
+	acks    int
+	changed chan struct{}
+}
+
+func connectBackOffice(t *testing.T, addr, gw string) *backOffice {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bo := &backOffice{t: t, results: map[string]intake.Result{}, changed: make(chan struct{}, 1)}
+	prefix := "faceagent/" + gw + "/"
+	bo.c = paho.NewClient(paho.ClientConfig{Conn: conn, OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+		func(pr paho.PublishReceived) (bool, error) {
+			bo.mu.Lock()
+			switch topic := pr.Packet.Topic; {
+			case topic == prefix+"results":
+				r, err := intake.ParseResult(pr.Packet.Payload)
+				if err != nil {
+					t.Errorf("bad result %s: %v", pr.Packet.Payload, err)
+				}
+				bo.results[r.TaskID] = r
+			case topic == prefix+"deadletter":
+				d, err := intake.ParseDeadLetter(pr.Packet.Payload)
+				if err != nil {
+					t.Errorf("bad deadletter %s: %v", pr.Packet.Payload, err)
+				}
+				bo.dead = append(bo.dead, d)
+			default:
+				bo.acks++
+			}
+			bo.mu.Unlock()
+			select {
+			case bo.changed <- struct{}{}:
+			default:
+			}
+			return true, nil
+		}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := bo.c.Connect(ctx, &paho.Connect{ClientID: "backoffice", KeepAlive: 30, CleanStart: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bo.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{
+		{Topic: prefix + "results", QoS: 1}, {Topic: prefix + "deadletter", QoS: 1}, {Topic: prefix + "devices/+/ack", QoS: 1},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = bo.c.Disconnect(&paho.Disconnect{})
+		<-bo.c.Done()
+	})
+	return bo
+}
+
+func (bo *backOffice) publish(topic string, payload []byte) {
+	bo.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := bo.c.Publish(ctx, &paho.Publish{Topic: topic, QoS: 1, Payload: payload}); err != nil {
+		bo.t.Fatalf("publish: %v", err)
+	}
+}
+
+// waitFor waits until cond (called under the lock) holds.
+func (bo *backOffice) waitFor(what string, timeout time.Duration, cond func() bool) {
+	bo.t.Helper()
+	deadline := time.After(timeout)
+	for {
+		bo.mu.Lock()
+		ok := cond()
+		bo.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-bo.changed:
+		case <-deadline:
+			bo.mu.Lock()
+			defer bo.mu.Unlock()
+			bo.t.Fatalf("timed out waiting for %s: %d results, %d deadletters", what, len(bo.results), len(bo.dead))
+		}
+	}
+}
+
+func startAgent(t *testing.T, cfg *config.Config) (addr string, stop func()) {
+	t.Helper()
+	a, err := New(&Options{Config: cfg, Version: "e2e"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	select {
+	case <-a.Ready():
+	case err := <-done:
+		cancel()
+		t.Fatalf("Run: %v", err)
+	case <-time.After(20 * time.Second):
+		cancel()
+		t.Fatal("agent not ready")
+	}
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent stop: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return a.BrokerAddr(), stop
+}
+
+// The embedded default end to end: back office → embedded broker (intake hook, journal)
+// → outbox → MQTT link → simulated terminals (strict: never two commands in flight) →
+// results and acks upstream; malformed and unknown-device tasks dead-lettered.
+func TestEndToEndEmbedded(t *testing.T) {
+	ids := []string{"t1", "t2", "t3", "t4"}
+	src := fmt.Sprintf(`[agent]
+gateway_id = "gw-e"
+data_dir = %q
+[broker]
+listen = "127.0.0.1:0"
+[dispatch]
+retry_interval = "300ms"
+heartbeat_timeout = "3s"
+[journal]
+sync = "batch"
+`, t.TempDir())
+	for _, id := range ids {
+		src += fmt.Sprintf("[[devices]]\nid = %q\n", id)
+	}
+	cfg, err := config.Parse("e2e.toml", []byte(src), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, stop := startAgent(t, cfg)
+
+	fleet, err := sim.StartMQTT("mqtt://"+addr, ids, sim.Options{
+		Seed: 7, AckLatency: sim.Latency{Kind: sim.Fixed, A: 2 * time.Millisecond}, AckLoss: 0.05,
+		HeartbeatInterval: 100 * time.Millisecond, Strict: true,
+		OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := fleet.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	bo := connectBackOffice(t, addr, "gw-e")
+	const n = 200
+	want := map[string][]string{} // device -> person ids expected on its whitelist
+	var batch []intake.Task
+	for i := range n {
+		dev := ids[i%len(ids)]
+		task := intake.Task{TaskID: fmt.Sprintf("task-%d", i), DeviceID: dev, Op: face.AddPerson,
+			Person: face.Person{ID: fmt.Sprint(1000 + i), Name: "P"}}
+		want[dev] = append(want[dev], task.Person.ID)
+		batch = append(batch, task)
+		if len(batch) == 25 {
+			b, _ := json.Marshal(batch)
+			bo.publish("faceagent/gw-e/tasks", b)
+			batch = nil
+		}
+	}
+	bo.publish("faceagent/gw-e/tasks", []byte(`{"taskId":"x","deviceId":"nope","op":"AddPerson","person":{"id":"1"}}`))
+	bo.publish("faceagent/gw-e/tasks", []byte(`not json`))
+
+	bo.waitFor("every result", 60*time.Second, func() bool { return len(bo.results) == n && len(bo.dead) == 2 })
+	for id, r := range bo.results {
+		if r.Status != intake.Succeeded || r.Tries < 1 || r.MessageID == "" {
+			t.Errorf("task %s: %+v", id, r)
+		}
+	}
+	if bo.dead[0].Reason != `unknown device "nope"` || bo.dead[1].Reason[:15] != "malformed JSON:" {
+		t.Errorf("deadletters: %+v", bo.dead)
+	}
+	bo.waitFor("acks forwarded", 10*time.Second, func() bool { return bo.acks >= n })
+	for _, id := range ids {
+		var got []string
+		for _, p := range fleet.Terminal(id).Persons() {
+			got = append(got, p.ID)
+		}
+		slices.Sort(got)
+		exp := slices.Clone(want[id])
+		slices.Sort(exp)
+		if !slices.Equal(got, exp) {
+			t.Errorf("terminal %s whitelist %v, want %v", id, got, exp)
+		}
+	}
+	if err := fleet.Violations(); err != nil {
+		t.Error(err)
+	}
+	stop()
+}

@@ -1,0 +1,136 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/intake"
+	"github.com/seed0e69bba5/faceagent/agent/outbox"
+)
+
+// taker turns task messages into journalled outbox tasks and dead-letters the rest.
+// accept returns an error only when nothing could be stored for reasons that a retry may
+// cure (journal failure, shutting down): the message must then not be acknowledged.
+type taker struct {
+	ob     atomic.Pointer[outbox.Outbox]
+	limits intake.Limits
+	dead   publisher
+	topic  string // deadletter
+	log    *slog.Logger
+	m      *agentMetrics
+}
+
+func newTaker(cfg *config.Config, dead publisher, m *agentMetrics, log *slog.Logger) *taker {
+	known := map[string]bool{}
+	for _, d := range cfg.Devices {
+		known[d.ID] = true
+	}
+	return &taker{
+		limits: intake.Limits{
+			MaxBatch:       cfg.Intake.MaxBatch,
+			MaxMessageSize: int(cfg.Intake.MaxMessageSize),
+			KnownDevice:    func(id string) bool { return known[id] },
+		},
+		dead:  dead,
+		topic: upstreamTopics(cfg.Agent.GatewayID).deadletter,
+		log:   log,
+		m:     m,
+	}
+}
+
+// errNotReady is returned while the outbox is not open (start-up, shutdown).
+var errNotReady = errors.New("agent: not accepting tasks right now")
+
+func (t *taker) accept(ctx context.Context, payload []byte) error {
+	ob := t.ob.Load()
+	if ob == nil {
+		return errNotReady
+	}
+	batch := intake.Parse(payload, t.limits)
+	rejects := batch.Rejects
+	if len(batch.Tasks) > 0 {
+		tasks := make([]outbox.Task, len(batch.Tasks))
+		for i := range batch.Tasks {
+			task := &batch.Tasks[i]
+			cmd := task.Command()
+			p, err := cmd.AppendMsg(nil)
+			if err != nil { // Parse validated the task; this would be a bug in one of them
+				return fmt.Errorf("encoding task %s: %w", task.TaskID, err)
+			}
+			tasks[i] = outbox.Task{
+				MessageID: cmd.MessageID, TaskID: task.TaskID, DeviceID: task.DeviceID,
+				Op: string(task.Op), PersonID: task.Person.ID, Payload: p,
+			}
+		}
+		errs := ob.EnqueueBatch(tasks)
+		accepted := 0
+		for i, err := range errs {
+			switch {
+			case err == nil:
+				accepted++
+			case errors.Is(err, outbox.ErrDuplicate):
+				// Already stored (a redelivery): acknowledging it again is right.
+			case errors.Is(err, outbox.ErrDeviceFull), errors.Is(err, outbox.ErrFull), errors.Is(err, outbox.ErrInvalidTask):
+				raw, _ := json.Marshal(batch.Tasks[i])
+				rejects = append(rejects, intake.NewReject("over a bound: "+err.Error(), raw))
+			default:
+				// Journal failed or closed: nothing of this message may be acknowledged.
+				return err
+			}
+		}
+		t.m.tasksAccepted.Add(uint64(accepted))
+	}
+	for _, r := range rejects {
+		t.m.tasksRejected.Inc()
+		b, _ := json.Marshal(r)
+		if err := t.dead.Publish(ctx, t.topic, b); err != nil {
+			t.log.Warn("publishing a deadletter failed", "reason", r.Reason, "err", err)
+		}
+		t.log.Info("task refused", "reason", r.Reason)
+	}
+	return nil
+}
+
+// intakeHook journals task messages published to the embedded broker inside OnPublish:
+// mochi writes the PUBACK to the publisher before it routes a message to subscribers, so
+// a subscriber could acknowledge nothing (DESIGN.md "Delivery semantics"). The hook runs
+// on the publisher's read loop: a slow journal slows that publisher, which is the
+// backpressure we want.
+type intakeHook struct {
+	mqtt.HookBase
+	srv   *mqtt.Server
+	topic string
+	take  *taker
+}
+
+func (h *intakeHook) ID() string { return "faceagent-intake" }
+
+func (h *intakeHook) Provides(b byte) bool { return b == mqtt.OnPublish }
+
+func (h *intakeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if cl.Net.Inline || pk.TopicName != h.topic {
+		return pk, nil
+	}
+	err := h.take.accept(context.Background(), bytes.Clone(pk.Payload))
+	if err == nil {
+		return pk, nil // acknowledged (and routed, so the back office may watch tasks)
+	}
+	h.take.log.Error("task message not stored; not acknowledged", "client", cl.ID, "err", err)
+	if cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos > 0 {
+		// MQTT5: a PUBACK with an error reason tells the back office to send it again.
+		return pk, packets.ErrImplementationSpecificError
+	}
+	// MQTT 3.1.1 has no negative PUBACK: withhold it and drop the connection, so the
+	// publisher resends the message when it reconnects.
+	_ = h.srv.DisconnectClient(cl, packets.ErrServerUnavailable)
+	return pk, packets.ErrRejectPacket
+}

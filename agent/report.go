@@ -1,0 +1,157 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+
+	"github.com/seed0e69bba5/faceagent/agent/intake"
+	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/device/face"
+)
+
+// publisher sends one upstream message with QoS 1 and returns once the upstream broker
+// accepted it (PUBACK, or routed by the embedded broker).
+type publisher interface {
+	Publish(ctx context.Context, topic string, payload []byte) error
+}
+
+// inlinePublisher publishes through the embedded broker's inline client: the message is
+// routed (and, for persistent sessions, stored by the broker's storage hook) before
+// Publish returns.
+type inlinePublisher struct{ srv *mqtt.Server }
+
+func (p inlinePublisher) Publish(_ context.Context, topic string, payload []byte) error {
+	return p.srv.Publish(topic, payload, false, 1)
+}
+
+// topics are the upstream topics of one gateway (DESIGN.md "Topics and keys").
+type topics struct{ tasks, results, deadletter, devices string }
+
+func upstreamTopics(gw string) topics {
+	p := "faceagent/" + gw + "/"
+	return topics{tasks: p + "tasks", results: p + "results", deadletter: p + "deadletter", devices: p + "devices/"}
+}
+
+// resultJSON is the upstream result of an outbox result.
+func resultJSON(r outbox.Result) []byte {
+	out := intake.Result{
+		TaskID: r.TaskID, DeviceID: r.DeviceID, MessageID: r.MessageID,
+		Tries: r.Tries, Error: r.Err, DurationMs: r.Duration().Milliseconds(),
+	}
+	switch r.Status {
+	case outbox.Succeeded:
+		out.Status = intake.Succeeded
+	case outbox.Superseded:
+		out.Status = intake.Superseded
+	case outbox.Expired:
+		out.Status = intake.Failed
+		if out.Error == "" {
+			out.Error = "expired before it could be sent"
+		}
+	default:
+		out.Status = intake.Failed
+	}
+	b, _ := json.Marshal(out)
+	return b
+}
+
+// reporter publishes the outbox's results in order and marks them reported only once the
+// upstream broker accepted them, so a result is never lost (after a crash it may be sent
+// twice). It waits on ResultsReady: no polling while nothing finishes.
+type reporter struct {
+	ob    *outbox.Outbox
+	pub   publisher
+	topic string
+	log   *slog.Logger
+	m     *agentMetrics
+	wg    sync.WaitGroup
+}
+
+const reportBatch = 256
+
+func (r *reporter) start(ctx context.Context) {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.ob.ResultsReady():
+			}
+			for r.drain(ctx) {
+			}
+		}
+	}()
+}
+
+// drain publishes one batch; it returns true when there may be more.
+func (r *reporter) drain(ctx context.Context) bool {
+	results, err := r.ob.Results(reportBatch)
+	if err != nil {
+		if !errors.Is(err, outbox.ErrClosed) {
+			r.log.Error("reading results", "err", err)
+		}
+		return false
+	}
+	ids := make([]string, 0, len(results))
+	for _, res := range results {
+		if err := r.pub.Publish(ctx, r.topic, resultJSON(res)); err != nil {
+			// Keep the rest for later: mark what went out, retry after a pause.
+			r.log.Warn("publishing a result failed; will retry", "err", err)
+			_ = r.ob.MarkReported(ids...)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			return ctx.Err() == nil
+		}
+		ids = append(ids, res.MessageID)
+		r.m.result(res)
+	}
+	if err := r.ob.MarkReported(ids...); err != nil && !errors.Is(err, outbox.ErrClosed) {
+		r.log.Error("marking results reported", "err", err)
+	}
+	return len(results) == reportBatch
+}
+
+// forwarder copies terminals' acks and heartbeats to faceagent/{gw}/devices/{id}/ack and
+// …/heartbeat. These are informational: they are not journalled, and with an external
+// broker they are dropped rather than allowed to hold up the device links.
+type forwarder struct {
+	pub    publisher
+	prefix string // faceagent/{gw}/devices/
+	log    *slog.Logger
+}
+
+func (f *forwarder) ack(deviceID string, a face.Ack) {
+	if f == nil {
+		return
+	}
+	b, err := a.AppendJSON(nil)
+	if err == nil {
+		err = f.pub.Publish(context.Background(), f.prefix+deviceID+"/ack", b)
+	}
+	if err != nil {
+		f.log.Debug("forwarding an ack", "device", deviceID, "err", err)
+	}
+}
+
+func (f *forwarder) heartbeat(deviceID string, h face.Heartbeat) {
+	if f == nil {
+		return
+	}
+	b, err := h.AppendJSON(nil)
+	if err == nil {
+		err = f.pub.Publish(context.Background(), f.prefix+deviceID+"/heartbeat", b)
+	}
+	if err != nil {
+		f.log.Debug("forwarding a heartbeat", "device", deviceID, "err", err)
+	}
+}
