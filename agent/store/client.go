@@ -222,30 +222,64 @@ func (c *Client) dial(ctx context.Context, _ autopaho.ClientConfig, u *url.URL) 
 	c.dialGen++
 	gen := c.dialGen
 	c.mu.Unlock()
-	return &trackedConn{Conn: conn, c: c, gen: gen}, nil
+	end := &linkEnd{c: c, gen: gen}
+	if tcp, ok := conn.(*net.TCPConn); ok {
+		return &trackedTCP{TCPConn: tcp, end: end}, nil
+	}
+	return &trackedConn{Conn: conn, end: end}, nil
 }
 
-// trackedConn reports the end of its connection to the client once. It implements
-// sync.Locker so paho serialises its writes (required for TLS).
-type trackedConn struct {
-	net.Conn
-	sync.Mutex
+// linkEnd reports the end of one network connection to the client, once.
+type linkEnd struct {
 	c    *Client
 	gen  uint64
 	once sync.Once
 }
 
+func (l *linkEnd) down() { l.once.Do(func() { l.c.linkDown(l.gen) }) }
+
+// trackedConn tells the client the moment its connection fails (a read error or Close). It
+// implements sync.Locker so paho serialises its writes (required for TLS).
+type trackedConn struct {
+	net.Conn
+	sync.Mutex
+	end *linkEnd
+}
+
 func (t *trackedConn) Read(p []byte) (int, error) {
 	n, err := t.Conn.Read(p)
 	if err != nil {
-		t.once.Do(func() { t.c.linkDown(t.gen) })
+		t.end.down()
 	}
 	return n, err
 }
 
 func (t *trackedConn) Close() error {
-	t.once.Do(func() { t.c.linkDown(t.gen) })
+	t.end.down()
 	return t.Conn.Close()
+}
+
+// trackedTCP is trackedConn for plain TCP. It embeds the *net.TCPConn itself so that the
+// connection's unexported writev method is promoted: paho writes each packet as net.Buffers,
+// and behind a net.Conn interface those go out as one write system call per buffer, which
+// cost a fifth of the round trips at 64 in flight (BenchmarkRoundTrip).
+type trackedTCP struct {
+	*net.TCPConn
+	sync.Mutex
+	end *linkEnd
+}
+
+func (t *trackedTCP) Read(p []byte) (int, error) {
+	n, err := t.TCPConn.Read(p)
+	if err != nil {
+		t.end.down()
+	}
+	return n, err
+}
+
+func (t *trackedTCP) Close() error {
+	t.end.down()
+	return t.TCPConn.Close()
 }
 
 // onConnectionUp runs on autopaho's goroutine and must not block: the SUBSCRIBE and the
