@@ -319,6 +319,9 @@ func (l *Link) run() {
 func (l *Link) read(port bugserial.Port) error {
 	dec := Decoder{MaxPayload: l.cfg.MaxPayload, FrameTimeout: l.cfg.FrameTimeout}
 	buf := make([]byte, 1024)
+	// After a rejected frame the bytes skipped up to the next SOF are mostly that frame's
+	// remains: one Error event covers them. Garbage between good frames gets its own.
+	afterReject := false
 	for {
 		n, err := port.Read(buf)
 		if err != nil {
@@ -328,7 +331,7 @@ func (l *Link) read(port bugserial.Port) error {
 		dec.Write(buf[:n], now)
 		for {
 			f, skipped, err := dec.Next(now)
-			if skipped > 0 && (err == nil || err == ErrIncomplete) {
+			if skipped > 0 && !afterReject && (err == nil || err == ErrIncomplete) {
 				l.emit(device.Event{Kind: device.Error, DeviceID: l.cfg.DeviceID,
 					Err: l.err(device.ErrFrame, fmt.Errorf("skipped %d bytes of garbage", skipped))})
 			}
@@ -336,9 +339,11 @@ func (l *Link) read(port bugserial.Port) error {
 				break
 			}
 			if err != nil {
+				afterReject = true
 				l.emit(device.Event{Kind: device.Error, DeviceID: l.cfg.DeviceID, Err: l.err(device.ErrFrame, err)})
 				continue
 			}
+			afterReject = false
 			l.handle(f)
 		}
 	}
