@@ -23,7 +23,7 @@ type Config struct {
 	Baud     int    // default 115200
 	DataBits int    // 5..8, default 8
 	Parity   string // "none" (default), "odd", "even", "mark", "space"
-	StopBits string // "1" (default), "1.5", "2"
+	StopBits string // "1" (default; "" and "0" too), "1.5", "2"
 
 	// ReadTimeout bounds each read of the port, so the reader notices a cut frame (and
 	// nothing waits on the port forever). Default 100ms.
@@ -76,7 +76,7 @@ func (c *Config) fill() (*bugserial.Mode, error) {
 		return nil, fmt.Errorf("parity %q: want none, odd, even, mark or space", c.Parity)
 	}
 	switch c.StopBits {
-	case "", "1":
+	case "", "0", "1": // "0": an unset integer field rendered as text means the default too
 		mode.StopBits = bugserial.OneStopBit
 	case "1.5":
 		mode.StopBits = bugserial.OnePointFiveStopBits
