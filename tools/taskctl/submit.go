@@ -33,6 +33,9 @@ type submitOptions struct {
 	Every    time.Duration // progress refresh period
 }
 
+// plainEvery is the least time between two progress lines when output is not a terminal.
+const plainEvery = 2 * time.Second
+
 // ErrIncomplete is returned when following ended before every task had an outcome.
 var ErrIncomplete = errors.New("not every task has an outcome")
 
@@ -97,7 +100,7 @@ func submit(ctx context.Context, o submitOptions, tasks []pending, out io.Writer
 	if o.Live {
 		tr.render(out, false)
 	}
-	lastShown := -1
+	lastShown, lastAt := -1, time.Time{}
 	var result error
 loop:
 	for {
@@ -107,9 +110,10 @@ loop:
 		case <-tick.C:
 			if o.Live {
 				tr.render(out, true)
-			} else if n, total := tr.progress(); n != lastShown {
+			} else if n, total := tr.progress(); n != lastShown && time.Since(lastAt) >= plainEvery {
+				// Not a terminal (a log, CI): a line now and then, not a redraw.
 				fmt.Fprintf(out, "progress %d/%d\n", n, total)
-				lastShown = n
+				lastShown, lastAt = n, time.Now()
 			}
 		case <-timeout:
 			n, total := tr.progress()

@@ -1,0 +1,50 @@
+#!/bin/sh
+# `make demo`: the embedded default on one machine with only Go installed.
+# Builds faceagent, facesim and taskctl, starts the agent with configs/demo.toml (its own
+# broker and state store), eight simulated terminals in four groups (fast, slow, lossy,
+# offline for a while), submits configs/demo-tasks.jsonl with a live progress bar per
+# terminal, and prints the summary. Logs stay in /tmp/faceagent-demo.
+set -eu
+GO=${GO:-go}
+DEMO=/tmp/faceagent-demo
+URL=mqtt://127.0.0.1:18830
+rm -rf "$DEMO"
+mkdir -p "$DEMO/bin"
+echo "== building faceagent, facesim, taskctl"
+"$GO" build -o "$DEMO/bin/" ./agent/cmd/faceagent ./tools/facesim ./tools/taskctl
+
+pids=""
+cleanup() {
+	for p in $pids; do kill "$p" 2>/dev/null || true; done
+	for p in $pids; do wait "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT INT TERM
+
+echo "== starting faceagent -config configs/demo.toml (log: $DEMO/faceagent.log)"
+"$DEMO/bin/faceagent" -config configs/demo.toml 2>"$DEMO/faceagent.log" &
+pids="$pids $!"
+# Wait for the broker to listen (the agent logs its address when it is ready).
+i=0
+until grep -q '"faceagent running"\|msg="faceagent running"' "$DEMO/faceagent.log" 2>/dev/null; do
+	i=$((i + 1))
+	if [ $i -gt 300 ]; then echo "faceagent did not start:"; cat "$DEMO/faceagent.log"; exit 1; fi
+	sleep 0.1
+done
+
+echo "== starting 8 simulated terminals (log: $DEMO/facesim-*.log)"
+sim() { # name, devices, flags...
+	name=$1 devs=$2
+	shift 2
+	"$DEMO/bin/facesim" -url "$URL" -devices "$devs" -heartbeat 1s -strict -summary 0 "$@" \
+		>"$DEMO/facesim-$name.log" 2>&1 &
+	pids="$pids $!"
+}
+sim fast term-01,term-02,term-03,term-04 -ack-latency exp:20ms -seed 1
+sim slow term-05,term-06 -ack-latency normal:300ms,80ms -seed 2
+sim lossy term-07 -ack-latency exp:30ms -ack-loss 0.2 -seed 3
+sim offline term-08 -ack-latency exp:30ms -offline-every 6s -offline-for 4s -seed 4
+
+echo "== submitting configs/demo-tasks.jsonl"
+"$DEMO/bin/taskctl" submit -url "$URL" -gateway demo-gw -batch 10 -timeout 3m configs/demo-tasks.jsonl
+echo
+echo "metrics: http://127.0.0.1:19108/metrics while the agent runs; logs in $DEMO"
