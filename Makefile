@@ -219,3 +219,9 @@ generate:
 
 clean:
 	rm -rf $(BINDIR) $(DISTDIR)
+
+# The embedded default: agent + broker + state store + simulated terminals + a batch of tasks
+# with live progress (configs/demo.sh; owner: the agent, issue 7).
+.PHONY: demo
+demo:
+	GO=$(GO) sh configs/demo.sh
