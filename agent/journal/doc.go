@@ -15,6 +15,8 @@
 //	seq, err := j.AppendAsync(encoded) // cheap, never blocks on I/O
 //	...unlock...
 //	err = j.Wait(seq)
+//	// Records whose loss in a crash is harmless need not force an fsync of their own:
+//	seq, err = j.AppendLazy(encoded)   // written with the next batch, or within LazyDelay
 //	// Compaction: when most records are dead, replace the log by the live state.
 //	cp, err := j.Checkpoint()            // under your lock: no append may race with it
 //	live := state.copy()                 // still under your lock
@@ -29,8 +31,11 @@
 // buffer and kick it; it takes the whole buffer, writes it with one write and one fsync
 // (Options.Sync: SyncAlways; SyncBatch first waits Options.BatchWindow to gather more;
 // SyncNone never fsyncs), then wakes every waiter of the batch. Appends arriving during an
-// fsync form the next batch, so N concurrent producers share about one fsync per round. An
-// idle journal has no timer armed: the writer sleeps on a channel.
+// fsync form the next batch, so N concurrent producers share about one fsync per round; each
+// batch has its own done channel, so an fsync wakes only the appends it covered. AppendLazy
+// records do not kick the writer: they ride with the next batch, or go after
+// Options.LazyDelay (50 ms). An idle journal has no timer armed: the writer sleeps on a
+// channel, and the lazy timer exists only while lazy records wait.
 //
 // # On-disk format (version 1)
 //

@@ -124,25 +124,16 @@ func (o *Outbox) requeue(it *item) {
 
 // deadline is when d next needs attention without an event: its ack timeout, the end of
 // its head's backoff, or the end of its breaker period. Offline and paused devices need
-// none: a heartbeat or Resume pumps them.
+// none: a heartbeat or Resume pumps them. It does not compare with the current time: a
+// deadline that passed between pump's check and now must still wake the timer (at once).
 func (o *Outbox) deadline(d *device) int64 {
 	if it := d.inflight; it != nil {
 		return it.next
 	}
-	if len(d.queue) == 0 || d.paused || d.live.down {
+	if len(d.queue) == 0 || d.paused || d.live.down || !o.online(d, o.now()) {
 		return 0
 	}
-	now := o.now()
-	if !o.online(d, now) {
-		return 0
-	}
-	if d.live.breakerUntil > now {
-		return d.live.breakerUntil
-	}
-	if h := d.queue[0]; h.next > now {
-		return h.next
-	}
-	return 0
+	return max(d.queue[0].next, d.live.breakerUntil)
 }
 
 // touch re-files d in the deadline heap.

@@ -97,10 +97,12 @@
 //
 // # Caveats
 //
-//   - Sends, retries and finishes are journalled without waiting for the fsync, so that an
-//     ack is followed by the next send in microseconds. A crash can lose the last few of
-//     them: a try may go uncounted, a finished command may be sent once more. Both are within
-//     at-least-once; intake is always waited for.
+//   - Sends, retries, finishes and reports are journalled lazily (journal.AppendLazy): they
+//     are written with the next fsync somebody waits for (an Enqueue, Results), or within
+//     50 ms, so that an ack is followed by the next send in microseconds and a stream of acks
+//     costs a few fsyncs a second. A crash can lose the last of them: a try may go uncounted,
+//     a finished command may be sent once more, a result reported twice. All within
+//     at-least-once; intake is always waited for, and Results returns only durable results.
 //   - After the journal fails (disk full, I/O error) the outbox stops dispatching and refuses
 //     intake with ErrJournal; Err reports it. Close and Open again once the cause is fixed:
 //     the table is rebuilt from what is on disk.
