@@ -47,9 +47,9 @@ func (o *Outbox) compact() error {
 		recs = append(recs, r)
 		return nil
 	})
-	for _, r := range o.pending {
-		c := *r
-		c.Payload = bytes.Clone(r.Payload) // the caller's buffer: it may reuse it once Enqueue returns
+	for _, p := range o.pending {
+		c := *p.rec
+		c.Payload = bytes.Clone(p.rec.Payload) // the caller's buffer: it may reuse it once Enqueue returns
 		recs = append(recs, &c)
 	}
 	o.records = len(recs)

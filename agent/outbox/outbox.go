@@ -60,7 +60,7 @@ type Outbox struct {
 	settings   Settings
 	configs    map[string]DeviceConfig
 	rng        *rand.Rand
-	pending    map[string]*record // adds written but not yet durable
+	pending    map[string]pendingAdd // adds written but not yet durable
 	enc        []byte
 	sends      []sendJob
 	heap       deviceHeap
@@ -74,6 +74,11 @@ type Outbox struct {
 	resultsC   chan struct{}
 
 	afterSendFailed func() // test hook: runs after a Send error was handled
+}
+
+type pendingAdd struct {
+	rec *record
+	seq journal.Seq
 }
 
 type sendJob struct {
@@ -115,7 +120,7 @@ func Open(dir string, sender Sender, opts *Options) (*Outbox, error) {
 		settings: o.Settings.withDefaults(),
 		configs:  map[string]DeviceConfig{},
 		rng:      rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		pending:  map[string]*record{},
+		pending:  map[string]pendingAdd{},
 		resultsC: make(chan struct{}, 1),
 	}
 	for id, c := range o.Devices {
@@ -271,7 +276,12 @@ func (o *Outbox) EnqueueBatch(tasks []Task) (errs []error) {
 		i   int
 		rec *record
 	}
+	type dup struct {
+		i   int
+		seq journal.Seq
+	}
 	var acc []accepted
+	var dups []dup
 	var last journal.Seq
 	o.mu.Lock()
 	if err := o.usable(); err != nil {
@@ -291,8 +301,11 @@ func (o *Outbox) EnqueueBatch(tasks []Task) (errs []error) {
 			errs[i] = fmt.Errorf("%w: %s", ErrDuplicate, t.MessageID)
 			continue
 		}
-		if _, ok := o.pending[t.MessageID]; ok {
-			errs[i] = fmt.Errorf("%w: %s", ErrDuplicate, t.MessageID)
+		if p, ok := o.pending[t.MessageID]; ok {
+			// Being stored right now: the answer is that store's outcome. Answering
+			// "duplicate" at once would let the caller acknowledge a task whose first copy
+			// may still fail to reach the disk.
+			dups = append(dups, dup{i, p.seq})
 			continue
 		}
 		if n := o.t.active + len(o.pending); n >= o.maxAll {
@@ -319,11 +332,20 @@ func (o *Outbox) EnqueueBatch(tasks []Task) (errs []error) {
 			continue
 		}
 		last = seq
-		o.pending[r.ID] = r
+		o.pending[r.ID] = pendingAdd{r, seq}
 		d.live.pending++
 		acc = append(acc, accepted{i, r})
 	}
 	o.mu.Unlock()
+	defer func() {
+		for _, d := range dups {
+			if err := o.j.Wait(d.seq); err != nil {
+				errs[d.i] = o.journalErr(err)
+			} else {
+				errs[d.i] = fmt.Errorf("%w: %s", ErrDuplicate, tasks[d.i].MessageID)
+			}
+		}
+	}()
 	if len(acc) == 0 {
 		return errs
 	}

@@ -431,3 +431,48 @@ func TestDiskFullRefusesIntakeKeepsTable(t *testing.T) {
 	}
 	e.enqueue("m2", "d", "q")
 }
+
+// A duplicate of a task that is still being stored gets that store's outcome.
+func TestDuplicateOfPendingWaitsForItsOutcome(t *testing.T) {
+	e := newEnv(t, Options{Journal: fastJournal()})
+	errs := e.o.EnqueueBatch([]Task{{MessageID: "m1", DeviceID: "d"}, {MessageID: "m1", DeviceID: "d"}})
+	if errs[0] != nil || !errors.Is(errs[1], ErrDuplicate) {
+		t.Fatalf("errs: %v", errs)
+	}
+	ffs := &faultFS{budget: -1}
+	e2 := newEnv(t, Options{Journal: journal.Options{FS: ffs}})
+	ffs.mu.Lock()
+	ffs.budget = 0
+	ffs.mu.Unlock()
+	errs = e2.o.EnqueueBatch([]Task{{MessageID: "m1", DeviceID: "d"}, {MessageID: "m1", DeviceID: "d"}})
+	if !errors.Is(errs[0], journal.ErrNoSpace) || !errors.Is(errs[1], journal.ErrNoSpace) {
+		t.Fatalf("a duplicate of a task that failed to store must fail too: %v", errs)
+	}
+}
+
+func TestCompactionBoundsTheJournal(t *testing.T) {
+	e := newEnv(t, Options{Journal: journal.Options{Sync: journal.SyncNone, SegmentSize: 8 << 10}, CompactAfter: 200})
+	e.o.Heartbeat("d")
+	for i := range 600 {
+		id := fmt.Sprintf("m%d", i)
+		e.enqueue(id, "d", id)
+		e.expectSend(id, 1)
+		e.o.Ack("d", id, 0, "")
+		res := e.results()
+		e.o.MarkReported(res[0].MessageID)
+	}
+	e.enqueue("last", "d", "p")
+	e.expectSend("last", 1)
+	// Compaction runs in the background; Close waits for it.
+	e.restart()
+	st := e.o.j.Stats()
+	r := e.o.j.Recovery()
+	if r.Snapshot == "" || st.Segments > 3 || r.SnapshotRecords+r.Records > 1000 {
+		t.Fatalf("journal not compacted: %+v, %d segments", r, st.Segments)
+	}
+	if err := e.o.Enqueue(Task{MessageID: "m5", DeviceID: "d"}); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("dedupe memory lost in compaction: %v", err)
+	}
+	e.o.Heartbeat("d")
+	e.expectSend("last", 2)
+}
