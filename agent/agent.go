@@ -19,6 +19,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/hlc"
 )
 
 // Options configure an Agent. Config is required; the rest may be zero.
@@ -50,6 +51,7 @@ type Agent struct {
 
 	broker     *broker.Broker
 	outbox     atomic.Pointer[outbox.Outbox]
+	state      *stateWriter
 	m          *agentMetrics
 	httpServer *http.Server
 	httpAddr   string
@@ -214,13 +216,23 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	take.ob.Store(ob)
 	// From the moment shutdown begins, refuse tasks without acknowledging them.
 	*stops = append(*stops, func(context.Context) error { take.ob.Store(nil); return nil })
-	p.start(l, ob, &forwarder{pub: pub, prefix: t.devices, log: a.log.With("part", "forward")}, a.log)
+	ids := make([]string, len(cfg.Devices))
+	for i, d := range cfg.Devices {
+		ids[i] = d.ID
+	}
+	sw := newStateWriter(ids, engineSetter(b.Store(), hlc.NewClock("faceagent-"+cfg.Agent.GatewayID)), ob, cfg.Agent.GatewayID, cfg.Store.WriteInterval.Duration,
+		cfg.Dispatch.HeartbeatTimeout.Duration, cfg.Store.RequestTimeout.Duration, a.log.With("part", "state"))
+	a.state = sw
+	take.touched = sw.touch
+	p.start(l, ob, &forwarder{pub: pub, prefix: t.devices, log: a.log.With("part", "forward")}, sw, a.log)
 
-	rep := &reporter{ob: ob, pub: pub, topic: t.results, log: a.log.With("part", "report"), m: a.m}
+	rep := &reporter{ob: ob, pub: pub, topic: t.results, log: a.log.With("part", "report"), m: a.m, state: sw}
 	rctx, cancel := context.WithCancel(ctx)
 	rep.start(rctx)
 	*stops = append(*stops, func(context.Context) error { cancel(); rep.wg.Wait(); return nil })
-	// Stops run in reverse: reporter, intake refusal, outbox (journal flushed), links and
+	sw.start(rctx)
+	*stops = append(*stops, func(context.Context) error { cancel(); sw.wg.Wait(); return nil })
+	// Stops run in reverse: state writer, reporter, intake refusal, outbox (journal flushed), links and
 	// pumps, then the broker.
 	return nil
 }

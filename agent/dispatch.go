@@ -153,20 +153,20 @@ type pumps struct {
 	wg sync.WaitGroup
 }
 
-func (p *pumps) start(l *links, ob *outbox.Outbox, fwd *forwarder, log *slog.Logger) {
+func (p *pumps) start(l *links, ob *outbox.Outbox, fwd *forwarder, sw *stateWriter, log *slog.Logger) {
 	for _, link := range l.all {
 		ids := l.devices[link]
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
 			for ev := range link.Events() {
-				handleEvent(ev, ids, ob, fwd, log)
+				handleEvent(ev, ids, ob, fwd, sw, log)
 			}
 		}()
 	}
 }
 
-func handleEvent(ev device.Event, ids []string, ob *outbox.Outbox, fwd *forwarder, log *slog.Logger) {
+func handleEvent(ev device.Event, ids []string, ob *outbox.Outbox, fwd *forwarder, sw *stateWriter, log *slog.Logger) {
 	targets := ids
 	if ev.DeviceID != "" {
 		targets = []string{ev.DeviceID}
@@ -175,17 +175,21 @@ func handleEvent(ev device.Event, ids []string, ob *outbox.Outbox, fwd *forwarde
 	case device.Ack:
 		ob.Ack(ev.DeviceID, ev.Ack.MessageID, ev.Ack.Code, ev.Ack.Message)
 		fwd.ack(ev.DeviceID, ev.Ack)
+		sw.touch(ev.DeviceID)
 	case device.Heartbeat:
 		ob.Heartbeat(ev.DeviceID)
 		fwd.heartbeat(ev.DeviceID, ev.Heartbeat)
+		sw.heartbeat(ev.DeviceID, ev.Heartbeat)
 	case device.Up:
 		for _, id := range targets {
 			ob.LinkUp(id)
+			sw.touch(id)
 		}
 		log.Info("device link up", "devices", len(targets))
 	case device.Down:
 		for _, id := range targets {
 			ob.LinkDown(id)
+			sw.touch(id)
 		}
 		log.Warn("device link down", "devices", len(targets), "err", ev.Err)
 	case device.Error:

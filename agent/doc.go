@@ -30,7 +30,13 @@
 //     heartbeats are forwarded to faceagent/{gw}/devices/{id}/ack|heartbeat.
 //  4. The reporter publishes each finished task's result on faceagent/{gw}/results and
 //     marks it reported only after that; unreported results are sent again after a
-//     restart. Reload applies what
+//     restart.
+//  5. The state writer keeps faceagent/{gw}/devices/{id} (DeviceState, msgp) current in
+//     the embedded store: on change, at most once per store.write_interval per device,
+//     rewritten once per heartbeat_timeout, with PX = 3 × heartbeat_timeout so a dead
+//     gateway's devices expire. It only ever gets marked dirty by the other parts, and
+//     writes on its own goroutine: the store never holds up dispatch. Reload applies what
+//
 // can change live from a re-read file ([log] level, [dispatch], [store]) and names the
 // sections that need a restart (ErrNeedsRestart).
 //
@@ -40,9 +46,8 @@
 // # Caveats
 //
 //   - An external [upstream] broker (paho with manual acks after the journal append) is
-//     not wired yet: Run returns ErrNotWired. Nor are the device-state keys in the store,
-//     the remote config/control keys, and per-device [dispatch] overrides (the outbox has
-//     one set of settings).
+//     not wired yet: Run returns ErrNotWired. Nor are the remote config/control keys, and
+//     per-device [dispatch] overrides (the outbox has one set of settings).
 //   - Forwarded acks and heartbeats are informational and not journalled.
 //   - The broker's client quotas (max_clients, max_packet_size, receive_maximum,
 //     max_queued_messages) are set on mochi's capabilities after broker.New, because

@@ -14,6 +14,7 @@ import (
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/intake"
+	"github.com/seed0e69bba5/faceagent/agent/store"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/sim"
 )
@@ -178,17 +179,17 @@ sync = "batch"
 		t.Fatal(err)
 	}
 	defer fleet.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := fleet.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
 
 	bo := connectBackOffice(t, addr, "gw-e")
-	const n = 200
+	const n uint64 = 200
 	want := map[string][]string{} // device -> person ids expected on its whitelist
 	var batch []intake.Task
-	for i := range n {
+	for i := range int(n) {
 		dev := ids[i%len(ids)]
 		task := intake.Task{TaskID: fmt.Sprintf("task-%d", i), DeviceID: dev, Op: face.AddPerson,
 			Person: face.Person{ID: fmt.Sprint(1000 + i), Name: "P"}}
@@ -203,7 +204,7 @@ sync = "batch"
 	bo.publish("faceagent/gw-e/tasks", []byte(`{"taskId":"x","deviceId":"nope","op":"AddPerson","person":{"id":"1"}}`))
 	bo.publish("faceagent/gw-e/tasks", []byte(`not json`))
 
-	bo.waitFor("every result", 60*time.Second, func() bool { return len(bo.results) == n && len(bo.dead) == 2 })
+	bo.waitFor("every result", 60*time.Second, func() bool { return uint64(len(bo.results)) == n && len(bo.dead) == 2 })
 	for id, r := range bo.results {
 		if r.Status != intake.Succeeded || r.Tries < 1 || r.MessageID == "" {
 			t.Errorf("task %s: %+v", id, r)
@@ -212,7 +213,7 @@ sync = "batch"
 	if bo.dead[0].Reason != `unknown device "nope"` || bo.dead[1].Reason[:15] != "malformed JSON:" {
 		t.Errorf("deadletters: %+v", bo.dead)
 	}
-	bo.waitFor("acks forwarded", 10*time.Second, func() bool { return bo.acks >= n })
+	bo.waitFor("acks forwarded", 10*time.Second, func() bool { return uint64(bo.acks) >= n })
 	for _, id := range ids {
 		var got []string
 		for _, p := range fleet.Terminal(id).Persons() {
@@ -227,6 +228,39 @@ sync = "batch"
 	}
 	if err := fleet.Violations(); err != nil {
 		t.Error(err)
+	}
+
+	// Each terminal's state in the store, read back through a store client over MQTT:
+	// written on change (at most once a second), so wait for the final one.
+	sc, err := store.Connect(ctx, &store.Options{URL: "mqtt://" + addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	for _, id := range ids {
+		key := "faceagent/gw-e/devices/" + id
+		w, err := sc.KeyNotify(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		final := func(v []byte) bool {
+			var st DeviceState
+			if _, err := st.UnmarshalMsg(v); err != nil {
+				t.Fatalf("%s: %v", key, err)
+			}
+			return st.DeviceID == id && st.Online && st.Succeeded == n/uint64(len(ids)) && st.QueueDepth == 0 &&
+				st.InFlight == "" && st.Firmware == "facesim-1" && st.LastHeartbeat > 0
+		}
+		e, err := sc.Get(ctx, key)
+		for err != nil || !final(e.Value) {
+			select {
+			case nt := <-w.C():
+				e, err = store.Entry{Value: nt.Value}, nil
+			case <-ctx.Done():
+				t.Fatalf("%s never showed the final state (last: %v %x)", key, err, e.Value)
+			}
+		}
+		_ = w.Stop(ctx)
 	}
 	stop()
 }

@@ -27,6 +27,8 @@ type taker struct {
 	topic  string // deadletter
 	log    *slog.Logger
 	m      *agentMetrics
+	// touched is told which devices got new tasks (the state writer's queue depth).
+	touched func(deviceID string)
 }
 
 func newTaker(cfg *config.Config, dead publisher, m *agentMetrics, log *slog.Logger) *taker {
@@ -77,6 +79,9 @@ func (t *taker) accept(ctx context.Context, payload []byte) error {
 			switch {
 			case err == nil:
 				accepted++
+				if t.touched != nil {
+					t.touched(tasks[i].DeviceID)
+				}
 			case errors.Is(err, outbox.ErrDuplicate):
 				// Already stored (a redelivery): acknowledging it again is right.
 			case errors.Is(err, outbox.ErrDeviceFull), errors.Is(err, outbox.ErrFull), errors.Is(err, outbox.ErrInvalidTask):

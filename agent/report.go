@@ -70,6 +70,7 @@ type reporter struct {
 	topic string
 	log   *slog.Logger
 	m     *agentMetrics
+	state *stateWriter
 	wg    sync.WaitGroup
 }
 
@@ -114,6 +115,7 @@ func (r *reporter) drain(ctx context.Context) bool {
 		}
 		ids = append(ids, res.MessageID)
 		r.m.result(res)
+		r.state.result(res)
 	}
 	if err := r.ob.MarkReported(ids...); err != nil && !errors.Is(err, outbox.ErrClosed) {
 		r.log.Error("marking results reported", "err", err)

@@ -1,0 +1,25 @@
+package agent
+
+//go:generate go run github.com/tinylib/msgp -file=state.go -o=state_gen.go -tests=false
+
+// DeviceState is a terminal's state as the agent writes it to the state store under
+// faceagent/{gw}/devices/{id}, encoded with msgp (DESIGN.md "State store keys"). Times
+// are Unix milliseconds (0: never). Field names are the msgp map keys: tools decode them
+// by name, so rename nothing.
+type DeviceState struct {
+	DeviceID      string `msg:"deviceId"`
+	Online        bool   `msg:"online"`
+	LastHeartbeat int64  `msg:"lastHeartbeat"`
+	LastAck       int64  `msg:"lastAck"`
+	Firmware      string `msg:"firmware"`
+	Persons       int    `msg:"persons"`
+	Paused        bool   `msg:"paused"`
+	QueueDepth    int    `msg:"queueDepth"`
+	InFlight      string `msg:"inFlight"` // message id, "" when none
+	Sent          uint64 `msg:"sent"`
+	Succeeded     uint64 `msg:"succeeded"`
+	Failed        uint64 `msg:"failed"`
+	Retries       uint64 `msg:"retries"`
+	LastError     string `msg:"lastError"`
+	UpdatedAt     int64  `msg:"updatedAt"`
+}

@@ -1,0 +1,241 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
+	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/device/face"
+	"github.com/seed0e69bba5/faceagent/hlc"
+	"github.com/seed0e69bba5/faceagent/resp3"
+)
+
+// engineSetter writes keys straight into the embedded broker's state store engine: the
+// same store clients reach over MQTT, without a connection of our own (and so without
+// TLS or credentials for the agent itself). Do never blocks on I/O.
+//
+// Like every client, the agent stamps its requests with an HLC timestamp (__ts); the store
+// refuses requests without one.
+func engineSetter(st *statestore.Store, clock *hlc.Clock) func(context.Context, string, []byte, time.Duration) error {
+	return func(_ context.Context, key string, value []byte, px time.Duration) error {
+		cmd := resp3.AppendArrayHeader(nil, 5)
+		cmd = resp3.AppendBlobString(cmd, "SET")
+		cmd = resp3.AppendBlobString(cmd, key)
+		cmd = resp3.AppendBlob(cmd, value)
+		cmd = resp3.AppendBlobString(cmd, "PX")
+		cmd = resp3.AppendBlobString(cmd, strconv.FormatInt(px.Milliseconds(), 10))
+		reply, version := st.Do(&statestore.Request{Payload: cmd, Timestamp: clock.Now().String(), HasTimestamp: true}, nil)
+		if !version.IsZero() {
+			clock.Observe(version)
+		}
+		v, _, err := resp3.ReadValue(reply)
+		if err != nil {
+			return fmt.Errorf("state store reply: %w", err)
+		}
+		if v.Kind == resp3.SimpleError || v.Kind == resp3.BlobError {
+			return fmt.Errorf("state store: %s", v.Str)
+		}
+		return nil
+	}
+}
+
+// stateWriter keeps faceagent/{gw}/devices/{id} current: it writes a device's state when
+// something about it changed, at most once per write_interval per device, and rewrites
+// an unchanged state once per heartbeat_timeout so that its expiry (PX = 3 ×
+// heartbeat_timeout) only lapses when the gateway is gone. Callers only mark devices
+// dirty (never blocking); the writes happen on the writer's goroutine, so a slow or
+// absent store delays nothing but the next state write.
+type stateWriter struct {
+	set      func(ctx context.Context, key string, value []byte, px time.Duration) error
+	ob       *outbox.Outbox
+	prefix   string // faceagent/{gw}/devices/
+	interval time.Duration
+	refresh  time.Duration
+	px       time.Duration
+	timeout  time.Duration
+	log      *slog.Logger
+
+	mu      sync.Mutex
+	devs    map[string]*devState
+	wake    chan struct{}
+	wg      sync.WaitGroup
+	written uint64 // writes done (tests, metrics)
+	failed  uint64
+}
+
+type devState struct {
+	dirty     bool
+	lastWrite time.Time
+	last      []byte // what was last written
+	hb        face.Heartbeat
+	hbAt      time.Time
+	lastErr   string
+}
+
+func newStateWriter(ids []string, set func(context.Context, string, []byte, time.Duration) error, ob *outbox.Outbox,
+	gw string, interval, heartbeatTimeout, timeout time.Duration, log *slog.Logger) *stateWriter {
+	w := &stateWriter{
+		set: set, ob: ob, prefix: upstreamTopics(gw).devices, interval: interval,
+		refresh: heartbeatTimeout, px: 3 * heartbeatTimeout, timeout: timeout, log: log,
+		devs: map[string]*devState{}, wake: make(chan struct{}, 1),
+	}
+	for _, id := range ids {
+		w.devs[id] = &devState{dirty: true} // write every device once at start
+	}
+	return w
+}
+
+// touch marks a device's state as changed.
+func (w *stateWriter) touch(id string) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	if d := w.devs[id]; d != nil {
+		d.dirty = true
+	}
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *stateWriter) heartbeat(id string, hb face.Heartbeat) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	if d := w.devs[id]; d != nil {
+		d.hb, d.hbAt, d.dirty = hb, time.Now(), true
+	}
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *stateWriter) result(r outbox.Result) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	if d := w.devs[r.DeviceID]; d != nil {
+		if r.Err != "" {
+			d.lastErr = r.Err
+		}
+		d.dirty = true
+	}
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *stateWriter) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *stateWriter) start(ctx context.Context) {
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		timer := time.NewTimer(time.Hour)
+		defer timer.Stop()
+		for {
+			next := w.writeDue(ctx)
+			timer.Reset(time.Until(next))
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.wake:
+			case <-timer.C:
+			}
+		}
+	}()
+}
+
+// writeDue writes every device that is due and returns when the next one will be.
+func (w *stateWriter) writeDue(ctx context.Context) time.Time {
+	now := time.Now()
+	next := now.Add(w.refresh)
+	w.mu.Lock()
+	var due []string
+	for id, d := range w.devs {
+		refreshAt := d.lastWrite.Add(w.refresh)
+		if !d.dirty && now.Before(refreshAt) {
+			next = minTime(next, refreshAt)
+			continue
+		}
+		if allowed := d.lastWrite.Add(w.interval); now.Before(allowed) {
+			next = minTime(next, allowed)
+			continue
+		}
+		due = append(due, id)
+	}
+	w.mu.Unlock()
+	for _, id := range due {
+		if ctx.Err() != nil {
+			break
+		}
+		w.writeOne(ctx, id, now)
+	}
+	return next
+}
+
+func (w *stateWriter) writeOne(ctx context.Context, id string, now time.Time) {
+	st := DeviceState{DeviceID: id, UpdatedAt: now.UnixMilli()}
+	if s, ok := w.ob.DeviceStatus(id); ok {
+		st.Online, st.Paused, st.QueueDepth, st.InFlight = s.Online, s.Paused, s.Queued, s.InFlight
+		st.Sent, st.Succeeded, st.Failed, st.Retries = s.Sent, s.Succeeded, s.Failed, s.Retries
+		st.LastAck = unixMilli(s.LastAck)
+	}
+	w.mu.Lock()
+	d := w.devs[id]
+	st.LastHeartbeat = unixMilli(d.hbAt)
+	st.Firmware, st.Persons, st.LastError = d.hb.Firmware, d.hb.Persons, d.lastErr
+	prev := d.last
+	d.dirty = false
+	w.mu.Unlock()
+
+	// Unchanged apart from the timestamp, and not yet due for a refresh: skip the write.
+	cmp := st
+	cmp.UpdatedAt = 0
+	body, _ := cmp.MarshalMsg(nil)
+	if bytes.Equal(body, prev) && now.Before(d.lastWrite.Add(w.refresh)) {
+		return
+	}
+	value, _ := st.MarshalMsg(nil)
+	wctx, cancel := context.WithTimeout(ctx, w.timeout)
+	err := w.set(wctx, w.prefix+id, value, w.px)
+	cancel()
+	w.mu.Lock()
+	if err != nil {
+		w.failed++
+		d.dirty = true // try again after the interval
+		d.lastWrite = now
+	} else {
+		w.written++
+		d.last, d.lastWrite = body, now
+	}
+	w.mu.Unlock()
+	if err != nil {
+		w.log.Debug("device state not written", "device", id, "err", err)
+	}
+}
+
+func unixMilli(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
