@@ -328,6 +328,8 @@ func (j *Journal) Close() error {
 	j.mu.Unlock()
 	close(j.quit)
 	<-j.done
+	j.snapMu.Lock() // let a snapshot in progress finish before the lock is released
+	defer j.snapMu.Unlock()
 	var err error
 	if j.seg != nil {
 		if j.opts.Sync != SyncNone && j.Err() == nil {

@@ -308,3 +308,10 @@ func (o *Outbox) Stats() Stats {
 	}
 	return s
 }
+
+// JournalStats returns the journal's counters (records, fsyncs, segments, snapshots) for
+// metrics.
+func (o *Outbox) JournalStats() journal.Stats { return o.j.Stats() }
+
+// Recovery reports what opening the journal found (a torn tail cut, damage skipped).
+func (o *Outbox) Recovery() journal.Recovery { return o.j.Recovery() }
