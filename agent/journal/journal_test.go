@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -17,6 +18,13 @@ import (
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(crashChildEnv); dir != "" {
 		crashChild(dir) // never returns
+	}
+	if dir := os.Getenv(lockChildEnv); dir != "" {
+		_, err := Open(dir, nil)
+		if errors.Is(err, ErrLocked) {
+			os.Exit(7)
+		}
+		os.Exit(0)
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -129,6 +137,33 @@ func TestLockExcludesSecondOpen(t *testing.T) {
 	j.Close()
 	j2 := openT(t, dir, nil)
 	j2.Close()
+}
+
+const lockChildEnv = "FAJOURNAL_LOCK_CHILD_DIR"
+
+func TestLockExcludesAnotherProcess(t *testing.T) {
+	dir := t.TempDir()
+	j := openT(t, dir, nil)
+	child := func() int {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), lockChildEnv+"="+dir)
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	}
+	if code := child(); code != 7 {
+		t.Fatalf("another process opened a locked journal (exit %d)", code)
+	}
+	j.Close()
+	if code := child(); code != 0 {
+		t.Fatalf("another process could not open the journal after Close (exit %d)", code)
+	}
 }
 
 func TestRejectsBadRecords(t *testing.T) {
