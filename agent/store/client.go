@@ -45,6 +45,7 @@ type Client struct {
 	cancel       context.CancelFunc
 	wg           sync.WaitGroup // resync goroutines and watch pumps
 	closeOnce    sync.Once
+	testMutate   func(*paho.Publish) // tests only: edit each request before it is sent
 
 	mu       sync.Mutex
 	state    connState

@@ -9,11 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eclipse/paho.golang/paho"
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
+	"github.com/seed0e69bba5/faceagent/hlc"
 	"github.com/seed0e69bba5/faceagent/resp3"
 )
 
@@ -53,7 +55,32 @@ func TestEmbeddedErrors(t *testing.T) {
 	if _, err := c.Set(ctx, "k", []byte("v"), &SetOptions{FencingToken: ahead}); !errors.Is(err, ErrFencingTokenSkew) {
 		t.Errorf("fencing token ahead: %v", err)
 	}
-	// Quota and value errors need a configured broker; wrong commands need a raw payload.
+	// A client whose clock runs a day ahead: its __ts is refused.
+	fast := connect(t, c.opts.URL, func(o *Options) {
+		o.Clock = hlc.NewClock("fast", hlc.WithWallClock(func() int64 { return time.Now().Add(24 * time.Hour).UnixMilli() }))
+	})
+	if _, err := fast.Set(ctx, "k", []byte("v"), nil); !errors.Is(err, ErrTimestampSkew) {
+		t.Errorf("__ts a day ahead: %v", err)
+	}
+	// Requests with __ts removed or mangled.
+	bad := connect(t, c.opts.URL, nil)
+	for value, want := range map[string]error{"": ErrMissingTimestamp, "yesterday": ErrMalformedTimestamp} {
+		bad.testMutate = func(p *paho.Publish) {
+			user := p.Properties.User[:0]
+			for _, u := range p.Properties.User {
+				if u.Key != "__ts" {
+					user = append(user, u)
+				} else if value != "" {
+					user = append(user, paho.UserProperty{Key: "__ts", Value: value})
+				}
+			}
+			p.Properties.User = user
+		}
+		if _, err := bad.Set(ctx, "k", []byte("v"), nil); !errors.Is(err, want) {
+			t.Errorf("__ts %q: %v, want %v", value, err, want)
+		}
+	}
+	// Wrong commands need a raw payload.
 	res, err := c.invoke(ctx, request{payload: resp3.AppendBlobString(resp3.AppendArrayHeader(nil, 1), "FROB")})
 	if err != nil {
 		t.Fatal(err)

@@ -70,6 +70,9 @@ func (c *Client) invoke(ctx context.Context, r request) (result, error) {
 	}
 
 	pub := c.newPublish(id, r, timeout)
+	if c.testMutate != nil {
+		c.testMutate(pub)
+	}
 	pr, perr := c.cm.Publish(rctx, pub)
 	if perr != nil && pr != nil && pr.ReasonCode == 0x87 {
 		perr = fmt.Errorf("%w (PUBACK reason 0x87)", ErrNotAuthorized) // the broker's ACL refused the request
