@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/seed0e69bba5/faceagent/device/sim"
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
+)
+
+// The intake boundary under SIGKILL (DESIGN.md "Delivery semantics"): a task whose PUBACK
+// the back office received was in the journal, so after the agent is killed and started
+// again every such task reaches its terminal. Terminals are strict: the only repeats
+// allowed are resends of the command in flight at the kill.
+func TestSIGKILLLosesNothingAcknowledged(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills and restarts the agent")
+	}
+	dir := t.TempDir()
+	addr := testutil.FreeAddr(t)
+	ids := []string{"k1", "k2", "k3", "k4"}
+	cfg := fmt.Sprintf("[agent]\ngateway_id = \"gw-k\"\ndata_dir = %q\n[broker]\nlisten = %q\n"+
+		"[dispatch]\nretry_interval = \"300ms\"\nheartbeat_timeout = \"2s\"\n[journal]\nsync = \"always\"\n",
+		filepath.Join(dir, "data"), addr)
+	for _, id := range ids {
+		cfg += fmt.Sprintf("[[devices]]\nid = %q\n", id)
+	}
+	cfgPath := writeFile(t, dir, "agent.toml", cfg)
+
+	p := startAgent(t, cfgPath)
+	p.waitLog(runningRe, 0)
+	fleet, err := sim.StartMQTT("mqtt://"+addr, ids, sim.Options{
+		Seed: 11, AckLatency: sim.Latency{Kind: sim.Fixed, A: 3 * time.Millisecond},
+		HeartbeatInterval: 100 * time.Millisecond, Strict: true,
+		OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+
+	// The back office publishes tasks one at a time and records each PUBACK.
+	const total = 400
+	var mu sync.Mutex
+	acked := map[int]bool{}
+	half := make(chan struct{})
+	pubDone := make(chan struct{})
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bo := paho.NewClient(paho.ClientConfig{Conn: conn})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if _, err := bo.Connect(ctx, &paho.Connect{ClientID: "bo-kill", KeepAlive: 30, CleanStart: true}); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(pubDone)
+		for i := range total {
+			task := fmt.Sprintf(`{"taskId":"k-%d","deviceId":%q,"op":"AddPerson","person":{"id":"p%d"}}`, i, ids[i%len(ids)], i)
+			pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := bo.Publish(pctx, &paho.Publish{Topic: "faceagent/gw-k/tasks", QoS: 1, Payload: []byte(task)})
+			pcancel()
+			if err != nil {
+				return // the agent was killed: this one and the rest are not ours
+			}
+			mu.Lock()
+			acked[i] = true
+			if len(acked) == total/2 {
+				close(half)
+			}
+			mu.Unlock()
+		}
+	}()
+	select {
+	case <-half:
+	case <-pubDone:
+		t.Fatal("publisher stopped before the kill")
+	case <-ctx.Done():
+		t.Fatal("no progress")
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+	_ = p.cmd.Wait()
+	<-pubDone
+	_ = bo.Disconnect(&paho.Disconnect{})
+	mu.Lock()
+	n := len(acked)
+	mu.Unlock()
+	if n >= total {
+		t.Fatalf("the kill came too late: all %d tasks acknowledged", n)
+	}
+
+	p = startAgent(t, cfgPath)
+	p.waitLog(runningRe, 0)
+	// Every acknowledged task's person must reach its terminal's whitelist.
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		missing := 0
+		have := map[string]map[string]bool{}
+		for _, id := range ids {
+			have[id] = map[string]bool{}
+			for _, person := range fleet.Terminal(id).Persons() {
+				have[id][person.ID] = true
+			}
+		}
+		mu.Lock()
+		for i := range acked {
+			if !have[ids[i%len(ids)]][fmt.Sprintf("p%d", i)] {
+				missing++
+			}
+		}
+		mu.Unlock()
+		if missing == 0 {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("%d of %d acknowledged tasks never reached their terminals\n%s", missing, n, p.log())
+		}
+	}
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("SIGTERM after restart: exit %d\n%s", code, p.log())
+	}
+	t.Logf("%d of %d tasks acknowledged before SIGKILL; all delivered after the restart", n, total)
+}
