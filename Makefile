@@ -176,8 +176,7 @@ size:
 	if [ $$n -gt $(SIZE_LIMIT) ]; then echo "size: over budget by $$((n - $(SIZE_LIMIT))) bytes"; exit 1; fi
 
 # size-report: every binary per board (stripped), then what each module costs in the armv7
-# faceagent (symbol sizes from an unstripped build, summed by module; "std" = standard library,
-# "runtime" = the Go runtime's own packages).
+# faceagent (internal/sizereport: ELF symbol sizes summed by module; bss excluded).
 size-report: cross-boards
 	@set -e; echo "| board | binary | bytes |"; echo "|---|---|---:|"; \
 	for b in $(BOARDS); do for f in $(BINDIR)/$$b/*; do \
@@ -185,12 +184,10 @@ size-report: cross-boards
 	main=$(firstword $(filter agent/cmd/faceagent,$(PRESENT_COMMANDS)) $(PRESENT_COMMANDS)); \
 	[ -n "$$main" ] || exit 0; \
 	mkdir -p $(BINDIR)/nm; \
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=7 $(GO) build -trimpath -o $(BINDIR)/nm/main ./$$main; \
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=7 $(GO) build -trimpath -ldflags=-w -o $(BINDIR)/nm/main ./$$main; \
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=7 $(GO) list -deps -f '{{.ImportPath}} {{if .Module}}{{.Module.Path}}{{else}}std{{end}}' ./$$main > $(BINDIR)/nm/modules; \
-	echo; echo "Symbols of $$main (linux/arm/7, unstripped) by module:"; echo; \
-	echo "| module | bytes |"; echo "|---|---:|"; \
-	$(GO) tool nm -size -sort size $(BINDIR)/nm/main | awk -f .ci/nm-by-module.awk $(BINDIR)/nm/modules - \
-	  | sort -k2,2nr | awk '{printf "| %s | %d |\n", $$1, $$2}'
+	echo; echo "$$main, linux/arm/7, symbol table kept (-w only), by module:"; echo; \
+	$(GO) run ./internal/sizereport $(BINDIR)/nm/modules $(BINDIR)/nm/main
 
 # test-arm: the portable core's tests cross-compiled for armv7 and arm64 and run under
 # qemu-user (no -race: the race detector does not exist on linux/arm), then the armv7 smoke
