@@ -278,11 +278,7 @@ func (o *Outbox) status(d *device, now int64) DeviceStatus {
 	if it := d.inflight; it != nil {
 		st.InFlight, st.InFlightTries = it.id(), int(it.tries)
 	}
-	for _, it := range o.t.items {
-		if it.dev == d && it.status == Failed {
-			st.FailedHeld++
-		}
-	}
+	st.FailedHeld = d.failed
 	return st
 }
 
@@ -295,15 +291,11 @@ func (o *Outbox) Stats() Stats {
 		if d.inflight != nil {
 			s.InFlight++
 		}
+		s.FailedHeld += d.failed
 	}
 	for _, r := range o.t.results {
 		if !r.it.reported {
 			s.Unreported++
-		}
-	}
-	for _, it := range o.t.items {
-		if it.status == Failed {
-			s.FailedHeld++
 		}
 	}
 	return s

@@ -198,8 +198,12 @@ func checkInvariants(t *testing.T, e *env, seed uint64, step int, accepted map[s
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	inFlight := map[*device]int{}
+	failed := map[*device]int{}
 	active := 0
 	for id, it := range o.t.items {
+		if it.status == Failed {
+			failed[it.dev]++
+		}
 		if it.id() != id {
 			t.Fatalf("seed %d step %d: item keyed %s has id %s", seed, step, id, it.id())
 		}
@@ -221,6 +225,9 @@ func checkInvariants(t *testing.T, e *env, seed uint64, step int, accepted map[s
 	}
 	queued := 0
 	for _, d := range o.t.devices {
+		if d.failed != failed[d] {
+			t.Fatalf("seed %d step %d: device %s counts %d failed, holds %d", seed, step, d.id, d.failed, failed[d])
+		}
 		for i, it := range d.queue {
 			if it.status != Scheduled || o.t.items[it.id()] != it {
 				t.Fatalf("seed %d step %d: queue of %s holds %s in status %s", seed, step, d.id, it.id(), it.status)

@@ -71,6 +71,7 @@ type device struct {
 	sched    map[string]*item // person -> its Scheduled item (coalescing)
 	inflight *item
 	paused   bool
+	failed   int        // Failed messages held (reported or not)
 	live     deviceLive // not journalled
 }
 
@@ -161,6 +162,9 @@ func (t *table) setErr(it *item, e string) {
 
 // forget drops a message from the table.
 func (t *table) forget(it *item) {
+	if it.status == Failed {
+		it.dev.failed--
+	}
 	delete(t.items, it.id())
 	delete(t.errs, it)
 	t.remember(it.id())
@@ -229,6 +233,9 @@ func (t *table) schedule(it *item) {
 
 func (t *table) finish(it *item, st Status) {
 	it.status = st
+	if st == Failed {
+		it.dev.failed++
+	}
 	if !it.reported {
 		t.results = append(t.results, result{it: it})
 	}
@@ -322,6 +329,7 @@ func (t *table) apply(r *record) error {
 				continue
 			}
 			it.tries, it.next, it.reported = 0, 0, false
+			it.dev.failed--
 			t.setErr(it, "")
 			t.schedule(it)
 		}
