@@ -3,8 +3,8 @@
 // the next one the moment the terminal acks, retries what is not acked, and keeps every
 // result until the upstream broker has accepted it.
 //
-// It grows from the field report in docs (reference/local-message-table.md), whose table
-// lived in memory, never matched acks and polled every 500 ms. Here the table is a journal
+// It grows from the "local message table" field report (a .NET worker after eBay's pattern),
+// whose table lived in memory, never matched acks and polled every 500 ms. Here the table is a journal
 // (package agent/journal) replayed at start, acks are matched by message id, and dispatch is
 // driven by events: an ack, a heartbeat, an enqueue, or the one timer armed for the
 // earliest deadline. An idle outbox arms no timer at all.
@@ -111,4 +111,8 @@
 //   - Online state, breakers and counters are not journalled: after a restart every device
 //     is offline until heard from.
 //   - Command.Payload is a view of the table's memory: a Sender must not modify it.
+//   - Task.ExpiresAt is checked when the command's turn comes: a command queued for an
+//     offline device expires (and is reported) once the device is back, not at the instant.
+//   - Dedupe remembers the last 8192 ids that left the table; a redelivery older than that
+//     is stored again (whitelist commands are idempotent).
 package outbox
