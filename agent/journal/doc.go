@@ -80,6 +80,11 @@
 //     This is deliberate: after a failed write the owner's in-memory state may be ahead of
 //     the disk, and replay is the one way back to a state the disk agrees with.
 //   - Replay holds one whole file in memory at a time (SegmentSize, 64 MiB by default).
+//   - A torn tail is recognised as damage at the end of the newest segment with no valid frame
+//     after it. A filesystem that, after a power cut, kept a later page of the last write but
+//     not an earlier one leaves valid frames after the damage: Open then reports a
+//     *CorruptError rather than guess, and Options.SkipCorrupt recovers (ext4 data=ordered
+//     keeps appends in order).
 //   - Finding out whether damage is a torn tail scans the rest of the file byte by byte;
 //     that only happens on damaged files.
 //   - Locking uses flock(2): it protects against a second process on the same host, not
