@@ -36,45 +36,48 @@ type Rules struct {
 }
 
 type usersFile struct {
-	Users []User `toml:"users"`
+	Users     []User `toml:"users"`
+	Anonymous *Rules `toml:"anonymous"`
 }
 
-// loadUsers reads path (when set) and merges extra over it.
-func loadUsers(path string, extra []User) (map[string]*User, error) {
-	users := make(map[string]*User)
+// loadUsers reads path (when set) and merges extra over it. anonymous is
+// the file's [anonymous] table, nil when it has none.
+func loadUsers(path string, extra []User) (users map[string]*User, anonymous *Rules, err error) {
+	users = make(map[string]*User)
 	if path != "" {
 		var f usersFile
 		md, err := toml.DecodeFile(path, &f)
 		if err != nil {
-			return nil, fmt.Errorf("broker: users file: %w", err)
+			return nil, nil, fmt.Errorf("broker: users file: %w", err)
 		}
 		if und := md.Undecoded(); len(und) > 0 {
-			return nil, fmt.Errorf("broker: users file %s: unknown key %s", path, und[0])
+			return nil, nil, fmt.Errorf("broker: users file %s: unknown key %s", path, und[0])
 		}
 		// toml leaves absent lists nil and present empty lists empty but
 		// non-nil on its own; nothing more to do to keep "nil = all".
 		for i := range f.Users {
 			u := f.Users[i]
 			if u.Name == "" {
-				return nil, fmt.Errorf("broker: users file %s: user %d has no name", path, i+1)
+				return nil, nil, fmt.Errorf("broker: users file %s: user %d has no name", path, i+1)
 			}
 			if _, err := bcrypt.Cost([]byte(u.PasswordHash)); err != nil {
-				return nil, fmt.Errorf("broker: users file %s: user %q: password_hash is not bcrypt: %w", path, u.Name, err)
+				return nil, nil, fmt.Errorf("broker: users file %s: user %q: password_hash is not bcrypt: %w", path, u.Name, err)
 			}
 			if _, dup := users[u.Name]; dup {
-				return nil, fmt.Errorf("broker: users file %s: user %q twice", path, u.Name)
+				return nil, nil, fmt.Errorf("broker: users file %s: user %q twice", path, u.Name)
 			}
 			users[u.Name] = &u
 		}
+		anonymous = f.Anonymous
 	}
 	for i := range extra {
 		u := extra[i]
 		if _, err := bcrypt.Cost([]byte(u.PasswordHash)); err != nil {
-			return nil, fmt.Errorf("broker: user %q: password_hash is not bcrypt: %w", u.Name, err)
+			return nil, nil, fmt.Errorf("broker: user %q: password_hash is not bcrypt: %w", u.Name, err)
 		}
 		users[u.Name] = &u
 	}
-	return users, nil
+	return users, anonymous, nil
 }
 
 // authHook authenticates clients against the users and authorizes topics.

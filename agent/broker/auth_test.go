@@ -40,6 +40,9 @@ write_keys    = ["faceagent/gw-01/devices/"]
 name          = "mute"
 password_hash = "` + hash(t, "mute") + `"
 publish       = []
+
+[anonymous]
+write_keys    = []
 `
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
@@ -48,9 +51,12 @@ publish       = []
 }
 
 func TestUsersFileRules(t *testing.T) {
-	users, err := loadUsers(writeUsersFile(t), nil)
+	users, anonymous, err := loadUsers(writeUsersFile(t), nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if anonymous == nil || len(anonymous.WriteKeys) != 0 || anonymous.ReadKeys != nil {
+		t.Errorf("[anonymous] table: %+v", anonymous)
 	}
 	if r := users["agent"].Rules; r.Publish != nil || r.ReadKeys != nil {
 		t.Errorf("absent lists must stay nil (everything allowed): %+v", r)
@@ -68,7 +74,7 @@ func TestUsersFileRules(t *testing.T) {
 		if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := loadUsers(path, nil); err == nil {
+		if _, _, err := loadUsers(path, nil); err == nil {
 			t.Errorf("accepted %q", bad)
 		}
 	}
@@ -91,11 +97,18 @@ func TestAuthentication(t *testing.T) {
 			t.Errorf("%+v let in", o)
 		}
 	}
-	anon := startBroker(t, Options{AllowAnonymous: true, Users: []User{{Name: "u", PasswordHash: hash(t, "p")}}})
-	if _, err := tryDial(t, anon.Addr(), "anon", dialOptions{}); err != nil {
-		t.Errorf("anonymous refused with AllowAnonymous: %v", err)
+	anon := startBroker(t, Options{AllowAnonymous: true, UsersFile: writeUsersFile(t)})
+	c, err := tryDial(t, anon.Addr(), "anon", dialOptions{})
+	if err != nil {
+		t.Fatalf("anonymous refused with AllowAnonymous: %v", err)
 	}
-	if _, err := tryDial(t, anon.Addr(), "anon2", dialOptions{user: "u", password: "bad"}); err == nil {
+	if p := c.do(cmd("SET", "k", "v"), req{}); string(p.Payload) != "-ERR not authorized\r\n" {
+		t.Errorf("anonymous SET under [anonymous] write_keys = []: %q", p.Payload)
+	}
+	if p := c.do(cmd("GET", "k"), req{}); string(p.Payload) != "$-1\r\n" {
+		t.Errorf("anonymous GET: %q", p.Payload)
+	}
+	if _, err := tryDial(t, anon.Addr(), "anon2", dialOptions{user: "agent", password: "bad"}); err == nil {
 		t.Error("wrong password let in with AllowAnonymous")
 	}
 }

@@ -47,7 +47,8 @@ type Options struct {
 	// Users adds users in code (tests, embedding); they are merged with
 	// UsersFile and win on equal names.
 	Users []User
-	// Anonymous holds the rules of anonymous clients; nil allows everything.
+	// Anonymous holds the rules of anonymous clients; nil takes the users
+	// file's [anonymous] table, and without one allows everything.
 	Anonymous *Rules
 
 	// DataDir, when set, keeps MQTT sessions (bbolt) and the state store's
@@ -104,9 +105,12 @@ func New(opts *Options) (*Broker, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	users, err := loadUsers(o.UsersFile, o.Users)
+	users, fileAnonymous, err := loadUsers(o.UsersFile, o.Users)
 	if err != nil {
 		return nil, err
+	}
+	if o.Anonymous == nil {
+		o.Anonymous = fileAnonymous
 	}
 	if len(users) == 0 && !o.AllowAnonymous {
 		return nil, errors.New("broker: no users and allow_anonymous is off: nobody could connect")

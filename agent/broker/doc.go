@@ -58,8 +58,11 @@
 // A list left out allows everything; an empty list allows nothing. A key
 // outside the prefixes is answered "-ERR not authorized"; a topic outside
 // the rules is refused as MQTT refuses it (PUBACK or SUBACK 0x87). Without
-// a user name a client is let in only with AllowAnonymous, under
-// Options.Anonymous (nil: everything).
+// a user name a client is let in only with AllowAnonymous, under the rules
+// of an optional [anonymous] table (or Options.Anonymous; neither: all):
+//
+//	[anonymous]
+//	write_keys = []   # anonymous clients may read but not write keys
 //
 // # Persistence
 //
