@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"net"
@@ -352,11 +353,31 @@ func (c *Client) resync(cm *autopaho.ConnectionManager, gen uint64) {
 	}
 	c.mu.Unlock()
 	c.opts.Logger.Info("store: connected", "url", c.opts.URL, "client", c.opts.ClientID)
+	if len(suback.Reasons) > 1 && suback.Reasons[1] >= 0x80 {
+		// Not fatal: the real service delivers notifications without it (wire fact 4).
+		c.opts.Logger.Warn("store: broker refused the notification subscription", "reason", suback.Reasons[1])
+	}
 	for _, k := range keys {
-		if err := c.rewatch(c.ctx, k); err != nil {
-			c.opts.Logger.Warn("store: resuming watch failed", "key", k, "err", err)
+		// A failure on a live connection is retried; a dropped one ends this resync and the
+		// next connection's resync starts over.
+		for attempt := 0; ; attempt++ {
+			err := c.rewatch(c.ctx, k)
+			if err == nil {
+				break
+			}
+			c.opts.Logger.Warn("store: resuming watch failed", "key", k, "attempt", attempt+1, "err", err)
+			if attempt == 2 || errors.Is(err, ErrClosed) || !c.isGen(gen) {
+				break
+			}
 		}
 	}
+}
+
+// isGen reports whether the connection of generation gen is still the one up.
+func (c *Client) isGen(gen uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen == gen && c.state == stateReady
 }
 
 // jitterBackoff waits a random time between min and an exponentially growing ceiling that
