@@ -197,3 +197,29 @@ func testFencingScenario(t *testing.T, url string) {
 		t.Fatalf("ProtectedKey = %q %v", e.Value, err)
 	}
 }
+
+// TestLeaseLostWhenOffline: with the broker gone, renewals fail; the lease is declared lost
+// when its TTL has run out since the last successful renewal, not later.
+func TestLeaseLostWhenOffline(t *testing.T) {
+	m, _ := mosquittoStore(t)
+	c := connect(t, m.URL, nil)
+	ttl := 500 * time.Millisecond
+	l, err := c.TryAcquire(ctxT(t), "offline", &LeaseOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Stop()
+	stopped := time.Now()
+	select {
+	case <-l.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("lease still held with the broker gone")
+	}
+	if d := time.Since(stopped); d > ttl+2*time.Second {
+		t.Errorf("lost %v after the broker went away; TTL %v", d, ttl)
+	}
+	if !errors.Is(l.Err(), ErrLeaseLost) {
+		t.Errorf("Err %v", l.Err())
+	}
+	_ = l.Release(ctxT(t))
+}
