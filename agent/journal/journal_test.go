@@ -421,3 +421,27 @@ func TestLazyDelayFlushes(t *testing.T) {
 		runtime.Gosched()
 	}
 }
+
+// A crash after the snapshot's rename but before the old segments were deleted leaves them
+// behind: they are covered by the snapshot, ignored and removed.
+func TestLeftoverSegmentsAfterSnapshotAreIgnored(t *testing.T) {
+	dir := t.TempDir()
+	j := openT(t, dir, nil)
+	j.Append([]byte("old"))
+	old, _ := os.ReadFile(filepath.Join(dir, "00000000000000000001.wal"))
+	cp, _ := j.Checkpoint()
+	j.Append([]byte("new"))
+	if err := j.WriteSnapshot(cp, func(emit func([]byte) error) error { return emit([]byte("state")) }); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	os.WriteFile(filepath.Join(dir, "00000000000000000001.wal"), old, 0o644) // the leftover
+	j = openT(t, dir, nil)
+	defer j.Close()
+	if got := fmt.Sprint(replayAll(t, j)); got != "[state new]" {
+		t.Fatalf("replay: %s", got)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "00000000000000000001.wal")); !os.IsNotExist(err) {
+		t.Fatalf("leftover segment not removed: %v", err)
+	}
+}
