@@ -152,6 +152,12 @@ func runHistory(t *testing.T, seed uint64, steps int) {
 			t.Fatalf("seed %d: accepted task %s has no result", seed, id)
 		}
 	}
+	// Once the held failures are past their retention, nothing waits for a deadline: an idle
+	// outbox arms no timer.
+	e.clock.Advance(2 * time.Minute)
+	if n := e.clock.armed(); n != 0 || e.o.Stats().FailedHeld != 0 {
+		t.Fatalf("seed %d: idle outbox: %d timers armed, stats %+v", seed, n, e.o.Stats())
+	}
 	snaps := e.o.j.Stats().Snapshots
 	checkReplay(t, e, seed, steps)
 	e.open()
