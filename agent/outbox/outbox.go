@@ -1,12 +1,14 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -163,6 +165,7 @@ func Open(dir string, sender Sender, opts *Options) (*Outbox, error) {
 			ob.retained = append(ob.retained, it)
 		}
 	}
+	slices.SortFunc(ob.retained, func(a, b *item) int { return cmp.Compare(a.next, b.next) })
 	for _, d := range ob.t.devices {
 		ob.pump(d)
 	}
