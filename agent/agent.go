@@ -19,7 +19,6 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
-	"github.com/seed0e69bba5/faceagent/hlc"
 )
 
 // Options configure an Agent. Config is required; the rest may be zero.
@@ -45,9 +44,12 @@ type Agent struct {
 	mu  sync.Mutex
 	cfg *config.Config
 
-	ready   chan struct{}
-	running atomic.Bool
-	started atomic.Bool
+	ready      chan struct{}
+	upstreamUp chan struct{}
+	// upstreamEvent is poked (capacity 1) on every upstream subscription and loss.
+	upstreamEvent chan struct{}
+	running       atomic.Bool
+	started       atomic.Bool
 
 	broker     *broker.Broker
 	outbox     atomic.Pointer[outbox.Outbox]
@@ -56,10 +58,6 @@ type Agent struct {
 	httpServer *http.Server
 	httpAddr   string
 }
-
-// ErrNotWired is returned by Run for a configuration that needs parts of the agent not
-// yet wired in this build: an external [upstream] broker (see doc.go, Caveats).
-var ErrNotWired = errors.New("agent: this build runs with the embedded [broker] only; [upstream] is not wired yet")
 
 // ErrAlreadyStarted is returned by a second call to Run.
 var ErrAlreadyStarted = errors.New("agent: Run called twice")
@@ -74,12 +72,14 @@ func New(opts *Options) (*Agent, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	a := &Agent{
-		log:      log,
-		level:    opts.LogLevel,
-		version:  opts.Version,
-		cfg:      opts.Config,
-		ready:    make(chan struct{}),
-		registry: metrics.NewRegistry(),
+		log:           log,
+		level:         opts.LogLevel,
+		version:       opts.Version,
+		cfg:           opts.Config,
+		ready:         make(chan struct{}),
+		upstreamUp:    make(chan struct{}),
+		upstreamEvent: make(chan struct{}, 1),
+		registry:      metrics.NewRegistry(),
 	}
 	a.registerMetrics()
 	return a, nil
@@ -94,6 +94,12 @@ func (a *Agent) Config() *config.Config {
 
 // Ready is closed once Run has started everything: the broker listens, /metrics serves.
 func (a *Agent) Ready() <-chan struct{} { return a.ready }
+
+// UpstreamConnected is closed once the agent is connected to the external [upstream]
+// broker and subscribed to its tasks for the first time (never without [upstream]).
+// Ready does not wait for it: the agent runs, and dispatches what it has, while the
+// upstream broker is away.
+func (a *Agent) UpstreamConnected() <-chan struct{} { return a.upstreamUp }
 
 // BrokerAddr is the embedded broker's bound address ("" without [broker] or before Ready).
 func (a *Agent) BrokerAddr() string {
@@ -134,9 +140,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		return ErrAlreadyStarted
 	}
 	cfg := a.Config()
-	if cfg.Upstream != nil || cfg.Broker == nil {
-		return ErrNotWired
-	}
 	runCtx, cancelRun := context.WithCancel(context.Background())
 	defer cancelRun()
 	var stops []func(context.Context) error
@@ -151,20 +154,24 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	fail := func(err error) error { return errors.Join(err, stopAll()) }
 
-	b, err := newBroker(cfg, a.log)
-	if err != nil {
-		return err
+	var b *broker.Broker
+	if cfg.Broker != nil {
+		var err error
+		if b, err = newBroker(cfg, a.log); err != nil {
+			return err
+		}
+		a.broker = b
+		stops = append(stops, func(context.Context) error { return b.Close() })
 	}
-	a.broker = b
-	stops = append(stops, func(context.Context) error { return b.Close() })
-
 	if !cfg.BrokerOnly() {
 		if err := a.startGateway(runCtx, cfg, b, &stops); err != nil {
 			return fail(err)
 		}
 	}
-	if err := b.Start(); err != nil {
-		return fail(err)
+	if b != nil {
+		if err := b.Start(); err != nil {
+			return fail(err)
+		}
 	}
 	if cfg.Metrics.Listen != "" {
 		if err := a.startHTTP(cfg.Metrics.Listen); err != nil {
@@ -181,60 +188,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("faceagent stopping")
 	a.running.Store(false)
 	cancelRun()
-	err = stopAll()
+	err := stopAll()
 	if err != nil {
 		a.log.Error("stop", "err", err)
 	}
 	return err
-}
-
-// startGateway wires intake, links, outbox and reports onto the embedded broker b, which
-// is not listening yet. Each part pushes its stop function.
-func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.Broker, stops *[]func(context.Context) error) error {
-	t := upstreamTopics(cfg.Agent.GatewayID)
-	pub := inlinePublisher{b.Server()}
-	take := newTaker(cfg, pub, a.m, a.log.With("part", "intake"))
-	if err := b.AddHook(&intakeHook{srv: b.Server(), topic: t.tasks, take: take}, nil); err != nil {
-		return err
-	}
-	l, err := openLinks(cfg, b.Server(), "", a.log)
-	if err != nil {
-		return err
-	}
-	var p pumps
-	*stops = append(*stops, func(sctx context.Context) error {
-		l.close() // closes the Events channels: the pumps end
-		stopWithin(sctx, p.wg.Wait)
-		return nil
-	})
-	ob, err := openOutbox(cfg, l, a.log)
-	if err != nil {
-		return fmt.Errorf("outbox: %w", err)
-	}
-	*stops = append(*stops, func(context.Context) error { a.outbox.Store(nil); return ob.Close() })
-	a.outbox.Store(ob)
-	take.ob.Store(ob)
-	// From the moment shutdown begins, refuse tasks without acknowledging them.
-	*stops = append(*stops, func(context.Context) error { take.ob.Store(nil); return nil })
-	ids := make([]string, len(cfg.Devices))
-	for i, d := range cfg.Devices {
-		ids[i] = d.ID
-	}
-	sw := newStateWriter(ids, engineSetter(b.Store(), hlc.NewClock("faceagent-"+cfg.Agent.GatewayID)), ob, cfg.Agent.GatewayID, cfg.Store.WriteInterval.Duration,
-		cfg.Dispatch.HeartbeatTimeout.Duration, cfg.Store.RequestTimeout.Duration, a.log.With("part", "state"))
-	a.state = sw
-	take.touched = sw.touch
-	p.start(l, ob, &forwarder{pub: pub, prefix: t.devices, log: a.log.With("part", "forward")}, sw, a.log)
-
-	rep := &reporter{ob: ob, pub: pub, topic: t.results, log: a.log.With("part", "report"), m: a.m, state: sw}
-	rctx, cancel := context.WithCancel(ctx)
-	rep.start(rctx)
-	*stops = append(*stops, func(context.Context) error { cancel(); rep.wg.Wait(); return nil })
-	sw.start(rctx)
-	*stops = append(*stops, func(context.Context) error { cancel(); sw.wg.Wait(); return nil })
-	// Stops run in reverse: state writer, reporter, intake refusal, outbox (journal flushed), links and
-	// pumps, then the broker.
-	return nil
 }
 
 // newBroker maps [broker] onto the embedded broker's options.

@@ -73,14 +73,6 @@ func TestRunBrokerOnly(t *testing.T) {
 	}
 }
 
-func TestRunRefusesWhatIsNotWired(t *testing.T) {
-	cfg := parse(t, "[agent]\ngateway_id = \"g\"\ndata_dir = \""+t.TempDir()+"\"\n[upstream]\nurl = \"mqtt://127.0.0.1:1\"\n[[devices]]\nid = \"a\"\n")
-	a, _ := New(&Options{Config: cfg})
-	if err := a.Run(context.Background()); !errors.Is(err, ErrNotWired) {
-		t.Fatalf("Run: %v", err)
-	}
-}
-
 func TestReload(t *testing.T) {
 	base := "[agent]\ngateway_id = \"g\"\n[broker]\n"
 	level := new(slog.LevelVar)

@@ -16,6 +16,16 @@
 // Run starts the parts in order, closes Ready, waits for ctx, then stops the parts in
 // reverse within agent.shutdown_timeout.
 //
+// # With an external broker ([upstream])
+//
+// One autopaho connection (persistent session: clean start only on the first connection,
+// session expiry from the config) takes the tasks with manual acknowledgement: the PUBACK
+// is sent only after the journal append returned, in arrival order; a message that could
+// not be stored is not acknowledged and the connection is dropped so the broker delivers
+// it again. Results are published on the same connection with QoS 1 and marked reported
+// after the PUBACK. Device state goes to the upstream state store through agent/store.
+// Terminals use the embedded broker when there is one, else the upstream broker.
+//
 // # How a task travels (embedded broker)
 //
 //  1. The back office publishes on faceagent/{gw}/tasks (QoS 1). The intake hook, inside
@@ -45,9 +55,10 @@
 //
 // # Caveats
 //
-//   - An external [upstream] broker (paho with manual acks after the journal append) is
-//     not wired yet: Run returns ErrNotWired. Nor are the remote config/control keys, and
-//     per-device [dispatch] overrides (the outbox has one set of settings).
+//   - Not wired yet: the remote config/control keys (KEYNOTIFY), per-device [dispatch]
+//     overrides (the outbox has one set of settings), the [intake.http] pull source.
+//   - Deadletters are not journalled: with an external broker they go through a bounded
+//     queue and are dropped (and logged at debug) when it is full or the broker is away.
 //   - Forwarded acks and heartbeats are informational and not journalled.
 //   - The broker's client quotas (max_clients, max_packet_size, receive_maximum,
 //     max_queued_messages) are set on mochi's capabilities after broker.New, because

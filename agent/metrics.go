@@ -10,16 +10,18 @@ import (
 
 // agentMetrics are the agent's series; names are faceagent_<what>[_unit][_total].
 type agentMetrics struct {
-	tasksAccepted *metrics.Counter
-	tasksRejected *metrics.Counter
-	results       *metrics.CounterVec // by status
-	queued        *metrics.GaugeVec   // by device
-	inFlight      *metrics.GaugeVec
-	online        *metrics.GaugeVec
-	sent          *metrics.CounterVec
-	succeeded     *metrics.CounterVec
-	failed        *metrics.CounterVec
-	retries       *metrics.CounterVec
+	tasksAccepted    *metrics.Counter
+	tasksRejected    *metrics.Counter
+	results          *metrics.CounterVec // by status
+	queued           *metrics.GaugeVec   // by device
+	inFlight         *metrics.GaugeVec
+	online           *metrics.GaugeVec
+	sent             *metrics.CounterVec
+	succeeded        *metrics.CounterVec
+	failed           *metrics.CounterVec
+	retries          *metrics.CounterVec
+	upstreamUp       *metrics.Gauge
+	upstreamConnects *metrics.Counter
 }
 
 func (a *Agent) registerMetrics() {
@@ -39,16 +41,18 @@ func (a *Agent) registerMetrics() {
 		return float64(runtime.NumGoroutine())
 	})
 	a.m = &agentMetrics{
-		tasksAccepted: r.NewCounter("faceagent_tasks_accepted_total", "Tasks stored in the journal at intake."),
-		tasksRejected: r.NewCounter("faceagent_tasks_rejected_total", "Tasks (or messages) dead-lettered at intake."),
-		results:       r.NewCounterVec("faceagent_results_total", "Results reported upstream, by status.", "status"),
-		queued:        r.NewGaugeVec("faceagent_queue_depth", "Commands waiting per terminal (not counting the one in flight).", "device"),
-		inFlight:      r.NewGaugeVec("faceagent_in_flight", "1 while a command is in flight to the terminal.", "device"),
-		online:        r.NewGaugeVec("faceagent_device_online", "1 while the terminal is online.", "device"),
-		sent:          r.NewCounterVec("faceagent_commands_sent_total", "Commands sent to the terminal, resends included.", "device"),
-		succeeded:     r.NewCounterVec("faceagent_commands_succeeded_total", "Commands the terminal acked with code 0.", "device"),
-		failed:        r.NewCounterVec("faceagent_commands_failed_total", "Commands refused or out of tries.", "device"),
-		retries:       r.NewCounterVec("faceagent_commands_retried_total", "Resends after an ack timeout.", "device"),
+		tasksAccepted:    r.NewCounter("faceagent_tasks_accepted_total", "Tasks stored in the journal at intake."),
+		tasksRejected:    r.NewCounter("faceagent_tasks_rejected_total", "Tasks (or messages) dead-lettered at intake."),
+		results:          r.NewCounterVec("faceagent_results_total", "Results reported upstream, by status.", "status"),
+		queued:           r.NewGaugeVec("faceagent_queue_depth", "Commands waiting per terminal (not counting the one in flight).", "device"),
+		inFlight:         r.NewGaugeVec("faceagent_in_flight", "1 while a command is in flight to the terminal.", "device"),
+		online:           r.NewGaugeVec("faceagent_device_online", "1 while the terminal is online.", "device"),
+		sent:             r.NewCounterVec("faceagent_commands_sent_total", "Commands sent to the terminal, resends included.", "device"),
+		succeeded:        r.NewCounterVec("faceagent_commands_succeeded_total", "Commands the terminal acked with code 0.", "device"),
+		failed:           r.NewCounterVec("faceagent_commands_failed_total", "Commands refused or out of tries.", "device"),
+		retries:          r.NewCounterVec("faceagent_commands_retried_total", "Resends after an ack timeout.", "device"),
+		upstreamUp:       r.NewGauge("faceagent_upstream_connected", "1 while connected and subscribed to the external upstream broker."),
+		upstreamConnects: r.NewCounter("faceagent_upstream_connects_total", "Connections (and subscriptions) to the external upstream broker."),
 	}
 	r.OnScrape(a.scrapeOutbox)
 }

@@ -1,0 +1,123 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/seed0e69bba5/faceagent/agent/broker"
+	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/store"
+	"github.com/seed0e69bba5/faceagent/hlc"
+)
+
+// startGateway wires intake, links, outbox, reports and device state. b is the embedded
+// broker (not listening yet) or nil. Without [upstream] everything goes through b:
+// intake in its OnPublish hook, reports through its inline client, device state into its
+// store engine. With [upstream] tasks, reports and the state store are on that broker,
+// and the terminals on b when there is one, else on the upstream broker too.
+//
+// Each part pushes its stop function; they run in reverse: state writer, reporter,
+// upstream queue and connection, intake refusal, outbox (journal flushed), links and
+// pumps, then (in Run) the broker.
+func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.Broker, stops *[]func(context.Context) error) error {
+	t := upstreamTopics(cfg.Agent.GatewayID)
+	take := newTaker(cfg, nil, a.m, a.log.With("part", "intake"))
+	external := cfg.Upstream != nil
+	if !external {
+		take.dead = inlinePublisher{b.Server()}
+		if err := b.AddHook(&intakeHook{srv: b.Server(), topic: t.tasks, take: take}, nil); err != nil {
+			return err
+		}
+	}
+
+	var l *links
+	var err error
+	if b != nil {
+		l, err = openLinks(cfg, b.Server(), "", a.log)
+	} else {
+		l, err = openLinks(cfg, nil, cfg.Upstream.URL, a.log)
+	}
+	if err != nil {
+		return err
+	}
+	var p pumps
+	*stops = append(*stops, func(sctx context.Context) error {
+		l.close() // closes the Events channels: the pumps end
+		stopWithin(sctx, p.wg.Wait)
+		return nil
+	})
+	ob, err := openOutbox(cfg, l, a.log)
+	if err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
+	*stops = append(*stops, func(context.Context) error { a.outbox.Store(nil); return ob.Close() })
+	a.outbox.Store(ob)
+	take.ob.Store(ob)
+	// From the moment shutdown begins, refuse tasks without acknowledging them.
+	*stops = append(*stops, func(context.Context) error { take.ob.Store(nil); return nil })
+
+	rctx, cancel := context.WithCancel(ctx)
+	var results, informational publisher
+	var setter = engineSetterFor(b, cfg)
+	if external {
+		uc, err := dialUpstream(rctx, cfg, take, a.upstreamUp, a.upstreamEvent, a.m, a.log.With("part", "upstream"))
+		if err != nil {
+			cancel()
+			return err
+		}
+		*stops = append(*stops, uc.close)
+		async := newAsyncPublisher(uc, 4096, a.log.With("part", "upstream"))
+		async.start(rctx)
+		*stops = append(*stops, func(context.Context) error { cancel(); async.wg.Wait(); return nil })
+		results, informational = uc, async
+		take.dead = async
+
+		sc, err := store.New(&store.Options{
+			URL: cfg.Upstream.URL, ClientID: clientID(cfg) + "-store", Username: cfg.Upstream.Username,
+			Password: []byte(cfg.Upstream.Password), Timeout: cfg.Store.RequestTimeout.Duration,
+			Logger: a.log.With("part", "store"),
+		})
+		if err != nil {
+			cancel()
+			return fmt.Errorf("state store client: %w", err)
+		}
+		*stops = append(*stops, func(context.Context) error { return sc.Close() })
+		setter = clientSetter(sc)
+	} else {
+		results, informational = inlinePublisher{b.Server()}, inlinePublisher{b.Server()}
+	}
+
+	ids := make([]string, len(cfg.Devices))
+	for i, d := range cfg.Devices {
+		ids[i] = d.ID
+	}
+	sw := newStateWriter(ids, setter, ob, cfg.Agent.GatewayID, cfg.Store.WriteInterval.Duration,
+		cfg.Dispatch.HeartbeatTimeout.Duration, cfg.Store.RequestTimeout.Duration, a.log.With("part", "state"))
+	a.state = sw
+	take.touched = sw.touch
+	p.start(l, ob, &forwarder{pub: informational, prefix: t.devices, log: a.log.With("part", "forward")}, sw, a.log)
+
+	rep := &reporter{ob: ob, pub: results, topic: t.results, log: a.log.With("part", "report"), m: a.m, state: sw}
+	rep.start(rctx)
+	*stops = append(*stops, func(context.Context) error { cancel(); rep.wg.Wait(); return nil })
+	sw.start(rctx)
+	*stops = append(*stops, func(context.Context) error { cancel(); sw.wg.Wait(); return nil })
+	return nil
+}
+
+// engineSetterFor writes device state into the embedded store engine, or nil without one.
+func engineSetterFor(b *broker.Broker, cfg *config.Config) func(context.Context, string, []byte, time.Duration) error {
+	if b == nil {
+		return nil
+	}
+	return engineSetter(b.Store(), hlc.NewClock("faceagent-"+cfg.Agent.GatewayID))
+}
+
+// clientSetter writes keys through an agent/store client (an external store).
+func clientSetter(c *store.Client) func(context.Context, string, []byte, time.Duration) error {
+	return func(ctx context.Context, key string, value []byte, px time.Duration) error {
+		_, err := c.Set(ctx, key, value, &store.SetOptions{Expiry: px})
+		return err
+	}
+}
