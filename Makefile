@@ -37,11 +37,9 @@ SIZE_LIMIT ?= 10000000
 ARM_TEST_PKGS := resp3 hlc agent/journal agent/outbox
 QEMU_ARM      ?= $(shell command -v qemu-arm-static 2>/dev/null || command -v qemu-arm 2>/dev/null)
 QEMU_ARM64    ?= $(shell command -v qemu-aarch64-static 2>/dev/null || command -v qemu-aarch64 2>/dev/null)
-# -short under emulation: tests that re-execute their own test binary (the journal's crash test)
-# cannot exec an ARM binary from inside qemu-user without binfmt_misc, which a CI container
-# cannot register. Such tests may instead run their child as $FACEAGENT_TEST_EXEC $0 … — it
-# names the qemu binary during test-arm (empty otherwise) — and stop skipping in -short mode.
-ARM_TEST_FLAGS ?= -short
+# .ci/qemu-exec lets tests that re-execute their own binary (the journal's lock and crash tests)
+# do so under qemu-user without binfmt_misc. ARM_TEST_FLAGS=-short trims the run if needed.
+ARM_TEST_FLAGS ?=
 
 .PHONY: all build test fmt-check vet staticcheck unit bench fuzz cross cross-pkgs cross-boards \
 	dist repro repro-quick size size-report test-arm smoke-arm generate clean
@@ -200,9 +198,9 @@ test-arm:
 	done; \
 	if [ -n "$$pkgs" ]; then \
 	  echo "== linux/arm/7 under $(QEMU_ARM):$$pkgs"; \
-	  CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=7 FACEAGENT_TEST_EXEC=$(QEMU_ARM) $(GO) test -exec $(QEMU_ARM) $(ARM_TEST_FLAGS) -timeout 10m $$pkgs; \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=7 $(GO) test -exec "$(CURDIR)/.ci/qemu-exec $(QEMU_ARM)" $(ARM_TEST_FLAGS) -timeout 10m $$pkgs; \
 	  echo "== linux/arm64 under $(QEMU_ARM64):$$pkgs"; \
-	  CGO_ENABLED=0 GOOS=linux GOARCH=arm64 FACEAGENT_TEST_EXEC=$(QEMU_ARM64) $(GO) test -exec $(QEMU_ARM64) $(ARM_TEST_FLAGS) -timeout 10m $$pkgs; \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) test -exec "$(CURDIR)/.ci/qemu-exec $(QEMU_ARM64)" $(ARM_TEST_FLAGS) -timeout 10m $$pkgs; \
 	fi
 	$(MAKE) --no-print-directory smoke-arm
 
