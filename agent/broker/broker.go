@@ -10,10 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/storage/bolt"
-	"github.com/mochi-mqtt/server/v2/listeners"
 	"go.etcd.io/bbolt"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
@@ -37,6 +37,13 @@ type Options struct {
 
 	// TLS, when CertFile and KeyFile are set, serves MQTT over TLS on Listen.
 	TLS TLSOptions
+
+	// ConnectTimeout bounds the wait for a new connection's CONNECT
+	// (default DefaultConnectTimeout); WriteTimeout bounds every write to a
+	// client (default DefaultWriteTimeout): a peer that stops reading is cut
+	// off instead of holding a goroutine, or Close, forever.
+	ConnectTimeout time.Duration
+	WriteTimeout   time.Duration
 
 	// AllowAnonymous lets clients connect without a user name. Without it, a
 	// client needs a user from UsersFile (or Users).
@@ -81,7 +88,7 @@ type Broker struct {
 	opts     Options
 	log      *slog.Logger
 	srv      *mqtt.Server
-	listener *listeners.TCP
+	listener *tcpListener
 	store    *statestore.Store
 	service  *service
 	auth     *authHook
@@ -170,9 +177,16 @@ func New(opts *Options) (*Broker, error) {
 		srv.Close()
 		return nil, err
 	}
-	b.listener = listeners.NewTCP(listeners.Config{
-		Type: listeners.TypeTCP, ID: "tcp", Address: o.Listen, TLSConfig: tlsConfig,
-	})
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	b.listener = &tcpListener{
+		id: "tcp", address: o.Listen, tlsConfig: tlsConfig,
+		connectTimeout: o.ConnectTimeout, writeTimeout: o.WriteTimeout,
+	}
 	return b, nil
 }
 
