@@ -43,6 +43,15 @@
 // is disconnected with CodeNotifyOverflow. Registrations belong to the
 // connection: they end when it disconnects or is taken over.
 //
+// # Connections
+//
+// The broker serves one TCP listener (TLS when configured) of its own rather
+// than mochi's, to add what mochi leaves out: a connection must send CONNECT
+// within ConnectTimeout (10 s), every write must finish within WriteTimeout
+// (30 s), and Close closes connections that never finished CONNECT. Without
+// these a silent peer, or one that stops reading, holds a goroutine forever
+// and makes Close hang.
+//
 // # Users file
 //
 // Users are TOML, with bcrypt password hashes (cost 10 or more recommended):
