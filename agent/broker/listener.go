@@ -25,7 +25,9 @@ const (
 //     deadline, so a peer that stops reading would block the goroutine
 //     writing to it: a notifier, or Close disconnecting it);
 //   - Close closes every connection still open once mochi has disconnected
-//     its clients, so Close cannot wait on one that never finished CONNECT.
+//     its clients, so Close cannot wait on one that never finished CONNECT,
+//     and then waits for every connection goroutine (mochi counts them from
+//     inside the goroutine, which can miss one that just started).
 type tcpListener struct {
 	id             string
 	address        string
@@ -34,6 +36,7 @@ type tcpListener struct {
 	writeTimeout   time.Duration
 
 	ln     net.Listener
+	wg     sync.WaitGroup // connection goroutines (mochi adds to its own count inside them, too late for Close)
 	mu     sync.Mutex
 	conns  map[*deadlineConn]struct{}
 	closed bool
@@ -85,11 +88,15 @@ func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 			return
 		}
 		l.conns[dc] = struct{}{}
+		l.wg.Add(1)
 		l.mu.Unlock()
 		// [MQTT-3.1.4-1]-adjacent: CONNECT must come first, and soon. mochi's
 		// keepalive deadline replaces this one once CONNECT is read.
 		_ = conn.SetReadDeadline(time.Now().Add(l.connectTimeout))
-		go func() { _ = establish(l.id, dc) }()
+		go func() {
+			defer l.wg.Done()
+			_ = establish(l.id, dc)
+		}()
 	}
 }
 
@@ -112,6 +119,7 @@ func (l *tcpListener) Close(closeClients listeners.CloseFn) {
 	for _, c := range open { // mid-CONNECT, or not yet known to mochi
 		_ = c.Close()
 	}
+	l.wg.Wait() // every connection goroutine has seen its connection close
 }
 
 // deadlineConn bounds every write and forgets itself when closed.
