@@ -41,8 +41,10 @@ type Agent struct {
 	version  string
 	registry *metrics.Registry
 
-	mu  sync.Mutex
-	cfg *config.Config
+	mu       sync.Mutex
+	cfg      *config.Config // in force: fileCfg with the remote override applied
+	fileCfg  *config.Config // from the file (and SIGHUP reloads)
+	override []byte         // the remote override (faceagent/{gw}/config), TOML
 
 	ready      chan struct{}
 	upstreamUp chan struct{}
@@ -54,6 +56,7 @@ type Agent struct {
 	broker     *broker.Broker
 	outbox     atomic.Pointer[outbox.Outbox]
 	state      *stateWriter
+	take       *taker
 	m          *agentMetrics
 	httpServer *http.Server
 	httpAddr   string
@@ -76,6 +79,7 @@ func New(opts *Options) (*Agent, error) {
 		level:         opts.LogLevel,
 		version:       opts.Version,
 		cfg:           opts.Config,
+		fileCfg:       opts.Config,
 		ready:         make(chan struct{}),
 		upstreamUp:    make(chan struct{}),
 		upstreamEvent: make(chan struct{}, 1),
@@ -94,6 +98,9 @@ func (a *Agent) Config() *config.Config {
 
 // Ready is closed once Run has started everything: the broker listens, /metrics serves.
 func (a *Agent) Ready() <-chan struct{} { return a.ready }
+
+// takeDraining reports whether intake is draining (tests).
+func (a *Agent) takeDraining() bool { return a.take != nil && a.take.draining.Load() }
 
 // UpstreamConnected is closed once the agent is connected to the external [upstream]
 // broker and subscribed to its tasks for the first time (never without [upstream]).
@@ -254,13 +261,13 @@ func (a *Agent) startHTTP(addr string) error {
 }
 
 // Reload takes a new configuration from SIGHUP. What can change live is applied
-// ([log] level now; [dispatch] and devices as those parts land); sections that need a
-// restart are named in the returned error, and the running config keeps its old values
-// for them.
+// ([log] level, [dispatch], [store], devices' heartbeat setting) with the remote
+// override, if any, laid over it again; sections that need a restart are named in the
+// returned error, and keep their old values meanwhile.
 func (a *Agent) Reload(next *config.Config) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	prev := a.cfg
+	prev := a.fileCfg
 	var restart []string
 	for name, pair := range map[string][2]any{
 		"[agent]":     {prev.Agent, next.Agent},
@@ -270,18 +277,28 @@ func (a *Agent) Reload(next *config.Config) error {
 		"[journal]":   {prev.Journal, next.Journal},
 		"[topics]":    {prev.Topics, next.Topics},
 		"[intake]":    {prev.Intake, next.Intake},
-		"[[devices]]": {prev.Devices, next.Devices},
+		"[[devices]]": {deviceSet(prev.Devices), deviceSet(next.Devices)},
 		"log.format":  {prev.Log.Format, next.Log.Format},
 	} {
 		if !reflect.DeepEqual(pair[0], pair[1]) {
 			restart = append(restart, name)
 		}
 	}
-	applied := *prev
-	applied.Log.Level = next.Log.Level
-	applied.Dispatch = next.Dispatch
-	applied.Store = next.Store
-	a.cfg = &applied
+	file := *prev
+	file.Log.Level = next.Log.Level
+	file.Dispatch = next.Dispatch
+	file.Store = next.Store
+	if len(restart) == 0 || !slices.Contains(restart, "[[devices]]") {
+		file.Devices = next.Devices // same terminals; their settings may change
+	}
+	a.fileCfg = &file
+	eff, err := config.ApplyOverrides(&file, a.override)
+	if err != nil {
+		a.log.Warn("the remote override does not fit the reloaded file; running without it", "err", err.Error())
+		eff = &file
+	}
+	a.cfg = eff
+	a.applyLiveLocked()
 	if a.level != nil {
 		a.level.Set(ParseLevel(next.Log.Level))
 	}
@@ -290,6 +307,15 @@ func (a *Agent) Reload(next *config.Config) error {
 		return fmt.Errorf("%w: %v", ErrNeedsRestart, restart)
 	}
 	return nil
+}
+
+// deviceSet is what of [[devices]] needs a restart to change: ids and transports.
+func deviceSet(devs []config.Device) []string {
+	out := make([]string, len(devs))
+	for i, d := range devs {
+		out[i] = d.ID + "/" + d.Transport + "/" + d.Port
+	}
+	return out
 }
 
 // ErrNeedsRestart is returned (wrapped) by Reload when the new file changes sections that

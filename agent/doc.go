@@ -16,6 +16,17 @@
 // Run starts the parts in order, closes Ready, waits for ctx, then stops the parts in
 // reverse within agent.shutdown_timeout.
 //
+// # Remote management
+//
+// faceagent/{gw}/config holds TOML overrides of [dispatch] and devices' settings
+// (config.ApplyOverrides): each change, seen through KEYNOTIFY, is validated and applied
+// live, or refused with the running config kept; the outcome is written to
+// faceagent/{gw}/config/status. faceagent/{gw}/control holds one ControlCommand (pause,
+// resume, retry-failed, purge-failed, drain, undrain), executed once per id — the ids
+// done are kept in data_dir/control-done.json — with the outcome in …/control/status.
+// With the embedded broker this goes straight to its store engine; with an external
+// store through agent/store, whose watches survive reconnects.
+//
 // # With an external broker ([upstream])
 //
 // One autopaho connection (persistent session: clean start only on the first connection,
@@ -55,8 +66,9 @@
 //
 // # Caveats
 //
-//   - Not wired yet: the remote config/control keys (KEYNOTIFY), per-device [dispatch]
-//     overrides (the outbox has one set of settings), the [intake.http] pull source.
+//   - Not wired yet: per-device retry_interval/max_tries/heartbeat_timeout overrides (the
+//     outbox has one set of dispatch settings; devices' heartbeat = false is applied),
+//     and the [intake.http] pull source.
 //   - Deadletters are not journalled: with an external broker they go through a bounded
 //     queue and are dropped (and logged at debug) when it is full or the broker is away.
 //   - Forwarded acks and heartbeats are informational and not journalled.

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
@@ -59,7 +60,12 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 
 	rctx, cancel := context.WithCancel(ctx)
 	var results, informational publisher
-	var setter = engineSetterFor(b, cfg)
+	clock := hlc.NewClock("faceagent-" + cfg.Agent.GatewayID)
+	var setter func(context.Context, string, []byte, time.Duration) error
+	var keys keyStore
+	if b != nil {
+		setter, keys = engineSetter(b.Store(), clock), engineKeys{st: b.Store(), clock: clock}
+	}
 	if external {
 		uc, err := dialUpstream(rctx, cfg, take, a.upstreamUp, a.upstreamEvent, a.m, a.log.With("part", "upstream"))
 		if err != nil {
@@ -83,7 +89,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 			return fmt.Errorf("state store client: %w", err)
 		}
 		*stops = append(*stops, func(context.Context) error { return sc.Close() })
-		setter = clientSetter(sc)
+		setter, keys = clientSetter(sc), clientKeys{c: sc}
 	} else {
 		results, informational = inlinePublisher{b.Server()}, inlinePublisher{b.Server()}
 	}
@@ -103,15 +109,14 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	*stops = append(*stops, func(context.Context) error { cancel(); rep.wg.Wait(); return nil })
 	sw.start(rctx)
 	*stops = append(*stops, func(context.Context) error { cancel(); sw.wg.Wait(); return nil })
-	return nil
-}
 
-// engineSetterFor writes device state into the embedded store engine, or nil without one.
-func engineSetterFor(b *broker.Broker, cfg *config.Config) func(context.Context, string, []byte, time.Duration) error {
-	if b == nil {
-		return nil
-	}
-	return engineSetter(b.Store(), hlc.NewClock("faceagent-"+cfg.Agent.GatewayID))
+	// Remote management: faceagent/{gw}/config and …/control, watched with KEYNOTIFY.
+	a.take = take
+	rem := &remote{keys: keys, a: a, ob: ob, take: take, prefix: "faceagent/" + cfg.Agent.GatewayID + "/",
+		doneLog: filepath.Join(cfg.Agent.DataDir, "control-done.json"), log: a.log.With("part", "remote")}
+	rem.start(rctx)
+	*stops = append(*stops, func(context.Context) error { cancel(); rem.wg.Wait(); return nil })
+	return nil
 }
 
 // clientSetter writes keys through an agent/store client (an external store).

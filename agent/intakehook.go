@@ -29,6 +29,8 @@ type taker struct {
 	m      *agentMetrics
 	// touched is told which devices got new tasks (the state writer's queue depth).
 	touched func(deviceID string)
+	// draining refuses new tasks (control command "drain"): they are dead-lettered.
+	draining atomic.Bool
 }
 
 func newTaker(cfg *config.Config, dead publisher, m *agentMetrics, log *slog.Logger) *taker {
@@ -59,6 +61,13 @@ func (t *taker) accept(ctx context.Context, payload []byte) error {
 	}
 	batch := intake.Parse(payload, t.limits)
 	rejects := batch.Rejects
+	if t.draining.Load() {
+		for _, task := range batch.Tasks {
+			raw, _ := json.Marshal(task)
+			rejects = append(rejects, intake.NewReject("gateway draining: not taking new tasks", raw))
+		}
+		batch.Tasks = nil
+	}
 	if len(batch.Tasks) > 0 {
 		tasks := make([]outbox.Task, len(batch.Tasks))
 		for i := range batch.Tasks {
