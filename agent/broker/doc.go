@@ -93,8 +93,9 @@
 //     the publisher's read loop (mochi's design), state store responses
 //     included: expect hundreds, not thousands, of requests a second.
 //   - TLS certificates are read once, in New; rotating them needs a restart.
-//   - A bcrypt check runs for every CONNECT with a user name (tens of
-//     milliseconds at cost 10 on a gateway); it only delays that client.
+//   - A bcrypt check runs for every CONNECT with a user name (about 0.1 s at
+//     cost 10 on an ARM gateway); it only delays that client, but a flood of
+//     bad logins costs CPU.
 //   - mochi's inline clients (Server().Publish, InjectPacket) bypass
 //     authorization; the state store service's requests from inline clients
 //     are ignored.
