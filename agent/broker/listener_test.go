@@ -15,6 +15,10 @@ import (
 // rawConnect opens a TCP connection that sends CONNECT (and SUBSCRIBE to
 // filter when set) and then never reads: a peer whose buffers will fill.
 func rawConnect(t *testing.T, addr, id, filter string) net.Conn {
+	return rawConnectVersion(t, addr, id, filter, 5)
+}
+
+func rawConnectVersion(t *testing.T, addr, id, filter string, version byte) net.Conn {
 	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -24,7 +28,7 @@ func rawConnect(t *testing.T, addr, id, filter string) net.Conn {
 	var buf bytes.Buffer
 	connect := packets.Packet{
 		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
-		ProtocolVersion: 5,
+		ProtocolVersion: version,
 		Connect: packets.ConnectParams{
 			ProtocolName: []byte("MQTT"), ClientIdentifier: id, Clean: true, Keepalive: 60,
 		},
@@ -35,7 +39,7 @@ func rawConnect(t *testing.T, addr, id, filter string) net.Conn {
 	if filter != "" {
 		sub := packets.Packet{
 			FixedHeader:     packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
-			ProtocolVersion: 5,
+			ProtocolVersion: version,
 			PacketID:        1,
 			Filters:         packets.Subscriptions{{Filter: filter}},
 		}
@@ -53,28 +57,51 @@ func rawConnect(t *testing.T, addr, id, filter string) net.Conn {
 	}
 	_ = conn.SetReadDeadline(time.Now().Add(waitFor))
 	for {
-		var hdr [1]byte
-		if _, err := io.ReadFull(conn, hdr[:]); err != nil {
-			t.Fatalf("reading acks: %v", err)
-		}
-		n, shift := 0, 0
-		for {
-			var b [1]byte
-			if _, err := io.ReadFull(conn, b[:]); err != nil {
-				t.Fatal(err)
-			}
-			n |= int(b[0]&0x7f) << shift
-			shift += 7
-			if b[0]&0x80 == 0 {
-				break
-			}
-		}
-		if _, err := io.CopyN(io.Discard, conn, int64(n)); err != nil {
-			t.Fatal(err)
-		}
-		if hdr[0]>>4 == want {
+		if kind, _ := readRawPacket(t, conn); kind == want {
 			return conn
 		}
+	}
+}
+
+// readRawPacket reads one MQTT packet and returns its type and body.
+func readRawPacket(t *testing.T, conn net.Conn) (byte, []byte) {
+	t.Helper()
+	var hdr [1]byte
+	if _, err := io.ReadFull(conn, hdr[:]); err != nil {
+		t.Fatalf("reading a packet: %v", err)
+	}
+	n, shift := 0, 0
+	for {
+		var b [1]byte
+		if _, err := io.ReadFull(conn, b[:]); err != nil {
+			t.Fatal(err)
+		}
+		n |= int(b[0]&0x7f) << shift
+		shift += 7
+		if b[0]&0x80 == 0 {
+			break
+		}
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(conn, body); err != nil {
+		t.Fatal(err)
+	}
+	return hdr[0] >> 4, body
+}
+
+// TestMQTT311Client: a 3.1.1 subscriber gets a v5 client's message.
+func TestMQTT311Client(t *testing.T) {
+	b := startBroker(t, Options{})
+	old := rawConnectVersion(t, b.Addr(), "v311", "dev/+/heartbeat", 4)
+	pub := dial(t, b.Addr(), "v5", dialOptions{noSubscribe: true})
+	if _, err := pub.c.Publish(context.Background(), &paho.Publish{QoS: 0, Topic: "dev/42/heartbeat", Payload: []byte("alive")}); err != nil {
+		t.Fatal(err)
+	}
+	kind, body := readRawPacket(t, old)
+	// v3.1.1 PUBLISH, QoS 0: topic length, topic, payload (no properties).
+	want := append([]byte{0, 16}, "dev/42/heartbeatalive"...)
+	if kind != packets.Publish || !bytes.Equal(body, want) {
+		t.Fatalf("got type %d body %q, want %q", kind, body, want)
 	}
 }
 
