@@ -357,17 +357,26 @@ func (c *Client) resync(cm *autopaho.ConnectionManager, gen uint64) {
 		// Not fatal: the real service delivers notifications without it (wire fact 4).
 		c.opts.Logger.Warn("store: broker refused the notification subscription", "reason", suback.Reasons[1])
 	}
+	backoff := jitterBackoff(c.opts.ReconnectMin, c.opts.ReconnectMax)
 	for _, k := range keys {
-		// A failure on a live connection is retried; a dropped one ends this resync and the
-		// next connection's resync starts over.
-		for attempt := 0; ; attempt++ {
+		// A failure on a live connection is retried until it succeeds: behind a broker that
+		// is not the store's, the store may be unreachable while the broker is up. A dropped
+		// connection ends this resync; the next connection's resync starts over.
+		for attempt := 1; ; attempt++ {
 			err := c.rewatch(c.ctx, k)
 			if err == nil {
 				break
 			}
-			c.opts.Logger.Warn("store: resuming watch failed", "key", k, "attempt", attempt+1, "err", err)
-			if attempt == 2 || errors.Is(err, ErrClosed) || !c.isGen(gen) {
-				break
+			c.opts.Logger.Warn("store: resuming watch failed", "key", k, "attempt", attempt, "err", err)
+			if errors.Is(err, ErrClosed) || !c.isGen(gen) {
+				return
+			}
+			t := time.NewTimer(backoff(attempt))
+			select {
+			case <-t.C:
+			case <-c.ctx.Done():
+				t.Stop()
+				return
 			}
 		}
 	}

@@ -50,13 +50,18 @@ func mosquittoStore(t testing.TB) (*testutil.Mosquitto, *storetest.Responder) {
 // next waits for one notification.
 func next(t testing.TB, w *Watch) Notification {
 	t.Helper()
+	return nextWithin(t, w, 10*time.Second)
+}
+
+func nextWithin(t testing.TB, w *Watch, d time.Duration) Notification {
+	t.Helper()
 	select {
 	case n, ok := <-w.C():
 		if !ok {
 			t.Fatal("watch channel closed")
 		}
 		return n
-	case <-time.After(10 * time.Second):
+	case <-time.After(d):
 		t.Fatalf("no notification for %q", w.Key())
 	}
 	return Notification{}
