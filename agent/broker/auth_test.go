@@ -178,3 +178,14 @@ func TestFilterCovers(t *testing.T) {
 		}
 	}
 }
+
+func TestClientLimits(t *testing.T) {
+	b := startBroker(t, Options{MaxClients: 1, MaxPacketSize: 1 << 10})
+	dial(t, b.Addr(), "first", dialOptions{})
+	if _, err := tryDial(t, b.Addr(), "second", dialOptions{}); err == nil {
+		t.Fatal("second client let in with MaxClients 1")
+	}
+	if got := b.Server().Options.Capabilities.MaximumPacketSize; got != 1<<10 {
+		t.Fatalf("MaximumPacketSize = %d", got)
+	}
+}

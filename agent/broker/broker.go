@@ -62,6 +62,12 @@ type Options struct {
 	// persistent keys there across restarts. Empty: everything in memory.
 	DataDir string
 
+	// Client limits (mochi capabilities); 0 keeps mochi's default.
+	MaxClients     int64  // connected clients
+	MaxPacketSize  uint32 // bytes of one packet
+	ReceiveMaximum uint16 // unacknowledged QoS 1/2 messages per client, inbound
+	MaxInflight    uint16 // QoS 1/2 messages held per client (queued while offline included)
+
 	// State store quotas; 0 means no bound.
 	MaxKeys      int
 	MaxBytes     int64
@@ -131,6 +137,18 @@ func New(opts *Options) (*Broker, error) {
 	// Field note: without this, mochi's PUBACK echoes the request's user
 	// properties with reason code 0x01.
 	caps.Compatibilities.NoInheritedPropertiesOnAck = true
+	if o.MaxClients > 0 {
+		caps.MaximumClients = o.MaxClients
+	}
+	if o.MaxPacketSize > 0 {
+		caps.MaximumPacketSize = o.MaxPacketSize
+	}
+	if o.ReceiveMaximum > 0 {
+		caps.ReceiveMaximum = o.ReceiveMaximum
+	}
+	if o.MaxInflight > 0 {
+		caps.MaximumInflight = o.MaxInflight
+	}
 	srv := mqtt.New(&mqtt.Options{
 		Capabilities: caps,
 		Logger:       o.Logger,

@@ -19,7 +19,8 @@ const DefaultNode = "StateStore"
 // store without quotas.
 type Options struct {
 	// Node is the HLC node id written into every version the store issues.
-	// It must not contain ':' (wire fact 7). Default DefaultNode.
+	// It must not contain ':' (wire fact 7; New refuses it). Default
+	// DefaultNode.
 	Node string
 	// Clock issues versions. Default hlc.NewClock(Node). Tests inject one with
 	// a fake wall clock.
@@ -99,6 +100,9 @@ func New(opts *Options) (*Store, error) {
 	}
 	if o.Node == "" {
 		o.Node = DefaultNode
+	}
+	if err := hlc.ValidNode(o.Node); err != nil {
+		return nil, fmt.Errorf("statestore: node id: %w", err)
 	}
 	if o.Clock == nil {
 		o.Clock = hlc.NewClock(o.Node)

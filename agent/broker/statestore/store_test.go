@@ -600,3 +600,9 @@ func TestDoDurableWaitsForTheSnapshot(t *testing.T) {
 		t.Fatal("DEL of a persistent key does not wait")
 	}
 }
+
+func TestNodeWithColonIsRefused(t *testing.T) {
+	if _, err := New(&Options{Node: "gw:01"}); err == nil {
+		t.Fatal("node id with ':' accepted")
+	}
+}
