@@ -250,7 +250,7 @@ sync = "batch"
 			t.Fatal(err)
 		}
 		final := func(v []byte) bool {
-			var st DeviceState
+			var st intake.DeviceState
 			if _, err := st.UnmarshalMsg(v); err != nil {
 				t.Fatalf("%s: %v", key, err)
 			}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
+	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/hlc"
@@ -122,7 +123,7 @@ func (w *stateWriter) result(r outbox.Result) {
 	}
 	w.mu.Lock()
 	if d := w.devs[r.DeviceID]; d != nil {
-		if r.Err != "" {
+		if r.Err != "" && (r.Status == outbox.Failed || r.Status == outbox.Expired) {
 			d.lastErr = r.Err
 		}
 		d.dirty = true
@@ -186,7 +187,7 @@ func (w *stateWriter) writeDue(ctx context.Context) time.Time {
 }
 
 func (w *stateWriter) writeOne(ctx context.Context, id string, now time.Time) {
-	st := DeviceState{DeviceID: id, UpdatedAt: now.UnixMilli()}
+	st := intake.DeviceState{DeviceID: id, UpdatedAt: now.UnixMilli()}
 	if s, ok := w.ob.DeviceStatus(id); ok {
 		st.Online, st.Paused, st.QueueDepth, st.InFlight = s.Online, s.Paused, s.Queued, s.InFlight
 		st.Sent, st.Succeeded, st.Failed, st.Retries = s.Sent, s.Succeeded, s.Failed, s.Retries

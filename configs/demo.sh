@@ -3,7 +3,8 @@
 # Builds faceagent, facesim and taskctl, starts the agent with configs/demo.toml (its own
 # broker and state store), eight simulated terminals in four groups (fast, slow, lossy,
 # offline for a while), submits configs/demo-tasks.jsonl with a live progress bar per
-# terminal, and prints the summary. Logs stay in /tmp/faceagent-demo.
+# terminal, prints the summary, then reads every terminal's state back from the state
+# store. Logs stay in /tmp/faceagent-demo.
 set -eu
 GO=${GO:-go}
 DEMO=/tmp/faceagent-demo
@@ -46,5 +47,10 @@ sim offline term-08 -ack-latency exp:30ms -offline-every 6s -offline-for 4s -see
 
 echo "== submitting configs/demo-tasks.jsonl"
 "$DEMO/bin/taskctl" submit -url "$URL" -gateway demo-gw -batch 10 -timeout 3m configs/demo-tasks.jsonl
+# The agent writes each terminal's state at most once a second: let the last writes land.
+sleep 1.5
+echo
+echo "== device states in the state store (faceagent/demo-gw/devices/*, msgp; taskctl states decodes them)"
+"$DEMO/bin/taskctl" states -config configs/demo.toml
 echo
 echo "metrics: http://127.0.0.1:19108/metrics while the agent runs; logs in $DEMO"

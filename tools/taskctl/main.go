@@ -3,6 +3,7 @@
 //	taskctl submit [flags] FILE.jsonl     # tasks from a file (JSON Lines: a task or an array per line)
 //	taskctl submit [flags] -              # … from standard input
 //	taskctl submit -generate 10000 -devices 64 [-device-prefix term-]
+//	taskctl states -config configs/demo.toml   # each terminal's state from the state store
 //
 // Tasks go to faceagent/{gw}/tasks with QoS 1 (in messages of -batch tasks, each
 // terminal's tasks in order); results are followed on faceagent/{gw}/results and
@@ -35,9 +36,13 @@ func main() {
 
 const usage = `usage: taskctl submit [flags] FILE.jsonl | -
        taskctl submit [flags] -generate N -devices M
+       taskctl states [-config FILE | -url URL -gateway GW] [DEVICE...]
 `
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, tty bool) int {
+	if len(args) > 0 && args[0] == "states" {
+		return states(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "submit" {
 		fmt.Fprint(stderr, usage)
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {

@@ -1,4 +1,4 @@
-package agent
+package intake
 
 //go:generate go run github.com/tinylib/msgp -file=state.go -o=state_gen.go -tests=false
 
