@@ -57,6 +57,7 @@ type Agent struct {
 	outbox     atomic.Pointer[outbox.Outbox]
 	state      *stateWriter
 	take       *taker
+	httpIntake *httpIntake
 	m          *agentMetrics
 	httpServer *http.Server
 	httpAddr   string

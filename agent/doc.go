@@ -16,6 +16,13 @@
 // Run starts the parts in order, closes Ready, waits for ctx, then stops the parts in
 // reverse within agent.shutdown_timeout.
 //
+// # HTTP pull source ([intake.http])
+//
+// The back office API of the field report: pages of tasks fetched from url (page=N,
+// size=page_size) until a short page, every interval; each page goes through the same
+// intake as an MQTT message. Results are POSTed to results_url as JSON arrays, and marked
+// reported only once both MQTT and the POST took them.
+//
 // # Remote management
 //
 // faceagent/{gw}/config holds TOML overrides of [dispatch] and devices' settings
@@ -66,9 +73,11 @@
 //
 // # Caveats
 //
-//   - Not wired yet: per-device retry_interval/max_tries/heartbeat_timeout overrides (the
-//     outbox has one set of dispatch settings; devices' heartbeat = false is applied),
-//     and the [intake.http] pull source.
+//   - Not applied yet: per-device retry_interval/max_tries/heartbeat_timeout overrides
+//     (the outbox has one set of dispatch settings; devices' heartbeat = false is
+//     applied). The agent warns at start when a config sets them.
+//   - [intake.http] relies on the back office to stop listing a task once its result was
+//     POSTed; a task listed again after it finished is executed again (at-least-once).
 //   - Deadletters are not journalled: with an external broker they go through a bounded
 //     queue and are dropped (and logged at debug) when it is full or the broker is away.
 //   - Forwarded acks and heartbeats are informational and not journalled.

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"time"
 
@@ -105,6 +106,16 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	p.start(l, ob, &forwarder{pub: informational, prefix: t.devices, log: a.log.With("part", "forward")}, sw, a.log)
 
 	rep := &reporter{ob: ob, pub: results, topic: t.results, log: a.log.With("part", "report"), m: a.m, state: sw}
+	if h := cfg.Intake.HTTP; h != nil {
+		if h.ResultsURL != "" {
+			rep.poster = &resultPoster{url: h.ResultsURL, header: h.AuthHeader, value: h.AuthValue,
+				client: &http.Client{Timeout: h.Timeout.Duration}}
+		}
+		hi := newHTTPIntake(h, take, a.log.With("part", "http-intake"))
+		a.httpIntake = hi
+		hi.start(rctx)
+		*stops = append(*stops, func(context.Context) error { cancel(); hi.wg.Wait(); return nil })
+	}
 	rep.start(rctx)
 	*stops = append(*stops, func(context.Context) error { cancel(); rep.wg.Wait(); return nil })
 	sw.start(rctx)

@@ -65,13 +65,14 @@ func resultJSON(r outbox.Result) []byte {
 // upstream broker accepted them, so a result is never lost (after a crash it may be sent
 // twice). It waits on ResultsReady: no polling while nothing finishes.
 type reporter struct {
-	ob    *outbox.Outbox
-	pub   publisher
-	topic string
-	log   *slog.Logger
-	m     *agentMetrics
-	state *stateWriter
-	wg    sync.WaitGroup
+	ob     *outbox.Outbox
+	pub    publisher
+	topic  string
+	log    *slog.Logger
+	m      *agentMetrics
+	state  *stateWriter
+	poster *resultPoster // nil without intake.http.results_url
+	wg     sync.WaitGroup
 }
 
 const reportBatch = 256
@@ -92,7 +93,8 @@ func (r *reporter) start(ctx context.Context) {
 	}()
 }
 
-// drain publishes one batch; it returns true when there may be more.
+// drain publishes one batch; it returns true when there may be more. With an HTTP
+// results_url the batch is also POSTed, and marked reported only once both took it.
 func (r *reporter) drain(ctx context.Context) bool {
 	results, err := r.ob.Results(reportBatch)
 	if err != nil {
@@ -101,24 +103,39 @@ func (r *reporter) drain(ctx context.Context) bool {
 		}
 		return false
 	}
-	ids := make([]string, 0, len(results))
+	payloads := make([][]byte, 0, len(results))
+	failed := false
 	for _, res := range results {
-		if err := r.pub.Publish(ctx, r.topic, resultJSON(res)); err != nil {
-			// Keep the rest for later: mark what went out, retry after a pause.
+		p := resultJSON(res)
+		if err := r.pub.Publish(ctx, r.topic, p); err != nil {
 			r.log.Warn("publishing a result failed; will retry", "err", err)
-			_ = r.ob.MarkReported(ids...)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-			return ctx.Err() == nil
+			failed = true
+			break
 		}
-		ids = append(ids, res.MessageID)
+		payloads = append(payloads, p)
+	}
+	done := results[:len(payloads)]
+	if r.poster != nil && len(done) > 0 {
+		if err := r.poster.post(ctx, payloads); err != nil {
+			r.log.Warn("posting results to the back office failed; will retry", "err", err)
+			done, failed = nil, true
+		}
+	}
+	ids := make([]string, len(done))
+	for i, res := range done {
+		ids[i] = res.MessageID
 		r.m.result(res)
 		r.state.result(res)
 	}
 	if err := r.ob.MarkReported(ids...); err != nil && !errors.Is(err, outbox.ErrClosed) {
 		r.log.Error("marking results reported", "err", err)
+	}
+	if failed {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+		return ctx.Err() == nil
 	}
 	return len(results) == reportBatch
 }

@@ -157,6 +157,8 @@ func (d *decoder) validateIntake(in Intake) {
 	d.httpURL("intake.http.results_url", h.ResultsURL, false)
 	if h.PageSize < 1 || h.PageSize > 10000 {
 		d.errf("intake.http.page_size", "%d is out of range (1..10000)", h.PageSize)
+	} else if h.PageSize > in.MaxBatch {
+		d.errf("intake.http.page_size", "%d is more than intake.max_batch (%d): a page is taken as one batch", h.PageSize, in.MaxBatch)
 	}
 	d.positive("intake.http.interval", h.Interval)
 	d.positive("intake.http.timeout", h.Timeout)

@@ -100,6 +100,8 @@ func TestValidationErrors(t *testing.T) {
 		{"results url bad", base + "[intake.http]\nurl = \"http://h/x\"\nresults_url = \"h/r\"\n",
 			`f.toml:7: intake.http.results_url: "h/r": must be an http:// or https:// url`},
 		{"page size zero", base + "[intake.http]\nurl = \"http://h/x\"\npage_size = 0\n", "f.toml:7: intake.http.page_size: 0 is out of range (1..10000)"},
+		{"page over max batch", base + "[intake]\nmax_batch = 10\n[intake.http]\nurl = \"http://h/x\"\npage_size = 20\n",
+			"f.toml:9: intake.http.page_size: 20 is more than intake.max_batch (10): a page is taken as one batch"},
 		{"interval zero", base + "[intake.http]\nurl = \"http://h/x\"\ninterval = \"0s\"\n", "f.toml:7: intake.http.interval: must be positive"},
 		{"timeout zero", base + "[intake.http]\nurl = \"http://h/x\"\ntimeout = \"0s\"\n", "f.toml:7: intake.http.timeout: must be positive"},
 		{"auth value without header", base + "[intake.http]\nurl = \"http://h/x\"\nauth_header = \"\"\nauth_value_file = \"/nonexistent\"\n",
