@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -236,6 +237,19 @@ func (b *Broker) Start() error {
 	b.started = true
 	b.log.Info("broker listening", "addr", b.listener.Address(), "tls", b.opts.TLS.CertFile != "")
 	return nil
+}
+
+// Run starts the broker, serves until ctx is done, then closes it. ready,
+// when not nil, is closed once the broker listens (Addr is valid then).
+func (b *Broker) Run(ctx context.Context, ready chan<- struct{}) error {
+	if err := b.Start(); err != nil {
+		return err
+	}
+	if ready != nil {
+		close(ready)
+	}
+	<-ctx.Done()
+	return b.Close()
 }
 
 // Addr returns the bound host:port (the configured address before Start).

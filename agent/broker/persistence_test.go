@@ -90,3 +90,24 @@ func TestCorruptSnapshotStopsStartup(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestRunServesUntilCancelled(t *testing.T) {
+	b, err := New(&Options{Listen: "127.0.0.1:0", AllowAnonymous: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx, ready) }()
+	<-ready
+	c := dial(t, b.Addr(), "run", dialOptions{})
+	if p := c.do(cmd("GET", "k"), req{}); string(p.Payload) != "$-1\r\n" {
+		t.Fatalf("GET: %q", p.Payload)
+	}
+	c.close()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
