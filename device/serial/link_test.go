@@ -298,3 +298,54 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// A terminal that stops reading fills the line; Send then waits on ctx for the write lock,
+// and Close gives the blocked write WriteGrace, then closes the port anyway.
+func TestSendBlockedByAStuckTerminal(t *testing.T) {
+	p, err := OpenPTY()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close() // after Close below: fails the blocked write, ending its goroutine
+	l := newLink(t, Config{Port: p.Path, DeviceID: "d", WriteGrace: 100 * time.Millisecond})
+	waitEvent(t, l, device.Up)
+	blocked := make(chan error, 1)
+	go func() { // nobody reads the master: sooner or later a write blocks
+		for {
+			if err := l.Send(context.Background(), "d", typicalCommand); err != nil {
+				blocked <- err
+				return
+			}
+		}
+	}()
+	// Wait until the writer is stuck: a Send with a deadline cannot get the write lock.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		err := l.Send(ctx, "d", typicalCommand)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			if !errors.Is(err, device.ErrTransport) {
+				t.Fatalf("ctx error not wrapped in the link's error: %v", err)
+			}
+			break
+		}
+		if err != nil {
+			t.Fatalf("send: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the line never filled up")
+		}
+	}
+	start := time.Now()
+	l.Close()
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Close took %v with a write blocked", d)
+	}
+	p.Close()
+	select {
+	case <-blocked: // the write failed once the pty was gone
+	case <-time.After(5 * time.Second):
+		t.Fatal("the blocked Send never returned")
+	}
+}
