@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -136,4 +137,110 @@ func TestSIGKILLLosesNothingAcknowledged(t *testing.T) {
 		t.Fatalf("SIGTERM after restart: exit %d\n%s", code, p.log())
 	}
 	t.Logf("%d of %d tasks acknowledged before SIGKILL; all delivered after the restart", n, total)
+}
+
+// Five SIGKILLs during a run, each right after a PUBACK, with the back office carrying on
+// after every restart (resending what it had no PUBACK for): every task reaches its
+// terminal, and the strict terminals see no repeats but resends of a command in flight.
+func TestRepeatedSIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills and restarts the agent five times")
+	}
+	dir := t.TempDir()
+	addr := testutil.FreeAddr(t)
+	ids := []string{"r1", "r2", "r3", "r4"}
+	cfg := fmt.Sprintf("[agent]\ngateway_id = \"gw-r\"\ndata_dir = %q\n[broker]\nlisten = %q\n"+
+		"[dispatch]\nretry_interval = \"300ms\"\nheartbeat_timeout = \"2s\"\n[journal]\nsync = \"batch\"\n",
+		filepath.Join(dir, "data"), addr)
+	for _, id := range ids {
+		cfg += fmt.Sprintf("[[devices]]\nid = %q\n", id)
+	}
+	cfgPath := writeFile(t, dir, "agent.toml", cfg)
+	p := startAgent(t, cfgPath)
+	p.waitLog(runningRe, 0)
+	fleet, err := sim.StartMQTT("mqtt://"+addr, ids, sim.Options{
+		Seed: 12, AckLatency: sim.Latency{Kind: sim.Fixed, A: 2 * time.Millisecond},
+		HeartbeatInterval: 100 * time.Millisecond, Strict: true,
+		OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+
+	connect := func() *paho.Client {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := paho.NewClient(paho.ClientConfig{Conn: conn})
+		if _, err := c.Connect(ctx, &paho.Connect{ClientID: "bo-repeat", KeepAlive: 30, CleanStart: true}); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	const total, batch, kills = 1500, 10, 5
+	bo := connect()
+	kill := 0
+	for next := 0; next < total; {
+		var b strings.Builder
+		b.WriteByte('[')
+		for i := next; i < next+batch; i++ {
+			if i > next {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `{"taskId":"r-%d","deviceId":%q,"op":"AddPerson","person":{"id":"p%d"}}`, i, ids[i%len(ids)], i)
+		}
+		b.WriteByte(']')
+		pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := bo.Publish(pctx, &paho.Publish{Topic: "faceagent/gw-r/tasks", QoS: 1, Payload: []byte(b.String())})
+		pcancel()
+		if err != nil {
+			t.Fatalf("publish after %d tasks: %v", next, err)
+		}
+		next += batch
+		if kill < kills && next >= (kill+1)*total/(kills+1) {
+			kill++
+			if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			<-p.done
+			_ = p.cmd.Wait()
+			<-bo.Done()
+			p = startAgent(t, cfgPath)
+			p.waitLog(runningRe, 0)
+			bo = connect()
+		}
+	}
+	_ = bo.Disconnect(&paho.Disconnect{})
+
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		missing := 0
+		for _, id := range ids {
+			have := map[string]bool{}
+			for _, person := range fleet.Terminal(id).Persons() {
+				have[person.ID] = true
+			}
+			for i := 0; i < total; i++ {
+				if ids[i%len(ids)] == id && !have[fmt.Sprintf("p%d", i)] {
+					missing++
+				}
+			}
+		}
+		if missing == 0 {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("%d of %d tasks never reached their terminals after %d kills\n%s", missing, total, kills, p.log())
+		}
+	}
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("SIGTERM: exit %d", code)
+	}
 }
