@@ -44,8 +44,11 @@
 //     the port vanished are lost: the agent's retry covers them.
 //   - Reads are bounded by ReadTimeout (go.bug.st/serial returns (0, nil) on timeout, which the
 //     reader treats as a tick, not as end of data). Close wakes a blocked read at once.
-//   - Writes are blocking. Close waits WriteGrace for a Send blocked on a port nobody drains,
-//     then closes the port anyway; that Send returns when the kernel gives up the write.
+//   - go.bug.st/serial writes block without a timeout. On a real UART they drain at the baud
+//     rate; on a line nobody reads (a pty, a wedged adapter) they may not. Send therefore
+//     returns when its ctx ends, even mid-write (the write goes on in the background and
+//     holds the write lock until it ends), and Close waits WriteGrace for such a write before
+//     it closes the port anyway. Give Send a deadline.
 //   - A pty does not enforce the baud rate; a real UART does. See docs/benchmarks.md.
 //   - OpenPTY is Linux only.
 package serial

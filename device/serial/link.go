@@ -159,8 +159,10 @@ func (l *Link) err(code device.Code, cause error) error {
 	return &Error{Code: code, Port: l.cfg.Port, DeviceID: l.cfg.DeviceID, Err: cause}
 }
 
-// Send implements device.Link: it frames cmd and writes it to the port. It waits for an
-// earlier Send's write to finish (bounded by ctx) and returns device.ErrNotConnected at once
+// Send implements device.Link: it frames cmd and writes it to the port. ctx bounds both the
+// wait for an earlier Send's write and this write; when ctx ends first, Send returns an
+// ErrTransport wrapping ctx.Err() while the write goes on in the background (the command may
+// still reach the terminal, as with any timeout). Send returns device.ErrNotConnected at once
 // while the port is closed.
 func (l *Link) Send(ctx context.Context, deviceID string, cmd face.Command) error {
 	if deviceID != l.cfg.DeviceID {
@@ -180,7 +182,12 @@ func (l *Link) Send(ctx context.Context, deviceID string, cmd face.Command) erro
 	case <-l.done:
 		return l.err(device.ErrClosed, nil)
 	}
-	defer func() { <-l.wsem }()
+	release := true
+	defer func() {
+		if release {
+			<-l.wsem
+		}
+	}()
 	select {
 	case <-l.done:
 		return l.err(device.ErrClosed, nil)
@@ -192,14 +199,47 @@ func (l *Link) Send(ctx context.Context, deviceID string, cmd face.Command) erro
 	if port == nil {
 		return l.err(device.ErrNotConnected, nil)
 	}
-	for len(frame) > 0 {
-		n, err := port.Write(frame)
+	// go.bug.st/serial writes block with no timeout. On a real UART a write drains at the
+	// baud rate; on a line nobody reads (a pty, a wedged adapter) it may block until the
+	// port goes away. So the write runs on its own goroutine, which owns the write lock
+	// until the write ends, and Send waits for it only as long as ctx allows.
+	result := make(chan error, 1) // buffered: the writer may finish after Send returned
+	release = false
+	go func() {
+		defer func() { <-l.wsem }()
+		var err error
+		for len(frame) > 0 && err == nil {
+			var n int
+			n, err = port.Write(frame)
+			frame = frame[n:]
+			if len(frame) > 0 && err == nil && !l.current(port) {
+				// Closed meanwhile: its descriptor number may already belong to another file.
+				err = errors.New("port closed during the write")
+			}
+		}
+		result <- err
+	}()
+	select {
+	case err := <-result:
 		if err != nil {
 			return l.err(device.ErrTransport, err)
 		}
-		frame = frame[n:]
+		return nil
+	case <-ctx.Done():
+		return l.err(device.ErrTransport, fmt.Errorf("write still in progress: %w", ctx.Err()))
 	}
-	return nil
+}
+
+// current reports whether port is still the link's open port.
+func (l *Link) current(port bugserial.Port) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case <-l.done:
+		return false
+	default:
+		return l.port == port
+	}
 }
 
 // Close implements device.Link. It closes the port, which wakes the blocked read, and waits

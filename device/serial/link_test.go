@@ -299,53 +299,44 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
-// A terminal that stops reading fills the line; Send then waits on ctx for the write lock,
-// and Close gives the blocked write WriteGrace, then closes the port anyway.
+// A terminal that stops reading fills the line. Send returns when its ctx ends, whether it
+// was waiting for the write lock or blocked in the write, and Close gives the blocked write
+// WriteGrace, then closes the port anyway.
 func TestSendBlockedByAStuckTerminal(t *testing.T) {
 	p, err := OpenPTY()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close() // after Close below: fails the blocked write, ending its goroutine
+	defer p.Close()
 	l := newLink(t, Config{Port: p.Path, DeviceID: "d", WriteGrace: 100 * time.Millisecond})
 	waitEvent(t, l, device.Up)
-	blocked := make(chan error, 1)
-	go func() { // nobody reads the master: sooner or later a write blocks
-		for {
-			if err := l.Send(context.Background(), "d", typicalCommand); err != nil {
-				blocked <- err
-				return
-			}
-		}
-	}()
-	// Wait until the writer is stuck: a Send with a deadline cannot get the write lock.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	send := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		err := l.Send(ctx, "d", typicalCommand)
-		cancel()
-		if errors.Is(err, context.DeadlineExceeded) {
-			if !errors.Is(err, device.ErrTransport) {
-				t.Fatalf("ctx error not wrapped in the link's error: %v", err)
+		defer cancel()
+		return l.Send(ctx, "d", typicalCommand)
+	}
+	// Nobody reads the master: sooner or later a write blocks and Send gives up on ctx.
+	for i := 0; ; i++ {
+		err := send()
+		if err == nil {
+			if i > 100000 {
+				t.Fatal("the line never filled up")
 			}
-			break
+			continue
 		}
-		if err != nil {
-			t.Fatalf("send: %v", err)
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, device.ErrTransport) {
+			t.Fatalf("blocked write: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the line never filled up")
-		}
+		break
+	}
+	// The write is still in progress: the next Send cannot even get the write lock.
+	if err := send(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("send behind a blocked write: %v", err)
 	}
 	start := time.Now()
 	l.Close()
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("Close took %v with a write blocked", d)
 	}
-	p.Close()
-	select {
-	case <-blocked: // the write failed once the pty was gone
-	case <-time.After(5 * time.Second):
-		t.Fatal("the blocked Send never returned")
-	}
+	// Closing the pty fails the blocked write, so its goroutine ends before goleak looks.
 }
