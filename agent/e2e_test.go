@@ -23,7 +23,7 @@ import (
 // backOffice is a paho client playing the back office: it publishes task messages with
 // QoS 1 and collects results and deadletters.
 type backOffice struct {
-	t       *testing.T
+	t       testing.TB
 	c       *paho.Client
 	mu      sync.Mutex
 	results map[string]intake.Result
@@ -32,7 +32,7 @@ type backOffice struct {
 	changed chan struct{}
 }
 
-func connectBackOffice(t *testing.T, addr, gw string) *backOffice {
+func connectBackOffice(t testing.TB, addr, gw string) *backOffice {
 	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -113,12 +113,12 @@ func (bo *backOffice) waitFor(what string, timeout time.Duration, cond func() bo
 	}
 }
 
-func startAgent(t *testing.T, cfg *config.Config) (addr string, stop func()) {
+func startAgent(t testing.TB, cfg *config.Config) (addr string, stop func()) {
 	addr, _, stop = startAgentFull(t, cfg)
 	return addr, stop
 }
 
-func startAgentFull(t *testing.T, cfg *config.Config) (addr string, a *Agent, stop func()) {
+func startAgentFull(t testing.TB, cfg *config.Config) (addr string, a *Agent, stop func()) {
 	t.Helper()
 	a, err := New(&Options{Config: cfg, Version: "e2e"})
 	if err != nil {
