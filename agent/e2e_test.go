@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -174,7 +175,7 @@ sync = "batch"
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, stop := startAgent(t, cfg)
+	addr, a, stop := startAgentFull(t, cfg)
 
 	fleet, err := sim.StartMQTT("mqtt://"+addr, ids, sim.Options{
 		Seed: 7, AckLatency: sim.Latency{Kind: sim.Fixed, A: 2 * time.Millisecond}, AckLoss: 0.05,
@@ -267,6 +268,25 @@ sync = "batch"
 			}
 		}
 		_ = w.Stop(ctx)
+	}
+
+	var exp strings.Builder
+	if _, err := a.registry.WriteTo(&exp); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`faceagent_results_total{status="succeeded"} 200`,
+		`faceagent_tasks_accepted_total 200`,
+		`faceagent_tasks_rejected_total 2`,
+		`faceagent_queue_depth{device="t1"} 0`,
+		`faceagent_device_online{device="t4"} 1`,
+		`faceagent_commands_succeeded_total{device="t2"} 50`,
+		`faceagent_journal_fsyncs_total `,
+		`faceagent_store_write_seconds_count `,
+	} {
+		if !strings.Contains(exp.String(), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 	stop()
 }

@@ -101,6 +101,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	}
 	sw := newStateWriter(ids, setter, ob, cfg.Agent.GatewayID, cfg.Store.WriteInterval.Duration,
 		cfg.Dispatch.HeartbeatTimeout.Duration, cfg.Store.RequestTimeout.Duration, a.log.With("part", "state"))
+	sw.m = a.m
 	a.state = sw
 	take.touched = sw.touch
 	p.start(l, ob, &forwarder{pub: informational, prefix: t.devices, log: a.log.With("part", "forward")}, sw, a.log)

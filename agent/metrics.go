@@ -22,6 +22,12 @@ type agentMetrics struct {
 	retries          *metrics.CounterVec
 	upstreamUp       *metrics.Gauge
 	upstreamConnects *metrics.Counter
+	storeWrite       *metrics.Histogram
+	storeWriteErrors *metrics.Counter
+	journalRecords   *metrics.Counter
+	journalBytes     *metrics.Counter
+	journalBatches   *metrics.Counter
+	journalSegments  *metrics.Gauge
 }
 
 func (a *Agent) registerMetrics() {
@@ -53,6 +59,12 @@ func (a *Agent) registerMetrics() {
 		retries:          r.NewCounterVec("faceagent_commands_retried_total", "Resends after an ack timeout.", "device"),
 		upstreamUp:       r.NewGauge("faceagent_upstream_connected", "1 while connected and subscribed to the external upstream broker."),
 		upstreamConnects: r.NewCounter("faceagent_upstream_connects_total", "Connections (and subscriptions) to the external upstream broker."),
+		storeWrite:       r.NewHistogram("faceagent_store_write_seconds", "Round trip of a device state write to the state store.", metrics.DefaultLatencyBuckets),
+		storeWriteErrors: r.NewCounter("faceagent_store_write_errors_total", "Device state writes that failed (retried later)."),
+		journalRecords:   r.NewCounter("faceagent_journal_records_total", "Records appended to the outbox journal."),
+		journalBytes:     r.NewCounter("faceagent_journal_bytes_total", "Bytes written to the outbox journal."),
+		journalBatches:   r.NewCounter("faceagent_journal_fsyncs_total", "Write+fsync rounds of the journal (records/fsyncs is the group-commit factor)."),
+		journalSegments:  r.NewGauge("faceagent_journal_segments", "Live journal segment files."),
 	}
 	r.OnScrape(a.scrapeOutbox)
 }
@@ -63,6 +75,11 @@ func (a *Agent) scrapeOutbox() {
 	if ob == nil {
 		return
 	}
+	js := ob.JournalStats()
+	a.m.journalRecords.Set(js.Records)
+	a.m.journalBytes.Set(js.Bytes)
+	a.m.journalBatches.Set(js.Batches)
+	a.m.journalSegments.Set(float64(js.Segments))
 	for _, st := range ob.Status() {
 		m, id := a.m, st.DeviceID
 		m.queued.With(id).Set(float64(st.Queued))

@@ -61,6 +61,7 @@ type stateWriter struct {
 	px       time.Duration
 	timeout  time.Duration
 	log      *slog.Logger
+	m        *agentMetrics
 
 	mu      sync.Mutex
 	devs    map[string]*devState
@@ -210,8 +211,15 @@ func (w *stateWriter) writeOne(ctx context.Context, id string, now time.Time) {
 	}
 	value, _ := st.MarshalMsg(nil)
 	wctx, cancel := context.WithTimeout(ctx, w.timeout)
+	start := time.Now()
 	err := w.set(wctx, w.prefix+id, value, w.px)
 	cancel()
+	if w.m != nil {
+		w.m.storeWrite.Observe(time.Since(start).Seconds())
+		if err != nil {
+			w.m.storeWriteErrors.Inc()
+		}
+	}
 	w.mu.Lock()
 	if err != nil {
 		w.failed++
