@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -242,5 +243,95 @@ func TestRepeatedSIGKILL(t *testing.T) {
 	}
 	if code := p.stop(syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM: exit %d", code)
+	}
+}
+
+// The same boundary with an external broker (Debian's mosquitto): the agent acknowledges a
+// task to the broker only after the journal append (manual acks), its session persists,
+// so after a SIGKILL the broker delivers again what the agent had not acknowledged, and
+// every task the back office got a PUBACK for reaches its terminal.
+func TestSIGKILLExternalUpstream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills and restarts the agent")
+	}
+	m := testutil.StartMosquitto(t)
+	dir := t.TempDir()
+	ids := []string{"e1", "e2"}
+	cfg := fmt.Sprintf("[agent]\ngateway_id = \"gw-e\"\ndata_dir = %q\n[upstream]\nurl = %q\nsession_expiry = \"1h\"\nreconnect_max = \"300ms\"\n"+
+		"[store]\nrequest_timeout = \"200ms\"\n[dispatch]\nretry_interval = \"300ms\"\nheartbeat_timeout = \"2s\"\n",
+		filepath.Join(dir, "data"), m.URL)
+	for _, id := range ids {
+		cfg += fmt.Sprintf("[[devices]]\nid = %q\n", id)
+	}
+	cfgPath := writeFile(t, dir, "agent.toml", cfg)
+	subscribed := regexp.MustCompile(`msg="upstream connected"`)
+	p := startAgent(t, cfgPath)
+	p.waitLog(subscribed, 0)
+	fleet, err := sim.StartMQTT(m.URL, ids, sim.Options{
+		Seed: 13, AckLatency: sim.Latency{Kind: sim.Fixed, A: 2 * time.Millisecond},
+		HeartbeatInterval: 100 * time.Millisecond, Strict: true,
+		OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	conn, err := net.Dial("tcp", m.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bo := paho.NewClient(paho.ClientConfig{Conn: conn})
+	if _, err := bo.Connect(ctx, &paho.Connect{ClientID: "bo-ext", KeepAlive: 30, CleanStart: true}); err != nil {
+		t.Fatal(err)
+	}
+	defer bo.Disconnect(&paho.Disconnect{})
+	const total = 300
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			task := fmt.Sprintf(`{"taskId":"e-%d","deviceId":%q,"op":"AddPerson","person":{"id":"p%d"}}`, i, ids[i%len(ids)], i)
+			if _, err := bo.Publish(ctx, &paho.Publish{Topic: "faceagent/gw-e/tasks", QoS: 1, Payload: []byte(task)}); err != nil {
+				t.Fatalf("publish %d: %v", i, err)
+			}
+		}
+	}
+	publish(0, total/2)
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+	_ = p.cmd.Wait()
+	// While the agent is dead the broker queues for its persistent session.
+	publish(total/2, total)
+	p = startAgent(t, cfgPath)
+	p.waitLog(subscribed, 0)
+
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		missing := 0
+		for _, id := range ids {
+			have := map[string]bool{}
+			for _, person := range fleet.Terminal(id).Persons() {
+				have[person.ID] = true
+			}
+			for i := range total {
+				if ids[i%len(ids)] == id && !have[fmt.Sprintf("p%d", i)] {
+					missing++
+				}
+			}
+		}
+		if missing == 0 {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("%d of %d tasks never reached their terminals\n%s", missing, total, p.log())
+		}
+	}
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("SIGTERM: exit %d\n%s", code, p.log())
 	}
 }
