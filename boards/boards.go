@@ -40,6 +40,10 @@ type Profile struct {
 	GOARCH string // "arm", "arm64"
 	GOARM  string // "6", "7" when GOARCH is "arm"; "" otherwise
 
+	// QEMUCPU is the CPU model (qemu-arm/qemu-aarch64 -cpu) closest to the board's core that
+	// qemu-user emulates; the release tests run the board's binaries on it.
+	QEMUCPU string
+
 	RAM         int64    // the smallest RAM the profile is sized for, in bytes
 	SerialPorts []string // default serial ports, in the order an operator would try them
 
@@ -149,6 +153,7 @@ type fileSchema struct {
 	GOOS               string    `toml:"goos"`
 	GOARCH             string    `toml:"goarch"`
 	GOARM              string    `toml:"goarm"`
+	QEMUCPU            string    `toml:"qemu_cpu"`
 	RAM                byteSize  `toml:"ram"`
 	SerialPorts        []string  `toml:"serial_ports"`
 	GOMEMLIMIT         byteSize  `toml:"gomemlimit"`
@@ -182,7 +187,10 @@ func (d *duration) UnmarshalText(t []byte) error {
 	return nil
 }
 
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+var (
+	nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+	cpuRE  = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{0,31}$`)
+)
 
 // Parse decodes and validates one profile. name is the profile's name (the file's base name
 // without ".toml"); errors read "boards/NAME.toml:LINE: what is wrong" where a line is known.
@@ -211,6 +219,7 @@ func Parse(name string, data []byte) (Profile, error) {
 		GOOS:           raw.GOOS,
 		GOARCH:         raw.GOARCH,
 		GOARM:          raw.GOARM,
+		QEMUCPU:        raw.QEMUCPU,
 		RAM:            raw.RAM.n,
 		SerialPorts:    raw.SerialPorts,
 		GOMEMLIMIT:     raw.GOMEMLIMIT.n,
@@ -250,7 +259,7 @@ var knownArch = map[string]bool{"arm": true, "arm64": true, "amd64": true, "risc
 
 // validate returns the offending key and what is wrong, or "" and "".
 func validate(p *Profile, md toml.MetaData) (key, msg string) {
-	for _, k := range []string{"description", "goos", "goarch", "ram", "gomemlimit", "journal_sync", "data_dir"} {
+	for _, k := range []string{"description", "goos", "goarch", "qemu_cpu", "ram", "gomemlimit", "journal_sync", "data_dir"} {
 		if !md.IsDefined(k) {
 			return "", fmt.Sprintf("missing key %q", k)
 		}
@@ -266,6 +275,8 @@ func validate(p *Profile, md toml.MetaData) (key, msg string) {
 		return "goarm", fmt.Sprintf("goarm %q: goarch arm needs goarm 5, 6 or 7 (optionally \",softfloat\" or \",hardfloat\")", p.GOARM)
 	case p.GOARCH != "arm" && md.IsDefined("goarm"):
 		return "goarm", fmt.Sprintf("goarm is only meaningful with goarch arm, not %q", p.GOARCH)
+	case !cpuRE.MatchString(p.QEMUCPU):
+		return "qemu_cpu", fmt.Sprintf("qemu_cpu %q: want a qemu CPU model name such as \"cortex-a7\"", p.QEMUCPU)
 	case p.RAM <= 0:
 		return "ram", "ram must be positive"
 	case p.GOMEMLIMIT < minMemLimit:

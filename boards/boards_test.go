@@ -13,15 +13,15 @@ import (
 // The issue's board list: each must exist with this target and RAM floor.
 func TestRequiredBoards(t *testing.T) {
 	want := []struct {
-		name, target string
-		minRAM       int64
-		maxRAM       int64
+		name, target, cpu string
+		minRAM            int64
+		maxRAM            int64
 	}{
-		{"rpi0-armv6", "linux/arm/6", 512 << 20, 512 << 20},
-		{"rpi3-armv7", "linux/arm/7", 1 << 30, 1 << 30},
-		{"rpi4-arm64", "linux/arm64", 1 << 30, 8 << 30},
-		{"imx6ull-armv7", "linux/arm/7", 256 << 20, 512 << 20},
-		{"rk356x-arm64", "linux/arm64", 1 << 30, 8 << 30},
+		{"rpi0-armv6", "linux/arm/6", "arm1176", 512 << 20, 512 << 20},
+		{"rpi3-armv7", "linux/arm/7", "cortex-a7", 1 << 30, 1 << 30},
+		{"rpi4-arm64", "linux/arm64", "cortex-a72", 1 << 30, 8 << 30},
+		{"imx6ull-armv7", "linux/arm/7", "cortex-a7", 256 << 20, 512 << 20},
+		{"rk356x-arm64", "linux/arm64", "cortex-a53", 1 << 30, 8 << 30},
 	}
 	for _, w := range want {
 		p, err := Lookup(w.name)
@@ -31,6 +31,9 @@ func TestRequiredBoards(t *testing.T) {
 		}
 		if p.Target() != w.target {
 			t.Errorf("%s: target %s, want %s", w.name, p.Target(), w.target)
+		}
+		if p.QEMUCPU != w.cpu {
+			t.Errorf("%s: qemu_cpu %s, want %s", w.name, p.QEMUCPU, w.cpu)
 		}
 		if p.RAM < w.minRAM || p.RAM > w.maxRAM {
 			t.Errorf("%s: ram %d outside [%d, %d]", w.name, p.RAM, w.minRAM, w.maxRAM)
@@ -110,6 +113,7 @@ const good = `description = "test board"
 goos = "linux"
 goarch = "arm"
 goarm = "7"
+qemu_cpu = "cortex-a7"
 ram = "512MiB"
 serial_ports = ["/dev/ttyS1"]
 gomemlimit = "128MiB"
@@ -136,7 +140,7 @@ func TestParseBad(t *testing.T) {
 		line           int
 		want           string
 	}{
-		{"unknown key", `data_dir = "/var/lib/faceagent"`, "data_dir = \"/var/lib/faceagent\"\ndata-dir = \"/x\"", 11, `unknown key "data-dir"`},
+		{"unknown key", `data_dir = "/var/lib/faceagent"`, "data_dir = \"/var/lib/faceagent\"\ndata-dir = \"/x\"", 12, `unknown key "data-dir"`},
 		{"typo key", `goarm = "7"`, `go_arm = "7"`, 4, `unknown key "go_arm"`},
 		{"table", `goos = "linux"`, "goos = \"linux\"\n[extra]\nx = 1", 0, `unknown key`},
 		{"syntax", `goarch = "arm"`, `goarch = arm`, 3, `expected value`},
@@ -145,19 +149,21 @@ func TestParseBad(t *testing.T) {
 		{"goarm missing", `goarm = "7"`, ``, 0, "goarm"},
 		{"goarm 8", `goarm = "7"`, `goarm = "8"`, 4, "goarm"},
 		{"goarm on arm64", `goarch = "arm"`, `goarch = "arm64"`, 4, "only meaningful"},
-		{"memlimit unit", `gomemlimit = "128MiB"`, `gomemlimit = "128MB"`, 7, "size"},
-		{"memlimit small", `gomemlimit = "128MiB"`, `gomemlimit = "8MiB"`, 7, "below"},
-		{"memlimit big", `gomemlimit = "128MiB"`, `gomemlimit = "300MiB"`, 7, "half of ram"},
-		{"sync", `journal_sync = "batch"`, `journal_sync = "sometimes"`, 8, "always, batch or none"},
+		{"memlimit unit", `gomemlimit = "128MiB"`, `gomemlimit = "128MB"`, 8, "size"},
+		{"memlimit small", `gomemlimit = "128MiB"`, `gomemlimit = "8MiB"`, 8, "below"},
+		{"memlimit big", `gomemlimit = "128MiB"`, `gomemlimit = "300MiB"`, 8, "half of ram"},
+		{"sync", `journal_sync = "batch"`, `journal_sync = "sometimes"`, 9, "always, batch or none"},
 		{"no window", `journal_batch_window = "10ms"`, ``, 0, "needs journal_batch_window"},
-		{"window long", `journal_batch_window = "10ms"`, `journal_batch_window = "5s"`, 9, "needs journal_batch_window"},
-		{"window bad", `journal_batch_window = "10ms"`, `journal_batch_window = "10"`, 9, "duration"},
-		{"window with always", `journal_sync = "batch"`, `journal_sync = "always"`, 9, "only meaningful"},
-		{"relative dir", `data_dir = "/var/lib/faceagent"`, `data_dir = "var/lib"`, 10, "absolute"},
-		{"root dir", `data_dir = "/var/lib/faceagent"`, `data_dir = "/"`, 10, "absolute"},
-		{"port", `serial_ports = ["/dev/ttyS1"]`, `serial_ports = ["ttyS1"]`, 6, "/dev/"},
-		{"dup port", `serial_ports = ["/dev/ttyS1"]`, `serial_ports = ["/dev/ttyS1", "/dev/ttyS1"]`, 6, "twice"},
+		{"window long", `journal_batch_window = "10ms"`, `journal_batch_window = "5s"`, 10, "needs journal_batch_window"},
+		{"window bad", `journal_batch_window = "10ms"`, `journal_batch_window = "10"`, 10, "duration"},
+		{"window with always", `journal_sync = "batch"`, `journal_sync = "always"`, 10, "only meaningful"},
+		{"relative dir", `data_dir = "/var/lib/faceagent"`, `data_dir = "var/lib"`, 11, "absolute"},
+		{"root dir", `data_dir = "/var/lib/faceagent"`, `data_dir = "/"`, 11, "absolute"},
+		{"port", `serial_ports = ["/dev/ttyS1"]`, `serial_ports = ["ttyS1"]`, 7, "/dev/"},
+		{"dup port", `serial_ports = ["/dev/ttyS1"]`, `serial_ports = ["/dev/ttyS1", "/dev/ttyS1"]`, 7, "twice"},
 		{"missing ram", `ram = "512MiB"`, ``, 0, `missing key "ram"`},
+		{"missing cpu", `qemu_cpu = "cortex-a7"`, ``, 0, `missing key "qemu_cpu"`},
+		{"bad cpu", `qemu_cpu = "cortex-a7"`, `qemu_cpu = "Cortex A7"`, 5, "qemu_cpu"},
 		{"empty description", `description = "test board"`, `description = " "`, 1, "description"},
 	}
 	for _, c := range cases {

@@ -26,6 +26,7 @@
 //	goos                 = "linux"
 //	goarch               = "arm"            # arm, arm64 (amd64, riscv64 accepted)
 //	goarm                = "7"              # 5, 6, 7
+//	qemu_cpu             = "cortex-a7"      # qemu -cpu model the tests run the binaries on
 //	ram                  = "512MiB"         # smallest RAM the profile is sized for
 //	serial_ports         = ["/dev/serial0"]
 //	gomemlimit           = "128MiB"         # GOMEMLIMIT syntax; 32 MiB ≤ it ≤ ram/2
