@@ -205,9 +205,11 @@ test-arm:
 	$(MAKE) --no-print-directory smoke-arm
 
 # smoke-arm: the armv7 faceagent, under qemu, with a broker-only config answers a state store
-# SET and GET (internal/releasetest). It skips, saying why, while faceagent or sscli is absent.
+# SET and GET (internal/releasetest), and every board's faceagent runs on its board's emulated
+# core (boards' qemu_cpu: catches a wrong GOARM). Skips, saying why, while faceagent or sscli
+# is absent.
 smoke-arm:
-	FACEAGENT_ARM_SMOKE=1 QEMU_ARM=$(QEMU_ARM) $(GO) test -count=1 -v -run '^TestARMSmoke$$' ./internal/releasetest
+	FACEAGENT_ARM_SMOKE=1 QEMU_ARM=$(QEMU_ARM) QEMU_ARM64=$(QEMU_ARM64) $(GO) test -count=1 -v -run '^(TestARMSmoke|TestBoardCPUs)$$' ./internal/releasetest
 
 generate:
 	$(GO) generate $(PKGS)

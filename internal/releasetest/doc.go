@@ -1,7 +1,7 @@
 // Package releasetest holds the tests of what ships rather than of a Go package: the systemd
 // unit (configs/faceagent.service) and the armv7 smoke test, in which the cross-compiled
 // faceagent runs under qemu-user with a broker-only config and answers a state store SET and
-// GET from tools/sscli.
+// GET from tools/sscli, and every board's faceagent runs on the board's emulated core.
 //
 // # Running
 //
