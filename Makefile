@@ -142,7 +142,7 @@ dist: cross-boards
 
 # repro: two clean clones of HEAD at different paths, the second built with a cold Go build
 # cache (REPRO_COLD=1), must give byte-identical tarballs. Committed code only (the clones come
-# from git). A cold build of one board takes ~5 minutes here, so make test runs repro-quick:
+# from git); then each tarball's contents, owners and inner sums are checked. A cold build of one board takes ~5 minutes here, so make test runs repro-quick:
 # one board, warm cache — it still catches anything path-, time- or order-dependent in the
 # link and the packaging.
 REPRO_BOARDS ?= $(BOARDS)
@@ -157,7 +157,17 @@ repro:
 	else \
 	  diff $$tmp/a/faceagent/dist/SHA256SUMS $$tmp/b/other-path/src/dist/SHA256SUMS || true; \
 	  echo "repro: builds differ"; exit 1; \
-	fi
+	fi; \
+	(cd $$tmp/a/faceagent/dist && sha256sum --quiet -c SHA256SUMS); \
+	for t in $$tmp/a/faceagent/dist/*.tar.gz; do \
+	  owners=$$(tar tvzf $$t | awk '{print $$2}' | sort -u); \
+	  [ "$$owners" = "0/0" ] || { echo "repro: $$t: owners $$owners, want 0/0"; exit 1; }; \
+	  for f in bin/faceagent configs/agent.toml configs/board.toml systemd/faceagent.service INSTALL install.md SHA256SUMS; do \
+	    tar tzf $$t | grep -q "^[^/]*/$$f$$" || { echo "repro: $$t lacks $$f"; exit 1; }; \
+	  done; \
+	  mkdir -p $$tmp/x && tar xzf $$t -C $$tmp/x && (cd $$tmp/x/* && sha256sum --quiet -c SHA256SUMS) && rm -rf $$tmp/x; \
+	done; \
+	echo "repro: contents, owners and inner SHA256SUMS checked"
 
 repro-quick:
 	@$(MAKE) --no-print-directory repro REPRO_BOARDS=rpi3-armv7 REPRO_COLD=
