@@ -77,6 +77,13 @@ func (n *Notifier) Stopping() error { return n.Notify("STOPPING=1") }
 // Status sets the one-line status `systemctl status` shows.
 func (n *Notifier) Status(msg string) error { return n.Notify("STATUS=" + oneLine(msg)) }
 
+// ExtendTimeout asks for d more time before the start (or stop) timeout fires
+// (EXTEND_TIMEOUT_USEC, systemd ≥ 236): send it while replaying a large journal on a slow SD
+// card, repeatedly if needed, instead of raising TimeoutStartSec for every start.
+func (n *Notifier) ExtendTimeout(d time.Duration) error {
+	return n.Notify("EXTEND_TIMEOUT_USEC=" + strconv.FormatInt(d.Microseconds(), 10))
+}
+
 // Watchdog sends one keepalive (WATCHDOG=1).
 func (n *Notifier) Watchdog() error { return n.Notify("WATCHDOG=1") }
 

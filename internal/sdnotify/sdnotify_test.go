@@ -56,6 +56,7 @@ func TestPathSocket(t *testing.T) {
 		{n.Watchdog, "WATCHDOG=1"},
 		{func() error { return n.Status("line one\nline two") }, "STATUS=line one line two"},
 		{func() error { return n.Notify("READY=1", "STATUS=up") }, "READY=1\nSTATUS=up"},
+		{func() error { return n.ExtendTimeout(90 * time.Second) }, "EXTEND_TIMEOUT_USEC=90000000"},
 		{n.Stopping, "STOPPING=1"},
 	} {
 		if err := step.send(); err != nil {
