@@ -1,5 +1,6 @@
 // Package releasetest holds the tests of what ships rather than of a Go package: the systemd
-// unit (configs/faceagent.service) and the armv7 smoke test, in which the cross-compiled
+// unit (configs/faceagent.service), the daemon's side of it (READY=1, WATCHDOG=1 keepalives,
+// STOPPING=1 over a real notify socket), and the armv7 smoke test, in which the cross-compiled
 // faceagent runs under qemu-user with a broker-only config and answers a state store SET and
 // GET from tools/sscli, and every board's faceagent runs on the board's emulated core.
 //
