@@ -94,6 +94,7 @@ cross-pkgs:
 
 cross-boards:
 	@set -e; \
+	$(BOARDENV) >/dev/null; [ -n "$(BOARDS)" ] || { echo "cross: no boards (boards/*.toml)"; exit 1; }; \
 	for c in $(MISSING_COMMANDS); do echo "cross: $$c has no Go files yet, not built"; done; \
 	for b in $(BOARDS); do \
 	  env=$$($(BOARDENV) $$b); \
@@ -180,7 +181,7 @@ size:
 	mkdir -p $(BINDIR)/size; \
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=7 $(GO) build $(RELEASE_FLAGS) -o $(BINDIR)/size/faceagent ./agent/cmd/faceagent; \
 	n=$$(stat -c %s $(BINDIR)/size/faceagent); \
-	echo "size: linux/arm/7 faceagent (stripped) = $$n bytes, limit $(SIZE_LIMIT)"; \
+	echo "size: linux/arm/7 faceagent (stripped) = $$n bytes, limit $(SIZE_LIMIT) ($$((n * 100 / $(SIZE_LIMIT)))% used)"; \
 	if [ $$n -gt $(SIZE_LIMIT) ]; then echo "size: over budget by $$((n - $(SIZE_LIMIT))) bytes"; exit 1; fi
 
 # size-report: every binary per board (stripped), then what each module costs in the armv7
