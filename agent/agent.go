@@ -131,6 +131,13 @@ func (a *Agent) Healthy() error {
 	if !a.running.Load() {
 		return errors.New("not running")
 	}
+	if ob := a.outbox.Load(); ob != nil {
+		if err := ob.Err(); err != nil {
+			// The journal refused a write: intake and dispatch have stopped. A restart
+			// (systemd's watchdog) rebuilds the table from what is on disk.
+			return fmt.Errorf("outbox: %w", err)
+		}
+	}
 	return nil
 }
 
