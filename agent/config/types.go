@@ -91,6 +91,9 @@ func (s *Size) UnmarshalText(b []byte) error {
 // value exactly.
 func (s Size) MarshalText() ([]byte, error) {
 	v := int64(s)
+	if v == 0 {
+		return []byte("0"), nil
+	}
 	for _, u := range []struct {
 		suffix string
 		mult   int64
