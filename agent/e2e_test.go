@@ -371,3 +371,37 @@ id = "x2"
 	}
 	stop()
 }
+
+// Both: the back office and the state store on an external broker (mosquitto), the
+// terminals on the gateway's own embedded broker.
+func TestEndToEndUpstreamWithLocalTerminals(t *testing.T) {
+	m := testutil.StartMosquitto(t)
+	src := fmt.Sprintf("[agent]\ngateway_id = \"gw-l\"\ndata_dir = %q\n[broker]\nlisten = \"127.0.0.1:0\"\n"+
+		"[upstream]\nurl = %q\nreconnect_max = \"300ms\"\n[store]\nrequest_timeout = \"200ms\"\n[[devices]]\nid = \"l1\"\n", t.TempDir(), m.URL)
+	cfg, err := config.Parse("l.toml", []byte(src), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, a, stop := startAgentFull(t, cfg)
+	select {
+	case <-a.UpstreamConnected():
+	case <-time.After(20 * time.Second):
+		t.Fatal("never connected upstream")
+	}
+	fleet, err := sim.StartMQTT("mqtt://"+local, []string{"l1"}, sim.Options{Seed: 4, HeartbeatInterval: 100 * time.Millisecond, Strict: true,
+		OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	bo := connectBackOffice(t, m.Addr, "gw-l")
+	for i := range 20 {
+		bo.publish("faceagent/gw-l/tasks", fmt.Appendf(nil, `{"taskId":"l-%d","deviceId":"l1","op":"AddPerson","person":{"id":"%d"}}`, i, i))
+	}
+	bo.waitFor("results", 30*time.Second, func() bool { return len(bo.results) == 20 })
+	bo.waitFor("acks forwarded upstream", 10*time.Second, func() bool { return bo.acks >= 20 })
+	if got := len(fleet.Terminal("l1").Persons()); got != 20 {
+		t.Errorf("terminal has %d persons, want 20", got)
+	}
+	stop()
+}

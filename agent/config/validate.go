@@ -96,9 +96,7 @@ var upstreamSchemes = map[string]bool{"mqtt": false, "tcp": false, "mqtts": true
 func (d *decoder) validateUpstream(c *Config) {
 	u := c.Upstream
 	if u.URL == "" {
-		if c.Broker == nil {
-			d.errf("upstream.url", "required without an embedded [broker]")
-		}
+		d.errf("upstream.url", "required (leave [upstream] out to use the embedded [broker])")
 	} else if p, err := url.Parse(u.URL); err != nil {
 		d.errf("upstream.url", "%v", err)
 	} else if tls, ok := upstreamSchemes[p.Scheme]; !ok {
