@@ -47,3 +47,31 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// FuzzApplyOverrides: no override panics, an error always names a position, and an
+// accepted override yields a configuration that prints and loads back.
+func FuzzApplyOverrides(f *testing.F) {
+	base, err := Load("testdata/serial.toml", &Options{LookupEnv: noEnv})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add([]byte("[dispatch]\nretry_interval = \"5s\"\n[[devices]]\nid = \"m1\"\nheartbeat = false\n"))
+	f.Add([]byte("[dispatch]\nmax_tries = 0\n"))
+	f.Add([]byte("[broker]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ApplyOverrides(base, data)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "override") {
+				t.Fatalf("error without a position: %q", err)
+			}
+			return
+		}
+		var out bytes.Buffer
+		if err := c.WriteTOML(&out); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Parse("fz", out.Bytes(), &Options{LookupEnv: noEnv}); err != nil {
+			t.Fatalf("overridden config does not load: %v\n%s", err, out.String())
+		}
+	})
+}
