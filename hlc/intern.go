@@ -23,6 +23,8 @@ const (
 var (
 	internSeed  = maphash.MakeSeed()
 	internTable [internSlots]atomic.Pointer[string]
+	// internEvictions picks which of the two candidate slots a miss evicts.
+	internEvictions atomic.Uint32
 )
 
 // internNode returns string(b), from the table when it holds it.
@@ -48,7 +50,10 @@ func internNode(b []byte) string {
 		internTable[i].Store(&s)
 	case pj == nil:
 		internTable[j].Store(&s)
-	case h&(1<<20) == 0: // both taken: evict one, chosen by a hash bit so neither is favoured
+	case internEvictions.Add(1)&1 == 0:
+		// Both taken: evict one, alternating rather than by a hash bit. With a fixed choice,
+		// two busy ids whose chosen slots coincide would evict each other on every call
+		// forever; alternating lets each settle in a slot the other does not want.
 		internTable[i].Store(&s)
 	default:
 		internTable[j].Store(&s)
