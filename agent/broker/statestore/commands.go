@@ -2,8 +2,10 @@ package statestore
 
 import (
 	"bytes"
+	"math"
 	"strconv"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/seed0e69bba5/faceagent/hlc"
@@ -90,6 +92,12 @@ type setOptions struct {
 	px      int64 // ms; 0: none
 }
 
+// maxPX is the longest PX accepted, about 292 years: the longest time.Duration
+// in milliseconds. A longer one would overflow the deadline (the key vanished
+// at once behind an +OK) or the sweeper's timer (it spun every millisecond),
+// so it is an integer overflow, which the protocol calls a syntax error.
+const maxPX = int64(math.MaxInt64 / int64(time.Millisecond))
+
 func parseSetOptions(args [][]byte) (o setOptions, ok bool) {
 	for i := 0; i < len(args); i++ {
 		switch a := args[i]; {
@@ -100,7 +108,7 @@ func parseSetOptions(args [][]byte) (o setOptions, ok bool) {
 		case equalFold(a, "PX") && o.px == 0 && i+1 < len(args):
 			i++
 			n, err := strconv.ParseInt(unsafe.String(unsafe.SliceData(args[i]), len(args[i])), 10, 64)
-			if err != nil || n <= 0 {
+			if err != nil || n <= 0 || n > maxPX {
 				return o, false
 			}
 			o.px = n

@@ -70,8 +70,7 @@ func (s *Store) sweepLoop() {
 		next := s.sweep()
 		var fire <-chan time.Time
 		if next != 0 {
-			d := time.Duration(next-s.now()) * time.Millisecond
-			timer.Reset(max(d, time.Millisecond))
+			timer.Reset(untilDeadline(next, s.now()))
 			fire = timer.C
 		}
 		select {
@@ -81,6 +80,18 @@ func (s *Store) sweepLoop() {
 		case <-s.wakeSweeper:
 		}
 	}
+}
+
+// untilDeadline is the sweeper's sleep until the deadline next (Unix ms), at
+// least a millisecond. It never overflows: a wrapped negative duration would
+// make the sweeper wake every millisecond until the far deadline. maxPX keeps
+// new deadlines in range; the clamp also covers a snapshot's.
+func untilDeadline(next, now int64) time.Duration {
+	ms := next - now
+	if next < now { // also a wrapped subtraction
+		ms = 0
+	}
+	return max(time.Duration(min(ms, maxPX))*time.Millisecond, time.Millisecond)
 }
 
 // sweep removes every expired key and returns the next deadline (0: none).
