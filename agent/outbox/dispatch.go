@@ -74,7 +74,7 @@ func (o *Outbox) pump(d *device) {
 		if it.tries > 1 {
 			d.live.c.retries++
 		}
-		o.sends = append(o.sends, sendJob{dev: d.id, cmd: Command{
+		o.sends = append(o.sends, sendJob{dev: d.id, timeout: o.settings.RetryInterval, cmd: Command{
 			MessageID: it.id(), TaskID: it.task(), DeviceID: d.id, Op: o.t.opOf(it), PersonID: it.person(),
 			Payload: it.payloadBytes(), Try: int(it.tries),
 		}})

@@ -63,7 +63,9 @@
 // Per device: FIFO by intake order, one command in flight, the next sent when the ack
 // arrives. The ack timeout is Settings.RetryInterval; a command not acked in time is sent
 // again after RetryInterval·2^(tries-1) (capped at MaxBackoff, with jitter), and after
-// MaxTries sends it is Failed. A non-zero ack code fails it at once. Failed commands are
+// MaxTries sends it is Failed. Each Send gets a context that expires with the ack timeout, so
+// a transport that blocks (a wedged serial line) costs one try, not the device. A non-zero
+// ack code fails it at once. Failed commands are
 // reported, kept for FailedRetention after the report (RetryFailed brings them back), then
 // purged. A device is online for HeartbeatTimeout after a heartbeat or an ack; an offline
 // device gets nothing, and a command in flight when it goes silent returns to the head of

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/journal"
 )
@@ -84,8 +85,9 @@ type pendingAdd struct {
 }
 
 type sendJob struct {
-	dev string
-	cmd Command
+	dev     string
+	cmd     Command
+	timeout time.Duration // the ack timeout in force when the command was sent
 }
 
 // Open opens (creating if needed) the message table in dir, replays its journal, and
@@ -455,7 +457,13 @@ func (o *Outbox) startSendsLocked() {
 		o.wg.Add(1)
 		go func(s sendJob) {
 			defer o.wg.Done()
-			if err := o.sender.Send(o.ctx, s.dev, s.cmd); err != nil {
+			// A Send may block forever (a serial write to a wedged terminal): bound it by the
+			// ack timeout. Past it the try is lost anyway, and an unbounded Send would let the
+			// retry start a second Send for the device while the first still hangs.
+			ctx, cancel := context.WithTimeout(o.ctx, s.timeout)
+			err := o.sender.Send(ctx, s.dev, s.cmd)
+			cancel()
+			if err != nil {
 				o.sendFailed(s.dev, s.cmd.MessageID, s.cmd.Try, err)
 				if o.afterSendFailed != nil {
 					o.afterSendFailed()

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -477,4 +478,44 @@ func TestCompactionBoundsTheJournal(t *testing.T) {
 	}
 	e.o.Heartbeat("d")
 	e.expectSend("last", 2)
+}
+
+// A Send that blocks (a serial write to a wedged terminal) is bounded by the ack timeout:
+// it returns, the try is counted, and the command is retried; no Send runs forever.
+func TestSendIsBoundedByTheAckTimeout(t *testing.T) {
+	e := newEnv(t, Options{Journal: fastJournal(), Settings: Settings{RetryInterval: 50 * time.Millisecond, MaxTries: 3, HeartbeatTimeout: time.Hour}})
+	type call struct {
+		deadline    time.Time
+		hasDeadline bool
+		err         error
+	}
+	calls := make(chan call, 1)
+	e.o.sender = SenderFunc(func(ctx context.Context, _ string, _ Command) error {
+		dl, ok := ctx.Deadline()
+		<-ctx.Done() // a wedged transport: returns only when told to
+		calls <- call{dl, ok, ctx.Err()}
+		return ctx.Err()
+	})
+	handled := make(chan struct{}, 1)
+	e.o.afterSendFailed = func() { handled <- struct{}{} }
+	start := time.Now()
+	e.o.Heartbeat("d")
+	e.enqueue("m1", "d", "p")
+	var c call
+	select {
+	case c = <-calls:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a blocked Send was never cancelled: it has no deadline")
+	}
+	if !c.hasDeadline || c.deadline.Sub(start) > time.Second || !errors.Is(c.err, context.DeadlineExceeded) {
+		t.Fatalf("Send's context: deadline %v (set %v), err %v", c.deadline.Sub(start), c.hasDeadline, c.err)
+	}
+	select {
+	case <-handled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the timed-out Send was not handled")
+	}
+	if st := e.status("d"); st.InFlight != "" || st.Queued != 1 || st.Sent != 1 {
+		t.Fatalf("after the timed-out Send: %+v", st)
+	}
 }

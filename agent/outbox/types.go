@@ -56,7 +56,9 @@ type Command struct {
 // Sender delivers a command to a device. The outbox calls Send from its own goroutine, at
 // most one command per device at a time, never while holding a lock. A nil error means
 // "handed to the transport"; the outcome arrives later through Ack. An error counts as a
-// failed try. Send must return when ctx is cancelled (Close cancels it).
+// failed try. ctx expires after the ack timeout (Settings.RetryInterval, real time) and is
+// cancelled by Close: Send must return when it is done (a Send that does not may still run
+// when the retry calls Send again for the same device).
 type Sender interface {
 	Send(ctx context.Context, deviceID string, cmd Command) error
 }
