@@ -85,7 +85,8 @@ func TestARMSmoke(t *testing.T) {
 	defer notify.Close()
 
 	var logs bytes.Buffer
-	agent := exec.Command(qemu, agentBin, "-config", cfg)
+	// The Cortex-A7 is the ARMv7 floor of the boards that run this binary (boards' qemu_cpu).
+	agent := exec.Command(qemu, "-cpu", "cortex-a7", agentBin, "-config", cfg)
 	agent.Env = append(os.Environ(), "NOTIFY_SOCKET="+filepath.Join(dir, "notify"))
 	agent.Stdout, agent.Stderr = &logs, &logs
 	if err := agent.Start(); err != nil {
