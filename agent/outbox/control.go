@@ -105,7 +105,7 @@ func (o *Outbox) purgeRetained(now int64) {
 }
 
 // Pause stops dispatch to a device (remote control). A command in flight finishes normally.
-// The pause is journalled: it survives a restart.
+// The pause is journalled: it returns once the pause is on disk and survives a restart.
 func (o *Outbox) Pause(deviceID string) error { return o.setPaused(deviceID, true) }
 
 // Resume lifts Pause.
@@ -113,42 +113,69 @@ func (o *Outbox) Resume(deviceID string) error { return o.setPaused(deviceID, fa
 
 func (o *Outbox) setPaused(deviceID string, paused bool) error {
 	o.mu.Lock()
-	defer o.mu.Unlock()
+	seq, err := o.setPausedLocked(deviceID, paused)
+	o.mu.Unlock()
+	return o.waitDurable(seq, err)
+}
+
+func (o *Outbox) setPausedLocked(deviceID string, paused bool) (journal.Seq, error) {
 	if err := o.usable(); err != nil {
-		return err
+		return 0, err
 	}
 	d := o.dev(deviceID)
 	if d.paused == paused {
-		return nil
+		return 0, nil
 	}
 	kind := uint8(kindResume)
 	if paused {
 		kind = kindPause
 	}
-	if _, err := o.appendApply(&record{Kind: kind, Device: deviceID}, false); err != nil {
-		return err
+	seq, err := o.appendApply(&record{Kind: kind, Device: deviceID}, false)
+	if err != nil {
+		return 0, err
 	}
 	o.pump(d)
 	o.rearm()
 	o.startSendsLocked()
+	return seq, nil
+}
+
+// waitDurable waits, without o.mu, for a control record to reach the disk: a control
+// command is answered only once its effect survives a restart.
+func (o *Outbox) waitDurable(seq journal.Seq, err error) error {
+	if err != nil || seq == 0 {
+		return err
+	}
+	if err := o.j.Wait(seq); err != nil {
+		return o.journalErr(err)
+	}
 	return nil
 }
 
 // RetryFailed schedules the failed commands of a device ("" for every device) again with
-// zero tries, and returns how many. A failed command that a later scheduled one for the same
-// person has made moot is left failed.
+// zero tries, and returns how many once that is on disk. A failed command that a later
+// scheduled one for the same person has made moot is left failed.
 func (o *Outbox) RetryFailed(deviceID string) (int, error) {
 	o.mu.Lock()
-	defer o.mu.Unlock()
-	if err := o.usable(); err != nil {
+	n, seq, err := o.retryFailedLocked(deviceID)
+	o.mu.Unlock()
+	if err := o.waitDurable(seq, err); err != nil {
 		return 0, err
+	}
+	return n, nil
+}
+
+func (o *Outbox) retryFailedLocked(deviceID string) (int, journal.Seq, error) {
+	if err := o.usable(); err != nil {
+		return 0, 0, err
 	}
 	ids := o.failedIDs(deviceID, true)
 	if len(ids) == 0 {
-		return 0, nil
+		return 0, 0, nil
 	}
-	if _, err := o.appendApply(&record{Kind: kindReset, IDs: ids}, false); err != nil {
-		return 0, err
+	seq, err := o.appendApply(&record{Kind: kindReset, IDs: ids}, false)
+	if err != nil {
+		return 0, 0, err
 	}
 	for _, d := range o.t.devices {
 		if deviceID == "" || d.id == deviceID {
@@ -158,26 +185,35 @@ func (o *Outbox) RetryFailed(deviceID string) (int, error) {
 	}
 	o.rearm()
 	o.startSendsLocked()
-	return len(ids), nil
+	return len(ids), seq, nil
 }
 
 // PurgeFailed drops the failed commands of a device ("" for every device), reported or not,
-// and returns how many.
+// and returns how many once that is on disk.
 func (o *Outbox) PurgeFailed(deviceID string) (int, error) {
 	o.mu.Lock()
-	defer o.mu.Unlock()
-	if err := o.usable(); err != nil {
+	n, seq, err := o.purgeFailedLocked(deviceID)
+	o.mu.Unlock()
+	if err := o.waitDurable(seq, err); err != nil {
 		return 0, err
+	}
+	return n, nil
+}
+
+func (o *Outbox) purgeFailedLocked(deviceID string) (int, journal.Seq, error) {
+	if err := o.usable(); err != nil {
+		return 0, 0, err
 	}
 	ids := o.failedIDs(deviceID, false)
 	if len(ids) == 0 {
-		return 0, nil
+		return 0, 0, nil
 	}
-	if _, err := o.appendApply(&record{Kind: kindPurge, IDs: ids}, false); err != nil {
-		return 0, err
+	seq, err := o.appendApply(&record{Kind: kindPurge, IDs: ids}, false)
+	if err != nil {
+		return 0, 0, err
 	}
 	o.rearm()
-	return len(ids), nil
+	return len(ids), seq, nil
 }
 
 func (o *Outbox) failedIDs(deviceID string, retry bool) []string {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -517,5 +519,99 @@ func TestSendIsBoundedByTheAckTimeout(t *testing.T) {
 	}
 	if st := e.status("d"); st.InFlight != "" || st.Queued != 1 || st.Sent != 1 {
 		t.Fatalf("after the timed-out Send: %+v", st)
+	}
+}
+
+// gateFS holds every fsync while closed, so a test can see whether a call waits for one.
+type gateFS struct {
+	journal.OSFS
+	mu      sync.Mutex
+	gate    chan struct{} // nil: open
+	entered chan struct{}
+}
+
+type gateFile struct {
+	*os.File
+	fs *gateFS
+}
+
+func (g *gateFS) OpenFile(name string, flag int, perm os.FileMode) (journal.File, error) {
+	f, err := os.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return &gateFile{f, g}, nil
+}
+
+func (g *gateFS) close() { g.mu.Lock(); g.gate = make(chan struct{}); g.mu.Unlock() }
+
+func (g *gateFS) open() {
+	g.mu.Lock()
+	if g.gate != nil {
+		close(g.gate)
+		g.gate = nil
+	}
+	g.mu.Unlock()
+}
+
+func (f *gateFile) Sync() error {
+	f.fs.mu.Lock()
+	gate := f.fs.gate
+	f.fs.mu.Unlock()
+	if gate != nil {
+		select {
+		case f.fs.entered <- struct{}{}:
+		default:
+		}
+		<-gate
+	}
+	return f.File.Sync()
+}
+
+// Control commands are answered only once their record is on disk: "the pause survives a
+// restart" must hold from the moment Pause returns.
+func TestControlCommandsWaitForTheDisk(t *testing.T) {
+	g := &gateFS{entered: make(chan struct{}, 1)}
+	e := newEnv(t, Options{Journal: journal.Options{Sync: journal.SyncAlways, FS: g}})
+	t.Cleanup(g.open)
+	e.enqueue("m1", "d", "p")
+	e.o.Heartbeat("d")
+	e.expectSend("m1", 1)
+	e.o.Ack("d", "m1", 7, "no such person") // refused: Failed, for RetryFailed below
+
+	calls := map[string]func() error{
+		"Pause":  func() error { return e.o.Pause("d") },
+		"Resume": func() error { return e.o.Resume("d") },
+		"RetryFailed": func() error {
+			n, err := e.o.RetryFailed("d")
+			if err == nil && n != 1 {
+				err = fmt.Errorf("retried %d", n)
+			}
+			return err
+		},
+	}
+	for _, name := range []string{"Pause", "Resume", "RetryFailed"} {
+		g.close()
+		done := make(chan error, 1)
+		go func() { done <- calls[name]() }()
+		select {
+		case <-g.entered:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no fsync", name)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("%s returned (%v) while its record's fsync was held", name, err)
+		case <-time.After(100 * time.Millisecond): // a negative: nothing to wait on
+		}
+		g.open()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s never returned", name)
+		}
 	}
 }
