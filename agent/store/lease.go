@@ -254,7 +254,16 @@ func (l *Lease) run() {
 			return
 		case <-renew.C:
 			sent := time.Now()
-			ctx, cancel := context.WithTimeout(context.Background(), l.every)
+			// The renewal blocks this loop, so it must not outlive the lease: otherwise a
+			// renewal hanging on a dead link would hold back the loss (expiry timer or
+			// DELETE notification) for up to RenewEvery, while the holder still acts.
+			deadline := sent.Add(l.every)
+			l.mu.Lock()
+			if l.expires.Before(deadline) {
+				deadline = l.expires
+			}
+			l.mu.Unlock()
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
 			v, err := l.c.Set(ctx, l.name, []byte(l.holder), &SetOptions{Condition: NotExistsOrEqual, Expiry: l.ttl})
 			cancel()
 			switch {
