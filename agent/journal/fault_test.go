@@ -158,3 +158,41 @@ func TestDiskFullDuringSnapshotKeepsLog(t *testing.T) {
 		t.Fatalf("log after failed snapshot: %v", got)
 	}
 }
+
+// A Checkpoint whose rotation fails makes the journal refuse appends; OnFailure must say so
+// then, not only at the owner's next append.
+func TestFailedCheckpointCallsOnFailure(t *testing.T) {
+	dir := t.TempDir()
+	ffs := &faultFS{budget: -1}
+	var mu sync.Mutex
+	var failures []error
+	j := openT(t, dir, &Options{FS: ffs, OnFailure: func(err error) {
+		mu.Lock()
+		failures = append(failures, err)
+		mu.Unlock()
+	}})
+	defer j.Close()
+	if err := j.Append([]byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	ffs.mu.Lock()
+	ffs.syncErr = syscall.EIO
+	ffs.mu.Unlock()
+	if _, err := j.Checkpoint(); !errors.Is(err, ErrFailed) {
+		t.Fatalf("checkpoint with a failing fsync: %v", err)
+	}
+	mu.Lock()
+	n := len(failures)
+	mu.Unlock()
+	if n != 1 {
+		t.Fatalf("OnFailure called %d times after the failed checkpoint, want 1", n)
+	}
+	if err := j.Append([]byte("x")); !errors.Is(err, ErrFailed) {
+		t.Fatalf("append after a failed checkpoint: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(failures) != 1 {
+		t.Fatalf("OnFailure called %d times in all, want once", len(failures))
+	}
+}

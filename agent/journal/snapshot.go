@@ -39,11 +39,20 @@ func (j *Journal) checkpoint() checkpointResult {
 	}
 	if j.segSize > fileHeaderSize {
 		if err := j.rotate(); err != nil {
+			// The segment may be closed now: appends must be refused, and the owner told,
+			// as after a failed batch.
 			j.mu.Lock()
-			if j.err == nil {
+			first := j.err == nil
+			if first {
 				j.err = err
 			}
 			j.mu.Unlock()
+			if first {
+				j.log.Error("journal refuses appends", "dir", j.dir, "err", err)
+				if j.opts.OnFailure != nil {
+					j.opts.OnFailure(err)
+				}
+			}
 			return checkpointResult{err: err}
 		}
 	}
