@@ -166,7 +166,7 @@ func New(opts *Options) (*Broker, error) {
 			srv.Close()
 			return nil, fmt.Errorf("broker: data dir: %w", err)
 		}
-		err := srv.AddHook(new(bolt.Hook), &bolt.Options{
+		err := srv.AddHook(new(sessionStore), &bolt.Options{
 			Path:    filepath.Join(o.DataDir, SessionsFile),
 			Options: &bbolt.Options{Timeout: defaultBoltTimeout},
 		})

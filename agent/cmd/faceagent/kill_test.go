@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -343,14 +342,6 @@ func TestSIGKILLExternalUpstream(t *testing.T) {
 // killed half way through — results queued for it are kept by the broker, and results not
 // yet marked reported are published again after the restart.
 func TestResultsSurviveSIGKILL(t *testing.T) {
-	// Known gap, left for the broker: after the embedded broker restarts, a back office
-	// resuming its persistent session (SessionPresent = true) receives nothing published
-	// after it reconnected, while a fresh subscriber gets every result (300 of 300 in
-	// this test). agent/broker's persistence test covers only messages queued while the
-	// client was away. Remove this skip once restored subscriptions route again.
-	if os.Getenv("FACEAGENT_TEST_RESTORED_SESSIONS") == "" {
-		t.Skip("the embedded broker does not route to restored persistent sessions yet (set FACEAGENT_TEST_RESTORED_SESSIONS=1 to run)")
-	}
 	dir := t.TempDir()
 	addr := testutil.FreeAddr(t)
 	ids := []string{"q1", "q2"}

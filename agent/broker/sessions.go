@@ -1,0 +1,55 @@
+package broker
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/mochi-mqtt/server/v2/hooks/storage"
+	"github.com/mochi-mqtt/server/v2/hooks/storage/bolt"
+)
+
+// sessionStore is mochi's bolt storage hook with restored in-flight messages mended.
+//
+// mochi v2.7.9's bolt hook stores an outgoing QoS 1/2 message without its packet id
+// (OnQosPublish leaves storage.Message.PacketID unset), so after a restart every restored
+// in-flight message carries packet id 0: they collapse into one entry, and resending it is
+// a malformed PUBLISH that makes a conforming client drop the connection. A back office
+// resuming its persistent session then received nothing at all. The packet id is still in
+// the record's key ("IFM_" + client id + ":" + packet id), so it is recovered from there.
+type sessionStore struct {
+	bolt.Hook
+}
+
+// StoredInflightMessages returns the stored in-flight messages with their packet ids;
+// a record whose key holds no valid packet id cannot be resent and is left out.
+func (h *sessionStore) StoredInflightMessages() ([]storage.Message, error) {
+	msgs, err := h.Hook.StoredInflightMessages()
+	if err != nil {
+		return nil, err
+	}
+	kept := msgs[:0]
+	for _, m := range msgs {
+		id, ok := inflightPacketID(m.ID)
+		if !ok {
+			h.Log.Warn("dropping a stored in-flight message without a packet id", "key", m.ID, "client", m.Client)
+			continue
+		}
+		m.PacketID = id
+		kept = append(kept, m)
+	}
+	return kept, nil
+}
+
+// inflightPacketID reads the packet id that ends a bolt in-flight key. Client ids may
+// contain ':', so the id is what follows the last one.
+func inflightPacketID(key string) (uint16, bool) {
+	i := strings.LastIndexByte(key, ':')
+	if i < 0 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(key[i+1:], 10, 16)
+	if err != nil || n == 0 {
+		return 0, false
+	}
+	return uint16(n), true
+}
