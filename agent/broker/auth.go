@@ -104,6 +104,17 @@ func (h *authHook) Provides(b byte) bool {
 }
 
 func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
+	if !h.authenticate(pk) {
+		return false
+	}
+	// mochi publishes a will without asking OnACLCheck, so a will could reach
+	// any topic, a notification topic included: check it once the user is
+	// known. The refusal is CONNACK 0x86 (mochi's only answer to a false
+	// here), not 0x87, so that user names cannot be probed through wills.
+	return !pk.Connect.WillFlag || h.OnACLCheck(cl, pk.Connect.WillTopic, true)
+}
+
+func (h *authHook) authenticate(pk packets.Packet) bool {
 	name := pk.Connect.Username
 	if len(name) == 0 {
 		return h.allowAnonymous && len(pk.Connect.Password) == 0
@@ -145,6 +156,12 @@ func (h *authHook) rules(cl *mqtt.Client) *Rules {
 }
 
 func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
+	if write && isNotifyTopic(topic) {
+		// Only the store writes notifications (straight to the connection,
+		// wire fact 4); mochi does not ask about inline clients. A client that
+		// could publish here could forge another client's notifications.
+		return false
+	}
 	r := h.rules(cl)
 	if r == nil {
 		return true
@@ -162,6 +179,13 @@ func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 		}
 	}
 	return false
+}
+
+// isNotifyTopic reports whether topic is under the store's notification
+// topics (NotifyTopicPrefix/{HEX(clientId)}/command/notify/{HEX(key)}).
+func isNotifyTopic(topic string) bool {
+	return strings.HasPrefix(topic, NotifyTopicPrefix) &&
+		(len(topic) == len(NotifyTopicPrefix) || topic[len(NotifyTopicPrefix)] == '/')
 }
 
 // keyAccess adapts a client's key rules to statestore.KeyAccess.

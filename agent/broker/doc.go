@@ -66,7 +66,10 @@
 //
 // A list left out allows everything; an empty list allows nothing. A key
 // outside the prefixes is answered "-ERR not authorized"; a topic outside
-// the rules is refused as MQTT refuses it (PUBACK or SUBACK 0x87). Without
+// the rules is refused as MQTT refuses it (PUBACK or SUBACK 0x87); a CONNECT
+// whose will names such a topic is refused (CONNACK 0x86). Nobody may
+// publish under the notification topics, whatever the rules: only the store
+// writes there, so notifications cannot be forged. Without
 // a user name a client is let in only with AllowAnonymous, under the rules
 // of an optional [anonymous] table (or Options.Anonymous; neither: all):
 //

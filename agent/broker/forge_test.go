@@ -1,0 +1,68 @@
+package broker
+
+import (
+	"context"
+	"net"
+	"testing"
+
+	"github.com/eclipse/paho.golang/paho"
+)
+
+// TestNotificationsCannotBeForged: the notification topics belong to the
+// store. Before, any client allowed to publish could send a made-up
+// "NOTIFY DELETE" or "NOTIFY SET VALUE x" to another client's notification
+// topic, and a client that subscribed to it (ours does, to work behind other
+// brokers) took it for the store's: a lease holder gave its lease up.
+func TestNotificationsCannotBeForged(t *testing.T) {
+	b := startBroker(t, Options{})
+	victimTopic := NotifyTopic("victim", []byte("lease"))
+	victim := dial(t, b.Addr(), "victim", dialOptions{subscribe: []string{NotifyTopicPrefix + "/#"}})
+	attacker := dial(t, b.Addr(), "attacker", dialOptions{})
+	forged := []byte("*2\r\n$6\r\nNOTIFY\r\n$6\r\nDELETE\r\n")
+	for _, qos := range []byte{0, 1} {
+		pr, err := attacker.c.Publish(context.Background(), &paho.Publish{QoS: qos, Topic: victimTopic, Payload: forged, Retain: true})
+		if qos == 1 && (err == nil || pr == nil || pr.ReasonCode != 0x87) {
+			t.Errorf("QoS 1 publish to a notification topic: %+v %v, want PUBACK 0x87", pr, err)
+		}
+	}
+	victim.none()
+	// A late subscriber finds nothing retained either.
+	late := dial(t, b.Addr(), "late", dialOptions{subscribe: []string{NotifyTopicPrefix + "/#"}})
+	late.none()
+	// The store's own notifications still reach the victim.
+	victim.do(cmd("KEYNOTIFY", "lease"), req{})
+	attacker.do(cmd("SET", "lease", "x"), req{})
+	if n := victim.next(); n.Topic != victimTopic || string(n.Payload) != "*4\r\n$6\r\nNOTIFY\r\n$3\r\nSET\r\n$5\r\nVALUE\r\n$1\r\nx\r\n" {
+		t.Fatalf("store notification %q on %q", n.Payload, n.Topic)
+	}
+	victim.none()
+}
+
+// TestWillCannotBypassTopicRules: mochi publishes a will without asking the
+// ACL hook, so a will used to reach any topic, the notification topics and
+// topics a user's rules deny included. Such a CONNECT is now refused.
+func TestWillCannotBypassTopicRules(t *testing.T) {
+	b := startBroker(t, Options{})
+	connectWithWill := func(id, topic string) error {
+		conn, err := net.Dial("tcp", b.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := paho.NewClient(paho.ClientConfig{Conn: conn, OnClientError: func(error) {}})
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		_, err = c.Connect(ctx, &paho.Connect{ClientID: id, KeepAlive: 30, CleanStart: true,
+			WillMessage: &paho.WillMessage{Topic: topic, QoS: 1, Payload: []byte("*2\r\n$6\r\nNOTIFY\r\n$6\r\nDELETE\r\n")}})
+		if err == nil {
+			_ = c.Disconnect(&paho.Disconnect{})
+		}
+		_ = conn.Close()
+		return err
+	}
+	if err := connectWithWill("forger", NotifyTopic("victim", []byte("lease"))); err == nil {
+		t.Error("CONNECT with a will on a notification topic accepted")
+	}
+	if err := connectWithWill("honest", "devices/honest/status"); err != nil {
+		t.Errorf("CONNECT with an ordinary will: %v", err)
+	}
+}
