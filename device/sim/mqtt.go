@@ -25,8 +25,9 @@ type mqttTerm struct {
 	ready                       chan struct{} // closed after the first subscription
 	readyOnce                   sync.Once
 
-	mu sync.Mutex
-	cm *autopaho.ConnectionManager // nil while offline
+	mu     sync.Mutex
+	cm     *autopaho.ConnectionManager // nil while offline
+	closed bool                        // close ran: connect must not start a connection
 }
 
 func newMQTTTerm(t *Terminal, g *group, server *url.URL) *mqttTerm {
@@ -59,13 +60,20 @@ func (m *mqttTerm) connect() error {
 			OnPublishReceived: []func(paho.PublishReceived) (bool, error){m.onPublish},
 		},
 	}
+	// Under m.mu, so that a reconnect racing with close (a terminal's "back online" timer
+	// firing as the fleet closes) either starts before close, which then stops it, or not
+	// at all. A connection started after close would outlive the fleet, and its reconnects
+	// would hold a broker's Close forever. NewConnection only starts goroutines.
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
 	cm, err := autopaho.NewConnection(context.Background(), cfg)
 	if err != nil {
 		return err
 	}
-	m.mu.Lock()
 	m.cm = cm
-	m.mu.Unlock()
 	return nil
 }
 
@@ -158,6 +166,7 @@ func (m *mqttTerm) close() {
 	m.mu.Lock()
 	cm := m.cm
 	m.cm = nil
+	m.closed = true
 	m.mu.Unlock()
 	if cm != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -442,3 +442,29 @@ func TestDuplicateIsAckedNotReExecuted(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 }
+
+// A terminal's "back online" timer may fire as its fleet closes. The reconnect must not
+// outlive the fleet: a leftover connection reconnected to the broker while it closed and
+// held mochi's Close forever (seen as a hung `go test -count 8`).
+func TestMQTTTerminalDoesNotReconnectAfterClose(t *testing.T) {
+	_, url := startMochi(t)
+	f, err := StartMQTT(url, []string{"x"}, Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m := f.Terminal("x").tr.(*mqttTerm)
+	f.Close()
+	m.setOnline(true) // what the back-online timer does when it wins the race with Close
+	m.mu.Lock()
+	cm := m.cm
+	m.mu.Unlock()
+	if cm != nil {
+		cm.Disconnect(ctx)
+		t.Fatal("the terminal opened a new connection after its fleet closed")
+	}
+}
