@@ -56,18 +56,21 @@
 //
 // At-least-once. Enqueue returns nil only when the task is in the journal. After a crash,
 // a command that was in flight is sent again with the same message id, and its tries are
-// kept; terminals must treat a repeated message id as a duplicate and ack it again. An ack
-// that arrives after its timeout still completes the command; a second ack is ignored. A
-// result may be reported twice after a crash (MarkReported is not waited for), never lost.
+// kept (all but a try made in the last moments before the crash: see Caveats); terminals
+// must treat a repeated message id as a duplicate and ack it again. An ack that arrives
+// after its timeout still completes the command; a second ack is ignored. Results returns
+// a result only once the record that finished the command is on disk, so the outcome
+// reported for a message id never changes across a crash; the same result may be reported
+// twice (MarkReported is not waited for), never lost: a back office dedupes results by
+// message id.
 //
 // Per device: FIFO by intake order, one command in flight, the next sent when the ack
 // arrives. The ack timeout is Settings.RetryInterval; a command not acked in time is sent
 // again after RetryInterval·2^(tries-1) (capped at MaxBackoff, with jitter), and after
-// MaxTries sends it is Failed. Each Send gets a context that expires with the ack timeout, so
-// a transport that blocks (a wedged serial line) costs one try, not the device. A non-zero
-// ack code fails it at once. Failed commands are
-// reported, kept for FailedRetention after the report (RetryFailed brings them back), then
-// purged. A device is online for HeartbeatTimeout after a heartbeat or an ack; an offline
+// MaxTries sends it is Failed. Each Send gets a context that expires with the ack timeout,
+// so a transport that blocks (a wedged serial line) costs one try, not the device. A
+// non-zero ack code fails it at once. Failed commands are reported, kept until
+// FailedRetention after they failed (RetryFailed brings them back), then purged. A device is online for HeartbeatTimeout after a heartbeat or an ack; an offline
 // device gets nothing, and a command in flight when it goes silent returns to the head of
 // its queue without spending the try. BreakerThreshold unacked tries in a row open the
 // device's breaker for BreakerCooldown (doubling up to 16x); other devices never wait for it.
@@ -99,12 +102,22 @@
 //
 // # Caveats
 //
-//   - Sends, retries, finishes and reports are journalled lazily (journal.AppendLazy): they
-//     are written with the next fsync somebody waits for (an Enqueue, Results), or within
-//     50 ms, so that an ack is followed by the next send in microseconds and a stream of acks
-//     costs a few fsyncs a second. A crash can lose the last of them: a try may go uncounted,
-//     a finished command may be sent once more, a result reported twice. All within
-//     at-least-once; intake is always waited for, and Results returns only durable results.
+//   - Sends, retries, requeues, finishes, reports and retention purges are journalled lazily
+//     (journal.AppendLazy): they are written with the next fsync somebody waits for (an
+//     Enqueue, Results, a control command), or within the journal's LazyDelay (50 ms), so
+//     that an ack is followed by the next send in microseconds and a stream of acks costs a
+//     few fsyncs a second (an fsync after every ack cut dispatch to 57% of what the
+//     terminals could take: docs/benchmarks.md).
+//     A crash (power cut or kill) loses those of the last LazyDelay, and only these things
+//     can repeat: a send then is not counted, so the command is sent again with the tries it
+//     had before (a command whose every send kills the process at once, e.g. a panicking
+//     Sender, is therefore resent at each start and never reaches MaxTries); an ack then is
+//     forgotten, so the command is sent again and the terminal acks the duplicate (its result
+//     was not offered yet: Results waits for the finish record); a MarkReported then is
+//     forgotten, so the same result is offered again; a coalescing then is forgotten, so the
+//     superseded command is sent after all, ahead of the one that superseded it; a
+//     retention purge then is forgotten and done again. No accepted task is lost, and intake
+//     and control commands are always waited for.
 //   - After the journal fails (disk full, I/O error) the outbox stops dispatching and refuses
 //     intake with ErrJournal; Err reports it. Close and Open again once the cause is fixed:
 //     the table is rebuilt from what is on disk.

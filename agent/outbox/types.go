@@ -93,7 +93,7 @@ type Settings struct {
 	MaxTries         int           // sends before a command is Failed. Default 5.
 	HeartbeatTimeout time.Duration // silence after which a device is offline. Default 30s.
 	MaxBackoff       time.Duration // cap of the exponential backoff. Default 1m.
-	FailedRetention  time.Duration // how long reported failures are kept (for RetryFailed). Default 168h.
+	FailedRetention  time.Duration // how long after failing a reported failure is kept (for RetryFailed). Default 168h.
 	BreakerThreshold int           // consecutive unacked tries that open a device's breaker. Default 5.
 	BreakerCooldown  time.Duration // first open period; doubles per trip up to 16x. Default 30s.
 }
