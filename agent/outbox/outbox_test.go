@@ -615,3 +615,44 @@ func TestControlCommandsWaitForTheDisk(t *testing.T) {
 		}
 	}
 }
+
+// The finish record is journalled lazily, but a result is offered only once it is on disk:
+// otherwise a crash could forget an outcome that was already reported, and the resend could
+// report a different one.
+func TestResultsWaitForTheFinishRecord(t *testing.T) {
+	g := &gateFS{entered: make(chan struct{}, 1)}
+	e := newEnv(t, Options{Journal: journal.Options{Sync: journal.SyncAlways, FS: g}})
+	t.Cleanup(g.open)
+	e.enqueue("m1", "d", "p")
+	e.o.Heartbeat("d")
+	e.expectSend("m1", 1)
+	g.close()
+	e.o.Ack("d", "m1", 0, "")
+	done := make(chan []Result, 1)
+	go func() {
+		r, err := e.o.Results(10)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	select {
+	case <-g.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no fsync")
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("Results returned %+v while the finish record's fsync was held", r)
+	case <-time.After(100 * time.Millisecond): // a negative: nothing to wait on
+	}
+	g.open()
+	select {
+	case r := <-done:
+		if len(r) != 1 || r[0].MessageID != "m1" || r[0].Status != Succeeded {
+			t.Fatalf("results: %+v", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Results never returned")
+	}
+}
