@@ -142,17 +142,22 @@ func (c *Client) Ready() bool {
 }
 
 // WaitReady blocks until the client is connected and subscribed to its response topic, or ctx
-// ends, or the client is closed.
+// ends, or the client is closed. It fails at once with ErrNotConnected when the broker
+// refused the response topic's subscription on the connection that is up.
 func (c *Client) WaitReady(ctx context.Context) error {
 	for {
 		c.mu.Lock()
-		st, ch := c.state, c.readyCh
+		st, ch, refused := c.state, c.readyCh, c.readyErr
 		c.mu.Unlock()
 		switch st {
 		case stateReady:
 			return nil
 		case stateClosed:
 			return ErrClosed
+		case stateSubscribing:
+			if refused != nil {
+				return fmt.Errorf("%w: %w", ErrNotConnected, refused)
+			}
 		}
 		select {
 		case <-ch:
@@ -340,7 +345,11 @@ func (c *Client) resync(cm *autopaho.ConnectionManager, gen uint64) {
 		return
 	}
 	if err != nil {
+		// This connection can never serve a request: wake WaitReady and the requests
+		// waiting in register, which see readyErr, instead of leaving them to their deadlines.
 		c.readyErr = err
+		close(c.readyCh)
+		c.readyCh = make(chan struct{})
 		c.mu.Unlock()
 		c.opts.Logger.Error("store: subscribe failed", "err", err)
 		return
