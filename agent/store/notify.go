@@ -71,6 +71,7 @@ type keyWatch struct {
 	known    bool // exists/version hold a state seen from the store
 	exists   bool
 	version  hlc.Timestamp
+	notified uint64 // counts the notifications applied, so rewatch can tell one came
 }
 
 // KeyNotify registers for notifications of key (KEYNOTIFY) and returns a Watch delivering
@@ -151,6 +152,12 @@ func (c *Client) KeyNotifyStop(ctx context.Context, key string) error {
 // difference becomes a Resync notification (nothing is sent the first time, when no state
 // is known yet).
 func (c *Client) rewatch(ctx context.Context, key string) error {
+	c.mu.Lock()
+	var seen uint64
+	if kw := c.watches[key]; kw != nil {
+		seen = kw.notified
+	}
+	c.mu.Unlock()
 	if err := c.keyNotify(ctx, key, false); err != nil {
 		return err
 	}
@@ -163,6 +170,12 @@ func (c *Client) rewatch(ctx context.Context, key string) error {
 	defer c.mu.Unlock()
 	kw := c.watches[key]
 	if kw == nil {
+		return nil
+	}
+	if kw.notified != seen {
+		// A notification came after the KEYNOTIFY: the watchers have a state at least as
+		// new as the GET's, which may be older (the store ran the GET before that change,
+		// and its notification overtook the GET's response). A Resync would go back in time.
 		return nil
 	}
 	changed := kw.known && (exists != kw.exists || (exists && hlc.Compare(e.Version, kw.version) != 0))
@@ -207,6 +220,7 @@ func (c *Client) onNotify(p *paho.Publish) {
 		return // already delivered as a Resync notification
 	}
 	kw.known, kw.exists, kw.version = true, n.Op == OpSet, version
+	kw.notified++
 	for _, w := range kw.watchers {
 		w.push(n)
 	}
