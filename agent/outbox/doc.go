@@ -97,7 +97,9 @@
 //     journal reproduces the table (the property test checks it at every restart).
 //   - At most one command per device is InFlight.
 //   - A task accepted by Enqueue stays in the table until its result was marked reported.
-//   - Unfinished commands never exceed MaxQueued, nor MaxQueuedPerDevice on one device.
+//   - Unfinished commands never exceed MaxQueued, nor MaxQueuedPerDevice on one device;
+//     intake also stops while MaxQueued results wait to be reported. Reported failures held
+//     for RetryFailed are bounded by FailedRetention only.
 //   - At most one timer is armed; none when nothing waits for a deadline.
 //
 // # Caveats

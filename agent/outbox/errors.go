@@ -16,7 +16,8 @@ var (
 	// Options.MaxQueuedPerDevice commands waiting (backpressure: refuse, never run out of memory).
 	ErrDeviceFull = errors.New("outbox: device queue full")
 
-	// ErrFull is returned by Enqueue when the table holds Options.MaxQueued unfinished commands.
+	// ErrFull is returned by Enqueue when the table holds Options.MaxQueued unfinished commands,
+	// or Options.MaxQueued results that were not reported yet.
 	ErrFull = errors.New("outbox: message table full")
 
 	// ErrInvalidTask is returned by Enqueue for a task without a message id or device id.

@@ -27,7 +27,8 @@ type Options struct {
 	Devices map[string]DeviceConfig
 	// MaxQueuedPerDevice bounds the unfinished commands of one device. Default 10,000.
 	MaxQueuedPerDevice int
-	// MaxQueued bounds the unfinished commands of all devices. Default 100,000.
+	// MaxQueued bounds the unfinished commands of all devices, and separately the results
+	// not yet reported. Default 100,000.
 	MaxQueued int
 	// CompactAfter is how many dead journal records trigger a snapshot (and only once they
 	// also outnumber the live ones). Default 50,000.
@@ -315,6 +316,12 @@ func (o *Outbox) EnqueueBatch(tasks []Task) (errs []error) {
 		}
 		if n := o.t.active + len(o.pending); n >= o.maxAll {
 			errs[i] = fmt.Errorf("%w: %d unfinished commands (max_queued %d)", ErrFull, n, o.maxAll)
+			continue
+		}
+		if n := len(o.t.results); n >= o.maxAll {
+			// Finished commands stay in memory until their result is reported: while the
+			// reporter cannot publish, intake must stop too, or the table grows without bound.
+			errs[i] = fmt.Errorf("%w: %d results not yet reported (max_queued %d)", ErrFull, n, o.maxAll)
 			continue
 		}
 		d := o.dev(t.DeviceID)

@@ -656,3 +656,23 @@ func TestResultsWaitForTheFinishRecord(t *testing.T) {
 		t.Fatal("Results never returned")
 	}
 }
+
+// Finished commands stay in the table until reported. While the reporter cannot publish,
+// intake must hit a bound too, or the table grows without one.
+func TestUnreportedResultsAreBounded(t *testing.T) {
+	e := newEnv(t, Options{Journal: fastJournal(), MaxQueued: 2,
+		Devices: map[string]DeviceConfig{"d": {NoHeartbeat: true}}})
+	for _, id := range []string{"m1", "m2"} {
+		e.enqueue(id, "d", id)
+		e.expectSend(id, 1)
+		e.o.Ack("d", id, 0, "")
+	}
+	err := e.o.Enqueue(Task{MessageID: "m3", DeviceID: "d"})
+	if !errors.Is(err, ErrFull) || !strings.Contains(err.Error(), "not yet reported") {
+		t.Fatalf("intake with %d unreported results: %v", e.o.Stats().Unreported, err)
+	}
+	if err := e.o.MarkReported("m1"); err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue("m3", "d", "m3")
+}
