@@ -80,9 +80,17 @@
 //     POSTed; a task listed again after it finished is executed again (at-least-once).
 //   - Deadletters are not journalled: with an external broker they go through a bounded
 //     queue and are dropped (and logged at debug) when it is full or the broker is away.
-//   - Forwarded acks and heartbeats are informational and not journalled.
+//   - Forwarded acks and heartbeats are informational and not journalled. With either
+//     broker they go through a bounded queue (4096 messages upstream, 1024 embedded) and
+//     one goroutine, off the path from a terminal's ack to its next command; when the
+//     queue is full they are dropped (logged at debug).
 //   - The broker's client quotas (max_clients, max_packet_size, receive_maximum,
 //     max_queued_messages) are set on mochi's capabilities after broker.New, because
 //     agent/broker.Options has no fields for them yet.
 //   - GOMEMLIMIT in the environment wins over agent.gomemlimit.
+//   - Embedded broker: mochi drops a QoS 1 message meant for a connected subscriber whose
+//     pending-writes queue (MaximumClientWritesPending, 8192 messages) is full, and the
+//     inline publish does not report it; a result dropped so for a stalled back office is
+//     still marked reported. The same queue, allocated per client, is most of the
+//     memory a connected terminal costs (64 KiB); see docs/benchmarks.md.
 package agent
