@@ -30,9 +30,13 @@
 // request's correlation data.
 //
 // Preconditions: a response topic equal to InvokeTopic or starting with
-// NotifyTopicPrefix disconnects the client with CodeForbiddenResponseTopic; a
+// NotifyTopicPrefix, or that is no valid topic name (wildcards, $SYS,
+// $share), disconnects the client with CodeForbiddenResponseTopic; a
 // request without a response topic is dropped and logged (there is nowhere
-// to answer); a request not sent with QoS 1 or without correlation data is
+// to answer). For a user with publish rules the response topic must lie
+// under clients/{clientId}/ or clients/{HEX(clientId)}/ (what the SDKs use)
+// or be allowed by those rules; otherwise the request is refused (PUBACK
+// 0x87), since responses are published without an ACL check. A request not sent with QoS 1 or without correlation data is
 // answered with "-ERR " + ErrTextQoS or ErrTextNoCorrelation.
 //
 // KEYNOTIFY notifications are written straight to the connection that

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/eclipse/paho.golang/paho"
 )
@@ -64,5 +65,47 @@ func TestWillCannotBypassTopicRules(t *testing.T) {
 	}
 	if err := connectWithWill("honest", "devices/honest/status"); err != nil {
 		t.Errorf("CONNECT with an ordinary will: %v", err)
+	}
+}
+
+// TestResponseTopicNeedsPublishRights: the store publishes responses without
+// an ACL check, so a client could have a value it SET published, through a
+// GET, on any topic its rules deny. A response topic must now be under the
+// client's own clients/{id}/ or clients/{HEX(id)}/, or allowed by its
+// publish rules; one with wildcards is forbidden outright.
+func TestResponseTopicNeedsPublishRights(t *testing.T) {
+	b := startBroker(t, Options{UsersFile: writeUsersFile(t)})
+	victim := dial(t, b.Addr(), "999", dialOptions{user: "agent", password: "agent-secret", subscribe: []string{"dev/999/#"}})
+	dev := dial(t, b.Addr(), "2042253", dialOptions{user: "device", password: "device-secret"})
+	if p := dev.do(cmd("SET", "faceagent/gw-01/devices/2042253", "forged command"), req{}); string(p.Payload) != "+OK\r\n" {
+		t.Fatalf("SET: %q", p.Payload)
+	}
+	denied := "dev/999/Commands"
+	_, _, err := dev.publish(cmd("GET", "faceagent/gw-01/devices/2042253"), req{responseTopic: &denied})
+	if err == nil {
+		t.Error("request with a response topic outside the publish rules: PUBACK success, want 0x87")
+	}
+	// Allowed: the SDKs' response topics (the helper's is clients/{HEX(id)}/…),
+	// clients/{id}/…, and a topic the rules allow.
+	for _, rt := range []string{"clients/2042253/services/statestore/_any_/command/invoke/response", "dev/2042253/responses"} {
+		rt := rt
+		if _, _, err := dev.publish(cmd("GET", "x"), req{responseTopic: &rt}); err != nil {
+			t.Errorf("response topic %s refused: %v", rt, err)
+		}
+	}
+	if p := dev.do(cmd("GET", "faceagent/gw-01/devices/2042253"), req{}); string(p.Payload) != "$14\r\nforged command\r\n" {
+		t.Fatalf("GET on the own response topic: %q", p.Payload)
+	}
+	victim.none()
+
+	wild := "dev/2042253/+"
+	_, _, _ = dev.publish(cmd("GET", "k"), req{responseTopic: &wild, timeout: 100 * time.Millisecond})
+	select {
+	case d := <-dev.disconnected:
+		if d.ReasonCode != CodeForbiddenResponseTopic.Code {
+			t.Fatalf("disconnect reason %d", d.ReasonCode)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("wildcard response topic: no DISCONNECT")
 	}
 }

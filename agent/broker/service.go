@@ -106,13 +106,25 @@ func (s *service) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet,
 		return pk, nil
 	}
 	rt := pk.Properties.ResponseTopic
-	if rt == InvokeTopic || strings.HasPrefix(rt, NotifyTopicPrefix) {
+	// A response topic with wildcards, or under $SYS or $share, is no topic
+	// name at all (mochi does not check the property): as forbidden.
+	if rt == InvokeTopic || strings.HasPrefix(rt, NotifyTopicPrefix) || (rt != "" && !mqtt.IsValidFilter(rt, true)) {
 		s.log.Warn("state store: forbidden response topic, disconnecting", "client", cl.ID, "response_topic", rt)
 		_ = s.srv.DisconnectClient(cl, CodeForbiddenResponseTopic)
 		return pk, packets.ErrRejectPacket
 	}
 	if rt == "" {
 		s.log.Warn("state store: request without a response topic dropped", "client", cl.ID)
+		return pk, packets.CodeSuccessIgnore
+	}
+	if !s.auth.responseTopicAllowed(cl, rt) {
+		// The responder publishes without an ACL check: a response topic the
+		// client may not publish to would let it publish there (a value it
+		// SET, through a GET) by way of the store.
+		s.log.Warn("state store: response topic not authorized, request refused", "client", cl.ID, "response_topic", rt)
+		if pk.FixedHeader.Qos > 0 && cl.Properties.ProtocolVersion == 5 {
+			return pk, packets.ErrNotAuthorized // PUBACK 0x87
+		}
 		return pk, packets.CodeSuccessIgnore
 	}
 	s.serve(cl, &pk)
