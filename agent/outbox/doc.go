@@ -75,9 +75,12 @@
 // its queue without spending the try. BreakerThreshold unacked tries in a row open the
 // device's breaker for BreakerCooldown (doubling up to 16x); other devices never wait for it.
 //
-// Coalescing: when a task arrives for a person who already has an unsent command on the
-// same device, the older one is Superseded (whitelist commands are idempotent; the last one
-// wins). The command in flight is never touched. Dedupe: a message id already in the table,
+// Coalescing: when a task arrives for a person who already has a command on the same
+// device that was never sent, the older one is Superseded (whitelist commands are
+// idempotent; the last one wins). The command in flight is never touched, nor one that was
+// sent and waits for its retry (its ack may still come); the later command follows it. A
+// command sent before a restart counts as sent; one sent to a device that then went
+// offline has its try refunded and counts as never sent once it holds no tries. Dedupe: a message id already in the table,
 // being stored, or among the last 8192 that left it is refused with ErrDuplicate.
 //
 // # On-disk format

@@ -390,8 +390,8 @@ func (o *Outbox) journalErr(err error) error {
 	return fmt.Errorf("%w: %w", ErrJournal, err)
 }
 
-// applyAdd puts a durable add into the table and coalesces: of the unsent commands for one
-// person on one device, only the latest stays.
+// applyAdd puts a durable add into the table and coalesces: of the never-sent commands for
+// one person on one device, only the latest stays.
 func (o *Outbox) applyAdd(r *record) {
 	d := o.dev(r.Device)
 	prev := d.sched[r.Person]
@@ -402,7 +402,11 @@ func (o *Outbox) applyAdd(r *record) {
 	if it == nil || it.status != Scheduled {
 		return
 	}
-	if r.Person != "" && prev != nil && prev.status == Scheduled {
+	// Only a command never sent is superseded (DESIGN.md "Coalescing"). One that was sent
+	// and waits for its retry may still be working in the terminal, whose late ack would
+	// come after the next command had already been sent: two in flight for the terminal.
+	// It is left to finish; the later command follows it (the last one still wins).
+	if r.Person != "" && prev != nil && prev.status == Scheduled && prev.tries == 0 {
 		if prev.ord < it.ord {
 			o.finishItem(prev, Superseded, "superseded by "+it.id())
 		} else {

@@ -676,3 +676,30 @@ func TestUnreportedResultsAreBounded(t *testing.T) {
 	}
 	e.enqueue("m3", "d", "m3")
 }
+
+// A command that was sent and waits for its retry is not superseded: the terminal may still
+// be working on it, and sending the later command at once would put two in flight there.
+func TestCoalescingLeavesASentCommandAlone(t *testing.T) {
+	e := newEnv(t, Options{Journal: fastJournal(), Settings: Settings{RetryInterval: time.Second, HeartbeatTimeout: time.Hour}})
+	e.o.Heartbeat("d")
+	e.enqueue("m1", "d", "951")
+	e.expectSend("m1", 1)
+	e.clock.Advance(time.Second) // no ack in time: m1 waits for its retry
+	e.enqueue("m2", "d", "951")
+	if st := e.status("d"); st.InFlight != "" || st.Queued != 2 || st.Superseded != 0 {
+		t.Fatalf("a sent command was superseded, or the next one sent at once: %+v", st)
+	}
+	e.o.Ack("d", "m1", 0, "") // the late ack
+	e.expectSend("m2", 1)
+	e.enqueue("m3", "d", "951") // m2 is in flight: untouched
+	e.enqueue("m4", "d", "951") // m3 was never sent: superseded
+	e.o.Ack("d", "m2", 0, "")
+	e.expectSend("m4", 1)
+	got := ""
+	for _, r := range e.results() {
+		got += fmt.Sprintf("%s:%s ", r.MessageID, r.Status)
+	}
+	if got != "m1:succeeded m3:superseded m2:succeeded " {
+		t.Fatalf("results: %s", got)
+	}
+}
