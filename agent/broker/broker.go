@@ -161,12 +161,14 @@ func New(opts *Options) (*Broker, error) {
 	if err := srv.AddHook(b.auth, nil); err != nil {
 		return nil, err
 	}
+	var sessions *sessionStore
 	if o.DataDir != "" {
 		if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
 			srv.Close()
 			return nil, fmt.Errorf("broker: data dir: %w", err)
 		}
-		err := srv.AddHook(new(sessionStore), &bolt.Options{
+		sessions = new(sessionStore)
+		err := srv.AddHook(sessions, &bolt.Options{
 			Path:    filepath.Join(o.DataDir, SessionsFile),
 			Options: &bbolt.Options{Timeout: defaultBoltTimeout},
 		})
@@ -174,6 +176,10 @@ func New(opts *Options) (*Broker, error) {
 			srv.Close()
 			return nil, fmt.Errorf("broker: sessions: %w", err)
 		}
+	}
+	if err := srv.AddHook(newTakeoverGuard(srv, sessions, o.Logger), nil); err != nil {
+		srv.Close()
+		return nil, err
 	}
 	storeOpts := &statestore.Options{
 		Node:         o.StateStoreNode,

@@ -4,8 +4,10 @@ import (
 	"strconv"
 	"strings"
 
+	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/storage"
 	"github.com/mochi-mqtt/server/v2/hooks/storage/bolt"
+	"github.com/mochi-mqtt/server/v2/packets"
 )
 
 // sessionStore is mochi's bolt storage hook with restored in-flight messages mended.
@@ -52,4 +54,15 @@ func inflightPacketID(key string) (uint16, bool) {
 		return 0, false
 	}
 	return uint16(n), true
+}
+
+// OnQosDropped keeps the record of a message cleared from a session that was taken over:
+// mochi copied it to the new client under the same packet id (so the record is still that
+// message), or the takeover guard redelivers it and stores it again. Deleting it, as the
+// bolt hook does, would leave copied messages in flight but no longer on disk.
+func (h *sessionStore) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
+	if cl.IsTakenOver() {
+		return
+	}
+	h.Hook.OnQosDropped(cl, pk)
 }
