@@ -96,9 +96,13 @@
 //
 // # Caveats
 //
-//   - With DataDir, every QoS 1 delivery is an fsynced bbolt write made on
-//     the publisher's read loop (mochi's design), state store responses
-//     included: expect hundreds, not thousands, of requests a second.
+//   - With DataDir, every QoS 1 delivery to a session that outlives its
+//     connection (MQTT 5 session expiry > 0, 3.1.1 clean session off, or one
+//     resumed) is an fsynced bbolt write, and its acknowledgement another, made
+//     on the publisher's read loop (mochi's design), state store responses
+//     included: expect hundreds, not thousands, of such messages a second.
+//     Sessions that started clean and end with their connection are not
+//     written (ephemeral.go), nor are mochi's $SYS counters.
 //   - TLS certificates are read once, in New; rotating them needs a restart.
 //   - A bcrypt check runs for every CONNECT with a user name (about 0.1 s at
 //     cost 10 on an ARM gateway); it only delays that client, but a flood of
