@@ -56,22 +56,25 @@ func reportThroughput(b *testing.B, tasks int, elapsed, cpu time.Duration) {
 //
 //   - agent: the agent end to end. Each op is 20 tasks per terminal (1,280 tasks;
 //     FACEAGENT_BENCH_PER_TERMINAL changes the 20) submitted in batches of 64 and followed
-//     to their last result.
+//     to their last result. Broker sessions in memory ([broker] persist = false).
+//   - agent-persist: the same with the default persist = true: the embedded broker keeps
+//     sessions in bbolt (mochi's storage hook) in data_dir.
 //   - poll500ms: the field report's design, same terminals and broker kind, for contrast:
 //     a loop that wakes every 500 ms and sends each device at most one command per tick
 //     (the next only on a later tick, after the ack). Each op is 4 tasks per terminal.
 func BenchmarkThroughput64x20ms(b *testing.B) {
-	b.Run("agent", benchAgentThroughput)
+	b.Run("agent", func(b *testing.B) { benchAgentThroughput(b, false) })
+	b.Run("agent-persist", func(b *testing.B) { benchAgentThroughput(b, true) })
 	b.Run("poll500ms", benchPollThroughput)
 }
 
-func benchAgentThroughput(b *testing.B) {
+func benchAgentThroughput(b *testing.B, persist bool) {
 	perTerminal := 20
 	if n, err := strconv.Atoi(os.Getenv("FACEAGENT_BENCH_PER_TERMINAL")); err == nil && n > 0 {
 		perTerminal = n
 	}
 	ids := make([]string, benchTerminals)
-	src := fmt.Sprintf("[agent]\ngateway_id = \"gw-b\"\ndata_dir = %q\n[broker]\nlisten = \"127.0.0.1:0\"\npersist = false\n[journal]\nsync = \"batch\"\n[dispatch]\nretry_interval = \"2s\"\n[log]\nlevel = \"error\"\n", b.TempDir())
+	src := fmt.Sprintf("[agent]\ngateway_id = \"gw-b\"\ndata_dir = %q\n[broker]\nlisten = \"127.0.0.1:0\"\npersist = %v\n[journal]\nsync = \"batch\"\n[dispatch]\nretry_interval = \"2s\"\n[log]\nlevel = \"error\"\n", b.TempDir(), persist)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("b%02d", i)
 		src += fmt.Sprintf("[[devices]]\nid = %q\n", ids[i])
