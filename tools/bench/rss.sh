@@ -23,7 +23,8 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-go build -o "$tmp/faceagent" ./agent/cmd/faceagent
+# The daemon as released (make cross): static, stripped.
+CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$tmp/faceagent" ./agent/cmd/faceagent
 go build -o "$tmp/facesim" ./tools/facesim
 go build -o "$tmp/taskctl" ./tools/taskctl
 
