@@ -59,16 +59,19 @@ func reportThroughput(b *testing.B, tasks int, elapsed, cpu time.Duration) {
 //     to their last result. Broker sessions in memory ([broker] persist = false).
 //   - agent-persist: the same with the default persist = true: the embedded broker keeps
 //     sessions in bbolt (mochi's storage hook) in data_dir.
+//   - agent-persist-bo: the same with a back office whose session outlives its connection
+//     (expiry 1 h), so that every result and forwarded ack is kept in bbolt until acked.
 //   - poll500ms: the field report's design, same terminals and broker kind, for contrast:
 //     a loop that wakes every 500 ms and sends each device at most one command per tick
 //     (the next only on a later tick, after the ack). Each op is 4 tasks per terminal.
 func BenchmarkThroughput64x20ms(b *testing.B) {
 	b.Run("agent", func(b *testing.B) { benchAgentThroughput(b, false) })
 	b.Run("agent-persist", func(b *testing.B) { benchAgentThroughput(b, true) })
+	b.Run("agent-persist-bo", func(b *testing.B) { benchAgentThroughput(b, true, 3600) })
 	b.Run("poll500ms", benchPollThroughput)
 }
 
-func benchAgentThroughput(b *testing.B, persist bool) {
+func benchAgentThroughput(b *testing.B, persist bool, backOfficeSessionExpiry ...uint32) {
 	perTerminal := 20
 	if n, err := strconv.Atoi(os.Getenv("FACEAGENT_BENCH_PER_TERMINAL")); err == nil && n > 0 {
 		perTerminal = n
@@ -95,7 +98,11 @@ func benchAgentThroughput(b *testing.B, persist bool) {
 	if err := fleet.WaitReady(ctx); err != nil {
 		b.Fatal(err)
 	}
-	bo := connectBackOffice(b, addr, "gw-b")
+	var expiry uint32
+	if len(backOfficeSessionExpiry) > 0 {
+		expiry = backOfficeSessionExpiry[0]
+	}
+	bo := connectBackOfficeSession(b, addr, "gw-b", expiry)
 	seq := 0
 	round := func(n int) {
 		var batch []intake.Task

@@ -35,6 +35,13 @@ type backOffice struct {
 
 func connectBackOffice(t testing.TB, addr, gw string) *backOffice {
 	t.Helper()
+	return connectBackOfficeSession(t, addr, gw, 0)
+}
+
+// connectBackOfficeSession connects a back office whose session outlives the connection
+// by sessionExpiry seconds (0: it ends with the connection).
+func connectBackOfficeSession(t testing.TB, addr, gw string, sessionExpiry uint32) *backOffice {
+	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +76,11 @@ func connectBackOffice(t testing.TB, addr, gw string) *backOffice {
 		}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := bo.c.Connect(ctx, &paho.Connect{ClientID: "backoffice", KeepAlive: 30, CleanStart: true}); err != nil {
+	connect := &paho.Connect{ClientID: "backoffice", KeepAlive: 30, CleanStart: true}
+	if sessionExpiry > 0 {
+		connect.Properties = &paho.ConnectProperties{SessionExpiryInterval: &sessionExpiry}
+	}
+	if _, err := bo.c.Connect(ctx, connect); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := bo.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{
