@@ -222,7 +222,7 @@ func (o *Outbox) failedIDs(deviceID string, retry bool) []string {
 		if it.status != Failed || (deviceID != "" && it.dev.id != deviceID) {
 			continue
 		}
-		if s := it.dev.sched[it.person()]; retry && it.person() != "" && s != nil && s.ord > it.ord {
+		if s := it.dev.scheduledFor(it.person()); retry && it.person() != "" && s != nil && s.ord > it.ord {
 			continue
 		}
 		ids = append(ids, id)

@@ -394,7 +394,7 @@ func (o *Outbox) journalErr(err error) error {
 // one person on one device, only the latest stays.
 func (o *Outbox) applyAdd(r *record) {
 	d := o.dev(r.Device)
-	prev := d.sched[r.Person]
+	prev := d.scheduledFor(r.Person)
 	if err := o.t.apply(r); err != nil {
 		return
 	}

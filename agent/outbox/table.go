@@ -67,13 +67,26 @@ type result struct {
 
 type device struct {
 	id       string
-	queue    []*item          // Scheduled items, ascending ord (FIFO)
-	sched    map[string]*item // person -> its Scheduled item (coalescing)
+	queue    []*item               // Scheduled items, ascending ord (FIFO)
+	sched    map[string]schedEntry // person -> its Scheduled items (coalescing)
 	inflight *item
 	paused   bool
 	failed   int        // Failed messages held (reported or not)
 	live     deviceLive // not journalled
 }
+
+// schedEntry indexes one person's Scheduled items on a device. Usually there is one (a
+// later never-sent command supersedes an earlier one), but a command that was sent and
+// waits for its retry is not superseded, so a later one for the same person can wait behind
+// it. The entry must depend only on which items are Scheduled, never on the order they got
+// there: a replayed table (from a snapshot or from the full log) has to build the same one.
+type schedEntry struct {
+	latest *item // the Scheduled item with the highest ord
+	n      int   // how many Scheduled items the person has
+}
+
+// scheduledFor returns person's latest Scheduled item on d, or nil.
+func (d *device) scheduledFor(person string) *item { return d.sched[person].latest }
 
 type table struct {
 	items   map[string]*item
@@ -175,7 +188,7 @@ func (t *table) device(id string) *device {
 	d := t.devices[id]
 	if d == nil {
 		id = strings.Clone(id)
-		d = &device{id: id, sched: map[string]*item{}}
+		d = &device{id: id, sched: map[string]schedEntry{}}
 		d.live.heapIdx = -1
 		t.devices[id] = d
 	}
@@ -188,9 +201,12 @@ func (d *device) enqueue(it *item) {
 	if it.person() == "" {
 		return
 	}
-	if cur := d.sched[it.person()]; cur == nil || cur.ord < it.ord {
-		d.sched[it.person()] = it
+	e := d.sched[it.person()]
+	e.n++
+	if e.latest == nil || e.latest.ord < it.ord {
+		e.latest = it
 	}
+	d.sched[it.person()] = e
 }
 
 func (d *device) dequeue(it *item) {
@@ -202,13 +218,34 @@ func (d *device) dequeue(it *item) {
 		} else {
 			d.queue = slices.Delete(d.queue, i, i+1)
 		}
-	}
-	if it.person() != "" && d.sched[it.person()] == it {
-		delete(d.sched, it.person())
+		if p := it.person(); p != "" {
+			switch e := d.sched[p]; {
+			case e.n <= 1:
+				delete(d.sched, p)
+			default:
+				// Another command for the person still waits: it becomes the latest. Only
+				// when two are queued for one person is the queue searched.
+				e.n--
+				if e.latest == it {
+					e.latest = d.latestQueued(p)
+				}
+				d.sched[p] = e
+			}
+		}
 	}
 	if len(d.queue) == 0 {
 		d.queue = nil // let a drained queue's array go
 	}
+}
+
+// latestQueued returns the queued item for person with the highest ord, or nil.
+func (d *device) latestQueued(person string) *item {
+	for i := len(d.queue) - 1; i >= 0; i-- {
+		if d.queue[i].person() == person {
+			return d.queue[i]
+		}
+	}
+	return nil
 }
 
 // detach takes it out of its device's queue or in-flight slot.
@@ -433,8 +470,8 @@ func (t *table) dump() string {
 			fmt.Fprintf(&b, " inflight=%s", d.inflight.id())
 		}
 		persons := make([]string, 0, len(d.sched))
-		for p, it := range d.sched {
-			persons = append(persons, p+"="+it.id())
+		for p, e := range d.sched {
+			persons = append(persons, fmt.Sprintf("%s=%s/%d", p, e.latest.id(), e.n))
 		}
 		slices.Sort(persons)
 		fmt.Fprintf(&b, " sched=%v\n", persons)
