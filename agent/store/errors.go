@@ -63,6 +63,11 @@ var (
 	// ErrConnectionLost is returned at once for a request in flight when the connection
 	// dropped; it may or may not have been applied. Retryable.
 	ErrConnectionLost = errors.New("store: connection lost while the request was in flight")
+	// ErrNoResponder is returned at once when the broker reported that the request reached no
+	// subscriber (PUBACK reason 0x10, "No matching subscribers"): no state store is listening
+	// behind the broker, for example while the store itself reconnects. The request was not
+	// applied. Retryable. (The embedded store never reports it.)
+	ErrNoResponder = errors.New("store: no state store is subscribed to the request topic")
 	// ErrClosed is returned for requests made after Close.
 	ErrClosed = errors.New("store: client closed")
 	// ErrProtocol is wrapped by errors about responses the client cannot understand (a
@@ -71,10 +76,12 @@ var (
 )
 
 // Retryable reports whether err says the request did not get an answer because of the link
-// (ErrNotConnected, ErrConnectionLost, ErrTimeout): the same request may succeed later. A
-// caller that retries a non-idempotent request must accept it may be applied twice.
+// or a store that is not there yet (ErrNotConnected, ErrConnectionLost, ErrTimeout,
+// ErrNoResponder): the same request may succeed later. A caller that retries a
+// non-idempotent request must accept it may be applied twice.
 func Retryable(err error) bool {
-	return errors.Is(err, ErrNotConnected) || errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrTimeout)
+	return errors.Is(err, ErrNotConnected) || errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrTimeout) ||
+		errors.Is(err, ErrNoResponder)
 }
 
 type timeoutError struct{}

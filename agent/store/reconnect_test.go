@@ -58,8 +58,10 @@ func TestWatchDeliversSetAndDelete(t *testing.T) {
 func TestBrokerRestart(t *testing.T) {
 	m, r := mosquittoStore(t)
 	// The responder reconnects to the restarted broker too, and may subscribe after the client
-	// resent KEYNOTIFY: a short timeout lets the client's retry find it.
-	c := connect(t, m.URL, func(o *Options) { o.Timeout = 3 * time.Second })
+	// resent KEYNOTIFY. mosquitto then answers PUBACK 0x10 and the client retries at once
+	// (ErrNoResponder); it used to wait out its request timeout, which under load ate the
+	// test's deadline.
+	c := connect(t, m.URL, nil)
 	ctx := ctxT(t)
 	if _, err := c.Set(ctx, "watched", []byte("before"), nil); err != nil {
 		t.Fatal(err)
@@ -81,15 +83,13 @@ func TestBrokerRestart(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("request did not reach the responder")
 	}
-	start := time.Now()
 	m.Stop()
 	select {
 	case err := <-inflight:
+		// ErrConnectionLost comes only from the link's end, not from the request's timeout
+		// (ErrTimeout): no clock is needed to tell that it failed fast.
 		if !errors.Is(err, ErrConnectionLost) || !Retryable(err) {
 			t.Fatalf("in-flight request: %v, want ErrConnectionLost", err)
-		}
-		if d := time.Since(start); d > 1500*time.Millisecond {
-			t.Errorf("in-flight request failed after %v; the timeout is 3s", d)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("in-flight request did not fail when the link dropped")

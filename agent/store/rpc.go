@@ -77,6 +77,11 @@ func (c *Client) invoke(ctx context.Context, r request) (result, error) {
 	if perr != nil && pr != nil && pr.ReasonCode == 0x87 {
 		perr = fmt.Errorf("%w (PUBACK reason 0x87)", ErrNotAuthorized) // the broker's ACL refused the request
 	}
+	if perr == nil && pr != nil && pr.ReasonCode == 0x10 {
+		// Nobody will ever answer: waiting out the timeout would only hide that no store is
+		// subscribed (behind mosquitto, the store reconnects like any client after a restart).
+		perr = ErrNoResponder
+	}
 	var res result
 	if perr == nil {
 		select {
