@@ -19,6 +19,9 @@ import (
 // session, or MQTT 5 clean start with a session expiry of 0 (which DISCONNECT cannot
 // raise). Such a session never holds a message restored from the store.
 func sessionEndsWithConnection(cl *mqtt.Client) bool {
+	if cl.Net.Inline {
+		return true // see sessionStore.OnSubscribed
+	}
 	if !cl.Properties.Clean {
 		return false
 	}

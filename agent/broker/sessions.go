@@ -66,3 +66,43 @@ func (h *sessionStore) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
 	}
 	h.Hook.OnQosDropped(cl, pk)
 }
+
+// Inline clients (mochi's own and the state store's responder) live only in this process:
+// their subscriptions are made again by the code that owns them at every start. mochi's
+// Server.Subscribe reports an inline subscription to the hooks like a network one, so the
+// bolt hook stored it under the client id "inline"; after a restart mochi restored it as a
+// network subscription of its inline client, and every matching QoS 1 message (each
+// terminal heartbeat and ack) was then stored, held in flight for a client that is never
+// connected, and written to disk, until the in-flight limit.
+
+// OnSubscribed stores a subscription unless it belongs to an inline client.
+func (h *sessionStore) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []byte) {
+	if cl.Net.Inline {
+		return
+	}
+	h.Hook.OnSubscribed(cl, pk, reasonCodes)
+}
+
+// OnUnsubscribed deletes stored subscriptions unless they belong to an inline client.
+func (h *sessionStore) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
+	if cl.Net.Inline {
+		return
+	}
+	h.Hook.OnUnsubscribed(cl, pk)
+}
+
+// StoredSubscriptions leaves out subscriptions stored for mochi's inline client by earlier
+// releases.
+func (h *sessionStore) StoredSubscriptions() ([]storage.Subscription, error) {
+	subs, err := h.Hook.StoredSubscriptions()
+	if err != nil {
+		return nil, err
+	}
+	kept := subs[:0]
+	for _, s := range subs {
+		if s.Client != mqtt.InlineClientId {
+			kept = append(kept, s)
+		}
+	}
+	return kept, nil
+}
