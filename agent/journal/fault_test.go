@@ -6,8 +6,10 @@ import (
 	"io/fs"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // faultFS is the operating system's file layer with a byte budget: a write past it writes
@@ -194,5 +196,48 @@ func TestFailedCheckpointCallsOnFailure(t *testing.T) {
 	defer mu.Unlock()
 	if len(failures) != 1 {
 		t.Fatalf("OnFailure called %d times in all, want once", len(failures))
+	}
+}
+
+// TestWaitReturnsAfterOnFailure: a record in the batch that failed is answered only after
+// OnFailure ran, even when the Wait starts after the writer has recorded the failure, so
+// whoever gets the error also sees the owner's reaction to it.
+func TestWaitReturnsAfterOnFailure(t *testing.T) {
+	ffs := &faultFS{budget: -1}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var reacted atomic.Bool
+	j := openT(t, t.TempDir(), &Options{FS: ffs, OnFailure: func(error) {
+		close(entered)
+		<-release
+		reacted.Store(true)
+	}})
+	defer j.Close()
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock() // before Close, which waits for the writer, even when the test fails
+	ffs.setBudget(0)
+	seq, err := j.AppendAsync([]byte("does-not-fit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-entered // the failure is recorded; OnFailure runs
+	type answer struct {
+		err     error
+		reacted bool
+	}
+	done := make(chan answer, 1)
+	go func() {
+		err := j.Wait(seq)
+		done <- answer{err, reacted.Load()}
+	}()
+	select {
+	case a := <-done:
+		t.Fatalf("Wait returned while OnFailure was still running: %+v", a)
+	case <-time.After(50 * time.Millisecond): // only a chance for a wrong early answer to show
+	}
+	unblock()
+	a := <-done
+	if !errors.Is(a.err, ErrNoSpace) || !a.reacted {
+		t.Fatalf("Wait: %+v, want ErrNoSpace after OnFailure ran", a)
 	}
 }

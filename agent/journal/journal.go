@@ -61,7 +61,10 @@ type Options struct {
 	// Logger receives recovery and failure reports. Default: discard.
 	Logger *slog.Logger
 	// OnFailure, when set, is called once (from the journal's writer goroutine, with no lock
-	// held) when the journal starts refusing appends, with the error it will return.
+	// held) when the journal starts refusing appends, with the error it will return. Waiting
+	// for a record accepted before the failure returns only after OnFailure ran (an append
+	// refused meanwhile may return first). OnFailure must not Wait itself: the writer is
+	// busy running it.
 	OnFailure func(error)
 }
 
@@ -256,18 +259,19 @@ func (j *Journal) Wait(seq Seq) error {
 		j.mu.Unlock()
 		return nil
 	}
-	if j.err != nil {
-		err := j.err
-		j.mu.Unlock()
-		return err
-	}
 	var b *batch
 	hurry := false
 	switch {
+	// The batches are checked before j.err: a record accepted before the journal failed is
+	// answered by its batch, whose waiters wake only after OnFailure ran (see flush).
 	case j.flushing != nil && seq <= j.flushing.last:
 		b = j.flushing
 	case j.open != nil && seq <= j.open.last:
 		b, hurry = j.open, true // it may hold only lazy records: somebody waits now
+	case j.err != nil:
+		err := j.err
+		j.mu.Unlock()
+		return err
 	}
 	j.mu.Unlock()
 	if hurry {
@@ -422,7 +426,6 @@ func (j *Journal) flush() {
 	wrote, err := j.writeBatch(b)
 
 	j.mu.Lock()
-	j.flushing = nil
 	if wrote {
 		j.durable = bt.last
 		j.stats.Records += uint64(n)
@@ -440,18 +443,23 @@ func (j *Journal) flush() {
 		bt.err = err
 	}
 	if !failed {
+		j.flushing = nil
 		j.mu.Unlock()
 		close(bt.done)
 		return
 	}
 	j.mu.Unlock()
 	// Appends are refused from here on; the waiters wake after OnFailure ran, so whoever
-	// sees the error also sees the owner's reaction to it.
+	// sees the error also sees the owner's reaction to it. That includes a Wait that starts
+	// now: j.flushing stays set until then, and Wait looks at it before at j.err.
 	j.log.Error("journal refuses appends", "dir", j.dir, "err", err)
 	if j.opts.OnFailure != nil {
 		j.opts.OnFailure(err)
 	}
 	close(bt.done)
+	j.mu.Lock()
+	j.flushing = nil
+	j.mu.Unlock()
 }
 
 // writeBatch writes b at the end of the open segment and syncs it. wrote says whether the
