@@ -703,3 +703,30 @@ func TestCoalescingLeavesASentCommandAlone(t *testing.T) {
 		t.Fatalf("results: %s", got)
 	}
 }
+
+// Two commands for one person can wait on a device at once (a sent one waiting for its
+// retry, and a later one). When the later one leaves the queue first (here a late ack), the
+// earlier one is still the person's scheduled command: a failed command older than it is
+// moot and RetryFailed must leave it alone, as it would after a restart.
+func TestCoalescingIndexKeepsARetriedCommand(t *testing.T) {
+	e := newEnv(t, Options{Journal: fastJournal(), Settings: Settings{RetryInterval: time.Second, HeartbeatTimeout: time.Hour}})
+	e.o.Heartbeat("d")
+	e.enqueue("m0", "d", "951")
+	e.expectSend("m0", 1)
+	e.o.Ack("d", "m0", 7, "busy") // m0 failed
+	e.enqueue("m1", "d", "951")
+	e.expectSend("m1", 1)
+	e.clock.Advance(time.Second) // no ack in time: m1 waits for its retry
+	e.enqueue("m2", "d", "951")  // m1 was sent: not superseded, m2 queues behind it
+	e.o.Ack("d", "m2", 0, "")    // an ack for m2 before it was sent
+	if st := e.status("d"); st.Queued != 1 || st.InFlight != "" {
+		t.Fatalf("want m1 alone waiting for its retry: %+v", st)
+	}
+	for round := range 2 {
+		n, err := e.o.RetryFailed("d")
+		if err != nil || n != 0 {
+			t.Fatalf("round %d: RetryFailed brought back %d (err %v); m0 is older than the scheduled m1", round, n, err)
+		}
+		e.restart()
+	}
+}
