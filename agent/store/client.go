@@ -327,17 +327,10 @@ func (c *Client) linkDown(gen uint64) {
 // key, because the store forgets KEYNOTIFY registrations when a client disconnects.
 func (c *Client) resync(cm *autopaho.ConnectionManager, gen uint64) {
 	defer c.wg.Done()
-	ctx, cancel := context.WithTimeout(c.ctx, c.opts.Timeout)
-	defer cancel()
-	sub := &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{
-		{Topic: c.respTopic, QoS: 1},
-		// The real service delivers notifications without a subscription (wire fact 4);
-		// subscribing makes deployments behind another broker work too.
-		{Topic: c.notifyPrefix + "+", QoS: 1},
-	}}
-	suback, err := cm.Subscribe(ctx, sub)
-	if err == nil && (len(suback.Reasons) == 0 || suback.Reasons[0] >= 0x80) {
-		err = fmt.Errorf("store: broker refused the subscription to %s (reason %v)", c.respTopic, suback.Reasons)
+	backoff := jitterBackoff(c.opts.ReconnectMin, c.opts.ReconnectMax)
+	suback, err := c.subscribe(cm, gen, backoff)
+	if suback == nil && err == nil {
+		return // the connection went away or the client closed
 	}
 	c.mu.Lock()
 	if c.gen != gen || c.state != stateSubscribing {
@@ -366,7 +359,6 @@ func (c *Client) resync(cm *autopaho.ConnectionManager, gen uint64) {
 		// Not fatal: the real service delivers notifications without it (wire fact 4).
 		c.opts.Logger.Warn("store: broker refused the notification subscription", "reason", suback.Reasons[1])
 	}
-	backoff := jitterBackoff(c.opts.ReconnectMin, c.opts.ReconnectMax)
 	for _, k := range keys {
 		// A failure on a live connection is retried until it succeeds: behind a broker that
 		// is not the store's, the store may be unreachable while the broker is up. A dropped
@@ -387,6 +379,47 @@ func (c *Client) resync(cm *autopaho.ConnectionManager, gen uint64) {
 				t.Stop()
 				return
 			}
+		}
+	}
+}
+
+// subscribe subscribes the connection of generation gen to the response and notification
+// topics. Only the broker's refusal of the response topic is final (returned as err); a
+// SUBSCRIBE that got no SUBACK (timeout under load, a write error) is sent again while the
+// connection lives, since that connection could otherwise never serve a request. It returns
+// nil, nil when the connection went away or the client closed.
+func (c *Client) subscribe(cm *autopaho.ConnectionManager, gen uint64, backoff func(int) time.Duration) (*paho.Suback, error) {
+	sub := &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{
+		{Topic: c.respTopic, QoS: 1},
+		// The real service delivers notifications without a subscription (wire fact 4);
+		// subscribing makes deployments behind another broker work too.
+		{Topic: c.notifyPrefix + "+", QoS: 1},
+	}}
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(c.ctx, c.opts.Timeout)
+		suback, err := cm.Subscribe(ctx, sub)
+		cancel()
+		if suback != nil {
+			// paho reports any refused topic as an error; the notification topic's refusal
+			// is not fatal (resync warns about it), the response topic's is.
+			if len(suback.Reasons) == 0 || suback.Reasons[0] >= 0x80 {
+				return suback, fmt.Errorf("store: broker refused the subscription to %s (reason %v)", c.respTopic, suback.Reasons)
+			}
+			return suback, nil
+		}
+		c.mu.Lock()
+		live := c.gen == gen && c.state == stateSubscribing
+		c.mu.Unlock()
+		if !live || c.ctx.Err() != nil {
+			return nil, nil
+		}
+		c.opts.Logger.Warn("store: subscribe failed, retrying", "attempt", attempt, "err", err)
+		t := time.NewTimer(backoff(attempt))
+		select {
+		case <-t.C:
+		case <-c.ctx.Done():
+			t.Stop()
+			return nil, nil
 		}
 	}
 }
