@@ -51,7 +51,10 @@
 //
 // The client reconnects with exponential backoff and full jitter. Requests in flight when the
 // link drops fail at once with ErrConnectionLost; requests made while it is down fail at once
-// with ErrNotConnected (both Retryable). After a reconnect the client subscribes again, waits
+// with ErrNotConnected (both Retryable). Behind a broker that is not the store, a request no
+// store is subscribed to (the store is reconnecting too) fails at once with ErrNoResponder
+// (Retryable) when the broker says so with PUBACK 0x10, as mosquitto does. After a reconnect
+// the client subscribes again (a SUBSCRIBE without SUBACK is sent again), waits
 // for the SUBACK, sends KEYNOTIFY for every watched key again (the store drops registrations
 // of a disconnected client), GETs each such key and, when it changed meanwhile, delivers a
 // notification with Resync set, so no change goes unnoticed.
