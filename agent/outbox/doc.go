@@ -92,7 +92,10 @@
 // Kinds: 1 add, 2 send, 3 retry, 4 requeue, 5 finish, 6 reported, 7 purge, 8 reset, 9 pause,
 // 10 resume; snapshots use 11 item (a message's whole state), 12 device, 13 recent ids.
 // Decoders skip keys they do not know, so a later release reads these files; kinds and
-// status numbers are never reused.
+// status numbers are never reused. testdata/journal-v1 is a directory written by the release
+// that introduced format 1 (a snapshot and a segment holding every state that survives a
+// restart); TestJournalFixture replays it and checks the exact table. It is never
+// regenerated: a release that changes the format adds journal-v2 beside it.
 //
 // # Invariants
 //
