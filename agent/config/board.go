@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/boards"
@@ -14,6 +15,8 @@ import (
 //
 //	[agent]   gomemlimit, data_dir
 //	[journal] sync, batch_window
+//
+// and its serial ports fill in serial devices without a port (assignBoardPorts).
 //
 // An unknown name is an error wrapping boards.ErrUnknownBoard that lists the known ones.
 func boardProfile(name string) ([]byte, error) {
@@ -31,4 +34,55 @@ func profileTOML(p boards.Profile) []byte {
 		b = fmt.Appendf(b, "batch_window = %s\n", strconv.Quote(time.Duration(p.JournalBatchWindow).String()))
 	}
 	return b
+}
+
+// boardSerialPorts is the default Options.BoardSerialPorts: the boards package's ports.
+func boardSerialPorts(name string) ([]string, error) {
+	p, err := boards.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	return p.SerialPorts, nil
+}
+
+// assignBoardPorts gives each [[devices]] entry with transport = "serial" and no port the
+// next of the board's default ports, in the order the entries appear. A port some entry
+// names explicitly is skipped (explicit ports win, and two terminals cannot share a line).
+// An entry left without a port is an error naming it and the board; without a board,
+// validation reports the missing port as before.
+func (d *decoder) assignBoardPorts(cfg *Config, board string, ports []string) {
+	if board == "" {
+		return
+	}
+	taken := map[string]bool{}
+	for _, dev := range cfg.Devices {
+		if dev.Transport == TransportSerial && dev.Port != "" {
+			taken[dev.Port] = true
+		}
+	}
+	var free []string
+	for _, p := range ports {
+		if !taken[p] {
+			free = append(free, p)
+			taken[p] = true
+		}
+	}
+	for i := range cfg.Devices {
+		dev := &cfg.Devices[i]
+		if dev.Transport != TransportSerial || dev.Port != "" {
+			continue
+		}
+		if len(free) == 0 {
+			key := fmt.Sprintf("devices[%d].port", i)
+			switch {
+			case len(ports) == 0:
+				d.errf(key, "device %q: board %q has no default serial ports; set port", dev.ID, board)
+			default:
+				d.errf(key, "device %q: board %q has %d default serial ports (%s), all taken by earlier devices or explicit ports; set port",
+					dev.ID, board, len(ports), strings.Join(ports, ", "))
+			}
+			continue
+		}
+		dev.Port, free = free[0], free[1:]
+	}
 }

@@ -39,7 +39,9 @@
 //     table's key.
 //   - Durations are strings ("2s", "7d"); a bare number is refused rather than guessed.
 //   - A board profile (package boards) sets agent.gomemlimit, agent.data_dir and
-//     [journal]; every other key keeps its default unless the file sets it.
+//     [journal]; every other key keeps its default unless the file sets it. Its serial
+//     ports go to [[devices]] with transport = "serial" and no port, in file order,
+//     skipping ports named explicitly; a serial device left without one is an error.
 //   - Load reads the file once; reloading (SIGHUP) means calling Load again and swapping
 //     the result in — a Config is never mutated after Load returns.
 package config

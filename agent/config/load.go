@@ -28,6 +28,11 @@ type Options struct {
 	// Board returns the TOML profile (in this package's schema) of a board name; default:
 	// the boards package's profile (see board.go).
 	Board func(name string) ([]byte, error)
+	// BoardSerialPorts returns a board's default serial ports, in the order serial devices
+	// without a port take them. Default: the boards package's Profile.SerialPorts when Board
+	// is left nil too; none when only Board is set (a custom board source has no ports
+	// unless it says so).
+	BoardSerialPorts func(name string) ([]string, error)
 }
 
 func (o *Options) withDefaults() Options {
@@ -43,6 +48,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if out.Board == nil {
 		out.Board = boardProfile
+		if out.BoardSerialPorts == nil {
+			out.BoardSerialPorts = boardSerialPorts
+		}
 	}
 	return out
 }
@@ -80,9 +88,17 @@ func Parse(name string, data []byte, opts *Options) (*Config, error) {
 	cfg.File = name
 	cfg.Broker, cfg.Upstream, cfg.Intake.HTTP = DefaultBroker(), DefaultUpstream(), DefaultIntakeHTTP()
 
-	if board := boardName(raw); board != "" {
+	board := boardName(raw)
+	var boardPorts []string
+	if board != "" {
 		if err := d.applyBoard(cfg, board, o.Board); err != nil {
 			return nil, Errors{err}
+		}
+		if o.BoardSerialPorts != nil {
+			var err error
+			if boardPorts, err = o.BoardSerialPorts(board); err != nil {
+				return nil, Errors{{File: name, Line: d.ix.line("agent.board"), Key: "agent.board", Msg: err.Error(), Err: err}}
+			}
 		}
 	}
 
@@ -110,6 +126,7 @@ func Parse(name string, data []byte, opts *Options) (*Config, error) {
 		cfg.Intake.HTTP = nil
 	}
 
+	d.assignBoardPorts(cfg, board, boardPorts)
 	d.resolveSecrets(cfg, o)
 	d.validate(cfg)
 	if len(d.errs) > 0 {

@@ -216,7 +216,7 @@ func (d *decoder) validateDevices(c *Config) {
 				}
 			}
 		case TransportSerial:
-			if dev.Port == "" {
+			if dev.Port == "" && c.Agent.Board == "" { // with a board, assignBoardPorts reported it
 				d.errf(k("port"), "required with transport = \"serial\" (e.g. \"/dev/ttyS1\")")
 			}
 			if dev.Baud < 50 || dev.Baud > 4000000 {
