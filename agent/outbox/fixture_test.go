@@ -314,6 +314,7 @@ func TestJournalFixture(t *testing.T) {
 	}
 
 	dir := copyFixture(t, fixtureV1)
+	checkFixtureKinds(t, dir)
 	clock := &fakeClock{now: fixtureBase.Add(24 * time.Hour)}
 	snd := newRecSender()
 	opts := Options{Clock: clock, Seed: 1, Journal: journal.Options{Sync: journal.SyncNone}}
@@ -418,5 +419,38 @@ func expectSent(t *testing.T, snd *recSender, id string, try int, payload string
 	c := snd.next(t)
 	if c.MessageID != id || c.Try != try || string(c.Payload) != payload || c.TaskID != "task-"+id || c.Op != "AddPerson" {
 		t.Fatalf("sent %+v, want %s try %d payload %s", c, id, try, payload)
+	}
+}
+
+// checkFixtureKinds checks that the fixture holds version-1 records of every kind but
+// requeue (which Open writes, and the test then replays): a fixture that lost a kind would
+// stop testing its decoding.
+func checkFixtureKinds(t *testing.T, dir string) {
+	t.Helper()
+	j, err := journal.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	kinds := map[uint8]int{}
+	var r record
+	err = j.Replay(func(p []byte) error {
+		if err := decodeRecord(p, &r); err != nil {
+			return err
+		}
+		if r.Version != 1 {
+			t.Errorf("record of kind %d has version %d, want 1", r.Kind, r.Version)
+		}
+		kinds[r.Kind]++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []uint8{kindAdd, kindSend, kindRetry, kindFinish, kindReported, kindPurge, kindReset,
+		kindPause, kindResume, kindItem, kindDevice, kindRecent} {
+		if kinds[k] == 0 {
+			t.Errorf("the fixture holds no record of kind %d: %v", k, kinds)
+		}
 	}
 }
