@@ -2,8 +2,6 @@ package broker
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,16 +13,10 @@ import (
 // restored persistent session before its client reconnects all reach it. The session was
 // opened with a clean start and a session expiry, as a back office does on first contact.
 func TestRestoredSessionGetsWhatWasPublishedWhileAway(t *testing.T) {
-	dir, crashed := t.TempDir(), t.TempDir()
+	dir := t.TempDir()
 	b1 := startBroker(t, Options{AllowAnonymous: true, DataDir: dir})
 	dial(t, b1.Addr(), "back-office", dialOptions{sessionExpiry: 3600, noSubscribe: true, subscribe: []string{"results"}})
-	raw, err := os.ReadFile(filepath.Join(dir, SessionsFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(crashed, SessionsFile), raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	crashed := crashCopy(t, dir)
 
 	b2 := startBroker(t, Options{AllowAnonymous: true, DataDir: crashed})
 	const total = 20

@@ -52,7 +52,7 @@ func TestRestoredSessionReceivesNewMessages(t *testing.T) {
 // the broker runs, with QoS 1 messages possibly still in flight) restores a session that
 // receives again what was in flight and then everything new.
 func TestRestoredSessionAfterCrash(t *testing.T) {
-	dir, crashed := t.TempDir(), t.TempDir()
+	dir := t.TempDir()
 	b1, err := New(&Options{Listen: "127.0.0.1:0", AllowAnonymous: true, DataDir: dir})
 	if err != nil {
 		t.Fatal(err)
@@ -70,13 +70,7 @@ func TestRestoredSessionAfterCrash(t *testing.T) {
 	for range 50 {
 		bo.next()
 	}
-	raw, err := os.ReadFile(filepath.Join(dir, SessionsFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(crashed, SessionsFile), raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	crashed := crashCopy(t, dir)
 	b1.Close()
 
 	b2 := startBroker(t, Options{AllowAnonymous: true, DataDir: crashed})
@@ -117,4 +111,19 @@ func TestInflightPacketID(t *testing.T) {
 			t.Errorf("inflightPacketID(%q) = %d, %v; want %d", key, got, ok, want)
 		}
 	}
+}
+
+// crashCopy copies the sessions database of a running broker in dir, as a crash would leave
+// it (every bbolt transaction is fsynced before it returns), into a new directory.
+func crashCopy(t *testing.T, dir string) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, SessionsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashed := t.TempDir()
+	if err := os.WriteFile(filepath.Join(crashed, SessionsFile), raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return crashed
 }
