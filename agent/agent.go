@@ -53,14 +53,16 @@ type Agent struct {
 	running       atomic.Bool
 	started       atomic.Bool
 
-	broker     *broker.Broker
-	outbox     atomic.Pointer[outbox.Outbox]
-	state      *stateWriter
-	take       *taker
-	httpIntake *httpIntake
-	m          *agentMetrics
-	httpServer *http.Server
-	httpAddr   string
+	broker *broker.Broker
+	// brokerServing is closed once the embedded broker has started (stored sessions loaded).
+	brokerServing chan struct{}
+	outbox        atomic.Pointer[outbox.Outbox]
+	state         *stateWriter
+	take          *taker
+	httpIntake    *httpIntake
+	m             *agentMetrics
+	httpServer    *http.Server
+	httpAddr      string
 }
 
 // ErrAlreadyStarted is returned by a second call to Run.
@@ -178,6 +180,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.broker = b
 		stops = append(stops, func(context.Context) error { return b.Close() })
 	}
+	a.brokerServing = make(chan struct{})
 	if !cfg.BrokerOnly() {
 		if err := a.startGateway(runCtx, cfg, b, &stops); err != nil {
 			return fail(err)
@@ -187,6 +190,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if err := b.Start(); err != nil {
 			return fail(err)
 		}
+		close(a.brokerServing) // inline publishers may route now: sessions are loaded
 	}
 	if cfg.Metrics.Listen != "" {
 		if err := a.startHTTP(cfg.Metrics.Listen); err != nil {

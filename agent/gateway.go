@@ -27,7 +27,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	take := newTaker(cfg, nil, a.m, a.log.With("part", "intake"))
 	external := cfg.Upstream != nil
 	if !external {
-		take.dead = inlinePublisher{b.Server()}
+		take.dead = inlinePublisher{b.Server(), a.brokerServing}
 		if err := b.AddHook(&intakeHook{srv: b.Server(), topic: t.tasks, take: take}, nil); err != nil {
 			return err
 		}
@@ -96,10 +96,10 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		// too: routed inline they cost the device event pump three quarters of its time
 		// per ack (encoding, topic lookup, the back office's queue), on the path from one
 		// command's ack to the device's next command.
-		async := newAsyncPublisher(inlinePublisher{b.Server()}, 1024, a.log.With("part", "forward"))
+		async := newAsyncPublisher(inlinePublisher{b.Server(), a.brokerServing}, 1024, a.log.With("part", "forward"))
 		async.start(rctx)
 		*stops = append(*stops, func(context.Context) error { cancel(); async.wg.Wait(); return nil })
-		results, informational = inlinePublisher{b.Server()}, async
+		results, informational = inlinePublisher{b.Server(), a.brokerServing}, async
 	}
 
 	ids := make([]string, len(cfg.Devices))

@@ -24,9 +24,23 @@ type publisher interface {
 // inlinePublisher publishes through the embedded broker's inline client: the message is
 // routed (and, for persistent sessions, stored by the broker's storage hook) before
 // Publish returns.
-type inlinePublisher struct{ srv *mqtt.Server }
+//
+// It waits until the broker serves: mochi loads the stored sessions and their
+// subscriptions only then, and a message published before is routed to nobody. The
+// reporter starts before the broker listens (so no task is taken before the outbox is
+// open) and publishes the results left unreported by a crash at once; without the wait
+// they were dropped and marked reported, and a persistent back office never saw them.
+type inlinePublisher struct {
+	srv     *mqtt.Server
+	serving <-chan struct{} // closed once the broker has started
+}
 
-func (p inlinePublisher) Publish(_ context.Context, topic string, payload []byte) error {
+func (p inlinePublisher) Publish(ctx context.Context, topic string, payload []byte) error {
+	select {
+	case <-p.serving:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	return p.srv.Publish(topic, payload, false, 1)
 }
 
