@@ -197,6 +197,7 @@ func (d *decoder) validateDevices(c *Config) {
 		return
 	}
 	first := map[string]string{}
+	firstPort := map[string]string{} // one serial line carries one terminal
 	for i := range c.Devices {
 		dev := &c.Devices[i]
 		k := func(field string) string { return fmt.Sprintf("devices[%d].%s", i, field) }
@@ -218,6 +219,13 @@ func (d *decoder) validateDevices(c *Config) {
 		case TransportSerial:
 			if dev.Port == "" && c.Agent.Board == "" { // with a board, assignBoardPorts reported it
 				d.errf(k("port"), "required with transport = \"serial\" (e.g. \"/dev/ttyS1\")")
+			}
+			if dev.Port != "" {
+				if prev, dup := firstPort[dev.Port]; dup {
+					d.errf(k("port"), "%q is already used by %s: a serial line carries one terminal", dev.Port, prev)
+				} else {
+					firstPort[dev.Port] = k("port")
+				}
 			}
 			if dev.Baud < 50 || dev.Baud > 4000000 {
 				d.errf(k("baud"), "%d is out of range (50..4000000)", dev.Baud)

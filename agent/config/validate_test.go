@@ -131,6 +131,8 @@ func TestValidationErrors(t *testing.T) {
 		{"transport unknown", base + "[[devices]]\nid = \"a\"\ntransport = \"zigbee\"\n", `f.toml:7: devices[0].transport: "zigbee": must be "mqtt" or "serial"`},
 		{"serial field on mqtt", base + "[[devices]]\nid = \"a\"\nbaud = 9600\nparity = \"odd\"\n",
 			"f.toml:7: devices[0].baud: only used with transport = \"serial\"\nf.toml:8: devices[0].parity: only used with transport = \"serial\""},
+		{"serial port twice", base + "[[devices]]\nid = \"a\"\ntransport = \"serial\"\nport = \"/dev/ttyS1\"\n[[devices]]\nid = \"b\"\ntransport = \"serial\"\nport = \"/dev/ttyS1\"\n",
+			`f.toml:12: devices[1].port: "/dev/ttyS1" is already used by devices[0].port: a serial line carries one terminal`},
 		{"serial without port", base + "[[devices]]\nid = \"a\"\ntransport = \"serial\"\n",
 			`f.toml:5: devices[0].port: required with transport = "serial" (e.g. "/dev/ttyS1")`},
 		{"serial bad line settings", base + "[[devices]]\nid = \"a\"\ntransport = \"serial\"\nport = \"/dev/ttyS1\"\nbaud = 0\ndata_bits = 9\nparity = \"bogus\"\nstop_bits = 3\n",
