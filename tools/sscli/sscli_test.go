@@ -23,15 +23,30 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // syncBuffer is a bytes.Buffer safe for the writes of a child process and reads of the test.
+// Every Write pokes wrote, so a test waits for output as an event rather than polling it.
 type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu    sync.Mutex
+	b     bytes.Buffer
+	wrote chan struct{} // capacity 1; made on first use so the zero value works
+}
+
+// written returns the channel poked after each Write; s.mu must be held.
+func (s *syncBuffer) written() chan struct{} {
+	if s.wrote == nil {
+		s.wrote = make(chan struct{}, 1)
+	}
+	return s.wrote
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.b.Write(p)
+	n, err := s.b.Write(p)
+	select {
+	case s.written() <- struct{}{}:
+	default:
+	}
+	return n, err
 }
 
 func (s *syncBuffer) String() string {
@@ -230,14 +245,21 @@ func connectStore(t *testing.T, url string) *store.Client {
 	return c
 }
 
-// waitFor waits until b contains s; output has no event to wait on, so poll it.
+// waitFor waits until b contains s, woken by each write to b.
 func waitFor(t *testing.T, b *syncBuffer, s string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(b.String(), s) {
-		if time.Now().After(deadline) {
+	timeout := time.After(10 * time.Second)
+	for {
+		b.mu.Lock()
+		seen, wrote := strings.Contains(b.b.String(), s), b.written()
+		b.mu.Unlock()
+		if seen {
+			return
+		}
+		select {
+		case <-wrote:
+		case <-timeout:
 			t.Fatalf("never saw %q in %q", s, b.String())
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
