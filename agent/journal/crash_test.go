@@ -1,17 +1,16 @@
 package journal
 
 import (
-	"bufio"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
 const crashChildEnv = "FAJOURNAL_CRASH_CHILD_DIR"
@@ -101,53 +100,8 @@ func TestCrashKillsLoseNoAcknowledgedAppend(t *testing.T) {
 	acked := map[string]bool{}
 	const kills = 24
 	for iter := range kills {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir, "FAJOURNAL_CRASH_ITER="+strconv.Itoa(iter))
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lines := make(chan string, 1024)
-		go func() {
-			defer close(lines)
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-		}()
-		select {
-		case l := <-lines:
-			if l != "ready" {
-				t.Fatalf("child said %q", l)
-			}
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			t.Fatal("child did not start")
-		}
-		kill := time.After(time.Duration(2+rng.IntN(30)) * time.Millisecond)
-		n := 0
-	collect:
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					break collect
-				}
-				acked[l] = true
-				n++
-			case <-kill:
-				cmd.Process.Signal(syscall.SIGKILL)
-				kill = nil
-			}
-		}
-		cmd.Wait()
-		if st, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || st.Signal() != syscall.SIGKILL {
-			t.Fatalf("iteration %d: child ended with %v, not by SIGKILL", iter, cmd.ProcessState)
-		}
+		n := testutil.CrashChild(t, []string{crashChildEnv + "=" + dir, "FAJOURNAL_CRASH_ITER=" + strconv.Itoa(iter)},
+			10*time.Second, time.Duration(2+rng.IntN(30))*time.Millisecond, func(id string) { acked[id] = true })
 
 		j, err := Open(dir, nil)
 		if err != nil {

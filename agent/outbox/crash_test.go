@@ -1,20 +1,18 @@
 package outbox
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/journal"
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
 const crashChildEnv = "OUTBOX_CRASH_CHILD_DIR"
@@ -101,50 +99,8 @@ func TestCrashKillsLoseNoAcceptedTask(t *testing.T) {
 	dir := t.TempDir()
 	var accepted []string
 	for iter := range 20 {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir, "OUTBOX_CRASH_ITER="+strconv.Itoa(iter))
-		cmd.Stderr = os.Stderr
-		out, _ := cmd.StdoutPipe()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lines := make(chan string, 1024)
-		go func() {
-			defer close(lines)
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-		}()
-		select {
-		case l := <-lines:
-			if l != "ready" {
-				t.Fatalf("child said %q", l)
-			}
-		case <-time.After(20 * time.Second):
-			cmd.Process.Kill()
-			t.Fatal("child did not start")
-		}
-		kill := time.After(time.Duration(5+rng.IntN(40)) * time.Millisecond)
-		n := 0
-	collect:
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					break collect
-				}
-				accepted = append(accepted, l)
-				n++
-			case <-kill:
-				cmd.Process.Signal(syscall.SIGKILL)
-				kill = nil
-			}
-		}
-		cmd.Wait()
-		if st, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || st.Signal() != syscall.SIGKILL {
-			t.Fatalf("iteration %d: child ended with %v", iter, cmd.ProcessState)
-		}
+		n := testutil.CrashChild(t, []string{crashChildEnv + "=" + dir, "OUTBOX_CRASH_ITER=" + strconv.Itoa(iter)},
+			20*time.Second, time.Duration(5+rng.IntN(40))*time.Millisecond, func(id string) { accepted = append(accepted, id) })
 		j, err := journal.Open(dir, nil)
 		if err != nil {
 			t.Fatalf("iteration %d: reopen after SIGKILL: %v", iter, err)

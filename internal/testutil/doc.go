@@ -1,4 +1,4 @@
 // Package testutil holds helpers shared by the tests of several packages: free loopback
-// ports and a Debian mosquitto broker started on one. It is imported only from _test.go
-// files.
+// ports, a Debian mosquitto broker started on one, and the re-exec-and-SIGKILL harness of
+// the crash tests (CrashChild). It is imported only from _test.go files.
 package testutil
