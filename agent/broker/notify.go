@@ -1,8 +1,6 @@
 package broker
 
 import (
-	"encoding/hex"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
 	"github.com/seed0e69bba5/faceagent/hlc"
+	"github.com/seed0e69bba5/faceagent/internal/sswire"
 )
 
 // notifyQueueLen bounds the notifications waiting for one connection. A
@@ -46,7 +45,7 @@ func newNotifier(s *service, cl *mqtt.Client) *notifier {
 	return &notifier{
 		svc:    s,
 		cl:     cl,
-		prefix: NotifyTopicPrefix + "/" + strings.ToUpper(hex.EncodeToString([]byte(cl.ID))) + "/command/notify/",
+		prefix: string(sswire.AppendNotifyTopic(nil, []byte(cl.ID), nil)),
 		queue:  make(chan packets.Packet, notifyQueueLen),
 		done:   make(chan struct{}),
 	}
@@ -55,15 +54,20 @@ func newNotifier(s *service, cl *mqtt.Client) *notifier {
 // NotifyTopic returns the topic of the notifications for key sent to
 // clientID: both are upper-case base 16 (wire fact 3; 8 levels).
 func NotifyTopic(clientID string, key []byte) string {
-	return NotifyTopicPrefix + "/" + strings.ToUpper(hex.EncodeToString([]byte(clientID))) +
-		"/command/notify/" + strings.ToUpper(hex.EncodeToString(key))
+	return string(sswire.AppendNotifyTopic(nil, []byte(clientID), key))
+}
+
+// topic returns the notification topic of key: prefix + HEX(key).
+func (n *notifier) topic(key string) string {
+	b := make([]byte, 0, len(n.prefix)+2*len(key))
+	return string(sswire.AppendUpperHex(append(b, n.prefix...), []byte(key)))
 }
 
 // Notify implements statestore.Watcher.
 func (n *notifier) Notify(key string, op statestore.Op, value []byte, version hlc.Timestamp) {
 	pk := packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
-		TopicName:   n.prefix + strings.ToUpper(hex.EncodeToString([]byte(key))),
+		TopicName:   n.topic(key),
 		Payload:     statestore.AppendNotification(nil, op, value),
 		Properties: packets.Properties{
 			ContentType: contentType,

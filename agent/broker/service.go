@@ -13,16 +13,17 @@ import (
 
 	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
 	"github.com/seed0e69bba5/faceagent/hlc"
+	"github.com/seed0e69bba5/faceagent/internal/sswire"
 	"github.com/seed0e69bba5/faceagent/resp3"
 )
 
 // Topics of the state store service.
 const (
 	// InvokeTopic is where clients publish requests.
-	InvokeTopic = "statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke"
+	InvokeTopic = sswire.InvokeTopic
 	// NotifyTopicPrefix starts every notification topic; response topics
 	// starting with it are forbidden (wire fact 10).
-	NotifyTopicPrefix = "clients/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8"
+	NotifyTopicPrefix = sswire.NotifyTopicPrefix
 )
 
 // Texts of the -ERR replies to requests that fail an MQTT precondition. The

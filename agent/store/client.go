@@ -17,12 +17,13 @@ import (
 	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/seed0e69bba5/faceagent/hlc"
+	"github.com/seed0e69bba5/faceagent/internal/sswire"
 )
 
 // Topics of the state store service (protocol document, "State store system topic").
 const (
-	invokeTopic       = "statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke"
-	notifyTopicPrefix = "clients/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/"
+	invokeTopic       = sswire.InvokeTopic
+	notifyTopicPrefix = sswire.NotifyTopicPrefix + "/"
 )
 
 type connState int
@@ -87,7 +88,7 @@ func New(opts *Options) (*Client, error) {
 		opts:         o,
 		clock:        o.Clock,
 		respTopic:    "clients/" + o.ClientID + "/services/statestore/_any_/command/invoke/response",
-		notifyPrefix: notifyTopicPrefix + strings.ToUpper(hex.EncodeToString([]byte(o.ClientID))) + "/command/notify/",
+		notifyPrefix: string(sswire.AppendNotifyTopic(nil, []byte(o.ClientID), nil)),
 		readyCh:      make(chan struct{}),
 		downCh:       closedChan(),
 		pending:      make(map[[16]byte]*call),
