@@ -30,24 +30,11 @@ func TestSIGKILLLosesNothingAcknowledged(t *testing.T) {
 	dir := t.TempDir()
 	addr := testutil.FreeAddr(t)
 	ids := []string{"k1", "k2", "k3", "k4"}
-	cfg := fmt.Sprintf("[agent]\ngateway_id = \"gw-k\"\ndata_dir = %q\n[broker]\nlisten = %q\n"+
-		"[dispatch]\nretry_interval = \"300ms\"\nheartbeat_timeout = \"2s\"\n[journal]\nsync = \"always\"\n",
-		filepath.Join(dir, "data"), addr)
-	for _, id := range ids {
-		cfg += fmt.Sprintf("[[devices]]\nid = %q\n", id)
-	}
-	cfgPath := writeFile(t, dir, "agent.toml", cfg)
+	cfgPath := writeEmbeddedConfig(t, dir, "gw-k", addr, ids, "[journal]\nsync = \"always\"\n")
 
 	p := startAgent(t, cfgPath)
 	p.waitLog(runningRe, 0)
-	fleet, err := sim.StartMQTT("mqtt://"+addr, ids, sim.Options{
-		Seed: 11, AckLatency: sim.Latency{Kind: sim.Fixed, A: 3 * time.Millisecond},
-		HeartbeatInterval: 100 * time.Millisecond, Strict: true,
-		OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fleet := startStrictFleet(t, "mqtt://"+addr, ids, 11, 3*time.Millisecond)
 	defer fleet.Close()
 
 	// The back office publishes tasks one at a time and records each PUBACK.
@@ -91,11 +78,7 @@ func TestSIGKILLLosesNothingAcknowledged(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no progress")
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-p.done
-	_ = p.cmd.Wait()
+	p.kill()
 	<-pubDone
 	_ = bo.Disconnect(&paho.Disconnect{})
 	mu.Lock()
@@ -151,23 +134,10 @@ func TestRepeatedSIGKILL(t *testing.T) {
 	dir := t.TempDir()
 	addr := testutil.FreeAddr(t)
 	ids := []string{"r1", "r2", "r3", "r4"}
-	cfg := fmt.Sprintf("[agent]\ngateway_id = \"gw-r\"\ndata_dir = %q\n[broker]\nlisten = %q\n"+
-		"[dispatch]\nretry_interval = \"300ms\"\nheartbeat_timeout = \"2s\"\n[journal]\nsync = \"batch\"\n",
-		filepath.Join(dir, "data"), addr)
-	for _, id := range ids {
-		cfg += fmt.Sprintf("[[devices]]\nid = %q\n", id)
-	}
-	cfgPath := writeFile(t, dir, "agent.toml", cfg)
+	cfgPath := writeEmbeddedConfig(t, dir, "gw-r", addr, ids, "[journal]\nsync = \"batch\"\n")
 	p := startAgent(t, cfgPath)
 	p.waitLog(runningRe, 0)
-	fleet, err := sim.StartMQTT("mqtt://"+addr, ids, sim.Options{
-		Seed: 12, AckLatency: sim.Latency{Kind: sim.Fixed, A: 2 * time.Millisecond},
-		HeartbeatInterval: 100 * time.Millisecond, Strict: true,
-		OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fleet := startStrictFleet(t, "mqtt://"+addr, ids, 12, 2*time.Millisecond)
 	defer fleet.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -205,11 +175,7 @@ func TestRepeatedSIGKILL(t *testing.T) {
 		next += batch
 		if kill < kills && next >= (kill+1)*total/(kills+1) {
 			kill++
-			if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			<-p.done
-			_ = p.cmd.Wait()
+			p.kill()
 			<-bo.Done()
 			p = startAgent(t, cfgPath)
 			p.waitLog(runningRe, 0)
@@ -268,14 +234,7 @@ func TestSIGKILLExternalUpstream(t *testing.T) {
 	subscribed := regexp.MustCompile(`msg="upstream connected"`)
 	p := startAgent(t, cfgPath)
 	p.waitLog(subscribed, 0)
-	fleet, err := sim.StartMQTT(m.URL, ids, sim.Options{
-		Seed: 13, AckLatency: sim.Latency{Kind: sim.Fixed, A: 2 * time.Millisecond},
-		HeartbeatInterval: 100 * time.Millisecond, Strict: true,
-		OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fleet := startStrictFleet(t, m.URL, ids, 13, 2*time.Millisecond)
 	defer fleet.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -298,11 +257,7 @@ func TestSIGKILLExternalUpstream(t *testing.T) {
 		}
 	}
 	publish(0, total/2)
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-p.done
-	_ = p.cmd.Wait()
+	p.kill()
 	// While the agent is dead the broker queues for its persistent session.
 	publish(total/2, total)
 	p = startAgent(t, cfgPath)
@@ -345,12 +300,7 @@ func TestResultsSurviveSIGKILL(t *testing.T) {
 	dir := t.TempDir()
 	addr := testutil.FreeAddr(t)
 	ids := []string{"q1", "q2"}
-	cfg := fmt.Sprintf("[agent]\ngateway_id = \"gw-q\"\ndata_dir = %q\n[broker]\nlisten = %q\n"+
-		"[dispatch]\nretry_interval = \"300ms\"\nheartbeat_timeout = \"2s\"\n", filepath.Join(dir, "data"), addr)
-	for _, id := range ids {
-		cfg += fmt.Sprintf("[[devices]]\nid = %q\n", id)
-	}
-	cfgPath := writeFile(t, dir, "agent.toml", cfg)
+	cfgPath := writeEmbeddedConfig(t, dir, "gw-q", addr, ids, "")
 	p := startAgent(t, cfgPath)
 	p.waitLog(runningRe, 0)
 	fleet, err := sim.StartMQTT("mqtt://"+addr, ids, sim.Options{
@@ -422,11 +372,7 @@ func TestResultsSurviveSIGKILL(t *testing.T) {
 			t.Fatal("no results")
 		}
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-p.done
-	_ = p.cmd.Wait()
+	p.kill()
 	<-bo.Done()
 	if n := count(); n >= total {
 		t.Fatalf("the kill came too late: %d results", n)
@@ -445,4 +391,45 @@ func TestResultsSurviveSIGKILL(t *testing.T) {
 	if code := p.stop(syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM: exit %d", code)
 	}
+}
+
+// writeEmbeddedConfig writes dir/agent.toml for the SIGKILL tests on the embedded broker:
+// gateway gw, broker on addr, data in dir/data, a 300ms retry and 2s heartbeat timeout,
+// extra (more sections, or "") and one [[devices]] entry per id. It returns the path.
+func writeEmbeddedConfig(t *testing.T, dir, gw, addr string, ids []string, extra string) string {
+	t.Helper()
+	cfg := fmt.Sprintf("[agent]\ngateway_id = %q\ndata_dir = %q\n[broker]\nlisten = %q\n"+
+		"[dispatch]\nretry_interval = \"300ms\"\nheartbeat_timeout = \"2s\"\n",
+		gw, filepath.Join(dir, "data"), addr)
+	cfg += extra
+	for _, id := range ids {
+		cfg += fmt.Sprintf("[[devices]]\nid = %q\n", id)
+	}
+	return writeFile(t, dir, "agent.toml", cfg)
+}
+
+// startStrictFleet connects simulated terminals ids to the broker at url: fixed ack
+// latency, 100ms heartbeats, strict (any repeat but a resend of the command in flight is
+// reported to t as an error). The caller closes the fleet.
+func startStrictFleet(t *testing.T, url string, ids []string, seed uint64, ack time.Duration) *sim.Fleet {
+	t.Helper()
+	fleet, err := sim.StartMQTT(url, ids, sim.Options{
+		Seed: seed, AckLatency: sim.Latency{Kind: sim.Fixed, A: ack},
+		HeartbeatInterval: 100 * time.Millisecond, Strict: true,
+		OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fleet
+}
+
+// kill ends the agent with SIGKILL and waits until it has gone and its log is drained.
+func (p *agentProc) kill() {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		p.t.Fatal(err)
+	}
+	<-p.done
+	_ = p.cmd.Wait()
 }
