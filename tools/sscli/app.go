@@ -61,7 +61,7 @@ type command struct {
 }
 
 var commands = []command{
-	{"get", "KEY [-v]", "print the value of KEY (-v: its version on stderr)", runGet},
+	{"get", "KEY [-v] [--decode raw|auto|device-state] [--compact]", "print the value of KEY (-v: its version on stderr; --decode: a device state as JSON)", runGet},
 	{"set", "KEY VALUE|@FILE|- [--nx|--nex] [--px 10s] [--fencing HLC] [--persist] [-v]", "store a value", runSet},
 	{"del", "KEY [--fencing HLC] [-v]", "delete KEY", runDel},
 	{"vdel", "KEY VALUE [--fencing HLC] [-v]", "delete KEY if it holds VALUE", runVDel},
@@ -84,6 +84,7 @@ const envHelp = `Environment (flags win):
 const examples = `Examples:
   sscli set greeting hello --px 1m
   sscli get greeting -v
+  sscli get --decode auto faceagent/gw-01/devices/2042253
   sscli set config @dispatch.toml --persist
   echo -n on | sscli set feature -
   sscli set lock me --nex --px 10s

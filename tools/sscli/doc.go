@@ -6,7 +6,11 @@
 //
 // Commands:
 //
-//	get KEY [-v]                       value raw on stdout; -v: version on stderr
+//	get KEY [-v] [--decode raw|auto|device-state] [--compact]
+//	                                   value raw on stdout; -v: version on stderr;
+//	                                   --decode device-state: the agent's msgp terminal state
+//	                                   as JSON (times RFC 3339 UTC); auto: device-state for
+//	                                   keys faceagent/{gw}/devices/{id}, raw for the rest
 //	set KEY VALUE|@FILE|- [--nx|--nex] [--px 10s] [--fencing HLC] [--persist] [-v]
 //	del KEY [--fencing HLC]
 //	vdel KEY VALUE [--fencing HLC]     delete only if KEY holds VALUE
@@ -32,5 +36,7 @@
 //     "--" (sscli set k -- -5).
 //   - watch prints values quoted (Go syntax) so binary values stay on one line; get prints
 //     them raw.
+//   - The store has no KEYS command: list a gateway's terminals from its config and get
+//     faceagent/{gw}/devices/{id} for each (configs/demo.sh does).
 //   - bench writes keys under --prefix (default sscli-bench/) and leaves them there.
 package main
