@@ -198,13 +198,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		stops = append(stops, a.httpServer.Shutdown)
 	}
-	for _, d := range cfg.Devices {
-		if d.RetryInterval.Duration != 0 || d.MaxTries != 0 || d.HeartbeatTimeout.Duration != 0 {
-			// Say so rather than let an operator believe it works (see doc.go, Caveats).
-			a.log.Warn("per-device retry_interval, max_tries and heartbeat_timeout are not applied in this build; [dispatch] is",
-				"device", d.ID)
-		}
-	}
 	a.running.Store(true)
 	a.log.Info("faceagent running", "version", a.version, "broker", a.BrokerAddr(), "metrics", a.httpAddr,
 		"gateway", cfg.Agent.GatewayID, "devices", len(cfg.Devices))

@@ -112,8 +112,8 @@ func (l *links) add(link device.Link, ids []string) {
 // openOutbox opens the message table with [dispatch] and [journal] applied.
 func openOutbox(cfg *config.Config, sender outbox.Sender, log *slog.Logger) (*outbox.Outbox, error) {
 	devs := map[string]outbox.DeviceConfig{}
-	for _, d := range cfg.Devices {
-		devs[d.ID] = outbox.DeviceConfig{NoHeartbeat: !d.HasHeartbeat()}
+	for i := range cfg.Devices {
+		devs[cfg.Devices[i].ID] = deviceConfig(&cfg.Devices[i])
 	}
 	jo := journal.Options{BatchWindow: cfg.Journal.BatchWindow.Duration}
 	switch cfg.Journal.Sync {
@@ -134,9 +134,18 @@ func openOutbox(cfg *config.Config, sender outbox.Sender, log *slog.Logger) (*ou
 	})
 }
 
-// settings maps [dispatch] onto the outbox's settings. Per-device overrides of
-// retry_interval, max_tries and heartbeat_timeout are not applied yet: the outbox has one
-// set of settings (see doc.go, Caveats).
+// deviceConfig maps a [[devices]] entry onto the outbox's per-device configuration: its
+// retry_interval, max_tries and heartbeat_timeout override [dispatch] (zero: [dispatch]).
+func deviceConfig(d *config.Device) outbox.DeviceConfig {
+	return outbox.DeviceConfig{
+		NoHeartbeat:      !d.HasHeartbeat(),
+		RetryInterval:    d.RetryInterval.Duration,
+		MaxTries:         d.MaxTries,
+		HeartbeatTimeout: d.HeartbeatTimeout.Duration,
+	}
+}
+
+// settings maps [dispatch] onto the outbox's settings.
 func settings(d config.Dispatch) outbox.Settings {
 	return outbox.Settings{
 		RetryInterval:    d.RetryInterval.Duration,

@@ -73,9 +73,6 @@
 //
 // # Caveats
 //
-//   - Not applied yet: per-device retry_interval/max_tries/heartbeat_timeout overrides
-//     (the outbox has one set of dispatch settings; devices' heartbeat = false is
-//     applied). The agent warns at start when a config sets them.
 //   - [intake.http] relies on the back office to stop listing a task once its result was
 //     POSTed; a task listed again after it finished is executed again (at-least-once).
 //   - Deadletters are not journalled: with an external broker they go through a bounded

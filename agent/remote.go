@@ -367,6 +367,6 @@ func (a *Agent) applyLiveLocked() {
 	}
 	ob.SetSettings(settings(a.cfg.Dispatch))
 	for _, d := range a.cfg.Devices {
-		ob.SetDevice(d.ID, outbox.DeviceConfig{NoHeartbeat: !d.HasHeartbeat()})
+		ob.SetDevice(d.ID, deviceConfig(&d))
 	}
 }

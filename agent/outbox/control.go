@@ -251,7 +251,11 @@ func (o *Outbox) Settings() Settings {
 	return o.settings
 }
 
-// SetDevice changes a device's configuration live.
+// SetDevice changes a device's configuration live. It replaces the whole DeviceConfig
+// (zero overrides: Settings again). The new values apply from the next decision on: the
+// heartbeat timeout at once (the device may go offline or online by it), max_tries when
+// the current try ends, the retry interval from the next send and backoff. A command
+// already in flight keeps the ack deadline it was sent with, as with SetSettings.
 func (o *Outbox) SetDevice(deviceID string, cfg DeviceConfig) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

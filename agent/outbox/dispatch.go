@@ -35,6 +35,11 @@ func (o *Outbox) dev(id string) *device {
 	return d
 }
 
+// settingsFor returns the dispatch settings in force for d: its DeviceConfig overrides
+// over the outbox's Settings. They are read at each decision, so SetDevice and
+// SetSettings apply from the next one on.
+func (o *Outbox) settingsFor(d *device) Settings { return d.live.cfg.over(o.settings) }
+
 func (o *Outbox) online(d *device, now int64) bool {
 	if d.live.down {
 		return false
@@ -42,7 +47,7 @@ func (o *Outbox) online(d *device, now int64) bool {
 	if d.live.cfg.NoHeartbeat {
 		return true
 	}
-	return d.live.lastSeen != 0 && now-d.live.lastSeen < int64(o.settings.HeartbeatTimeout)
+	return d.live.lastSeen != 0 && now-d.live.lastSeen < int64(o.settingsFor(d).HeartbeatTimeout)
 }
 
 // pump sends the device's next command if it may: nothing in flight, not paused, online,
@@ -66,7 +71,8 @@ func (o *Outbox) pump(d *device) {
 		if it.next > now {
 			return // backing off
 		}
-		o.emit(&record{Kind: kindSend, ID: it.id(), Tries: it.tries + 1, Next: now + int64(o.settings.RetryInterval)})
+		ackTimeout := o.settingsFor(d).RetryInterval
+		o.emit(&record{Kind: kindSend, ID: it.id(), Tries: it.tries + 1, Next: now + int64(ackTimeout)})
 		if it.status != InFlight { // the journal refused the record
 			return
 		}
@@ -74,7 +80,7 @@ func (o *Outbox) pump(d *device) {
 		if it.tries > 1 {
 			d.live.c.retries++
 		}
-		o.sends = append(o.sends, sendJob{dev: d.id, timeout: o.settings.RetryInterval, cmd: Command{
+		o.sends = append(o.sends, sendJob{dev: d.id, timeout: ackTimeout, cmd: Command{
 			MessageID: it.id(), TaskID: it.task(), DeviceID: d.id, Op: o.t.opOf(it), PersonID: it.person(),
 			Payload: it.payloadBytes(), Try: int(it.tries),
 		}})
@@ -83,14 +89,15 @@ func (o *Outbox) pump(d *device) {
 }
 
 // tryFailed handles a try that got no ack in time (or whose send failed): retry after a
-// backoff, or fail after MaxTries; count it toward the device's breaker.
+// backoff, or fail after MaxTries; count it toward the device's breaker. The device's own
+// max_tries and retry_interval apply, as they are now (not as they were at the send).
 func (o *Outbox) tryFailed(it *item, reason string, now int64) {
 	d := it.dev
-	s := o.settings
+	s := o.settingsFor(d)
 	if int(it.tries) >= s.MaxTries {
 		o.finishItem(it, Failed, fmt.Sprintf("%s (after %d tries)", reason, it.tries))
 	} else {
-		o.emit(&record{Kind: kindRetry, ID: it.id(), Next: now + int64(o.backoff(int(it.tries))), Err: reason})
+		o.emit(&record{Kind: kindRetry, ID: it.id(), Next: now + int64(o.backoff(s, int(it.tries))), Err: reason})
 	}
 	d.live.failures++
 	if d.live.failures >= s.BreakerThreshold {
@@ -104,14 +111,14 @@ func (o *Outbox) tryFailed(it *item, reason string, now int64) {
 	}
 }
 
-// backoff is the wait before try n+1: RetryInterval·2^(n-1), capped at MaxBackoff, with
+// backoff is the wait before try n+1 under s: RetryInterval·2^(n-1), capped at MaxBackoff, with
 // equal jitter (half fixed, half random) so devices that failed together do not retry together.
-func (o *Outbox) backoff(n int) time.Duration {
-	d := o.settings.RetryInterval
-	for i := 1; i < n && d < o.settings.MaxBackoff; i++ {
+func (o *Outbox) backoff(s Settings, n int) time.Duration {
+	d := s.RetryInterval
+	for i := 1; i < n && d < s.MaxBackoff; i++ {
 		d *= 2
 	}
-	d = min(d, o.settings.MaxBackoff)
+	d = min(d, s.MaxBackoff)
 	half := d / 2
 	return half + time.Duration(o.rng.Int64N(int64(half)+1))
 }

@@ -70,10 +70,14 @@
 // MaxTries sends it is Failed. Each Send gets a context that expires with the ack timeout,
 // so a transport that blocks (a wedged serial line) costs one try, not the device. A
 // non-zero ack code fails it at once. Failed commands are reported, kept until
-// FailedRetention after they failed (RetryFailed brings them back), then purged. A device is online for HeartbeatTimeout after a heartbeat or an ack; an offline
+// FailedRetention after they failed (RetryFailed brings them back), then purged. A device is
+// online for HeartbeatTimeout after a heartbeat or an ack; an offline
 // device gets nothing, and a command in flight when it goes silent returns to the head of
 // its queue without spending the try. BreakerThreshold unacked tries in a row open the
 // device's breaker for BreakerCooldown (doubling up to 16x); other devices never wait for it.
+// A device's DeviceConfig may override RetryInterval, MaxTries and HeartbeatTimeout (the
+// config's per-device retry_interval, max_tries, heartbeat_timeout); SetDevice changes them
+// live, from the next decision on (a command in flight keeps its ack deadline).
 //
 // Coalescing: when a task arrives for a person who already has a command on the same
 // device that was never sent, the older one is Superseded (whitelist commands are

@@ -118,11 +118,34 @@ func (s Settings) withDefaults() Settings {
 	return s
 }
 
-// DeviceConfig is per-device configuration.
+// DeviceConfig is per-device configuration. The dispatch overrides (RetryInterval,
+// MaxTries, HeartbeatTimeout) take the outbox's Settings value when zero, also after a
+// later SetSettings.
 type DeviceConfig struct {
 	// NoHeartbeat is for firmware that sends no heartbeats (config `heartbeat = false`): the
 	// device counts as online unless its link is down.
 	NoHeartbeat bool
+	// RetryInterval overrides Settings.RetryInterval (ack timeout and backoff base) for
+	// this device.
+	RetryInterval time.Duration
+	// MaxTries overrides Settings.MaxTries for this device.
+	MaxTries int
+	// HeartbeatTimeout overrides Settings.HeartbeatTimeout for this device.
+	HeartbeatTimeout time.Duration
+}
+
+// over returns s with c's overrides applied: the settings in force for the device.
+func (c DeviceConfig) over(s Settings) Settings {
+	if c.RetryInterval > 0 {
+		s.RetryInterval = c.RetryInterval
+	}
+	if c.MaxTries > 0 {
+		s.MaxTries = c.MaxTries
+	}
+	if c.HeartbeatTimeout > 0 {
+		s.HeartbeatTimeout = c.HeartbeatTimeout
+	}
+	return s
 }
 
 // DeviceStatus is a device's dispatch state, for metrics, the control keys and the tools.
