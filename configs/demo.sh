@@ -1,18 +1,19 @@
 #!/bin/sh
 # `make demo`: the embedded default on one machine with only Go installed.
-# Builds faceagent, facesim and taskctl, starts the agent with configs/demo.toml (its own
+# Builds faceagent, facesim, taskctl and sscli, starts the agent with configs/demo.toml (its own
 # broker and state store), eight simulated terminals in four groups (fast, slow, lossy,
 # offline for a while), submits configs/demo-tasks.jsonl with a live progress bar per
 # terminal, prints the summary, then reads every terminal's state back from the state
-# store. Logs stay in /tmp/faceagent-demo.
+# store with sscli (faceagent/demo-gw/devices/{id}, msgp, decoded to JSON). Logs stay in
+# /tmp/faceagent-demo.
 set -eu
 GO=${GO:-go}
 DEMO=/tmp/faceagent-demo
 URL=mqtt://127.0.0.1:18830
 rm -rf "$DEMO"
 mkdir -p "$DEMO/bin"
-echo "== building faceagent, facesim, taskctl"
-"$GO" build -o "$DEMO/bin/" ./agent/cmd/faceagent ./tools/facesim ./tools/taskctl
+echo "== building faceagent, facesim, taskctl, sscli"
+"$GO" build -o "$DEMO/bin/" ./agent/cmd/faceagent ./tools/facesim ./tools/taskctl ./tools/sscli
 
 pids=""
 cleanup() {
@@ -50,7 +51,11 @@ echo "== submitting configs/demo-tasks.jsonl"
 # The agent writes each terminal's state at most once a second: let the last writes land.
 sleep 1.5
 echo
-echo "== device states in the state store (faceagent/demo-gw/devices/*, msgp; taskctl states decodes them)"
-"$DEMO/bin/taskctl" states -config configs/demo.toml
+# The store has no KEYS command: the terminals are the ones configs/demo.toml lists.
+echo "== device states read back from the state store:"
+echo "   sscli --url $URL get --decode auto --compact faceagent/demo-gw/devices/{id}"
+for id in $(sed -n 's/^id = "\(.*\)"$/\1/p' configs/demo.toml); do
+	"$DEMO/bin/sscli" --url "$URL" get --decode auto --compact "faceagent/demo-gw/devices/$id"
+done
 echo
 echo "metrics: http://127.0.0.1:19108/metrics while the agent runs; logs in $DEMO"
