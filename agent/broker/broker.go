@@ -99,6 +99,8 @@ type Broker struct {
 	store    *statestore.Store
 	service  *service
 	auth     *authHook
+	// housekeeper drives mochi's expiry loop; nil if mochi's layout was not recognised.
+	housekeeper *housekeeper
 
 	mu      sync.Mutex
 	started bool
@@ -156,6 +158,17 @@ func New(opts *Options) (*Broker, error) {
 		InlineClient: true,
 	})
 	b := &Broker{opts: o, log: o.Logger, srv: srv}
+	// mochi's event loop ticks five times a second even when nothing can expire; the
+	// housekeeper ticks it only when something is due (housekeeping.go).
+	if loop, err := takeOverLoopTickers(srv); err != nil {
+		o.Logger.Warn("broker: housekeeping stays on mochi's 1 s tickers", "error", err)
+	} else {
+		b.housekeeper = newHousekeeper(srv, loop, o.Logger)
+		if err := srv.AddHook(b.housekeeper, nil); err != nil {
+			srv.Close()
+			return nil, err
+		}
+	}
 
 	b.auth = newAuthHook(users, o.AllowAnonymous, o.Anonymous)
 	if err := srv.AddHook(b.auth, nil); err != nil {

@@ -94,6 +94,19 @@
 // the client's read loop). Other keys are lost on restart, as in the real
 // service.
 //
+// # Housekeeping
+//
+// mochi's event loop expires disconnected sessions, in-flight and retained
+// messages, sends delayed wills and publishes $SYS, each on a 1-second ticker
+// it offers no option to stop: an idle broker woke five times a second. The
+// broker replaces those tickers (housekeeping.go) and ticks each task only
+// when something of its kind is due, with mochi's own expiry rules: a session
+// kept after its client left, at its session expiry; a delayed will, at its
+// delay; a message, at its message expiry or mochi's 24 h maximum; $SYS
+// every second only while a subscription matches a $SYS topic. An idle broker
+// wakes once an hour (a safety scan). Expiries happen up to about a second
+// later than the expiry itself, as with mochi's tickers.
+//
 // # Caveats
 //
 //   - With DataDir, every QoS 1 delivery to a session that outlives its
@@ -110,6 +123,9 @@
 //   - mochi's inline clients (Server().Publish, InjectPacket) bypass
 //     authorization; the state store service's requests from inline clients
 //     are ignored.
+//   - Housekeeping reaches into mochi v2.7.9's unexported event loop (reflect
+//     and unsafe, before Serve). With another mochi layout the broker logs a
+//     warning and keeps mochi's tickers; TestLoopLayout fails on such an upgrade.
 //   - The broker manages one TCP (or TLS) listener; add WebSocket or Unix
 //     listeners through Server() before Start if you need them.
 package broker
