@@ -59,10 +59,13 @@ type Agent struct {
 	outbox        atomic.Pointer[outbox.Outbox]
 	state         *stateWriter
 	take          *taker
-	httpIntake    *httpIntake
-	m             *agentMetrics
-	httpServer    *http.Server
-	httpAddr      string
+	drops         *dropWatch // nil without the embedded broker
+	// tuneBroker, set by tests before Run, adjusts the embedded broker before it starts.
+	tuneBroker func(*broker.Broker)
+	httpIntake *httpIntake
+	m          *agentMetrics
+	httpServer *http.Server
+	httpAddr   string
 }
 
 // ErrAlreadyStarted is returned by a second call to Run.
@@ -179,6 +182,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		a.broker = b
 		stops = append(stops, func(context.Context) error { return b.Close() })
+		if a.tuneBroker != nil {
+			a.tuneBroker(b)
+		}
 	}
 	a.brokerServing = make(chan struct{})
 	if !cfg.BrokerOnly() {

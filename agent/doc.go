@@ -75,8 +75,14 @@
 //
 //   - [intake.http] relies on the back office to stop listing a task once its result was
 //     POSTed; a task listed again after it finished is executed again (at-least-once).
-//   - Deadletters are not journalled: with an external broker they go through a bounded
-//     queue and are dropped (and logged at debug) when it is full or the broker is away.
+//   - Deadletters are journalled in data_dir/deadletter (fsynced before the task message
+//     is acknowledged) and published in order with QoS 1 until the broker accepts them,
+//     after a restart too; a crash between the broker's PUBACK and the lazy "reported"
+//     record sends one again. The backlog is bounded (4096 deadletters, 4 MiB): a
+//     message whose refused tasks do not fit is not acknowledged at all (MQTT5 PUBACK
+//     0x83, MQTT 3.1.1 disconnect, HTTP page retried) and is taken when it comes again;
+//     faceagent_deadletter_backlog_refusals_total counts these. Refusals found only while
+//     storing (a queue bound) are admitted past the bound, at most one message's worth.
 //   - Forwarded acks and heartbeats are informational and not journalled. With either
 //     broker they go through a bounded queue (4096 messages upstream, 1024 embedded) and
 //     one goroutine, off the path from a terminal's ack to its next command; when the
@@ -86,8 +92,16 @@
 //     agent/broker.Options has no fields for them yet.
 //   - GOMEMLIMIT in the environment wins over agent.gomemlimit.
 //   - Embedded broker: mochi drops a QoS 1 message meant for a connected subscriber whose
-//     pending-writes queue (MaximumClientWritesPending, 8192 messages) is full, and the
-//     inline publish does not report it; a result dropped so for a stalled back office is
-//     still marked reported. The same queue, allocated per client, is most of the
-//     memory a connected terminal costs (64 KiB); see docs/benchmarks.md.
+//     pending-writes queue (MaximumClientWritesPending) is full or whose inflight store
+//     is at its quota, and an inline publish returns nil all the same. The agent watches
+//     for that (a hook on OnPublishDropped, and mochi's inflight-dropped counter) and
+//     publishes a result or deadletter so dropped again, in order, backing off from
+//     100ms to 5s: the other subscribers get it twice, nothing is lost. A subscriber that
+//     stays connected but stops reading holds up results for everyone until it reads
+//     again or the broker cuts it off (broker write timeout, 30s); meanwhile results wait
+//     in the journal. The inflight counter is broker-wide: another message's drop during
+//     a result's publish also counts (one more duplicate). Drops are in /metrics:
+//     faceagent_broker_dropped_total{reason}, faceagent_reports_dropped_total{kind}.
+//     The pending-writes queue, allocated per client, is most of the memory a connected
+//     terminal costs; see docs/benchmarks.md.
 package agent

@@ -9,6 +9,7 @@ import (
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/journal"
 	"github.com/seed0e69bba5/faceagent/agent/store"
 	"github.com/seed0e69bba5/faceagent/hlc"
 )
@@ -20,14 +21,23 @@ import (
 // and the terminals on b when there is one, else on the upstream broker too.
 //
 // Each part pushes its stop function; they run in reverse: state writer, reporter,
-// upstream queue and connection, intake refusal, outbox (journal flushed), links and
-// pumps, then (in Run) the broker.
+// deadletter publisher, upstream queue and connection, intake refusal, deadletter log and
+// outbox (journals flushed), links and pumps, then (in Run) the broker.
 func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.Broker, stops *[]func(context.Context) error) error {
 	t := upstreamTopics(cfg.Agent.GatewayID)
-	take := newTaker(cfg, nil, a.m, a.log.With("part", "intake"))
+	take := newTaker(cfg, a.m, a.log.With("part", "intake"))
 	external := cfg.Upstream != nil
+	var drops *dropWatch
+	if b != nil {
+		// Counts what the embedded broker drops (for /metrics); without [upstream] it also
+		// tells the reporter and the deadletter log which of their publishes to repeat.
+		drops = newDropWatch(b.Server(), a.m, t.results, t.deadletter)
+		a.drops = drops
+		if err := b.AddHook(drops, nil); err != nil {
+			return err
+		}
+	}
 	if !external {
-		take.dead = inlinePublisher{b.Server(), a.brokerServing}
 		if err := b.AddHook(&intakeHook{srv: b.Server(), topic: t.tasks, take: take}, nil); err != nil {
 			return err
 		}
@@ -54,6 +64,13 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		return fmt.Errorf("outbox: %w", err)
 	}
 	*stops = append(*stops, func(context.Context) error { a.outbox.Store(nil); return ob.Close() })
+	dead, err := openDeadLetters(filepath.Join(cfg.Agent.DataDir, DeadLetterDir), journalOptions(cfg.Journal), nil,
+		t.deadletter, a.m, a.log.With("part", "deadletter"))
+	if err != nil {
+		return fmt.Errorf("deadletter log: %w", err)
+	}
+	*stops = append(*stops, func(context.Context) error { return dead.close() })
+	take.dead = dead // before the outbox: intake takes nothing while take.ob is nil
 	a.outbox.Store(ob)
 	take.ob.Store(ob)
 	// From the moment shutdown begins, refuse tasks without acknowledging them.
@@ -78,7 +95,6 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		async.start(rctx)
 		*stops = append(*stops, func(context.Context) error { cancel(); async.wg.Wait(); return nil })
 		results, informational = uc, async
-		take.dead = async
 
 		sc, err := store.New(&store.Options{
 			URL: cfg.Upstream.URL, ClientID: clientID(cfg) + "-store", Username: cfg.Upstream.Username,
@@ -96,11 +112,14 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		// too: routed inline they cost the device event pump three quarters of its time
 		// per ack (encoding, topic lookup, the back office's queue), on the path from one
 		// command's ack to the device's next command.
-		async := newAsyncPublisher(inlinePublisher{b.Server(), a.brokerServing}, 1024, a.log.With("part", "forward"))
+		async := newAsyncPublisher(inlinePublisher{b.Server(), a.brokerServing, nil}, 1024, a.log.With("part", "forward"))
 		async.start(rctx)
 		*stops = append(*stops, func(context.Context) error { cancel(); async.wg.Wait(); return nil })
-		results, informational = inlinePublisher{b.Server(), a.brokerServing}, async
+		results, informational = inlinePublisher{b.Server(), a.brokerServing, drops}, async
 	}
+	dead.pub = results
+	dead.start(rctx)
+	*stops = append(*stops, func(context.Context) error { cancel(); dead.wg.Wait(); return nil })
 
 	ids := make([]string, len(cfg.Devices))
 	for i, d := range cfg.Devices {
@@ -144,4 +163,19 @@ func clientSetter(c *store.Client) func(context.Context, string, []byte, time.Du
 		_, err := c.Set(ctx, key, value, &store.SetOptions{Expiry: px})
 		return err
 	}
+}
+
+// journalOptions maps [journal] onto the journal's options (the deadletter log's; the
+// outbox's are the same).
+func journalOptions(c config.Journal) journal.Options {
+	jo := journal.Options{BatchWindow: c.BatchWindow.Duration, SegmentSize: 4 << 20}
+	switch c.Sync {
+	case config.SyncBatch:
+		jo.Sync = journal.SyncBatch
+	case config.SyncNone:
+		jo.Sync = journal.SyncNone
+	default:
+		jo.Sync = journal.SyncAlways
+	}
+	return jo
 }

@@ -23,17 +23,17 @@ import (
 type taker struct {
 	ob     atomic.Pointer[outbox.Outbox]
 	limits intake.Limits
-	dead   publisher
-	topic  string // deadletter
-	log    *slog.Logger
-	m      *agentMetrics
+	// dead journals the deadletters; they are durable before the message is acknowledged.
+	dead *deadLetterLog
+	log  *slog.Logger
+	m    *agentMetrics
 	// touched is told which devices got new tasks (the state writer's queue depth).
 	touched func(deviceID string)
 	// draining refuses new tasks (control command "drain"): they are dead-lettered.
 	draining atomic.Bool
 }
 
-func newTaker(cfg *config.Config, dead publisher, m *agentMetrics, log *slog.Logger) *taker {
+func newTaker(cfg *config.Config, m *agentMetrics, log *slog.Logger) *taker {
 	known := map[string]bool{}
 	for _, d := range cfg.Devices {
 		known[d.ID] = true
@@ -44,10 +44,8 @@ func newTaker(cfg *config.Config, dead publisher, m *agentMetrics, log *slog.Log
 			MaxMessageSize: int(cfg.Intake.MaxMessageSize),
 			KnownDevice:    func(id string) bool { return known[id] },
 		},
-		dead:  dead,
-		topic: upstreamTopics(cfg.Agent.GatewayID).deadletter,
-		log:   log,
-		m:     m,
+		log: log,
+		m:   m,
 	}
 }
 
@@ -67,6 +65,22 @@ func (t *taker) accept(ctx context.Context, payload []byte) error {
 			rejects = append(rejects, intake.NewReject("gateway draining: not taking new tasks", raw))
 		}
 		batch.Tasks = nil
+	}
+	// The deadletters known before anything is stored must fit in the backlog, or none of
+	// the message is taken: it is not acknowledged and comes again later, when the
+	// upstream broker has taken the backlog. (Checking first keeps its good tasks from
+	// being stored by a message that is then refused.)
+	dead := make([][]byte, 0, len(rejects))
+	size := 0
+	for _, r := range rejects {
+		b, _ := json.Marshal(r)
+		dead = append(dead, b)
+		size += len(b)
+	}
+	if len(dead) > 0 {
+		if err := t.dead.room(len(dead), size); err != nil {
+			return err
+		}
 	}
 	if len(batch.Tasks) > 0 {
 		tasks := make([]outbox.Task, len(batch.Tasks))
@@ -94,8 +108,13 @@ func (t *taker) accept(ctx context.Context, payload []byte) error {
 			case errors.Is(err, outbox.ErrDuplicate):
 				// Already stored (a redelivery): acknowledging it again is right.
 			case errors.Is(err, outbox.ErrDeviceFull), errors.Is(err, outbox.ErrFull), errors.Is(err, outbox.ErrInvalidTask):
+				// Admitted past the backlog's bound (at most one message's tasks): the
+				// task is in no queue, so the deadletter is all that speaks for it.
 				raw, _ := json.Marshal(batch.Tasks[i])
-				rejects = append(rejects, intake.NewReject("over a bound: "+err.Error(), raw))
+				r := intake.NewReject("over a bound: "+err.Error(), raw)
+				b, _ := json.Marshal(r)
+				dead = append(dead, b)
+				rejects = append(rejects, r)
 			default:
 				// Journal failed or closed: nothing of this message may be acknowledged.
 				return err
@@ -103,12 +122,13 @@ func (t *taker) accept(ctx context.Context, payload []byte) error {
 		}
 		t.m.tasksAccepted.Add(uint64(accepted))
 	}
+	// Journalled (and fsynced) before the caller acknowledges the message; published in
+	// order by the deadletter log's own goroutine.
+	if err := t.dead.add(dead); err != nil {
+		return fmt.Errorf("journalling deadletters: %w", err)
+	}
 	for _, r := range rejects {
 		t.m.tasksRejected.Inc()
-		b, _ := json.Marshal(r)
-		if err := t.dead.Publish(ctx, t.topic, b); err != nil {
-			t.log.Warn("publishing a deadletter failed", "reason", r.Reason, "err", err)
-		}
 		t.log.Info("task refused", "reason", r.Reason)
 	}
 	return nil

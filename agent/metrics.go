@@ -28,6 +28,15 @@ type agentMetrics struct {
 	journalBytes     *metrics.Counter
 	journalBatches   *metrics.Counter
 	journalSegments  *metrics.Gauge
+
+	deadLetterBacklog    *metrics.Gauge
+	deadLettersPublished *metrics.Counter
+	deadLettersRefused   *metrics.Counter
+	// brokerDropped counts the embedded broker's dropped deliveries, by reason.
+	brokerDropped *metrics.CounterVec
+	// reportsDropped counts report publishes found dropped by the embedded broker (and
+	// sent again), by kind: result, deadletter.
+	reportsDropped *metrics.CounterVec
 }
 
 func (a *Agent) registerMetrics() {
@@ -65,8 +74,22 @@ func (a *Agent) registerMetrics() {
 		journalBytes:     r.NewCounter("faceagent_journal_bytes_total", "Bytes written to the outbox journal."),
 		journalBatches:   r.NewCounter("faceagent_journal_fsyncs_total", "Write+fsync rounds of the journal (records/fsyncs is the group-commit factor)."),
 		journalSegments:  r.NewGauge("faceagent_journal_segments", "Live journal segment files."),
+
+		deadLetterBacklog:    r.NewGauge("faceagent_deadletter_backlog", "Deadletters journalled and not yet accepted by the upstream broker."),
+		deadLettersPublished: r.NewCounter("faceagent_deadletters_published_total", "Deadletters the upstream broker accepted."),
+		deadLettersRefused: r.NewCounter("faceagent_deadletter_backlog_refusals_total",
+			"Task messages not acknowledged because their deadletters did not fit in the backlog (they are delivered again)."),
+		brokerDropped: r.NewCounterVec("faceagent_broker_dropped_total",
+			"Messages the embedded broker dropped instead of delivering to a subscriber: pending_writes (its write queue was full), inflight_quota (its QoS 1/2 quota was reached).", "reason"),
+		reportsDropped: r.NewCounterVec("faceagent_reports_dropped_total",
+			"Results and deadletters the embedded broker dropped for a subscriber; each is published again, so none is lost.", "kind"),
 	}
 	r.OnScrape(a.scrapeOutbox)
+	r.OnScrape(func() {
+		if a.drops != nil {
+			a.m.brokerDropped.With("inflight_quota").Set(a.drops.inflightDropped())
+		}
+	})
 }
 
 // scrapeOutbox mirrors the outbox's per-device status into the gauges and counters.

@@ -30,9 +30,13 @@ type publisher interface {
 // reporter starts before the broker listens (so no task is taken before the outbox is
 // open) and publishes the results left unreported by a crash at once; without the wait
 // they were dropped and marked reported, and a persistent back office never saw them.
+//
+// With drops set, a publish on a watched topic (results, deadletter) that the broker
+// dropped for a subscriber whose queue was full returns errDropped (see dropWatch).
 type inlinePublisher struct {
 	srv     *mqtt.Server
 	serving <-chan struct{} // closed once the broker has started
+	drops   *dropWatch      // nil: drops go unnoticed (informational messages)
 }
 
 func (p inlinePublisher) Publish(ctx context.Context, topic string, payload []byte) error {
@@ -41,7 +45,17 @@ func (p inlinePublisher) Publish(ctx context.Context, topic string, payload []by
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return p.srv.Publish(topic, payload, false, 1)
+	if p.drops == nil {
+		return p.srv.Publish(topic, payload, false, 1)
+	}
+	mark := p.drops.mark(topic)
+	if err := p.srv.Publish(topic, payload, false, 1); err != nil {
+		return err
+	}
+	if p.drops.droppedSince(topic, mark) {
+		return errDropped
+	}
+	return nil
 }
 
 // topics are the upstream topics of one gateway (DESIGN.md "Topics and keys").
@@ -87,6 +101,7 @@ type reporter struct {
 	state  *stateWriter
 	poster *resultPoster // nil without intake.http.results_url
 	wg     sync.WaitGroup
+	delay  time.Duration // the current retry delay after a failed publish (drain's goroutine)
 }
 
 const reportBatch = 256
@@ -122,7 +137,12 @@ func (r *reporter) drain(ctx context.Context) bool {
 	for _, res := range results {
 		p := resultJSON(res)
 		if err := r.pub.Publish(ctx, r.topic, p); err != nil {
-			r.log.Warn("publishing a result failed; will retry", "err", err)
+			// Stop at the first failure so results stay in order. A result the embedded
+			// broker dropped for one subscriber reached the others: they get it again.
+			if errors.Is(err, errDropped) {
+				r.m.reportsDropped.With("result").Inc()
+			}
+			r.log.Warn("publishing a result failed; will retry", "task", res.TaskID, "err", err)
 			failed = true
 			break
 		}
@@ -145,12 +165,14 @@ func (r *reporter) drain(ctx context.Context) bool {
 		r.log.Error("marking results reported", "err", err)
 	}
 	if failed {
+		r.delay = nextRetryDelay(r.delay)
 		select {
 		case <-ctx.Done():
-		case <-time.After(time.Second):
+		case <-time.After(r.delay):
 		}
 		return ctx.Err() == nil
 	}
+	r.delay = 0
 	return len(results) == reportBatch
 }
 

@@ -200,7 +200,8 @@ func (uc *upstreamConn) close(ctx context.Context) error {
 // asyncPublisher hands messages to one goroutine through a bounded queue, so callers on
 // hot paths (the device event pumps, the intake handler) never wait for the upstream
 // broker. When the queue is full the message is dropped and counted: these messages
-// (forwarded acks and heartbeats, deadletters) are informational.
+// (forwarded acks and heartbeats) are informational. Deadletters are journalled instead
+// (deadLetterLog).
 type asyncPublisher struct {
 	pub     publisher
 	q       chan asyncMsg
