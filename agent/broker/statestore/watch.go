@@ -31,9 +31,11 @@ func (o Op) String() string {
 // Watcher receives the notifications of the keys it registered with
 // KEYNOTIFY. It is compared with == (use a pointer), one per connection.
 type Watcher interface {
-	// Notify is called with the store locked, after the change is applied,
-	// in version order per key. It must not block and must copy value (and
-	// key, if kept). value is nil for OpDelete.
+	// Notify is called with the store locked, after the change is applied
+	// (and, for a change of a persistent key, once it is on disk: see
+	// doc.go, "Persistence"), in version order per key. It must not block.
+	// value is the stored value, which the store never modifies: it may be
+	// kept without copying, but not modified. value is nil for OpDelete.
 	Notify(key string, op Op, value []byte, version hlc.Timestamp)
 }
 

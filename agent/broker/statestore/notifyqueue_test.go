@@ -1,0 +1,225 @@
+package statestore
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seed0e69bba5/faceagent/hlc"
+)
+
+// fakeConn is a connection with a Receive Maximum: Send counts a notification
+// as unacknowledged until ack, and fails the test if the queue ever exceeds
+// the maximum.
+type fakeConn struct {
+	t        *testing.T
+	max      int64
+	inflight atomic.Int64
+	sent     chan Notification // every Send
+	blocked  chan struct{}     // cap 1: Room said no
+}
+
+func newFakeConn(t *testing.T, max int64) *fakeConn {
+	return &fakeConn{t: t, max: max, sent: make(chan Notification, 64), blocked: make(chan struct{}, 1)}
+}
+
+func (c *fakeConn) room() bool {
+	if c.inflight.Load() < c.max {
+		return true
+	}
+	signal(c.blocked)
+	return false
+}
+
+func (c *fakeConn) send(n Notification) {
+	if got := c.inflight.Add(1); got > c.max {
+		c.t.Errorf("%d notifications unacknowledged, Receive Maximum %d", got, c.max)
+	}
+	c.sent <- n
+}
+
+func (c *fakeConn) ack(q *NotifyQueue) {
+	c.inflight.Add(-1)
+	q.Acked()
+}
+
+func (c *fakeConn) waitBlocked() {
+	c.t.Helper()
+	select {
+	case <-c.blocked:
+	case <-time.After(10 * time.Second):
+		c.t.Fatal("the queue never waited for room")
+	}
+}
+
+func (c *fakeConn) nextSent() Notification {
+	c.t.Helper()
+	select {
+	case n := <-c.sent:
+		return n
+	case <-time.After(10 * time.Second):
+		c.t.Fatal("nothing sent")
+	}
+	return Notification{}
+}
+
+// runQueue starts q.Run and stops it when the test ends.
+func runQueue(t *testing.T, q *NotifyQueue) <-chan struct{} {
+	done := make(chan struct{})
+	go func() { defer close(done); q.Run() }()
+	t.Cleanup(func() { q.Stop(); <-done })
+	return done
+}
+
+// TestNotifyQueueRespectsReceiveMaximum: with a Receive Maximum of 2, ten
+// notifications go out two at a time, the next one only after an ack, in
+// order (MQTT 5 section 3.3.4: the server must not send more unacknowledged
+// QoS 1 PUBLISHes than the client's Receive Maximum).
+func TestNotifyQueueRespectsReceiveMaximum(t *testing.T) {
+	c := newFakeConn(t, 2)
+	q := NewNotifyQueue(NotifyQueueOptions{Room: c.room, Send: c.send})
+	for i := range 10 {
+		q.Notify("k", OpSet, []byte{byte('0' + i)}, hlc.Timestamp{Wall: int64(i + 1)})
+	}
+	runQueue(t, q)
+	next := 0
+	expect := func() {
+		t.Helper()
+		n := c.nextSent()
+		if n.Key != "k" || n.Op != OpSet || string(n.Value) != string(rune('0'+next)) || n.Version.Wall != int64(next+1) {
+			t.Fatalf("sent %+v, want notification %d", n, next)
+		}
+		next++
+	}
+	expect()
+	expect()
+	for next < 10 {
+		// The queue holds the rest until an ack frees room: the moment Room
+		// says no, nothing more has been sent.
+		c.waitBlocked()
+		if len(c.sent) != 0 {
+			t.Fatalf("sent past the Receive Maximum: %+v", <-c.sent)
+		}
+		c.ack(q)
+		expect()
+	}
+	if q.Len() != 0 {
+		t.Fatalf("%d left in the queue", q.Len())
+	}
+}
+
+// TestNotifyQueueOverflow: a connection that acknowledges nothing makes the
+// queue reach its bound; the queue then drops what it holds, calls Overflow
+// once and stops, so memory stays bounded.
+func TestNotifyQueueOverflow(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts NotifyQueueOptions
+		size int // value bytes per notification
+	}{
+		{"count", NotifyQueueOptions{MaxQueued: 3}, 1},
+		{"bytes", NotifyQueueOptions{MaxQueuedBytes: 100}, 30}, // 31 bytes with the key: 3 fit
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newFakeConn(t, 1)
+			overflow := make(chan struct{}, 2)
+			opts := tc.opts
+			opts.Room, opts.Send = c.room, c.send
+			opts.Overflow = func() { overflow <- struct{}{} }
+			q := NewNotifyQueue(opts)
+			done := runQueue(t, q)
+			value := make([]byte, tc.size)
+			q.Notify("k", OpSet, value, hlc.Timestamp{Wall: 1})
+			c.nextSent() // in flight, never acknowledged
+			q.Notify("k", OpSet, value, hlc.Timestamp{Wall: 2})
+			c.waitBlocked() // the second is taken and waits for room
+			for i := range 3 {
+				q.Notify("k", OpSet, value, hlc.Timestamp{Wall: int64(3 + i)})
+			}
+			if q.Len() != 3 {
+				t.Fatalf("queued %d, want 3", q.Len())
+			}
+			q.Notify("k", OpSet, value, hlc.Timestamp{Wall: 9}) // one too many
+			if q.Len() != 0 {
+				t.Fatalf("an overflowed queue keeps %d notifications", q.Len())
+			}
+			c.ack(q) // Run finds the overflow once it looks at the queue again
+			select {
+			case <-overflow:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Overflow not called")
+			}
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Run did not return after the overflow")
+			}
+			q.Notify("k", OpSet, value, hlc.Timestamp{Wall: 10})
+			if q.Len() != 0 || len(overflow) != 0 {
+				t.Fatalf("after the overflow: %d queued, Overflow called %d more times", q.Len(), len(overflow))
+			}
+			// The notification waiting for room when the overflow came is the
+			// only other one sent: nothing after the overflow.
+			for len(c.sent) > 0 {
+				if n := <-c.sent; n.Version.Wall != 2 {
+					t.Fatalf("sent after the overflow: %+v", n)
+				}
+			}
+		})
+	}
+}
+
+// TestNotifyQueueStopWhileWaiting: Stop ends a Run that waits for room.
+func TestNotifyQueueStopWhileWaiting(t *testing.T) {
+	c := newFakeConn(t, 0)
+	q := NewNotifyQueue(NotifyQueueOptions{Room: c.room, Send: c.send})
+	done := make(chan struct{})
+	go func() { defer close(done); q.Run() }()
+	q.Notify("k", OpDelete, nil, hlc.Timestamp{Wall: 1})
+	c.waitBlocked()
+	q.Stop()
+	q.Stop() // twice is fine
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after Stop")
+	}
+	if len(c.sent) != 0 {
+		t.Fatal("sent with no room")
+	}
+}
+
+// TestNotifyQueueAsWatcher: the queue registered with KEYNOTIFY delivers the
+// store's notifications in version order while writers run concurrently.
+func TestNotifyQueueAsWatcher(t *testing.T) {
+	s, _ := newTestStore(t, nil)
+	c := newFakeConn(t, 4)
+	q := NewNotifyQueue(NotifyQueueOptions{Room: c.room, Send: c.send})
+	runQueue(t, q)
+	if r := do(s, &Request{Payload: cmd("KEYNOTIFY", "k"), Watcher: q}); r.reply != "+OK\r\n" {
+		t.Fatalf("KEYNOTIFY: %q", r.reply)
+	}
+	const writers, each = 4, 10
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				do(s, setReq(ts(t0, 0, "c"), "k", fmt.Sprint(w, "-", i)))
+			}
+		}()
+	}
+	var last hlc.Timestamp
+	for range writers * each {
+		n := c.nextSent()
+		if hlc.Compare(n.Version, last) <= 0 {
+			t.Fatalf("version %v after %v", n.Version, last)
+		}
+		last = n.Version
+		c.ack(q)
+	}
+	wg.Wait()
+}
