@@ -206,8 +206,8 @@ func (s *Store) set(req *Request, args [][]byte, dst []byte) ([]byte, hlc.Timest
 	} else if e.persist {
 		req.persistSeq = s.markDirty()
 	}
-	if s.watchers.has(e.key) {
-		s.watchers.notify(e.key, OpSet, stored, version)
+	if s.watchers.has(e.key) || len(s.deferred) > 0 {
+		s.notify(e.key, OpSet, stored, version, req.persistSeq)
 	}
 	return resp3.AppendSimpleString(dst, "OK"), version
 }
@@ -256,7 +256,7 @@ func (s *Store) del(req *Request, args [][]byte, dst []byte, vdel bool) ([]byte,
 		return resp3.AppendInt(dst, -1), e.version // wire fact 1
 	}
 	req.persistSeq = s.remove(e)
-	s.notifyDelete(e.key)
+	s.notifyDelete(e.key, req.persistSeq)
 	return resp3.AppendInt(dst, 1), e.version
 }
 

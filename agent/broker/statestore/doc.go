@@ -29,7 +29,11 @@
 // KEYNOTIFY registers Request.Watcher, normally one per MQTT connection; the
 // store calls Watcher.Notify after each change of a watched key, with the
 // store locked, in version order. AppendNotification builds the payload. Call
-// Unwatch when the connection goes away.
+// Unwatch when the connection goes away. NotifyQueue is a Watcher for one
+// connection: it sends in order, never more unacknowledged notifications at a
+// time than the connection's Receive Maximum (MQTT 5 section 3.3.4), and
+// bounds what waits (past the bound it reports an overflow; agent/broker
+// then disconnects the client, which registers again and rereads the keys).
 //
 // # Versions and fencing
 //
@@ -57,7 +61,12 @@
 // msgp records each framed with its length and a CRC32C, written to a
 // temporary file, fsynced, renamed over the old snapshot, and the directory
 // fsynced. Changes arriving during a write are coalesced into the next one;
-// Close writes a final snapshot. On start the snapshot is loaded (expired keys
+// Close writes a final snapshot. A change of the persistent set is notified
+// to watchers only once a snapshot holding it is on disk (DoDurable holds the
+// reply back likewise), so that no client acts on a change a crash would
+// undo; later changes of the same key queue behind it, so the per-key order
+// holds, while other keys' notifications are not delayed. On start the
+// snapshot is loaded (expired keys
 // skipped) and the clock observes every restored version, so versions never
 // go back across a restart. A damaged snapshot makes New fail with
 // ErrCorruptSnapshot and leaves the file for the operator.
@@ -65,7 +74,11 @@
 // # Caveats
 //
 //   - Do (unlike DoDurable) reports a persistent change before its snapshot
-//     reaches the disk. The snapshot rewrites every persistent key, which
+//     reaches the disk; GET shows it at once too (as in the real service's
+//     memory-first store). Only notifications and DoDurable wait for the
+//     disk. While snapshot writes fail, the notifications of persistent
+//     changes wait in memory (one per change of a watched key) and are
+//     dropped, with an error logged, if Close cannot write the snapshot. The snapshot rewrites every persistent key, which
 //     suits the few configuration and lease keys it is meant for, not
 //     hundreds of thousands of persistent keys; a persistent write costs a
 //     snapshot write and two fsyncs of latency (writes in the meantime are

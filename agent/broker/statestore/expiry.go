@@ -104,8 +104,7 @@ func (s *Store) sweep() int64 {
 		if e.expireAt > now {
 			return e.expireAt
 		}
-		s.remove(e)
-		s.notifyDelete(e.key)
+		s.notifyDelete(e.key, s.remove(e))
 	}
 	return 0
 }

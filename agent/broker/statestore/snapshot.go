@@ -220,11 +220,15 @@ func (s *Store) writeSnapshot() error {
 	s.dirty = false
 	seq := s.dirtySeq
 	recs := s.collect()
+	hook := s.testHookWrite
 	s.mu.Unlock()
 	b, err := encodeSnapshot(snapshotHeader{
 		Format: snapshotFormat, Node: s.node, Count: uint32(len(recs)), WrittenAt: s.now(),
 	}, recs)
 	if err == nil {
+		if hook != nil {
+			hook()
+		}
 		err = s.snapshot.write(b)
 	}
 	if err != nil {
@@ -237,6 +241,7 @@ func (s *Store) writeSnapshot() error {
 	s.mu.Lock()
 	s.durableSeq = seq
 	ready := s.takeWaiters(seq)
+	s.releaseDeferred(seq)
 	s.mu.Unlock()
 	for _, w := range ready {
 		w.done(w.reply, w.version, nil)

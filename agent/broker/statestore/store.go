@@ -68,6 +68,8 @@ type Store struct {
 	dirtySeq   uint64              // counts changes of the persistent set
 	durableSeq uint64              // dirtySeq of the last snapshot on disk
 	waiters    []durableWaiter     // DoDurable callers waiting for a snapshot
+	deferred   []deferredNote      // notifications waiting for their snapshot, in order
+	deferredBy map[string]int      // how many of deferred are for each key
 
 	wakeSweeper chan struct{} // cap 1: the earliest deadline changed
 	wakePersist chan struct{} // cap 1: the persistent set changed
@@ -76,6 +78,8 @@ type Store struct {
 	closeOnce   sync.Once
 
 	snapshot *snapshotFile // nil without SnapshotPath
+
+	testHookWrite func() // tests only: called before each snapshot write
 }
 
 // entry is one stored key. value is never modified after it is stored (a SET
@@ -123,6 +127,7 @@ func New(opts *Options) (*Store, error) {
 		log:         o.Logger,
 		keys:        make(map[string]*entry),
 		persisted:   make(map[*entry]struct{}),
+		deferredBy:  make(map[string]int),
 		watchers:    newWatchRegistry(),
 		wakeSweeper: make(chan struct{}, 1),
 		wakePersist: make(chan struct{}, 1),
@@ -161,6 +166,13 @@ func (s *Store) Close() error {
 			for _, w := range left { // the last write failed
 				w.done(w.reply, w.version, err)
 			}
+			s.mu.Lock()
+			if n := len(s.deferred); n > 0 { // the last write failed too
+				s.log.Error("statestore: notifications of changes not on disk dropped at close", "count", n)
+				clear(s.deferred)
+				s.deferred, s.deferredBy = nil, make(map[string]int)
+			}
+			s.mu.Unlock()
 		}
 	})
 	return err
@@ -189,8 +201,7 @@ func (s *Store) lookup(key []byte) *entry {
 		return nil
 	}
 	if e.expireAt != 0 && e.expireAt <= s.now() {
-		s.remove(e)
-		s.notifyDelete(e.key)
+		s.notifyDelete(e.key, s.remove(e))
 		return nil
 	}
 	return e
@@ -212,12 +223,61 @@ func (s *Store) remove(e *entry) (seq uint64) {
 }
 
 // notifyDelete sends the DELETE notification for key with a fresh version,
-// so that per key the notifications' versions increase. Called with s.mu held.
-func (s *Store) notifyDelete(key string) {
-	if !s.watchers.has(key) {
-		return
+// so that per key the notifications' versions increase. seq is the
+// persistence sequence of the deletion (see notify). Called with s.mu held.
+func (s *Store) notifyDelete(key string, seq uint64) {
+	if s.watchers.has(key) || len(s.deferred) > 0 {
+		s.notify(key, OpDelete, nil, s.clock.Now(), seq)
 	}
-	s.watchers.notify(key, OpDelete, nil, s.clock.Now())
+}
+
+// notify hands a change of key to its watchers once it is as durable as it
+// will be: a change of the persistent set (seq > 0) waits until a snapshot
+// holding it is on disk, so that no client acts on a change a crash would
+// undo; a change of a key with notifications still waiting queues behind
+// them, so that per key the order holds (even with no watcher now: one that
+// registers before they go out must not get an older change last).
+// Everything else goes out at once. Called with s.mu held.
+func (s *Store) notify(key string, op Op, value []byte, version hlc.Timestamp, seq uint64) {
+	if s.deferredBy[key] == 0 {
+		if !s.watchers.has(key) {
+			return
+		}
+		if seq == 0 || seq <= s.durableSeq {
+			s.watchers.notify(key, op, value, version)
+			return
+		}
+	}
+	s.deferred = append(s.deferred, deferredNote{key: key, op: op, value: value, version: version, seq: seq})
+	s.deferredBy[key]++
+}
+
+// deferredNote is a notification waiting for snapshot seq (0: only for the
+// notifications ahead of it).
+type deferredNote struct {
+	key     string
+	op      Op
+	value   []byte
+	version hlc.Timestamp
+	seq     uint64
+}
+
+// releaseDeferred sends the waiting notifications that snapshot durable
+// covers, in order, up to the first one it does not. The watchers are the
+// key's current ones: a connection gone meanwhile gets nothing. Called with
+// s.mu held.
+func (s *Store) releaseDeferred(durable uint64) {
+	i := 0
+	for ; i < len(s.deferred) && s.deferred[i].seq <= durable; i++ {
+		d := &s.deferred[i]
+		if s.deferredBy[d.key]--; s.deferredBy[d.key] == 0 {
+			delete(s.deferredBy, d.key)
+		}
+		s.watchers.notify(d.key, d.op, d.value, d.version)
+	}
+	rest := copy(s.deferred, s.deferred[i:])
+	clear(s.deferred[rest:])
+	s.deferred = s.deferred[:rest]
 }
 
 // markDirty wakes the persistence goroutine and returns the sequence number
