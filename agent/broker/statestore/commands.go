@@ -155,13 +155,14 @@ func (s *Store) set(req *Request, args [][]byte, dst []byte) ([]byte, hlc.Timest
 	defer s.mu.Unlock()
 	e := s.lookup(key)
 	if e != nil {
-		if msg := checkFence(e, req, ft); msg != "" {
-			return appendErr(dst, msg), none
-		}
 		// wire fact 1: a refused SET is :-1 with the stored version in __ts.
+		// The condition is checked before the fencing token: see checkFence.
 		if opts.nx || (opts.nex && !bytes.Equal(e.value, value)) {
 			s.clock.Observe(ts)
 			return resp3.AppendInt(dst, -1), e.version
+		}
+		if msg := checkFence(e, req, ft); msg != "" {
+			return appendErr(dst, msg), none
 		}
 	}
 	grow := int64(len(value))
@@ -249,11 +250,11 @@ func (s *Store) del(req *Request, args [][]byte, dst []byte, vdel bool) ([]byte,
 	if e == nil {
 		return resp3.AppendInt(dst, 0), none // wire fact 1
 	}
+	if vdel && !bytes.Equal(e.value, args[2]) {
+		return resp3.AppendInt(dst, -1), e.version // wire fact 1; before the fence: see checkFence
+	}
 	if msg := checkFence(e, req, ft); msg != "" {
 		return appendErr(dst, msg), none
-	}
-	if vdel && !bytes.Equal(e.value, args[2]) {
-		return resp3.AppendInt(dst, -1), e.version // wire fact 1
 	}
 	req.persistSeq = s.remove(e)
 	s.notifyDelete(e.key, req.persistSeq)
@@ -303,6 +304,31 @@ func (s *Store) parseFence(req *Request) (hlc.Timestamp, string) {
 
 // checkFence applies the document's fencing token algorithm to an existing
 // key: a fenced key needs a token, and not an older one.
+//
+// Order of the checks on an existing key: a condition that refuses the
+// request (SET NX on an existing key, SET NEX with another value, VDEL with
+// another value) answers ":-1" before the fencing token is looked at; only a
+// request that would change the key must pass checkFence. The protocol
+// document orders neither, and neither the SDKs nor their integration tests
+// against the real service (Azure/iot-operations-sdks) try a refused
+// condition on a fenced key, so this order is our reading of:
+//   - the document's fencing algorithm, which is about requests that write
+//     ("If a SET request specified a __ft that has an older HLC value …
+//     reject the request"): the token stops a stale holder from modifying
+//     the key, and a refused condition modifies nothing;
+//   - what ":-1" reveals (the key exists, its version in __ts, for NEX that
+//     the value differs) is what GET returns with no token at all: the Rust
+//     SDK's rust/azure_iot_operations_services/tests/state_store_client_test.rs
+//     checks that GET needs no fencing token on a fenced key ("Tests 13");
+//   - lease clients read ":-1" as "held by someone else" and an error as a
+//     failure (the Go SDK's go/services/leasedlock/lease.go, Lease.try:
+//     !res.Value is (false, nil), an error is (false, err)), and the same
+//     Rust test file sets a NEX key with a fencing token
+//     (state_store_key_set_conditions_2_network_tests): a contender without
+//     the token should learn "not applied", not fail.
+//
+// Malformed or future tokens are still refused first (parseFence): those are
+// bad requests whatever the key holds.
 func checkFence(e *entry, req *Request, ft hlc.Timestamp) string {
 	if e.fence == nil {
 		return ""

@@ -43,6 +43,9 @@
 // fresh version too, so per key the notifications' versions increase. A key
 // written with __ft is fenced: later SET, DEL and VDEL need a token not older
 // than the stored one (the document's algorithm); a newer token replaces it.
+// A condition that refuses the request (NX, NEX, VDEL's value) answers ":-1"
+// before the token is checked: the token guards writes, and that request
+// writes nothing (the evidence for this order is at checkFence).
 //
 // # Expiry
 //
