@@ -30,7 +30,7 @@ func TestSIGKILLLosesNothingAcknowledged(t *testing.T) {
 	dir := t.TempDir()
 	addr := testutil.FreeAddr(t)
 	ids := []string{"k1", "k2", "k3", "k4"}
-	cfgPath := writeEmbeddedConfig(t, dir, "gw-k", addr, ids, "[journal]\nsync = \"always\"\n")
+	cfgPath := writeEmbeddedConfig(t, dir, "gw-k", addr, ids, 300*time.Millisecond, "[journal]\nsync = \"always\"\n")
 
 	p := startAgent(t, cfgPath)
 	p.waitLog(runningRe, 0)
@@ -124,95 +124,6 @@ func TestSIGKILLLosesNothingAcknowledged(t *testing.T) {
 	t.Logf("%d of %d tasks acknowledged before SIGKILL; all delivered after the restart", n, total)
 }
 
-// Five SIGKILLs during a run, each right after a PUBACK, with the back office carrying on
-// after every restart (resending what it had no PUBACK for): every task reaches its
-// terminal, and the strict terminals see no repeats but resends of a command in flight.
-func TestRepeatedSIGKILL(t *testing.T) {
-	if testing.Short() {
-		t.Skip("kills and restarts the agent five times")
-	}
-	dir := t.TempDir()
-	addr := testutil.FreeAddr(t)
-	ids := []string{"r1", "r2", "r3", "r4"}
-	cfgPath := writeEmbeddedConfig(t, dir, "gw-r", addr, ids, "[journal]\nsync = \"batch\"\n")
-	p := startAgent(t, cfgPath)
-	p.waitLog(runningRe, 0)
-	fleet := startStrictFleet(t, "mqtt://"+addr, ids, 12, 2*time.Millisecond)
-	defer fleet.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-
-	connect := func() *paho.Client {
-		conn, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := paho.NewClient(paho.ClientConfig{Conn: conn})
-		if _, err := c.Connect(ctx, &paho.Connect{ClientID: "bo-repeat", KeepAlive: 30, CleanStart: true}); err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	const total, batch, kills = 1500, 10, 5
-	bo := connect()
-	kill := 0
-	for next := 0; next < total; {
-		var b strings.Builder
-		b.WriteByte('[')
-		for i := next; i < next+batch; i++ {
-			if i > next {
-				b.WriteByte(',')
-			}
-			fmt.Fprintf(&b, `{"taskId":"r-%d","deviceId":%q,"op":"AddPerson","person":{"id":"p%d"}}`, i, ids[i%len(ids)], i)
-		}
-		b.WriteByte(']')
-		pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := bo.Publish(pctx, &paho.Publish{Topic: "faceagent/gw-r/tasks", QoS: 1, Payload: []byte(b.String())})
-		pcancel()
-		if err != nil {
-			t.Fatalf("publish after %d tasks: %v", next, err)
-		}
-		next += batch
-		if kill < kills && next >= (kill+1)*total/(kills+1) {
-			kill++
-			p.kill()
-			<-bo.Done()
-			p = startAgent(t, cfgPath)
-			p.waitLog(runningRe, 0)
-			bo = connect()
-		}
-	}
-	_ = bo.Disconnect(&paho.Disconnect{})
-
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		missing := 0
-		for _, id := range ids {
-			have := map[string]bool{}
-			for _, person := range fleet.Terminal(id).Persons() {
-				have[person.ID] = true
-			}
-			for i := 0; i < total; i++ {
-				if ids[i%len(ids)] == id && !have[fmt.Sprintf("p%d", i)] {
-					missing++
-				}
-			}
-		}
-		if missing == 0 {
-			break
-		}
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			t.Fatalf("%d of %d tasks never reached their terminals after %d kills\n%s", missing, total, kills, p.log())
-		}
-	}
-	if code := p.stop(syscall.SIGTERM); code != 0 {
-		t.Fatalf("SIGTERM: exit %d", code)
-	}
-}
-
 // The same boundary with an external broker (Debian's mosquitto): the agent acknowledges a
 // task to the broker only after the journal append (manual acks), its session persists,
 // so after a SIGKILL the broker delivers again what the agent had not acknowledged, and
@@ -300,7 +211,7 @@ func TestResultsSurviveSIGKILL(t *testing.T) {
 	dir := t.TempDir()
 	addr := testutil.FreeAddr(t)
 	ids := []string{"q1", "q2"}
-	cfgPath := writeEmbeddedConfig(t, dir, "gw-q", addr, ids, "")
+	cfgPath := writeEmbeddedConfig(t, dir, "gw-q", addr, ids, 300*time.Millisecond, "")
 	p := startAgent(t, cfgPath)
 	p.waitLog(runningRe, 0)
 	fleet, err := sim.StartMQTT("mqtt://"+addr, ids, sim.Options{
@@ -394,13 +305,14 @@ func TestResultsSurviveSIGKILL(t *testing.T) {
 }
 
 // writeEmbeddedConfig writes dir/agent.toml for the SIGKILL tests on the embedded broker:
-// gateway gw, broker on addr, data in dir/data, a 300ms retry and 2s heartbeat timeout,
-// extra (more sections, or "") and one [[devices]] entry per id. It returns the path.
-func writeEmbeddedConfig(t *testing.T, dir, gw, addr string, ids []string, extra string) string {
+// gateway gw, broker on addr, data in dir/data, the given retry interval, a 2s heartbeat
+// timeout, extra (more sections, or "") and one [[devices]] entry per id. It returns the
+// path.
+func writeEmbeddedConfig(t *testing.T, dir, gw, addr string, ids []string, retry time.Duration, extra string) string {
 	t.Helper()
 	cfg := fmt.Sprintf("[agent]\ngateway_id = %q\ndata_dir = %q\n[broker]\nlisten = %q\n"+
-		"[dispatch]\nretry_interval = \"300ms\"\nheartbeat_timeout = \"2s\"\n",
-		gw, filepath.Join(dir, "data"), addr)
+		"[dispatch]\nretry_interval = %q\nheartbeat_timeout = \"2s\"\n",
+		gw, filepath.Join(dir, "data"), addr, retry.String())
 	cfg += extra
 	for _, id := range ids {
 		cfg += fmt.Sprintf("[[devices]]\nid = %q\n", id)
