@@ -15,6 +15,7 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/storage/bolt"
+	"github.com/mochi-mqtt/server/v2/packets"
 	"go.etcd.io/bbolt"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
@@ -62,6 +63,11 @@ type Options struct {
 	// DataDir, when set, keeps MQTT sessions (bbolt) and the state store's
 	// persistent keys there across restarts. Empty: everything in memory.
 	DataDir string
+	// VolatileTopics are topic filters whose messages are not written to the
+	// sessions file: a kept session still gets them while the broker runs,
+	// but not after a restart (informational messages, e.g. forwarded
+	// heartbeats). Only with DataDir.
+	VolatileTopics []string
 
 	// Client limits (mochi capabilities); 0 keeps mochi's default.
 	MaxClients     int64  // connected clients
@@ -99,6 +105,8 @@ type Broker struct {
 	store    *statestore.Store
 	service  *service
 	auth     *authHook
+	sessions *sessionStore // nil without DataDir
+	deferred *mqtt.Client  // inline client of PublishDeferred
 	// housekeeper drives mochi's expiry loop; nil if mochi's layout was not recognised.
 	housekeeper *housekeeper
 
@@ -180,9 +188,10 @@ func New(opts *Options) (*Broker, error) {
 			srv.Close()
 			return nil, fmt.Errorf("broker: data dir: %w", err)
 		}
-		sessions = new(sessionStore)
+		sessions = &sessionStore{srv: srv, volatile: o.VolatileTopics}
 		err := srv.AddHook(sessions, &bolt.Options{
 			Path:    filepath.Join(o.DataDir, SessionsFile),
+			Bucket:  sessionsBucket,
 			Options: &bbolt.Options{Timeout: defaultBoltTimeout},
 		})
 		if err != nil {
@@ -190,6 +199,9 @@ func New(opts *Options) (*Broker, error) {
 			return nil, fmt.Errorf("broker: sessions: %w", err)
 		}
 	}
+	b.sessions = sessions
+	// Not in srv.Clients, so the session store does not wait for its messages' records.
+	b.deferred = srv.NewClient(nil, mqtt.LocalListener, "$deferred-inline", true)
 	if err := srv.AddHook(newTakeoverGuard(srv, sessions, o.Logger), nil); err != nil {
 		srv.Close()
 		return nil, err
@@ -269,6 +281,30 @@ func (b *Broker) Run(ctx context.Context, ready chan<- struct{}) error {
 	}
 	<-ctx.Done()
 	return b.Close()
+}
+
+// PublishDeferred publishes like Server().Publish(topic, payload, false, qos),
+// except that it may return before the records of the message in kept
+// sessions are on disk: call SyncSessions before treating what it published
+// as stored. Server().Publish waits for its own group commit; publishing a
+// batch with PublishDeferred and one SyncSessions waits once for all.
+func (b *Broker) PublishDeferred(topic string, payload []byte, qos byte) error {
+	return b.srv.InjectPacket(b.deferred, packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos},
+		TopicName:   topic,
+		Payload:     payload,
+		PacketID:    uint16(qos), // as Server.Publish: validity checks want an id, nothing uses it
+	})
+}
+
+// SyncSessions returns once every in-flight message record queued so far for
+// the sessions file is on disk (fsynced), with the error of the last failed
+// commit if one failed. Without DataDir it returns nil at once.
+func (b *Broker) SyncSessions() error {
+	if b.sessions == nil {
+		return nil
+	}
+	return b.sessions.sync()
 }
 
 // Addr returns the bound host:port (the configured address before Start).

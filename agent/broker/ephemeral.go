@@ -29,12 +29,21 @@ func sessionEndsWithConnection(cl *mqtt.Client) bool {
 }
 
 // OnQosPublish stores an outgoing QoS 1/2 message unless its session ends with the
-// connection.
+// connection or its topic is volatile; through the committer (groupcommit.go) when it runs.
 func (h *sessionStore) OnQosPublish(cl *mqtt.Client, pk packets.Packet, sent int64, resends int) {
-	if sessionEndsWithConnection(cl) {
+	if sessionEndsWithConnection(cl) || h.isVolatile(pk.TopicName) {
 		return
 	}
-	h.Hook.OnQosPublish(cl, pk, sent, resends)
+	if h.commit == nil {
+		h.Hook.OnQosPublish(cl, pk, sent, resends)
+		return
+	}
+	seq, ok := h.commit.enqueue(write{key: inflightKey(cl, pk), value: inflightRecord(cl, pk, sent)})
+	if ok && h.fromInline(pk) {
+		// The inline publisher takes Publish's return as "stored": the agent marks a
+		// result reported then.
+		_ = h.commit.wait(seq)
+	}
 }
 
 // OnQosComplete deletes a delivered message's record; a session that ends with the
@@ -43,7 +52,7 @@ func (h *sessionStore) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 	if sessionEndsWithConnection(cl) {
 		return
 	}
-	h.Hook.OnQosComplete(cl, pk)
+	h.deleteInflight(cl, pk)
 }
 
 // OnSysInfoTick does not store mochi's $SYS counters (one fsynced write a second).

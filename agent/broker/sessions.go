@@ -20,6 +20,122 @@ import (
 // the record's key ("IFM_" + client id + ":" + packet id), so it is recovered from there.
 type sessionStore struct {
 	bolt.Hook
+	srv      *mqtt.Server
+	volatile []string   // topic filters whose messages are not stored
+	commit   *committer // nil: the bolt hook writes each record itself
+}
+
+// Init opens the database and starts the committer of in-flight records.
+func (h *sessionStore) Init(config any) error {
+	if err := h.Hook.Init(config); err != nil {
+		return err
+	}
+	db, err := boltDB(&h.Hook)
+	if err != nil {
+		h.Log.Warn("broker: in-flight records are written one transaction each", "error", err)
+		return nil
+	}
+	h.commit = newCommitter(db, nil, h.Log)
+	return nil
+}
+
+// Stop commits the queued in-flight records, then closes the database.
+func (h *sessionStore) Stop() error {
+	if h.commit != nil {
+		h.commit.close()
+	}
+	return h.Hook.Stop()
+}
+
+// sync waits until every in-flight record queued so far is committed.
+func (h *sessionStore) sync() error {
+	if h.commit == nil {
+		return nil
+	}
+	return h.commit.sync()
+}
+
+// inflightKey is the bolt hook's key of an in-flight record.
+func inflightKey(cl *mqtt.Client, pk packets.Packet) string {
+	return storage.InflightKey + "_" + cl.ID + ":" + pk.FormatID()
+}
+
+// inflightRecord is the bolt hook's record of an in-flight message (bolt.Hook.OnQosPublish),
+// with the packet id it leaves out.
+func inflightRecord(cl *mqtt.Client, pk packets.Packet, sent int64) []byte {
+	props := pk.Properties.Copy(false)
+	m := &storage.Message{
+		ID:          inflightKey(cl, pk),
+		T:           storage.InflightKey,
+		Client:      cl.ID,
+		Origin:      pk.Origin,
+		PacketID:    pk.PacketID,
+		FixedHeader: pk.FixedHeader,
+		TopicName:   pk.TopicName,
+		Payload:     pk.Payload,
+		Sent:        sent,
+		Created:     pk.Created,
+		Properties: storage.MessageProperties{
+			PayloadFormat:          props.PayloadFormat,
+			MessageExpiryInterval:  props.MessageExpiryInterval,
+			ContentType:            props.ContentType,
+			ResponseTopic:          props.ResponseTopic,
+			CorrelationData:        props.CorrelationData,
+			SubscriptionIdentifier: props.SubscriptionIdentifier,
+			TopicAlias:             props.TopicAlias,
+			User:                   props.User,
+		},
+	}
+	b, _ := m.MarshalBinary()
+	return b
+}
+
+// deleteInflight removes pk's record (queued behind its put when the committer runs).
+func (h *sessionStore) deleteInflight(cl *mqtt.Client, pk packets.Packet) {
+	if h.commit == nil {
+		h.Hook.OnQosComplete(cl, pk)
+		return
+	}
+	h.commit.enqueue(write{key: inflightKey(cl, pk)})
+}
+
+// fromInline reports whether pk was published in this process by a registered inline
+// client (Server.Publish): its publisher gets no PUBACK but Publish's return. The clients
+// of Broker.PublishDeferred and of the state store's responses are not registered.
+func (h *sessionStore) fromInline(pk packets.Packet) bool {
+	if h.srv == nil {
+		return false
+	}
+	o, ok := h.srv.Clients.Get(pk.Origin)
+	return ok && o.Net.Inline
+}
+
+// isVolatile reports whether topic matches Options.VolatileTopics.
+func (h *sessionStore) isVolatile(topic string) bool {
+	for _, f := range h.volatile {
+		if topicMatches(f, topic) {
+			return true
+		}
+	}
+	return false
+}
+
+// topicMatches reports whether an MQTT topic filter (with + and #) matches topic.
+func topicMatches(filter, topic string) bool {
+	for {
+		fl, frest, fmore := strings.Cut(filter, "/")
+		if fl == "#" {
+			return true
+		}
+		tl, trest, tmore := strings.Cut(topic, "/")
+		if fl != "+" && fl != tl {
+			return false
+		}
+		if !fmore || !tmore {
+			return !fmore && !tmore || (fmore && frest == "#")
+		}
+		filter, topic = frest, trest
+	}
 }
 
 // StoredInflightMessages returns the stored in-flight messages with their packet ids;
@@ -28,6 +144,13 @@ func (h *sessionStore) StoredInflightMessages() ([]storage.Message, error) {
 	msgs, err := h.Hook.StoredInflightMessages()
 	if err != nil {
 		return nil, err
+	}
+	if h.commit != nil {
+		h.commit.mu.Lock()
+		for _, m := range msgs {
+			h.commit.onDisk[m.ID] = struct{}{}
+		}
+		h.commit.mu.Unlock()
 	}
 	kept := msgs[:0]
 	for _, m := range msgs {
@@ -64,7 +187,7 @@ func (h *sessionStore) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
 	if cl.IsTakenOver() {
 		return
 	}
-	h.Hook.OnQosDropped(cl, pk)
+	h.deleteInflight(cl, pk)
 }
 
 // Inline clients (mochi's own and the state store's responder) live only in this process:

@@ -1,0 +1,233 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+	"go.etcd.io/bbolt"
+)
+
+// TestGroupCommitLayout fails when mochi's bolt hook no longer holds its database where
+// groupcommit.go looks for it: every in-flight record would cost a transaction again.
+func TestGroupCommitLayout(t *testing.T) {
+	b, err := New(&Options{Listen: "127.0.0.1:0", AllowAnonymous: true, DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if b.sessions == nil || b.sessions.commit == nil {
+		t.Fatal("mochi's bolt hook changed; update groupcommit.go (boltDB) for this mochi version")
+	}
+}
+
+func openTestDB(t *testing.T) *bbolt.DB {
+	t.Helper()
+	db, err := bbolt.Open(filepath.Join(t.TempDir(), "s.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	if err := db.Update(func(tx *bbolt.Tx) error {
+		_, err := tx.CreateBucket([]byte(sessionsBucket))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+func dbKeys(t *testing.T, db *bbolt.DB) map[string]string {
+	t.Helper()
+	keys := map[string]string{}
+	if err := db.View(func(tx *bbolt.Tx) error {
+		return tx.Bucket([]byte(sessionsBucket)).ForEach(func(k, v []byte) error {
+			keys[string(k)] = string(v)
+			return nil
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// TestGroupCommitBatches: the last change of a key wins; a put acknowledged in the same
+// batch writes nothing, not even a transaction; a record already on disk is deleted.
+func TestGroupCommitBatches(t *testing.T) {
+	db := openTestDB(t)
+	c := &committer{db: db, log: slog.New(slog.NewTextHandler(io.Discard, nil)), onDisk: map[string]struct{}{}}
+	steps := []struct {
+		batch   []write
+		keys    map[string]string
+		commits uint64
+	}{
+		{[]write{{"a", []byte("1")}, {"a", nil}}, map[string]string{}, 0},
+		{[]write{{"b", []byte("1")}, {"b", []byte("2")}}, map[string]string{"b": "2"}, 1},
+		{[]write{{"c", []byte("1")}, {"b", nil}, {"c", nil}}, map[string]string{}, 2},
+		{[]write{{"never", nil}}, map[string]string{}, 2},
+		{[]write{{"d", []byte("1")}}, map[string]string{"d": "1"}, 3},
+		{[]write{{"d", []byte("2")}, {"d", nil}}, map[string]string{}, 4}, // a resend acked: the old record goes
+	}
+	for i, s := range steps {
+		if err := c.commit(s.batch); err != nil {
+			t.Fatal(err)
+		}
+		if got := dbKeys(t, db); fmt.Sprint(got) != fmt.Sprint(s.keys) {
+			t.Fatalf("step %d: keys %v, want %v", i, got, s.keys)
+		}
+		if c.commits != s.commits {
+			t.Fatalf("step %d: %d transactions, want %d", i, c.commits, s.commits)
+		}
+	}
+}
+
+// publishInline publishes n messages through the broker's inline client.
+func publishInline(t testing.TB, b *Broker, topic string, from, n int) {
+	t.Helper()
+	for i := from; i < from+n; i++ {
+		if err := b.Server().Publish(topic, []byte(fmt.Sprint(i)), false, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// receiveAll waits for the payloads from..from+n-1 (in any order, duplicates allowed).
+func receiveAll(t *testing.T, c *client, from, n int) {
+	t.Helper()
+	seen := map[string]bool{}
+	for len(seen) < n {
+		select {
+		case m := <-c.other:
+			seen[string(m.Payload)] = true
+		case <-time.After(waitFor):
+			t.Fatalf("%d of %d messages", len(seen), n)
+		}
+	}
+	for i := from; i < from+n; i++ {
+		if !seen[fmt.Sprint(i)] {
+			t.Fatalf("message %d missing", i)
+		}
+	}
+}
+
+// TestInlinePublishIsStoredWhenItReturns: what Server().Publish routed to a kept session is
+// in the sessions file when Publish returns (the agent marks results reported then), so a
+// crash right after loses none of it.
+func TestInlinePublishIsStoredWhenItReturns(t *testing.T) {
+	dir := t.TempDir()
+	b1 := startBroker(t, Options{DataDir: dir})
+	dial(t, b1.Addr(), "back-office", dialOptions{sessionExpiry: 3600, noSubscribe: true, subscribe: []string{"results"}}).close()
+	const n = 200
+	publishInline(t, b1, "results", 0, n)
+	crashed := crashCopy(t, dir)
+
+	b2 := startBroker(t, Options{DataDir: crashed})
+	f := false
+	receiveAll(t, dial(t, b2.Addr(), "back-office", dialOptions{cleanStart: &f, sessionExpiry: 3600, noSubscribe: true}), 0, n)
+}
+
+// TestPublishDeferredThenSync: what PublishDeferred published survives a crash once
+// SyncSessions returned.
+func TestPublishDeferredThenSync(t *testing.T) {
+	dir := t.TempDir()
+	b1 := startBroker(t, Options{DataDir: dir})
+	dial(t, b1.Addr(), "back-office", dialOptions{sessionExpiry: 3600, noSubscribe: true, subscribe: []string{"results"}}).close()
+	const n = 200
+	for i := range n {
+		if err := b1.PublishDeferred("results", []byte(fmt.Sprint(i)), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b1.SyncSessions(); err != nil {
+		t.Fatal(err)
+	}
+	crashed := crashCopy(t, dir)
+
+	b2 := startBroker(t, Options{DataDir: crashed})
+	f := false
+	receiveAll(t, dial(t, b2.Addr(), "back-office", dialOptions{cleanStart: &f, sessionExpiry: 3600, noSubscribe: true}), 0, n)
+}
+
+// TestCloseFlushesQueuedRecords: messages from a network publisher (not waited for) reach
+// the kept session after a clean restart.
+func TestCloseFlushesQueuedRecords(t *testing.T) {
+	dir := t.TempDir()
+	b1, err := New(&Options{Listen: "127.0.0.1:0", AllowAnonymous: true, DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b1.Start(); err != nil {
+		t.Fatal(err)
+	}
+	dial(t, b1.Addr(), "back-office", dialOptions{sessionExpiry: 3600, noSubscribe: true, subscribe: []string{"results"}}).close()
+	pub := dial(t, b1.Addr(), "agent", dialOptions{noSubscribe: true})
+	const n = 100
+	for i := range n {
+		if _, err := pub.c.Publish(context.Background(), &paho.Publish{QoS: 1, Topic: "results", Payload: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub.close()
+	if err := b1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b2 := startBroker(t, Options{DataDir: dir})
+	f := false
+	receiveAll(t, dial(t, b2.Addr(), "back-office", dialOptions{cleanStart: &f, sessionExpiry: 3600, noSubscribe: true}), 0, n)
+}
+
+// TestVolatileTopicsAreNotStored: a kept session gets messages on volatile topics while the
+// broker runs, but only the others are written to the sessions file.
+func TestVolatileTopicsAreNotStored(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{DataDir: dir, VolatileTopics: []string{"faceagent/+/devices/+/heartbeat", "faceagent/+/devices/+/ack"}}
+	b1 := startBroker(t, opts)
+	dial(t, b1.Addr(), "back-office", dialOptions{sessionExpiry: 3600, noSubscribe: true, subscribe: []string{"faceagent/gw/#"}}).close()
+	for _, topic := range []string{"faceagent/gw/devices/d1/heartbeat", "faceagent/gw/devices/d1/ack", "faceagent/gw/results"} {
+		if err := b1.Server().Publish(topic, []byte(topic), false, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	crashed := crashCopy(t, dir)
+	f := false
+	live := dial(t, b1.Addr(), "back-office", dialOptions{cleanStart: &f, sessionExpiry: 3600, noSubscribe: true})
+	for range 3 {
+		live.next()
+	}
+	live.close()
+
+	b2 := startBroker(t, Options{DataDir: crashed})
+	back := dial(t, b2.Addr(), "back-office", dialOptions{cleanStart: &f, sessionExpiry: 3600})
+	if m := back.next(); m.Topic != "faceagent/gw/results" {
+		t.Fatalf("restored session got %s", m.Topic)
+	}
+	back.none()
+}
+
+func TestTopicMatches(t *testing.T) {
+	for _, c := range []struct {
+		filter, topic string
+		want          bool
+	}{
+		{"a/+/c", "a/b/c", true},
+		{"a/+/c", "a/b/d", false},
+		{"a/#", "a", true},
+		{"a/#", "a/b/c", true},
+		{"#", "a/b", true},
+		{"a/+", "a", false},
+		{"a/+", "a/b/c", false},
+		{"a/b", "a/b", true},
+		{"a/b", "a/b/c", false},
+		{"faceagent/+/devices/+/ack", "faceagent/gw/devices/7/ack", true},
+		{"faceagent/+/devices/+/ack", "faceagent/gw/results", false},
+	} {
+		if got := topicMatches(c.filter, c.topic); got != c.want {
+			t.Errorf("topicMatches(%q, %q) = %v", c.filter, c.topic, got)
+		}
+	}
+}
