@@ -49,6 +49,8 @@ type Client struct {
 	closeOnce    sync.Once
 	testMutate   func(*paho.Publish) // tests only: edit each request before it is sent
 
+	testRegisterWait func() // tests only: a request starts waiting for the subscription (c.mu held to read)
+
 	mu       sync.Mutex
 	state    connState
 	gen      uint64        // generation of the connection that is up (or was up last)

@@ -50,8 +50,11 @@
 // # Connection loss
 //
 // The client reconnects with exponential backoff and full jitter. Requests in flight when the
-// link drops fail at once with ErrConnectionLost; requests made while it is down fail at once
-// with ErrNotConnected (both Retryable). Behind a broker that is not the store, a request no
+// link drops fail at once with ErrConnectionLost; so do requests waiting for a fresh
+// connection's SUBSCRIBE to be acknowledged (those were never sent: their error matches
+// ErrNotConnected too). Requests made while the link is down fail at once with
+// ErrNotConnected (all Retryable). Every wait is bounded by the request's context and
+// timeout. Behind a broker that is not the store, a request no
 // store is subscribed to (the store is reconnecting too) fails at once with ErrNoResponder
 // (Retryable) when the broker says so with PUBACK 0x10, as mosquitto does. After a reconnect
 // the client subscribes again (a SUBSCRIBE without SUBACK is sent again), waits

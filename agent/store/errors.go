@@ -61,7 +61,9 @@ var (
 	// connection to the broker. Retryable.
 	ErrNotConnected = errors.New("store: not connected")
 	// ErrConnectionLost is returned at once for a request in flight when the connection
-	// dropped; it may or may not have been applied. Retryable.
+	// dropped; it may or may not have been applied. A request that was still waiting for the
+	// connection's subscription gets an error matching both ErrConnectionLost and
+	// ErrNotConnected: it was not sent. Retryable.
 	ErrConnectionLost = errors.New("store: connection lost while the request was in flight")
 	// ErrNoResponder is returned at once when the broker reported that the request reached no
 	// subscriber (PUBACK reason 0x10, "No matching subscribers"): no state store is listening
@@ -82,6 +84,20 @@ var (
 func Retryable(err error) bool {
 	return errors.Is(err, ErrNotConnected) || errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrTimeout) ||
 		errors.Is(err, ErrNoResponder)
+}
+
+// errLostBeforeSend is returned to a request that was waiting for the connection's
+// subscription when that connection dropped. It matches ErrConnectionLost, like every request
+// under way when the link drops, and ErrNotConnected too: it was never sent, so it was
+// certainly not applied.
+var errLostBeforeSend error = lostBeforeSend{}
+
+type lostBeforeSend struct{}
+
+func (lostBeforeSend) Error() string { return "store: connection lost before the request was sent" }
+
+func (lostBeforeSend) Is(target error) bool {
+	return target == ErrConnectionLost || target == ErrNotConnected
 }
 
 type timeoutError struct{}

@@ -119,7 +119,8 @@ func (c *Client) release(cl *call) {
 }
 
 // register enters the call into pending once the client is ready; while the connection is
-// being subscribed it waits, while it is down it fails at once.
+// being subscribed it waits (bounded by ctx, which carries the request's timeout), and fails
+// with errLostBeforeSend if that connection drops; while it is down it fails at once.
 func (c *Client) register(ctx context.Context, id [16]byte, cl *call) error {
 	for {
 		c.mu.Lock()
@@ -140,10 +141,18 @@ func (c *Client) register(ctx context.Context, id [16]byte, cl *call) error {
 			c.mu.Unlock()
 			return fmt.Errorf("%w: %w", ErrNotConnected, err)
 		}
-		ch := c.readyCh
+		ch, down := c.readyCh, c.downCh
+		hook := c.testRegisterWait
 		c.mu.Unlock()
+		if hook != nil {
+			hook()
+		}
 		select {
 		case <-ch:
+		case <-down:
+			// The connection being subscribed dropped: fail now, as the requests in
+			// flight do, rather than wait for a later connection.
+			return errLostBeforeSend
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return ErrTimeout
