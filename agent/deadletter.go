@@ -219,10 +219,13 @@ func (d *deadLetterLog) start(ctx context.Context) {
 			case <-d.ready:
 			}
 			for {
-				more, err := d.drain(ctx)
+				more, sent, err := d.drain(ctx)
 				if err != nil {
 					if ctx.Err() != nil {
 						return
+					}
+					if sent > 0 {
+						delay = 0 // progress: the next try comes soon again
 					}
 					delay = nextRetryDelay(delay)
 					d.log.Warn("publishing a deadletter failed; will retry", "in", delay, "err", err)
@@ -248,12 +251,11 @@ func (d *deadLetterLog) start(ctx context.Context) {
 const deadLetterBatch = 64
 
 // drain publishes up to one batch from the head of the backlog in order, then marks what
-// the broker took as reported. It returns whether more is waiting.
-func (d *deadLetterLog) drain(ctx context.Context) (more bool, err error) {
+// the broker took as reported. It returns whether more is waiting, and how many went.
+func (d *deadLetterLog) drain(ctx context.Context) (more bool, sent int, err error) {
 	d.mu.Lock()
 	batch := d.pending[:min(len(d.pending), deadLetterBatch)]
 	d.mu.Unlock()
-	sent := 0
 	for _, dl := range batch {
 		if err = d.pub.Publish(ctx, d.topic, dl.payload); err != nil {
 			break
@@ -269,7 +271,7 @@ func (d *deadLetterLog) drain(ctx context.Context) (more bool, err error) {
 	d.mu.Lock()
 	more = len(d.pending) > 0
 	d.mu.Unlock()
-	return more && err == nil, err
+	return more && err == nil, sent, err
 }
 
 // markReported drops the first n deadletters (ids up to id) from the backlog and records

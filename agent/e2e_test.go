@@ -132,9 +132,18 @@ func startAgent(t testing.TB, cfg *config.Config) (addr string, stop func()) {
 
 func startAgentFull(t testing.TB, cfg *config.Config) (addr string, a *Agent, stop func()) {
 	t.Helper()
+	return startAgentWith(t, cfg, nil)
+}
+
+// startAgentWith is startAgentFull with a hook that adjusts the Agent before Run.
+func startAgentWith(t testing.TB, cfg *config.Config, adjust func(*Agent)) (addr string, a *Agent, stop func()) {
+	t.Helper()
 	a, err := New(&Options{Config: cfg, Version: "e2e"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if adjust != nil {
+		adjust(a)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

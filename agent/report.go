@@ -165,6 +165,9 @@ func (r *reporter) drain(ctx context.Context) bool {
 		r.log.Error("marking results reported", "err", err)
 	}
 	if failed {
+		if len(done) > 0 {
+			r.delay = 0 // progress: the next try comes soon again
+		}
 		r.delay = nextRetryDelay(r.delay)
 		select {
 		case <-ctx.Done():

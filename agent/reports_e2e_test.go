@@ -1,0 +1,272 @@
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/seed0e69bba5/faceagent/agent/broker"
+	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/intake"
+	"github.com/seed0e69bba5/faceagent/device/face"
+	"github.com/seed0e69bba5/faceagent/device/sim"
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
+)
+
+// A deadletter produced while the upstream broker (mosquitto) is down is journalled, and
+// delivered by the next run of the agent once the broker is back; a malformed task taken
+// over MQTT is dead-lettered with its reason.
+func TestDeadLetterSurvivesRestartWithBrokerDown(t *testing.T) {
+	m := testutil.StartMosquitto(t)
+	m.Stop()
+	var listBad atomic.Bool
+	listBad.Store(true)
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if listBad.Load() {
+			_, _ = io.WriteString(w, `[{"taskId":"bad-1","deviceId":"nope","op":"AddPerson","person":{"id":"1"}}]`)
+			return
+		}
+		_, _ = io.WriteString(w, `[]`)
+	}))
+	defer api.Close()
+	src := fmt.Sprintf(`[agent]
+gateway_id = "gw-r"
+data_dir = %q
+[upstream]
+url = %q
+session_expiry = "1h"
+reconnect_max = "300ms"
+[store]
+request_timeout = "200ms"
+[intake.http]
+url = %q
+page_size = 10
+interval = "1h"
+[[devices]]
+id = "r1"
+`, t.TempDir(), m.URL, api.URL)
+	cfg, err := config.Parse("r.toml", []byte(src), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	_, a, stop := startAgentFull(t, cfg)
+	select {
+	case <-a.httpIntake.polled: // the page was taken: its deadletter is on disk
+	case <-time.After(20 * time.Second):
+		t.Fatal("the HTTP intake never polled")
+	}
+	if n := a.m.deadLetterBacklog.Value(); n != 1 {
+		t.Fatalf("deadletter backlog %v, want 1 (the broker is down)", n)
+	}
+	stop()
+
+	m.Restart()
+	listBad.Store(false) // the back office would list the task again; here it does not
+	bo := connectBackOffice(t, m.Addr, "gw-r")
+	_, a, stop = startAgentFull(t, cfg)
+	bo.waitFor("the deadletter of the first run", 30*time.Second, func() bool { return len(bo.dead) == 1 })
+	if d := bo.dead[0]; d.Reason != `task 0: unknown device "nope"` || !bytes.Contains(d.Payload, []byte(`"bad-1"`)) {
+		t.Errorf("deadletter %+v (%s)", d, d.Payload)
+	}
+	select {
+	case <-a.UpstreamConnected():
+	case <-time.After(20 * time.Second):
+		t.Fatal("never subscribed upstream")
+	}
+	bo.publish("faceagent/gw-r/tasks", []byte(`{"taskId":`))
+	bo.waitFor("the malformed task's deadletter", 30*time.Second, func() bool { return len(bo.dead) == 2 })
+	if d := bo.dead[1]; !strings.HasPrefix(d.Reason, "malformed JSON:") || string(d.Payload) != `"{\"taskId\":"` {
+		t.Errorf("deadletter %+v (%s)", d, d.Payload)
+	}
+	waitFor(t, "the backlog to empty", func() bool { return a.m.deadLetterBacklog.Value() == 0 }, a.take.dead.reported)
+	stop()
+}
+
+// waitFor waits for cond, checked again on every poke of ev.
+func waitFor(t *testing.T, what string, cond func() bool, ev <-chan struct{}) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for !cond() {
+		select {
+		case <-ev:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// rawSubscriber is an MQTT 3.1.1 client on a bare TCP connection, so a test decides when
+// it reads: a subscriber that stops reading fills its queue in the broker.
+type rawSubscriber struct {
+	conn net.Conn
+	r    *bufio.Reader
+}
+
+func dialRawSubscriber(t *testing.T, addr, clientID, filter string) *rawSubscriber {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.(*net.TCPConn).SetReadBuffer(4096) // fill up sooner
+	s := &rawSubscriber{conn: conn, r: bufio.NewReaderSize(conn, 512)}
+	s.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 4,
+		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, ClientIdentifier: clientID}})
+	if pk := s.read(t); pk.FixedHeader.Type != packets.Connack || pk.ReasonCode != 0 {
+		t.Fatalf("connect: %+v", pk)
+	}
+	s.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, ProtocolVersion: 4,
+		PacketID: 1, Filters: packets.Subscriptions{{Filter: filter, Qos: 1}}})
+	if pk := s.read(t); pk.FixedHeader.Type != packets.Suback {
+		t.Fatalf("subscribe: %+v", pk)
+	}
+	return s
+}
+
+func (s *rawSubscriber) write(t *testing.T, pk packets.Packet) {
+	var buf bytes.Buffer
+	var err error
+	switch pk.FixedHeader.Type {
+	case packets.Connect:
+		err = pk.ConnectEncode(&buf)
+	case packets.Subscribe:
+		err = pk.SubscribeEncode(&buf)
+	case packets.Puback:
+		err = pk.PubackEncode(&buf)
+	}
+	if err == nil {
+		_, err = s.conn.Write(buf.Bytes())
+	}
+	if err != nil {
+		t.Errorf("raw subscriber: writing %v: %v", pk.FixedHeader.Type, err)
+	}
+}
+
+func (s *rawSubscriber) read(t *testing.T) packets.Packet {
+	_ = s.conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	hb, err := s.r.ReadByte()
+	var pk packets.Packet
+	if err == nil {
+		err = pk.FixedHeader.Decode(hb)
+	}
+	var n int
+	if err == nil {
+		n, _, err = packets.DecodeLength(s.r)
+	}
+	body := make([]byte, n)
+	if err == nil {
+		_, err = io.ReadFull(s.r, body)
+	}
+	pk.ProtocolVersion = 4
+	if err == nil {
+		switch pk.FixedHeader.Type {
+		case packets.Publish:
+			err = pk.PublishDecode(body)
+		case packets.Connack:
+			if len(body) == 2 {
+				pk.ReasonCode = body[1]
+			}
+		}
+	}
+	if err != nil {
+		t.Fatalf("raw subscriber: %v", err)
+	}
+	return pk
+}
+
+// mochi drops a QoS 1 result meant for a connected subscriber whose write queue is full,
+// and the inline publish does not say so. The agent sees the drop and publishes the
+// result again until it is taken: a subscriber that stopped reading gets every result
+// once it reads again (duplicates allowed), and the drops are counted.
+func TestResultsDroppedByTheBrokerAreResent(t *testing.T) {
+	ids := []string{"q1", "q2", "q3", "q4"}
+	src := fmt.Sprintf("[agent]\ngateway_id = \"gw-q\"\ndata_dir = %q\n[broker]\nlisten = \"127.0.0.1:0\"\n"+
+		"[journal]\nsync = \"none\"\n[dispatch]\nretry_interval = \"300ms\"\nheartbeat_timeout = \"5s\"\n", t.TempDir())
+	for _, id := range ids {
+		src += fmt.Sprintf("[[devices]]\nid = %q\n", id)
+	}
+	cfg, err := config.Parse("q.toml", []byte(src), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, a, stop := startAgentWith(t, cfg, func(a *Agent) {
+		a.tuneBroker = func(b *broker.Broker) {
+			// A small pending-writes queue per client, so a few hundred results fill it.
+			b.Server().Options.Capabilities.MaximumClientWritesPending = 4
+		}
+	})
+	stalled := dialRawSubscriber(t, addr, "stalled", "faceagent/gw-q/results")
+	fleet, err := sim.StartMQTT("mqtt://"+addr, ids, sim.Options{Seed: 5, HeartbeatInterval: 200 * time.Millisecond, Strict: true,
+		OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := fleet.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bo := connectBackOffice(t, addr, "gw-q")
+
+	dropped := func() bool { return a.m.brokerDropped.With("pending_writes").Value() > 0 }
+	submitted := 0
+	for !dropped() {
+		if submitted >= 20000 {
+			t.Fatalf("no result dropped after %d tasks: the test proves nothing", submitted)
+		}
+		var batch []intake.Task
+		for range 250 {
+			batch = append(batch, intake.Task{TaskID: fmt.Sprintf("q-%d", submitted), DeviceID: ids[submitted%len(ids)],
+				Op: face.AddPerson, Person: face.Person{ID: fmt.Sprint(submitted)}})
+			submitted++
+		}
+		b, _ := json.Marshal(batch)
+		bo.publish("faceagent/gw-q/tasks", b)
+		bo.waitFor("results or a drop", 60*time.Second, func() bool { return len(bo.results) == submitted || dropped() })
+	}
+	t.Logf("first drop after %d tasks", submitted)
+
+	// The stalled subscriber reads again: every result must arrive.
+	seen := map[string]bool{}
+	for len(seen) < submitted {
+		pk := stalled.read(t)
+		if pk.FixedHeader.Type != packets.Publish {
+			continue
+		}
+		r, err := intake.ParseResult(pk.Payload)
+		if err != nil {
+			t.Fatalf("result %s: %v", pk.Payload, err)
+		}
+		seen[r.TaskID] = true
+		if pk.FixedHeader.Qos > 0 {
+			stalled.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pk.PacketID, ProtocolVersion: 4})
+		}
+	}
+	bo.waitFor("every result at the back office", 60*time.Second, func() bool { return len(bo.results) == submitted })
+
+	var exp strings.Builder
+	if _, err := a.registry.WriteTo(&exp); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`faceagent_reports_dropped_total{kind="result"} `, `faceagent_broker_dropped_total{reason="pending_writes"} `} {
+		if !strings.Contains(exp.String(), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	stop()
+}
