@@ -297,3 +297,10 @@ func TestStartFailureExitsOne(t *testing.T) {
 		t.Errorf("first agent: exit %d", code)
 	}
 }
+
+// lineCount returns how many log lines the agent has written so far (for waitLog's from).
+func (p *agentProc) lineCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.lines)
+}
