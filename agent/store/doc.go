@@ -69,6 +69,9 @@
 //     client was away arrive as one.
 //   - Values returned by Get and carried by notifications are views into the received packet;
 //     they are the caller's, but the Watches of one key share a notification's Value.
-//   - A Watch whose reader stops reading queues notifications in memory without bound.
+//   - A Watch whose reader falls behind queues at most Options.WatchBuffer notifications
+//     (each keeps its value); past that the oldest are dropped and the oldest one kept is
+//     marked Resync: the reader sees that it missed changes, and the latest state still
+//     arrives.
 //   - Requests made while the link is down are not queued: retry them (see Retryable).
 package store

@@ -37,28 +37,35 @@ type Notification struct {
 	Op      Op
 	Value   []byte        // OpSet: the new value (shared by every Watch of the key: do not modify)
 	Version hlc.Timestamp // the __ts of the notification (the GET's version when Resync)
-	// Resync marks a notification the client made up after a reconnect: the key changed
-	// while the client was away, and the real notification was lost with the connection.
-	// Value and Version are the current ones; intermediate changes are not known.
+	// Resync marks a notification after a gap: changes of the key between the notification
+	// delivered before it and this one are not known. Either the client made it up after a
+	// reconnect (the key changed while the client was away and the real notification was
+	// lost with the connection; Value and Version are the ones a GET then returned), or the
+	// Watch's reader fell Options.WatchBuffer notifications behind and the oldest were
+	// dropped (this is the oldest one kept).
 	Resync bool
 }
 
 // Watch receives the notifications of one key. Several Watches of one key share one
 // KEYNOTIFY registration.
 type Watch struct {
-	c   *Client
-	key string
-	out chan Notification
+	c     *Client
+	key   string
+	out   chan Notification
+	limit int // most notifications queued (Options.WatchBuffer)
 
 	mu      sync.Mutex
-	queue   []Notification
+	queue   []Notification // queue[head:] waits for the reader
+	head    int
 	wake    chan struct{} // cap 1: "the queue has something"
 	stopped chan struct{} // closed by close()
 	once    sync.Once
 }
 
 // C delivers the notifications in the order the store sent them. It is closed after Stop or
-// Client.Close. Delivery never blocks the client: a slow reader only grows a queue.
+// Client.Close. Delivery never blocks the client: a reader that falls behind has up to
+// Options.WatchBuffer notifications queued for it; past that the oldest are dropped and the
+// oldest one kept is marked Resync.
 func (w *Watch) C() <-chan Notification { return w.out }
 
 // Key returns the watched key.
@@ -78,7 +85,8 @@ type keyWatch struct {
 // them. The registration survives reconnects: the client sends KEYNOTIFY again and reports a
 // change it missed meanwhile as a Resync notification.
 func (c *Client) KeyNotify(ctx context.Context, key string) (*Watch, error) {
-	w := &Watch{c: c, key: key, out: make(chan Notification), wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+	w := &Watch{c: c, key: key, out: make(chan Notification), limit: c.opts.WatchBuffer,
+		wake: make(chan struct{}, 1), stopped: make(chan struct{})}
 	c.mu.Lock()
 	if c.state == stateClosed {
 		c.mu.Unlock()
@@ -260,9 +268,28 @@ func equalFold(b []byte, s string) bool {
 	return true
 }
 
-// push queues n for the reader; it never blocks (it runs on paho's goroutine).
+// push queues n for the reader; it never blocks (it runs on paho's goroutine). A full queue
+// drops its oldest notification and marks the next one Resync, so memory stays bounded and
+// the reader learns that it missed changes.
 func (w *Watch) push(n Notification) {
 	w.mu.Lock()
+	if w.queued() >= w.limit {
+		for w.queued() >= w.limit {
+			w.queue[w.head] = Notification{}
+			w.head++
+		}
+		if w.queued() > 0 {
+			w.queue[w.head].Resync = true
+		} else {
+			n.Resync = true
+		}
+	}
+	if w.head > 0 && w.head >= len(w.queue)/2 {
+		// Move the live part to the front so the array does not grow forever; amortised O(1).
+		live := copy(w.queue, w.queue[w.head:])
+		clear(w.queue[live:])
+		w.queue, w.head = w.queue[:live], 0
+	}
 	w.queue = append(w.queue, n)
 	w.mu.Unlock()
 	select {
@@ -271,28 +298,43 @@ func (w *Watch) push(n Notification) {
 	}
 }
 
+// queued is the number of notifications waiting. w.mu must be held.
+func (w *Watch) queued() int { return len(w.queue) - w.head }
+
+// pop takes the oldest queued notification.
+func (w *Watch) pop() (Notification, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.queued() == 0 {
+		return Notification{}, false
+	}
+	n := w.queue[w.head]
+	w.queue[w.head] = Notification{}
+	w.head++
+	return n, true
+}
+
 func (w *Watch) close() { w.once.Do(func() { close(w.stopped) }) }
 
-// pump moves queued notifications to the reader.
+// pump moves queued notifications to the reader one at a time, so that a reader that falls
+// behind leaves them in the bounded queue.
 func (w *Watch) pump() {
 	defer w.c.wg.Done()
 	defer close(w.out)
 	for {
-		select {
-		case <-w.wake:
-		case <-w.stopped:
-			return
-		}
-		w.mu.Lock()
-		batch := w.queue
-		w.queue = nil
-		w.mu.Unlock()
-		for _, n := range batch {
+		n, ok := w.pop()
+		if !ok {
 			select {
-			case w.out <- n:
+			case <-w.wake:
+				continue
 			case <-w.stopped:
 				return
 			}
+		}
+		select {
+		case w.out <- n:
+		case <-w.stopped:
+			return
 		}
 	}
 }

@@ -37,6 +37,11 @@ type Options struct {
 	// reconnect in step. Defaults 100ms and 10s.
 	ReconnectMin, ReconnectMax time.Duration
 
+	// WatchBuffer bounds the notifications each Watch holds for a reader that falls behind;
+	// past it the oldest are dropped and the next one delivered is marked Resync. Default
+	// 1024.
+	WatchBuffer int
+
 	// Clock stamps every request's __ts and observes every response's __ts. Share one clock
 	// between the clients of a process. Default: a new clock named after ClientID.
 	Clock *hlc.Clock
@@ -51,6 +56,7 @@ const (
 	defaultKeepAlive      = 30
 	defaultReconnectMin   = 100 * time.Millisecond
 	defaultReconnectMax   = 10 * time.Second
+	defaultWatchBuffer    = 1024
 )
 
 // withDefaults returns a filled-in copy; the caller's struct is never modified.
@@ -83,6 +89,9 @@ func (o *Options) withDefaults() (Options, *url.URL, error) {
 	}
 	if c.ReconnectMax <= c.ReconnectMin {
 		c.ReconnectMax = max(defaultReconnectMax, 2*c.ReconnectMin)
+	}
+	if c.WatchBuffer <= 0 {
+		c.WatchBuffer = defaultWatchBuffer
 	}
 	if c.Clock == nil {
 		c.Clock = hlc.NewClock(c.ClientID)
