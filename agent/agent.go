@@ -143,6 +143,12 @@ func (a *Agent) Healthy() error {
 			return fmt.Errorf("outbox: %w", err)
 		}
 	}
+	if a.take != nil && a.take.dead != nil {
+		if err := a.take.dead.j.Err(); err != nil {
+			// Every message with a refused task is refused now; a restart reopens the log.
+			return fmt.Errorf("deadletter log: %w", err)
+		}
+	}
 	return nil
 }
 
