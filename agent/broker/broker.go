@@ -74,6 +74,11 @@ type Options struct {
 	MaxPacketSize  uint32 // bytes of one packet
 	ReceiveMaximum uint16 // unacknowledged QoS 1/2 messages per client, inbound
 	MaxInflight    uint16 // QoS 1/2 messages held per client (queued while offline included)
+	// MaxPendingWrites bounds the packets queued for writing to one client
+	// (mochi's MaximumClientWritesPending); beyond it messages to that client
+	// are dropped, counted (DroppedMessages) and logged. 0 means
+	// DefaultMaxPendingWrites (1,024; mochi's default is 8,192, 64 KiB a client).
+	MaxPendingWrites int32
 
 	// State store quotas; 0 means no bound.
 	MaxKeys      int
@@ -107,6 +112,7 @@ type Broker struct {
 	auth     *authHook
 	sessions *sessionStore // nil without DataDir
 	deferred *mqtt.Client  // inline client of PublishDeferred
+	drops    *dropLog
 	// housekeeper drives mochi's expiry loop; nil if mochi's layout was not recognised.
 	housekeeper *housekeeper
 
@@ -160,6 +166,10 @@ func New(opts *Options) (*Broker, error) {
 	if o.MaxInflight > 0 {
 		caps.MaximumInflight = o.MaxInflight
 	}
+	caps.MaximumClientWritesPending = DefaultMaxPendingWrites
+	if o.MaxPendingWrites > 0 {
+		caps.MaximumClientWritesPending = o.MaxPendingWrites
+	}
 	srv := mqtt.New(&mqtt.Options{
 		Capabilities: caps,
 		Logger:       o.Logger,
@@ -178,6 +188,11 @@ func New(opts *Options) (*Broker, error) {
 		}
 	}
 
+	b.drops = &dropLog{log: o.Logger}
+	if err := srv.AddHook(b.drops, nil); err != nil {
+		srv.Close()
+		return nil, err
+	}
 	b.auth = newAuthHook(users, o.AllowAnonymous, o.Anonymous)
 	if err := srv.AddHook(b.auth, nil); err != nil {
 		return nil, err

@@ -138,6 +138,13 @@
 //   - Group commit reaches mochi v2.7.9's bolt hook's unexported database
 //     (reflect); with another layout each record is its own transaction
 //     again, with a warning (TestGroupCommitLayout fails).
+//   - Each client has a queue of at most MaxPendingWrites packets waiting to
+//     be written (default 1,024; mochi's 8,192 cost 64 KiB a client). A
+//     message routed to a client whose queue is full is dropped by mochi,
+//     QoS 1 too (and taken out of its in-flight messages): DroppedMessages
+//     counts them and a warning is logged (at most once a second). An inline
+//     publisher can watch mochi's OnPublishDropped itself (the agent resends
+//     dropped results).
 //   - TLS certificates are read once, in New; rotating them needs a restart.
 //   - A bcrypt check runs for every CONNECT with a user name (about 0.1 s at
 //     cost 10 on an ARM gateway); it only delays that client, but a flood of
