@@ -50,6 +50,19 @@ func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
 
+// helpRequest is -h or --help given to a command; it carries the command's flags for the
+// help text.
+type helpRequest struct{ fs *flag.FlagSet }
+
+func (h helpRequest) Error() string { return flag.ErrHelp.Error() }
+func (h helpRequest) Unwrap() error { return flag.ErrHelp }
+
+func hasFlags(fs *flag.FlagSet) bool {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n > 0
+}
+
 // errExit makes Run exit with code without printing anything more (lock: the child's code).
 type errExit struct{ code int }
 
@@ -176,6 +189,13 @@ func (a *app) exitCode(c command, err error) int {
 		return exitOK
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Fprintf(a.Stdout, "Usage: sscli %s %s\n  %s\n", c.name, c.args, c.summary)
+		var h helpRequest
+		if errors.As(err, &h) && hasFlags(h.fs) {
+			fmt.Fprintf(a.Stdout, "\nFlags:\n")
+			h.fs.SetOutput(a.Stdout)
+			h.fs.PrintDefaults()
+		}
+		fmt.Fprintf(a.Stdout, "\nConnection flags come before the command: sscli --help.\n")
 		return exitOK
 	case errors.As(err, &ee):
 		return ee.code
@@ -247,7 +267,7 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
+				return nil, helpRequest{fs}
 			}
 			return nil, usageError{err.Error()}
 		}

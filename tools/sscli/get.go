@@ -11,7 +11,7 @@ import (
 func runGet(ctx context.Context, a *app, args []string) error {
 	fs := flag.NewFlagSet("get", flag.ContinueOnError)
 	verbose := fs.Bool("v", false, "print the version on stderr")
-	decode := fs.String("decode", decodeRaw, "value format: "+decodeFormats)
+	decode := fs.String("decode", decodeRaw, "value `format`: raw (the bytes as stored), device-state (the agent's msgp terminal state\nas JSON, times RFC 3339 UTC), auto (device-state for faceagent/{gw}/devices/{id}, raw otherwise)")
 	compact := fs.Bool("compact", false, "decoded JSON on one line")
 	pos, err := parseArgs(fs, args)
 	if err != nil {

@@ -39,15 +39,44 @@ const usage = `usage: taskctl submit [flags] FILE.jsonl | -
        taskctl states [-config FILE | -url URL -gateway GW] [DEVICE...]
 `
 
+const help = `taskctl — submit whitelist tasks to a faceagent and follow them to their results.
+
+` + usage + `
+Commands:
+  submit  publish tasks to faceagent/{gw}/tasks (QoS 1, -batch tasks a message), then
+          follow faceagent/{gw}/results and /deadletter with a progress bar per terminal
+          and print a summary: done, failed, superseded, missing, p50/p99 per terminal.
+          Tasks come from a JSON Lines file (a task or an array of tasks per line; "-" is
+          standard input) or are generated (-generate N -devices M).
+  states  read each terminal's state from the state store (faceagent/{gw}/devices/{id})
+          and print it as a table.
+
+taskctl submit -h and taskctl states -h list their flags.
+
+Examples:
+  taskctl submit -url mqtt://127.0.0.1:18830 -gateway demo-gw configs/demo-tasks.jsonl
+  taskctl submit -gateway gw-01 -generate 10000 -devices 64
+  cat tasks.jsonl | taskctl submit -gateway gw-01 -no-follow -
+  taskctl states -config configs/demo.toml
+  taskctl states -url mqtt://127.0.0.1:1883 -gateway gw-01 2042253 2042254
+
+A task: {"taskId":"t-1","deviceId":"2042253","op":"AddPerson"|"DeletePerson",
+         "person":{"id":"951","name":"…","validFrom":"RFC3339","validTo":"RFC3339"}}
+
+Exit status: 0 every task has an outcome, 1 following timed out or the broker was lost
+(states: a state missing or undecodable), 2 bad usage.
+`
+
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, tty bool) int {
 	if len(args) > 0 && args[0] == "states" {
 		return states(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+		fmt.Fprint(stdout, help)
+		return 0
+	}
 	if len(args) == 0 || args[0] != "submit" {
-		fmt.Fprint(stderr, usage)
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-			return 0
-		}
+		fmt.Fprint(stderr, usage+"(taskctl -h: help)\n")
 		return 2
 	}
 	fs := flag.NewFlagSet("taskctl submit", flag.ContinueOnError)
@@ -66,7 +95,16 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	devices := fs.Int("devices", 8, "with -generate: spread the tasks over this many terminals")
 	prefix := fs.String("device-prefix", "term-", "with -generate: terminal ids are PREFIX01, PREFIX02, …")
 	run := fs.String("run-id", "", "with -generate: task id prefix (default: random), so reruns are told apart")
-	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "usage: taskctl submit [flags] FILE.jsonl | -\n       taskctl submit [flags] -generate N -devices M\n\nFlags:\n")
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), `
+Examples:
+  taskctl submit -url mqtt://127.0.0.1:18830 -gateway demo-gw configs/demo-tasks.jsonl
+  taskctl submit -gateway gw-01 -generate 10000 -devices 64 -batch 100
+  cat tasks.jsonl | taskctl submit -gateway gw-01 -no-follow -
+`)
+	}
 
 	// Flags may come before or after the file name.
 	var files []string

@@ -177,6 +177,25 @@ func TestTimeoutReportsMissing(t *testing.T) {
 	}
 }
 
+func TestHelp(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"-h"}, []string{"Commands:", "submit", "states", "Examples:", "Exit status:"}},
+		{[]string{"help"}, []string{"Commands:"}},
+		{[]string{"submit", "-h"}, []string{"-generate", "-timeout", "Examples:"}},
+		{[]string{"states", "-h"}, []string{"-config FILE", "Examples:"}},
+	} {
+		out, errOut, code := runTaskctl(t, false, tc.args...)
+		for _, want := range tc.want {
+			if code != 0 || !strings.Contains(out+errOut, want) {
+				t.Errorf("%v: exit %d, no %q in\n%s%s", tc.args, code, want, out, errOut)
+			}
+		}
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{},
@@ -187,6 +206,8 @@ func TestUsageErrors(t *testing.T) {
 		{"submit", "-generate", "5", "-devices", "0"},
 		{"submit", "testdata/does-not-exist.jsonl"},
 		{"submit", "-nope"},
+		{"states"},
+		{"states", "-nope"},
 	} {
 		if _, _, code := runTaskctl(t, false, args...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)

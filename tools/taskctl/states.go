@@ -22,10 +22,24 @@ import (
 func states(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("taskctl states", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", "", "the agent's config file: gateway, devices and broker from there")
-	url := fs.String("url", "mqtt://127.0.0.1:1883", "the broker with the state store")
-	gw := fs.String("gateway", "gw-01", "the agent's gateway_id")
+	cfgPath := fs.String("config", "", "the agent's config `FILE`: gateway, devices and broker (or upstream) from there")
+	url := fs.String("url", "mqtt://127.0.0.1:1883", "the broker with the state store (ignored with -config)")
+	gw := fs.String("gateway", "gw-01", "the agent's gateway_id (ignored with -config)")
 	timeout := fs.Duration("timeout", 10*time.Second, "overall timeout")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), statesUsage+`
+Reads faceagent/{gw}/devices/{id} (msgp) for each terminal and prints one row each: online,
+queue (+1: a command in flight), sent, ok, failed, retries, persons, paused, firmware, time
+since last heard of, last error. Without DEVICE arguments the devices are those of -config.
+
+Examples:
+  taskctl states -config configs/demo.toml
+  taskctl states -url mqtt://127.0.0.1:1883 -gateway gw-01 2042253 2042254
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -57,7 +71,7 @@ func states(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if len(ids) == 0 {
-		fmt.Fprintln(stderr, "usage: taskctl states [-config FILE | -url URL -gateway GW] [DEVICE...]")
+		fmt.Fprint(stderr, statesUsage)
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
@@ -98,6 +112,8 @@ func states(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	return code
 }
+
+const statesUsage = "usage: taskctl states [-config FILE | -url URL -gateway GW] [DEVICE...]\n"
 
 func clipText(s string, n int) string {
 	if len(s) <= n {
