@@ -38,6 +38,32 @@ const (
 	exitUsage   = 2
 )
 
+const helpIntro = `faceagent — the gateway daemon: takes whitelist tasks from the back office, writes
+each to its journal before acknowledging it, and sends the commands to the face terminals
+one at a time, retrying what is not acked and reporting every result upstream.
+
+usage: faceagent -config FILE [-check-config] | -version
+
+Flags:
+`
+
+const helpOutro = `
+Examples:
+  faceagent -config /etc/faceagent/agent.toml    run the agent
+  faceagent -config agent.toml -check-config     validate; print the effective config
+  faceagent -config configs/demo.toml            the embedded default (what make demo runs)
+  faceagent -version
+
+configs/agent.toml documents every key with its default. A config with only [broker]
+runs the embedded MQTT broker and state store alone.
+
+Signals: SIGTERM or SIGINT stops cleanly (finishes the write in flight, flushes the
+journal); a second one ends the process at once. SIGHUP reloads the config file; a file
+that does not load changes nothing.
+
+Exit codes: 0 clean stop, 1 runtime failure, 2 bad usage or config.
+`
+
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -48,19 +74,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 	configPath := fs.String("config", "", "the agent's TOML config `FILE` (see configs/agent.toml)")
 	check := fs.Bool("check-config", false, "validate the config, print the effective configuration and exit (0 valid, 2 not)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: faceagent -config FILE [-check-config] | -version\n")
-		fs.PrintDefaults()
+	shortUsage := func() {
+		fmt.Fprintf(stderr, "usage: faceagent -config FILE [-check-config] | -version  (faceagent -h: help)\n")
 	}
+	fs.Usage = func() {} // -h prints the full help to stdout below; errors get shortUsage
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, helpIntro)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			fmt.Fprint(stdout, helpOutro)
 			return exitOK
 		}
+		shortUsage()
 		return exitUsage
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "faceagent: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
+		shortUsage()
 		return exitUsage
 	}
 	if *showVersion {
@@ -69,7 +100,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if *configPath == "" {
 		fmt.Fprintln(stderr, "faceagent: -config FILE is required")
-		fs.Usage()
+		shortUsage()
 		return exitUsage
 	}
 	cfg, err := config.Load(*configPath, nil)

@@ -84,8 +84,16 @@ func TestVersionAndUsage(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
 		}
 	}
-	if _, _, code := runBinary(t, "-h"); code != 0 {
-		t.Errorf("-h: exit %d", code)
+	for _, h := range []string{"-h", "--help"} {
+		out, errOut, code := runBinary(t, h)
+		if code != 0 || errOut != "" {
+			t.Errorf("%s: exit %d, stderr %q", h, code, errOut)
+		}
+		for _, want := range []string{"usage: faceagent -config FILE", "-check-config", "Examples:", "SIGHUP", "Exit codes: 0 clean stop"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s: no %q in\n%s", h, want, out)
+			}
+		}
 	}
 }
 
