@@ -118,3 +118,53 @@ func TestRequestWaitingForSubscriptionHonoursContext(t *testing.T) {
 		t.Fatalf("request with a 50ms timeout: %v", err)
 	}
 }
+
+// TestCloseFailsRequestsWaitingForSubscription: Close ends a request waiting for the SUBACK
+// with ErrClosed instead of leaving it to its timeout.
+func TestCloseFailsRequestsWaitingForSubscription(t *testing.T) {
+	hook := &holdFirstSubscribe{entered: make(chan struct{}), release: make(chan struct{})}
+	released := sync.OnceFunc(func() { close(hook.release) })
+	_, url := startEmbedded(t, "", "", func(b *broker.Broker) {
+		if err := b.AddHook(hook, nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Cleanup(released)
+	c, err := New(&Options{URL: url, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan struct{}, 1)
+	c.mu.Lock()
+	c.testRegisterWait = func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}
+	c.mu.Unlock()
+	select {
+	case <-hook.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client did not subscribe")
+	}
+	result := make(chan error, 1)
+	go func() {
+		_, err := c.Get(context.Background(), "k")
+		result <- err
+	}()
+	select {
+	case <-waiting:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request did not wait for the subscription")
+	}
+	c.Close()
+	select {
+	case err := <-result:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("request waiting for the SUBACK at Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request still waits after Close")
+	}
+}

@@ -153,6 +153,8 @@ func (c *Client) register(ctx context.Context, id [16]byte, cl *call) error {
 			// The connection being subscribed dropped: fail now, as the requests in
 			// flight do, rather than wait for a later connection.
 			return errLostBeforeSend
+		case <-c.ctx.Done(): // Close
+			return ErrClosed
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return ErrTimeout
