@@ -43,9 +43,12 @@
 // registered, on NotifyTopic(clientID, key), whether or not it subscribed to
 // that topic (the Go SDK never does; the real service delivers anyway), so a
 // subscriber gets each one exactly once. Each connection has a bounded queue
-// and a goroutine writing it; a connection that falls 1024 notifications behind
-// is disconnected with CodeNotifyOverflow. Registrations belong to the
-// connection: they end when it disconnects or is taken over.
+// (statestore.NotifyQueue) and a goroutine writing it, which never leaves more
+// QoS 1 PUBLISHes unacknowledged than the client's Receive Maximum (MQTT 5
+// section 3.3.4; mochi's own messages to the client count too) and waits for
+// a PUBACK when it would; a connection that falls 1024 notifications (or
+// 16 MiB) behind is disconnected with CodeNotifyOverflow. Registrations
+// belong to the connection: they end when it disconnects or is taken over.
 //
 // # Connections
 //

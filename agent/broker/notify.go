@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -9,14 +8,14 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
-	"github.com/seed0e69bba5/faceagent/hlc"
 	"github.com/seed0e69bba5/faceagent/internal/sswire"
 )
 
-// notifyQueueLen bounds the notifications waiting for one connection. A
-// client that falls this far behind is disconnected (it re-registers when it
-// reconnects) rather than silently missing changes.
-const notifyQueueLen = 1024
+// notifyQueueLen bounds the notifications waiting for one connection (and
+// statestore.DefaultMaxQueuedBytes their bytes). A client that falls this far
+// behind is disconnected (it re-registers when it reconnects) rather than
+// silently missing changes.
+const notifyQueueLen = statestore.DefaultMaxQueued
 
 // CodeNotifyOverflow is the DISCONNECT reason for a client whose
 // notification queue overflowed.
@@ -26,29 +25,33 @@ var CodeNotifyOverflow = packets.Code{
 }
 
 // notifier delivers one connection's KEYNOTIFY notifications. The store
-// calls Notify with its lock held, in version order per key; Notify only
-// queues, and run writes the packets straight to the registering
-// connection, whether or not it subscribed to the notify topic, and so
-// exactly once (wire fact 4). Writing from this goroutine keeps a slow
+// calls Notify (its statestore.NotifyQueue) with its lock held, in version
+// order per key; the queue's goroutine writes the packets straight to the
+// registering connection, whether or not it subscribed to the notify topic,
+// and so exactly once (wire fact 4), never more unacknowledged than the
+// client's Receive Maximum (MQTT 5 section 3.3.4): the next one waits for a
+// PUBACK (service.OnQosComplete). Writing from that goroutine keeps a slow
 // watcher from stalling the read loop of the client whose SET caused it.
 type notifier struct {
-	svc      *service
-	cl       *mqtt.Client
-	prefix   string // NotifyTopicPrefix/{HEX(clientId)}/command/notify/
-	queue    chan packets.Packet
-	overflow atomic.Bool
-	done     chan struct{}
-	stopOnce sync.Once
+	*statestore.NotifyQueue
+	svc    *service
+	cl     *mqtt.Client
+	prefix string // NotifyTopicPrefix/{HEX(clientId)}/command/notify/
 }
 
 func newNotifier(s *service, cl *mqtt.Client) *notifier {
-	return &notifier{
+	n := &notifier{
 		svc:    s,
 		cl:     cl,
 		prefix: string(sswire.AppendNotifyTopic(nil, []byte(cl.ID), nil)),
-		queue:  make(chan packets.Packet, notifyQueueLen),
-		done:   make(chan struct{}),
 	}
+	n.NotifyQueue = statestore.NewNotifyQueue(statestore.NotifyQueueOptions{
+		MaxQueued: notifyQueueLen,
+		Room:      n.room,
+		Send:      n.write,
+		Overflow:  n.overflow,
+	})
+	return n
 }
 
 // NotifyTopic returns the topic of the notifications for key sent to
@@ -63,49 +66,45 @@ func (n *notifier) topic(key string) string {
 	return string(sswire.AppendUpperHex(append(b, n.prefix...), []byte(key)))
 }
 
-// Notify implements statestore.Watcher.
-func (n *notifier) Notify(key string, op statestore.Op, value []byte, version hlc.Timestamp) {
-	pk := packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
-		TopicName:   n.topic(key),
-		Payload:     statestore.AppendNotification(nil, op, value),
-		Properties: packets.Properties{
-			ContentType: contentType,
-			User:        []packets.UserProperty{{Key: "__ts", Val: version.String()}},
-		},
+// room reports whether cl accepts one more unacknowledged QoS 1 PUBLISH:
+// fewer in its inflight set than its Receive Maximum ([MQTT-3.3.4-9]). mochi
+// clamps the Receive Maximum to Capabilities.MaximumInflight; a client that
+// announced none (or speaks MQTT 3.1.1) gets the broker's MaximumInflight,
+// beyond which mochi would drop its routed messages. The inflight set holds
+// mochi's routed messages too, so both share the one quota.
+func (n *notifier) room() bool {
+	limit := int(n.cl.Properties.Props.ReceiveMaximum)
+	if limit == 0 {
+		limit = int(n.svc.srv.Options.Capabilities.MaximumInflight)
 	}
-	select {
-	case n.queue <- pk:
-	default:
-		if n.overflow.CompareAndSwap(false, true) {
-			n.stop() // run disconnects the client
-		}
-	}
+	return n.cl.State.Inflight.Len() < limit
 }
-
-func (n *notifier) stop() { n.stopOnce.Do(func() { close(n.done) }) }
 
 func (n *notifier) run() {
 	defer n.svc.wg.Done()
-	for {
-		select {
-		case pk := <-n.queue:
-			n.write(pk)
-		case <-n.done:
-			if n.overflow.Load() {
-				n.svc.log.Warn("state store: notification queue overflow, disconnecting", "client", n.cl.ID)
-				_ = n.svc.srv.DisconnectClient(n.cl, CodeNotifyOverflow)
-			}
-			return
-		}
-	}
+	n.Run()
+}
+
+// overflow disconnects a client that fell notifyQueueLen behind.
+func (n *notifier) overflow() {
+	n.svc.log.Warn("state store: notification queue overflow, disconnecting", "client", n.cl.ID)
+	_ = n.svc.srv.DisconnectClient(n.cl, CodeNotifyOverflow)
 }
 
 // write sends one notification as a QoS 1 PUBLISH, recorded in the client's
 // inflight set so its PUBACK is accounted for (field note).
-func (n *notifier) write(pk packets.Packet) {
+func (n *notifier) write(note statestore.Notification) {
 	if n.cl.Closed() {
 		return
+	}
+	pk := packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
+		TopicName:   n.topic(note.Key),
+		Payload:     statestore.AppendNotification(nil, note.Op, note.Value),
+		Properties: packets.Properties{
+			ContentType: contentType,
+			User:        []packets.UserProperty{{Key: "__ts", Val: note.Version.String()}},
+		},
 	}
 	id, err := n.cl.NextPacketID()
 	if err != nil {

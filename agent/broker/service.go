@@ -82,7 +82,23 @@ func newService(srv *mqtt.Server, store *statestore.Store, auth *authHook, log *
 func (s *service) ID() string { return "faceagent-statestore" }
 
 func (s *service) Provides(b byte) bool {
-	return b == mqtt.OnPublish || b == mqtt.OnDisconnect
+	return b == mqtt.OnPublish || b == mqtt.OnDisconnect || b == mqtt.OnQosComplete || b == mqtt.OnQosDropped
+}
+
+// OnQosComplete wakes cl's notifier: a PUBACK freed room in the client's
+// Receive Maximum, for a notification or for any message mochi routed.
+func (s *service) OnQosComplete(cl *mqtt.Client, _ packets.Packet) { s.wakeNotifier(cl) }
+
+// OnQosDropped wakes cl's notifier: mochi gave up an inflight message.
+func (s *service) OnQosDropped(cl *mqtt.Client, _ packets.Packet) { s.wakeNotifier(cl) }
+
+func (s *service) wakeNotifier(cl *mqtt.Client) {
+	s.mu.Lock()
+	n := s.notifiers[cl]
+	s.mu.Unlock()
+	if n != nil {
+		n.Acked()
+	}
 }
 
 // Stop is called by mochi's Close after every client is gone.
@@ -90,7 +106,7 @@ func (s *service) Stop() error {
 	s.mu.Lock()
 	s.stopping = true
 	for cl, n := range s.notifiers {
-		n.stop()
+		n.Stop()
 		delete(s.notifiers, cl)
 	}
 	s.mu.Unlock()
@@ -224,7 +240,7 @@ func (s *service) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 		return
 	}
 	s.store.Unwatch(n)
-	n.stop()
+	n.Stop()
 }
 
 // notifierFor returns cl's notifier, starting it on first use; nil once the
