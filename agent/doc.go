@@ -96,11 +96,13 @@
 //     is at its quota, and an inline publish returns nil all the same. The agent watches
 //     for that (a hook on OnPublishDropped, and mochi's inflight-dropped counter) and
 //     publishes a result or deadletter so dropped again, in order, backing off from
-//     100ms to 5s: the other subscribers get it twice, nothing is lost. A subscriber that
-//     stays connected but stops reading holds up results for everyone until it reads
-//     again or the broker cuts it off (broker write timeout, 30s); meanwhile results wait
-//     in the journal. The inflight counter is broker-wide: another message's drop during
-//     a result's publish also counts (one more duplicate). Drops are in /metrics:
+//     100ms to 5s: the other subscribers get it twice, nothing is lost. The price: a
+//     subscriber that stays connected but stops reading holds up results for everyone
+//     until it reads again or the broker cuts it off (broker write timeout, 30s), and a
+//     persistent session that is away with max_queued_messages results held holds them
+//     up until it returns or its session expires; meanwhile results wait in the
+//     journal. The inflight counter is broker-wide: another message's drop during a
+//     result's publish also counts (one more duplicate). Drops are in /metrics:
 //     faceagent_broker_dropped_total{reason}, faceagent_reports_dropped_total{kind}.
 //     The pending-writes queue, allocated per client, is most of the memory a connected
 //     terminal costs; see docs/benchmarks.md.

@@ -42,6 +42,13 @@ func connectBackOffice(t testing.TB, addr, gw string) *backOffice {
 // by sessionExpiry seconds (0: it ends with the connection).
 func connectBackOfficeSession(t testing.TB, addr, gw string, sessionExpiry uint32) *backOffice {
 	t.Helper()
+	return connectBackOfficeAs(t, addr, gw, "backoffice", true, sessionExpiry)
+}
+
+// connectBackOfficeAs connects a back office as clientID; with cleanStart false it resumes
+// the session the broker kept for that id.
+func connectBackOfficeAs(t testing.TB, addr, gw, clientID string, cleanStart bool, sessionExpiry uint32) *backOffice {
+	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -76,17 +83,21 @@ func connectBackOfficeSession(t testing.TB, addr, gw string, sessionExpiry uint3
 		}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	connect := &paho.Connect{ClientID: "backoffice", KeepAlive: 30, CleanStart: true}
+	connect := &paho.Connect{ClientID: clientID, KeepAlive: 30, CleanStart: cleanStart}
 	if sessionExpiry > 0 {
 		connect.Properties = &paho.ConnectProperties{SessionExpiryInterval: &sessionExpiry}
 	}
 	if _, err := bo.c.Connect(ctx, connect); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bo.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{
-		{Topic: prefix + "results", QoS: 1}, {Topic: prefix + "deadletter", QoS: 1}, {Topic: prefix + "devices/+/ack", QoS: 1},
-	}}); err != nil {
-		t.Fatal(err)
+	// A resumed session keeps its subscriptions. (Subscribing again could fail: mochi
+	// refuses a SUBSCRIBE whose packet id equals one of its own QoS 1 messages in flight.)
+	if cleanStart {
+		if _, err := bo.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{
+			{Topic: prefix + "results", QoS: 1}, {Topic: prefix + "deadletter", QoS: 1}, {Topic: prefix + "devices/+/ack", QoS: 1},
+		}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() {
 		_ = bo.c.Disconnect(&paho.Disconnect{})

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eclipse/paho.golang/paho"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
@@ -78,7 +79,10 @@ id = "r1"
 	bo := connectBackOffice(t, m.Addr, "gw-r")
 	_, a, stop = startAgentFull(t, cfg)
 	bo.waitFor("the deadletter of the first run", 30*time.Second, func() bool { return len(bo.dead) == 1 })
-	if d := bo.dead[0]; d.Reason != `task 0: unknown device "nope"` || !bytes.Contains(d.Payload, []byte(`"bad-1"`)) {
+	bo.mu.Lock()
+	first := bo.dead[0]
+	bo.mu.Unlock()
+	if d := first; d.Reason != `task 0: unknown device "nope"` || !bytes.Contains(d.Payload, []byte(`"bad-1"`)) {
 		t.Errorf("deadletter %+v (%s)", d, d.Payload)
 	}
 	select {
@@ -88,7 +92,10 @@ id = "r1"
 	}
 	bo.publish("faceagent/gw-r/tasks", []byte(`{"taskId":`))
 	bo.waitFor("the malformed task's deadletter", 30*time.Second, func() bool { return len(bo.dead) == 2 })
-	if d := bo.dead[1]; !strings.HasPrefix(d.Reason, "malformed JSON:") || string(d.Payload) != `"{\"taskId\":"` {
+	bo.mu.Lock()
+	second := bo.dead[1]
+	bo.mu.Unlock()
+	if d := second; !strings.HasPrefix(d.Reason, "malformed JSON:") || string(d.Payload) != `"{\"taskId\":"` {
 		t.Errorf("deadletter %+v (%s)", d, d.Payload)
 	}
 	waitFor(t, "the backlog to empty", func() bool { return a.m.deadLetterBacklog.Value() == 0 }, a.take.dead.reported)
@@ -268,5 +275,56 @@ func TestResultsDroppedByTheBrokerAreResent(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+	stop()
+}
+
+// A back office with a persistent session that is away: mochi holds its results as
+// inflight messages up to Capabilities.MaximumInflight and then drops the rest without
+// a hook. The agent notices (mochi's inflight-dropped counter), keeps those results in
+// the journal and publishes them again; the back office gets every one when it returns.
+func TestResultsWaitForAnAbsentSessionAtItsQuota(t *testing.T) {
+	src := fmt.Sprintf("[agent]\ngateway_id = \"gw-p\"\ndata_dir = %q\n[broker]\nlisten = \"127.0.0.1:0\"\n"+
+		"[journal]\nsync = \"none\"\n[dispatch]\nretry_interval = \"300ms\"\nheartbeat_timeout = \"5s\"\n[[devices]]\nid = \"p1\"\n", t.TempDir())
+	cfg, err := config.Parse("p.toml", []byte(src), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const quota = 8
+	addr, a, stop := startAgentWith(t, cfg, func(a *Agent) {
+		a.tuneBroker = func(b *broker.Broker) { b.Server().Options.Capabilities.MaximumInflight = quota }
+	})
+	fleet, err := sim.StartMQTT("mqtt://"+addr, []string{"p1"}, sim.Options{Seed: 6, HeartbeatInterval: 200 * time.Millisecond, Strict: true,
+		OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := fleet.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	away := connectBackOfficeAs(t, addr, "gw-p", "persistent", true, 3600)
+	if err := away.c.Disconnect(&paho.Disconnect{}); err != nil {
+		t.Fatal(err)
+	}
+	<-away.c.Done()
+	watcher := connectBackOfficeAs(t, addr, "gw-p", "watcher", true, 0)
+	const n = 5 * quota
+	for i := range n {
+		watcher.publish("faceagent/gw-p/tasks", fmt.Appendf(nil, `{"taskId":"p-%d","deviceId":"p1","op":"AddPerson","person":{"id":"%d"}}`, i, i))
+	}
+	watcher.waitFor("a delivery dropped at the quota", 30*time.Second, func() bool { return a.drops.inflightDropped() > 0 })
+	watcher.mu.Lock()
+	got := len(watcher.results)
+	watcher.mu.Unlock()
+	if got >= n {
+		t.Fatalf("every result went out (%d) although the absent session is at its quota", got)
+	}
+
+	back := connectBackOfficeAs(t, addr, "gw-p", "persistent", false, 3600)
+	back.waitFor("every result at the returning back office", 60*time.Second, func() bool { return len(back.results) == n })
+	watcher.waitFor("every result at the watcher", 30*time.Second, func() bool { return len(watcher.results) == n })
 	stop()
 }
