@@ -64,11 +64,11 @@ func TestRepeatedSIGKILL(t *testing.T) {
 	defer cancel()
 
 	obs := &commandObserver{seen: map[string][]observed{}}
-	obs.connect(ctx, t, addr)
+	obs.connect(ctx, t, addr, 0)
 	fleet := startStrictFleet(t, "mqtt://"+addr, ids, 12, time.Millisecond)
 	defer fleet.Close()
 	bo := &resultCollector{results: map[string]string{}, reportedIn: map[string]int{}, changed: make(chan struct{}, 1)}
-	bo.connect(ctx, t, addr, gw, true)
+	bo.connect(ctx, t, addr, gw, 0)
 
 	// Task i goes to terminal i%8. Every tenth task, i%10 == 9, deletes the person task
 	// i-8 added (the same terminal); the rest add person p<i>.
@@ -90,12 +90,10 @@ func TestRepeatedSIGKILL(t *testing.T) {
 			p.kill()
 			<-bo.c.Done()
 			<-obs.c.Done()
-			obs.nextLife()
-			bo.nextLife()
 			p = startAgent(t, cfgPath)
 			p.waitLog(runningRe, 0)
-			obs.connect(ctx, t, addr)
-			bo.connect(ctx, t, addr, gw, false)
+			obs.connect(ctx, t, addr, len(killedAt))
+			bo.connect(ctx, t, addr, gw, len(killedAt))
 			continue
 		}
 		if next < total && next-n < window {
@@ -192,20 +190,24 @@ func TestRepeatedSIGKILL(t *testing.T) {
 type resultCollector struct {
 	c          *paho.Client
 	mu         sync.Mutex
-	life       int               // the agent's life: 0 before the first kill
 	results    map[string]string // taskId → status
 	reportedIn map[string]int    // messageId → the life in which its first result arrived
 	copies     int               // result messages, repeats included
 	changed    chan struct{}     // poked after each result
 }
 
-func (r *resultCollector) connect(ctx context.Context, t *testing.T, addr, gw string, first bool) {
+// connect connects the back office for the agent's life (0 before the first kill, 1
+// after it, …): life 0 starts the session and subscribes, later ones resume it. Results
+// arriving on this connection are counted as arrived in that life.
+func (r *resultCollector) connect(ctx context.Context, t *testing.T, addr, gw string, life int) {
 	t.Helper()
+	first := life == 0
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.c = paho.NewClient(paho.ClientConfig{Conn: conn, OnPublishReceived: []func(paho.PublishReceived) (bool, error){r.onResult}})
+	onResult := func(pr paho.PublishReceived) (bool, error) { return r.onResult(pr, life) }
+	r.c = paho.NewClient(paho.ClientConfig{Conn: conn, OnPublishReceived: []func(paho.PublishReceived) (bool, error){onResult}})
 	expiry := uint32(3600)
 	ack, err := r.c.Connect(ctx, &paho.Connect{ClientID: "bo-" + gw, KeepAlive: 30, CleanStart: first,
 		Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry}})
@@ -223,7 +225,7 @@ func (r *resultCollector) connect(ctx context.Context, t *testing.T, addr, gw st
 	}
 }
 
-func (r *resultCollector) onResult(pr paho.PublishReceived) (bool, error) {
+func (r *resultCollector) onResult(pr paho.PublishReceived, life int) (bool, error) {
 	var res struct {
 		TaskID    string `json:"taskId"`
 		MessageID string `json:"messageId"`
@@ -233,7 +235,7 @@ func (r *resultCollector) onResult(pr paho.PublishReceived) (bool, error) {
 	r.mu.Lock()
 	r.results[res.TaskID] = res.Status
 	if _, ok := r.reportedIn[res.MessageID]; !ok {
-		r.reportedIn[res.MessageID] = r.life
+		r.reportedIn[res.MessageID] = life
 	}
 	r.copies++
 	r.mu.Unlock()
@@ -242,12 +244,6 @@ func (r *resultCollector) onResult(pr paho.PublishReceived) (bool, error) {
 	default:
 	}
 	return true, nil
-}
-
-func (r *resultCollector) nextLife() {
-	r.mu.Lock()
-	r.life++
-	r.mu.Unlock()
 }
 
 // count returns how many tasks have a result.
@@ -262,7 +258,6 @@ func (r *resultCollector) count() int {
 type commandObserver struct {
 	c    *paho.Client
 	mu   sync.Mutex
-	life int
 	seen map[string][]observed // deviceId → commands in arrival order
 }
 
@@ -271,13 +266,16 @@ type observed struct {
 	messageID string
 }
 
-func (o *commandObserver) connect(ctx context.Context, t *testing.T, addr string) {
+// connect subscribes for the agent's life (0 before the first kill, …): what arrives on
+// this connection is recorded as sent in that life, even if it is handled after the kill.
+func (o *commandObserver) connect(ctx context.Context, t *testing.T, addr string, life int) {
 	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.c = paho.NewClient(paho.ClientConfig{Conn: conn, OnPublishReceived: []func(paho.PublishReceived) (bool, error){o.onCommand}})
+	onCommand := func(pr paho.PublishReceived) (bool, error) { return o.onCommand(pr, life) }
+	o.c = paho.NewClient(paho.ClientConfig{Conn: conn, OnPublishReceived: []func(paho.PublishReceived) (bool, error){onCommand}})
 	if _, err := o.c.Connect(ctx, &paho.Connect{ClientID: "observer", KeepAlive: 30, CleanStart: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -286,22 +284,16 @@ func (o *commandObserver) connect(ctx context.Context, t *testing.T, addr string
 	}
 }
 
-func (o *commandObserver) onCommand(pr paho.PublishReceived) (bool, error) {
+func (o *commandObserver) onCommand(pr paho.PublishReceived, life int) (bool, error) {
 	cmd, err := face.ParseCommandJSON(pr.Packet.Payload)
 	if err != nil {
 		return true, nil // not a command: the check below is about commands only
 	}
 	id := strings.TrimPrefix(pr.Packet.Topic, "dev/face/")
 	o.mu.Lock()
-	o.seen[id] = append(o.seen[id], observed{o.life, cmd.MessageID})
+	o.seen[id] = append(o.seen[id], observed{life, cmd.MessageID})
 	o.mu.Unlock()
 	return true, nil
-}
-
-func (o *commandObserver) nextLife() {
-	o.mu.Lock()
-	o.life++
-	o.mu.Unlock()
 }
 
 // check returns how many repeated commands it saw, the longest replay at a restart, and a
@@ -316,6 +308,10 @@ func (o *commandObserver) check(reportedIn map[string]int) (repeats, longestRepl
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for dev, cmds := range o.seen {
+		// In arrival order within a life; lives in order (a slow handler of a connection
+		// closed by the kill may append after the next connection's first commands).
+		cmds = slices.Clone(cmds)
+		slices.SortStableFunc(cmds, func(a, b observed) int { return a.life - b.life })
 		var prior []string        // messageIds of the lives before the current one
 		sent := map[string]bool{} // the same, as a set
 		for from := 0; from < len(cmds); {
