@@ -32,10 +32,11 @@
 //
 // # Caveats
 //
-//   - Flags may follow the positional arguments; a VALUE that starts with "-" must come after
-//     "--" (sscli set k -- -5).
+//   - Connection flags come before COMMAND; a command's own flags may follow its positional
+//     arguments, and a VALUE that starts with "-" must come after "--" (sscli set k -- -5).
+//     sscli COMMAND -h lists the command's flags.
 //   - watch prints values quoted (Go syntax) so binary values stay on one line; get prints
-//     them raw.
+//     them raw unless --decode says otherwise.
 //   - The store has no KEYS command: list a gateway's terminals from its config and get
 //     faceagent/{gw}/devices/{id} for each (configs/demo.sh does).
 //   - bench writes keys under --prefix (default sscli-bench/) and leaves them there.
