@@ -331,12 +331,13 @@ func (d *deadLetterLog) compact() error {
 // close flushes and closes the log; the publisher goroutine must have ended.
 func (d *deadLetterLog) close() error { return d.j.Close() }
 
-// nextRetryDelay backs off from 100ms to 5s: a broker that is away, or a subscriber whose
-// queue is full, is asked again soon but not hammered (and with the embedded broker
-// every retry is a duplicate for the other subscribers).
+// nextRetryDelay backs off from 100ms to 30s: a broker that is away, or a subscriber whose
+// queue is full, is asked again soon but not hammered. With the embedded broker every
+// retry is a duplicate for the other subscribers: a stall of an hour (a persistent
+// session away at its quota) costs them about 120 copies of one report, not thousands.
 func nextRetryDelay(prev time.Duration) time.Duration {
 	if prev <= 0 {
 		return 100 * time.Millisecond
 	}
-	return min(2*prev, 5*time.Second)
+	return min(2*prev, 30*time.Second)
 }

@@ -96,7 +96,7 @@
 //     is at its quota, and an inline publish returns nil all the same. The agent watches
 //     for that (a hook on OnPublishDropped, and mochi's inflight-dropped counter) and
 //     publishes a result or deadletter so dropped again, in order, backing off from
-//     100ms to 5s: the other subscribers get it twice, nothing is lost. The price: a
+//     100ms to 30s: the other subscribers get it again, nothing is lost. The price: a
 //     subscriber that stays connected but stops reading holds up results for everyone
 //     until it reads again or the broker cuts it off (broker write timeout, 30s), and a
 //     persistent session that is away with max_queued_messages results held holds them

@@ -177,8 +177,13 @@ func (uc *upstreamConn) onPublish(pr paho.PublishReceived) (bool, error) {
 	return true, pr.Client.Ack(pk)
 }
 
-// Publish implements publisher: QoS 1, returns after the PUBACK.
+// Publish implements publisher: QoS 1, returns after the PUBACK. While the connection is
+// down it waits for it (or ctx), so a report goes out the moment the broker is back
+// instead of after its sender's retry delay.
 func (uc *upstreamConn) Publish(ctx context.Context, topic string, payload []byte) error {
+	if err := uc.cm.AwaitConnection(ctx); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	_, err := uc.cm.Publish(ctx, &paho.Publish{Topic: topic, QoS: 1, Payload: payload})
