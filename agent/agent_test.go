@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,7 +17,13 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/config"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(deadLetterChildEnv); dir != "" {
+		deadLetterChild(dir) // a crash test's child: it runs until SIGKILL
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func parse(t *testing.T, src string) *config.Config {
 	t.Helper()
