@@ -276,7 +276,11 @@ func (o *commandObserver) connect(ctx context.Context, t *testing.T, addr string
 	}
 	onCommand := func(pr paho.PublishReceived) (bool, error) { return o.onCommand(pr, life) }
 	o.c = paho.NewClient(paho.ClientConfig{Conn: conn, OnPublishReceived: []func(paho.PublishReceived) (bool, error){onCommand}})
-	if _, err := o.c.Connect(ctx, &paho.Connect{ClientID: "observer", KeepAlive: 30, CleanStart: true}); err != nil {
+	// A new client id each life: after a SIGKILL the embedded broker hands a clean-start
+	// client its previous session's subscription (TestCleanStartAfterCrash), so commands
+	// could arrive before this SUBSCRIBE and collide with its packet id (0x91).
+	id := fmt.Sprintf("observer-%d", life)
+	if _, err := o.c.Connect(ctx, &paho.Connect{ClientID: id, KeepAlive: 30, CleanStart: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := o.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "dev/face/+", QoS: 1}}}); err != nil {
