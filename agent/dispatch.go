@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -25,9 +26,32 @@ const OutboxDir = "outbox"
 // links holds the device links and routes each device's commands to its link. It is the
 // outbox's Sender.
 type links struct {
-	byDevice map[string]device.Link
-	all      []device.Link
-	devices  map[device.Link][]string // the devices each link carries (for Up/Down of a shared connection)
+	byDevice    map[string]device.Link
+	all         []device.Link
+	devices     map[device.Link][]string // the devices each link carries (for Up/Down of a shared connection)
+	nonBlocking map[string]bool          // devices whose link's Send only queues (the embedded broker)
+	// direct handles acks and heartbeats on the goroutine that received them (mqttlink's
+	// Config.Deliver), once the pumps have started; nil before.
+	direct atomic.Pointer[func(device.Event)]
+}
+
+var _ outbox.NonBlockingSender = (*links)(nil)
+
+// SendsWithoutBlocking implements outbox.NonBlockingSender: the outbox sends to these
+// devices on the goroutine that decided the send (the one that delivered the previous
+// ack), with no goroutine per send.
+func (l *links) SendsWithoutBlocking(deviceID string) bool { return l.nonBlocking[deviceID] }
+
+// deliver is mqttlink's Config.Deliver: an ack goes straight to the outbox (and the next
+// command out) on the terminal's own delivery goroutine, not through the link's Events
+// channel and the one pump goroutine behind it.
+func (l *links) deliver(ev device.Event) bool {
+	h := l.direct.Load()
+	if h == nil {
+		return false // not started yet: Events, drained by the pump once it starts
+	}
+	(*h)(ev)
+	return true
 }
 
 // Send implements outbox.Sender: the stored payload is the face.Command in msgp.
@@ -53,7 +77,7 @@ func (l *links) close() {
 // inline client when there is one, else through brokerURL) and one serial link per serial
 // terminal. Links connect in the background; Up events follow.
 func openLinks(cfg *config.Config, srv *mqtt.Server, brokerURL string, log *slog.Logger) (*links, error) {
-	l := &links{byDevice: map[string]device.Link{}, devices: map[device.Link][]string{}}
+	l := &links{byDevice: map[string]device.Link{}, devices: map[device.Link][]string{}, nonBlocking: map[string]bool{}}
 	var mqttIDs []string
 	for _, d := range cfg.Devices {
 		if d.Transport == config.TransportMQTT {
@@ -67,6 +91,7 @@ func openLinks(cfg *config.Config, srv *mqtt.Server, brokerURL string, log *slog
 			HeartbeatTopic: cfg.Topics.DeviceHeartbeat,
 			Devices:        mqttIDs,
 			EventBuffer:    1024,
+			Deliver:        l.deliver,
 			Logger:         log.With("part", "mqttlink"),
 		}
 		if srv != nil {
@@ -83,6 +108,9 @@ func openLinks(cfg *config.Config, srv *mqtt.Server, brokerURL string, log *slog
 			return nil, fmt.Errorf("mqtt devices: %w", err)
 		}
 		l.add(link, mqttIDs)
+		for _, id := range mqttIDs {
+			l.nonBlocking[id] = link.SendsWithoutBlocking()
+		}
 	}
 	for _, d := range cfg.Devices {
 		if d.Transport != config.TransportSerial {
@@ -157,12 +185,16 @@ func settings(d config.Dispatch) outbox.Settings {
 }
 
 // pumps move link events into the outbox and upstream. One goroutine per link; they end
-// when the link's Events channel closes (on link Close).
+// when the link's Events channel closes (on link Close). MQTT terminals' acks and
+// heartbeats bypass them once started (links.deliver): the pumps then carry link Up/Down,
+// errors, serial links' events, and what arrived before the start.
 type pumps struct {
 	wg sync.WaitGroup
 }
 
 func (p *pumps) start(l *links, ob *outbox.Outbox, fwd *forwarder, sw *stateWriter, log *slog.Logger) {
+	direct := func(ev device.Event) { handleEvent(ev, nil, ob, fwd, sw, log) }
+	l.direct.Store(&direct)
 	for _, link := range l.all {
 		ids := l.devices[link]
 		p.wg.Add(1)

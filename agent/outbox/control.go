@@ -114,7 +114,7 @@ func (o *Outbox) Resume(deviceID string) error { return o.setPaused(deviceID, fa
 func (o *Outbox) setPaused(deviceID string, paused bool) error {
 	o.mu.Lock()
 	seq, err := o.setPausedLocked(deviceID, paused)
-	o.mu.Unlock()
+	o.unlock()
 	return o.waitDurable(seq, err)
 }
 
@@ -158,7 +158,7 @@ func (o *Outbox) waitDurable(seq journal.Seq, err error) error {
 func (o *Outbox) RetryFailed(deviceID string) (int, error) {
 	o.mu.Lock()
 	n, seq, err := o.retryFailedLocked(deviceID)
-	o.mu.Unlock()
+	o.unlock()
 	if err := o.waitDurable(seq, err); err != nil {
 		return 0, err
 	}
@@ -235,7 +235,7 @@ func (o *Outbox) failedIDs(deviceID string, retry bool) []string {
 // defaults. Commands in flight keep the ack deadline they were sent with.
 func (o *Outbox) SetSettings(s Settings) {
 	o.mu.Lock()
-	defer o.mu.Unlock()
+	defer o.unlock()
 	o.settings = s.withDefaults()
 	for _, d := range o.t.devices {
 		o.pump(d)
@@ -258,7 +258,7 @@ func (o *Outbox) Settings() Settings {
 // already in flight keeps the ack deadline it was sent with, as with SetSettings.
 func (o *Outbox) SetDevice(deviceID string, cfg DeviceConfig) {
 	o.mu.Lock()
-	defer o.mu.Unlock()
+	defer o.unlock()
 	o.configs[deviceID] = cfg
 	d := o.dev(deviceID)
 	d.live.cfg = cfg

@@ -83,7 +83,7 @@ func (o *Outbox) pump(d *device) {
 		o.sends = append(o.sends, sendJob{dev: d.id, timeout: ackTimeout, cmd: Command{
 			MessageID: it.id(), TaskID: it.task(), DeviceID: d.id, Op: o.t.opOf(it), PersonID: it.person(),
 			Payload: it.payloadBytes(), Try: int(it.tries),
-		}})
+		}, nonBlocking: o.nonBlock != nil && o.nonBlock.SendsWithoutBlocking(d.id)})
 		return
 	}
 }
@@ -208,7 +208,7 @@ func (o *Outbox) rearm() {
 
 func (o *Outbox) onTimer(gen uint64) {
 	o.mu.Lock()
-	defer o.mu.Unlock()
+	defer o.unlock()
 	if o.closed || gen != o.timerGen {
 		return // stopped or replaced
 	}

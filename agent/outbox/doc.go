@@ -19,6 +19,10 @@
 //
 // sender implements Sender: Send(ctx, deviceID, Command) publishes the command (the agent
 // wraps device.Link.Send, building a face.Command from Command.MessageID, Op and Payload).
+// A Sender that also implements NonBlockingSender (the agent's, for terminals on the
+// embedded broker) is called for those devices on the goroutine that decided the send —
+// the one that called Ack — right after the outbox's lock is released: an ack is followed
+// by the next command with no goroutine and no hand-off. Other sends get a goroutine each.
 //
 // Intake (the upstream task, before its PUBACK):
 //

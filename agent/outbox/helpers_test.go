@@ -144,17 +144,27 @@ func (s *recSender) drain() {
 	}
 }
 
+// nbRecSender is a recSender that declares its sends non-blocking (NonBlockingSender):
+// the outbox then calls Send on the deciding goroutine after unlocking.
+type nbRecSender struct{ *recSender }
+
+func (nbRecSender) SendsWithoutBlocking(string) bool { return true }
+
 type env struct {
 	t     *testing.T
 	dir   string
 	clock *fakeClock
 	snd   *recSender
+	nb    bool // open with nbRecSender
 	opts  Options
 	o     *Outbox
 }
 
-func newEnv(t *testing.T, opts Options) *env {
-	e := &env{t: t, dir: t.TempDir(), clock: newFakeClock(), snd: newRecSender(), opts: opts}
+func newEnv(t *testing.T, opts Options) *env { return newEnvSender(t, opts, false) }
+
+// newEnvSender is newEnv with the sender declared non-blocking when nonBlocking is set.
+func newEnvSender(t *testing.T, opts Options, nonBlocking bool) *env {
+	e := &env{t: t, dir: t.TempDir(), clock: newFakeClock(), snd: newRecSender(), opts: opts, nb: nonBlocking}
 	e.opts.Clock = e.clock
 	if e.opts.Seed == 0 {
 		e.opts.Seed = 1
@@ -166,7 +176,11 @@ func newEnv(t *testing.T, opts Options) *env {
 
 func (e *env) open() {
 	e.t.Helper()
-	o, err := Open(e.dir, e.snd, &e.opts)
+	var snd Sender = e.snd
+	if e.nb {
+		snd = nbRecSender{e.snd}
+	}
+	o, err := Open(e.dir, snd, &e.opts)
 	if err != nil {
 		e.t.Fatalf("Open: %v", err)
 	}

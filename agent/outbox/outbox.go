@@ -11,7 +11,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/journal"
 )
@@ -66,7 +65,9 @@ type Outbox struct {
 	rng        *rand.Rand
 	pending    map[string]pendingAdd // adds written but not yet durable
 	enc        []byte
-	sends      []sendJob
+	sends      []sendJob // decided under mu, handed on by startSendsLocked
+	inline     []sendJob // non-blocking sends for unlock to make
+	nonBlock   NonBlockingSender
 	heap       deviceHeap
 	retained   []*item // failed and reported, oldest report first: purged after FailedRetention
 	timerGen   uint64
@@ -83,12 +84,6 @@ type Outbox struct {
 type pendingAdd struct {
 	rec *record
 	seq journal.Seq
-}
-
-type sendJob struct {
-	dev     string
-	cmd     Command
-	timeout time.Duration // the ack timeout in force when the command was sent
 }
 
 // Open opens (creating if needed) the message table in dir, replays its journal, and
@@ -131,6 +126,7 @@ func Open(dir string, sender Sender, opts *Options) (*Outbox, error) {
 	for id, c := range o.Devices {
 		ob.configs[id] = c
 	}
+	ob.nonBlock, _ = sender.(NonBlockingSender)
 	jo := o.Journal
 	jo.Logger = o.Logger
 	jo.OnFailure = ob.journalFailed
@@ -154,7 +150,7 @@ func Open(dir string, sender Sender, opts *Options) (*Outbox, error) {
 	ob.ctx, ob.cancel = context.WithCancel(context.Background())
 
 	ob.mu.Lock()
-	defer ob.mu.Unlock()
+	defer ob.unlock()
 	for _, d := range ob.t.devices {
 		d.live.cfg = ob.configs[d.id]
 	}
@@ -376,7 +372,7 @@ func (o *Outbox) EnqueueBatch(tasks []Task) (errs []error) {
 	}
 	o.rearm()
 	o.startSendsLocked()
-	o.mu.Unlock()
+	o.unlock()
 	return errs
 }
 
@@ -454,45 +450,13 @@ func (o *Outbox) signalResults() {
 	}
 }
 
-// startSendsLocked hands the collected sends to goroutines. Called with o.mu held so that
-// wg.Add cannot race with Close's Wait; the goroutines take o.mu only after Send returns.
-func (o *Outbox) startSendsLocked() {
-	if len(o.sends) == 0 {
-		return
-	}
-	if o.closed {
-		o.sends = o.sends[:0]
-		return
-	}
-	for _, s := range o.sends {
-		o.wg.Add(1)
-		go func(s sendJob) {
-			defer o.wg.Done()
-			// A Send may block forever (a serial write to a wedged terminal): bound it by the
-			// ack timeout. Past it the try is lost anyway, and an unbounded Send would let the
-			// retry start a second Send for the device while the first still hangs.
-			ctx, cancel := context.WithTimeout(o.ctx, s.timeout)
-			err := o.sender.Send(ctx, s.dev, s.cmd)
-			cancel()
-			if err != nil {
-				o.sendFailed(s.dev, s.cmd.MessageID, s.cmd.Try, err)
-				if o.afterSendFailed != nil {
-					o.afterSendFailed()
-				}
-			}
-		}(s)
-	}
-	clear(o.sends)
-	o.sends = o.sends[:0]
-}
-
 // Ack reports a device's answer to a command. Code 0 is success; any other code is a refusal
 // and fails the command at once (protocol v1: "non-zero: the terminal refused"). An ack also
 // shows the device is online. An ack for an unknown or finished message is ignored (a
 // second ack for a resent command).
 func (o *Outbox) Ack(deviceID, messageID string, code int, message string) {
 	o.mu.Lock()
-	defer o.mu.Unlock()
+	defer o.unlock()
 	if o.closed {
 		return
 	}
@@ -523,7 +487,7 @@ func (o *Outbox) Heartbeat(deviceID string) {
 // heartbeats (DeviceConfig.NoHeartbeat) available; others still wait for a heartbeat.
 func (o *Outbox) LinkUp(deviceID string) {
 	o.mu.Lock()
-	defer o.mu.Unlock()
+	defer o.unlock()
 	if o.closed {
 		return
 	}
@@ -543,7 +507,7 @@ func (o *Outbox) LinkDown(deviceID string) {
 
 func (o *Outbox) seen(deviceID string, down bool) {
 	o.mu.Lock()
-	defer o.mu.Unlock()
+	defer o.unlock()
 	if o.closed {
 		return
 	}
@@ -558,23 +522,6 @@ func (o *Outbox) seen(deviceID string, down bool) {
 	}
 	o.pump(d)
 	o.touch(d)
-	o.rearm()
-	o.startSendsLocked()
-}
-
-func (o *Outbox) sendFailed(deviceID, messageID string, try int, err error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.closed || o.Err() != nil {
-		return
-	}
-	it := o.t.items[messageID]
-	if it == nil || it.status != InFlight || int(it.tries) != try {
-		return
-	}
-	o.tryFailed(it, "send: "+err.Error(), o.now())
-	o.pump(it.dev)
-	o.touch(it.dev)
 	o.rearm()
 	o.startSendsLocked()
 }

@@ -46,7 +46,9 @@ var regressionHistories = []uint64{1795351730854994336, 1795350375623255109}
 
 func runHistory(t *testing.T, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, 7))
-	e := newEnv(t, Options{
+	// Odd seeds run with a non-blocking sender (sends made inline after unlock), even ones
+	// with a goroutine per send.
+	e := newEnvSender(t, Options{
 		Journal: journal.Options{Sync: journal.SyncNone, SegmentSize: 4 << 10},
 		Settings: Settings{
 			RetryInterval: time.Second, MaxTries: 3, HeartbeatTimeout: 5 * time.Second,
@@ -54,7 +56,7 @@ func runHistory(t *testing.T, seed uint64, steps int) {
 			FailedRetention: time.Minute,
 		},
 		MaxQueuedPerDevice: 8, MaxQueued: 24, CompactAfter: 40, Seed: seed,
-	})
+	}, seed%2 == 1)
 	devices := []string{"d0", "d1", "d2", "d3"}
 	accepted := map[string]bool{}
 	results := map[string]Result{}

@@ -53,12 +53,13 @@ type Command struct {
 	Try       int    // 1 for the first send; a resend keeps the MessageID
 }
 
-// Sender delivers a command to a device. The outbox calls Send from its own goroutine, at
-// most one command per device at a time, never while holding a lock. A nil error means
-// "handed to the transport"; the outcome arrives later through Ack. An error counts as a
-// failed try. ctx expires after the ack timeout (Settings.RetryInterval, real time) and is
-// cancelled by Close: Send must return when it is done (a Send that does not may still run
-// when the retry calls Send again for the same device).
+// Sender delivers a command to a device. The outbox calls Send from a goroutine of its own
+// per send, at most one command per device at a time, never while holding a lock; a
+// NonBlockingSender's non-blocking sends are made on the calling goroutine instead. A nil
+// error means "handed to the transport"; the outcome arrives later through Ack. An error
+// counts as a failed try. ctx expires after the ack timeout (the device's RetryInterval,
+// real time) and is cancelled by Close: Send must return when it is done (a Send that does
+// not may still run when the retry calls Send again for the same device).
 type Sender interface {
 	Send(ctx context.Context, deviceID string, cmd Command) error
 }

@@ -38,6 +38,14 @@
 //     commands), because mochi hands inline handlers no other way to tell them apart.
 //   - Received messages are handled on the broker's (or paho's) delivery goroutine; a full
 //     Events channel holds that delivery back rather than drop an ack. Drain Events.
+//   - Config.Deliver runs on that delivery goroutine too (with Server: the terminal's own
+//     connection goroutine, which has already sent the PUBACK for the ack). A slow Deliver
+//     holds back that terminal's messages; a Send from inside it is fine (the agent sends
+//     the next command there). Events taken by Deliver and events on Events are two
+//     paths: an ack taken by Deliver may be handled before an Up still in the channel.
+//   - SendsWithoutBlocking is true with Server: the inline publish queues the command in
+//     mochi and never waits; mochi drops it (and Send still returns nil) when the
+//     terminal's pending-writes queue is full.
 //   - With SessionExpiry = 0 (the default) acks published while the link is disconnected are
 //     lost; set it (and a fixed ClientID) to have the broker keep them.
 package mqttlink

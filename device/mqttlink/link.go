@@ -46,8 +46,16 @@ type Config struct {
 	Devices []string
 	// SubscriptionID names the inline subscriptions (Server only); default: unique per link.
 	SubscriptionID int
-	EventBuffer    int          // capacity of Events(); default 256
-	Logger         *slog.Logger // default: discard
+	EventBuffer    int // capacity of Events(); default 256
+	// Deliver, when set, is offered every Ack and Heartbeat event on the goroutine that
+	// received the message (the broker's delivery to the inline client, or paho's), before
+	// Events: when it returns true the event is taken and not put on Events. It lets a
+	// consumer act on an ack with no hand-off to another goroutine. It must not block for
+	// long: it holds back that connection's delivery (Server: the terminal's own
+	// connection). It may return false while it is not ready yet; Up, Down and Error events
+	// always go to Events.
+	Deliver func(device.Event) bool
+	Logger  *slog.Logger // default: discard
 }
 
 var linkSeq atomic.Int64
@@ -178,6 +186,11 @@ func New(cfg Config) (*Link, error) {
 // Events implements device.Link.
 func (l *Link) Events() <-chan device.Event { return l.events }
 
+// SendsWithoutBlocking reports whether Send returns without waiting for I/O: true with
+// Config.Server, whose inline publish only queues the command for the subscribers; false
+// with Config.URL, where Send waits for the broker's PUBACK.
+func (l *Link) SendsWithoutBlocking() bool { return l.cfg.Server != nil }
+
 // Send implements device.Link: it publishes cmd as JSON on the terminal's command topic
 // with the configured QoS and, for QoS 1, returns after the broker's PUBACK.
 func (l *Link) Send(ctx context.Context, deviceID string, cmd face.Command) error {
@@ -243,6 +256,17 @@ func (l *Link) emit(ev device.Event) {
 	}
 }
 
+// emitMessage offers an Ack or Heartbeat event to Config.Deliver, then to Events.
+func (l *Link) emitMessage(ev device.Event) {
+	if l.cfg.Deliver != nil {
+		ev.At = time.Now()
+		if l.cfg.Deliver(ev) {
+			return
+		}
+	}
+	l.emit(ev)
+}
+
 // setConn records the connection state; it never blocks.
 func (l *Link) setConn(up bool, err error) {
 	l.state.Lock()
@@ -303,7 +327,7 @@ func (l *Link) deliver(topic string, payload []byte) {
 			l.emit(device.Event{Kind: device.Error, DeviceID: id, Err: &Error{Code: device.ErrInvalid, DeviceID: id, Topic: topic, Err: err}})
 			return
 		}
-		l.emit(device.Event{Kind: device.Ack, DeviceID: id, Ack: a})
+		l.emitMessage(device.Event{Kind: device.Ack, DeviceID: id, Ack: a})
 		return
 	}
 	if id, ok := l.hbT.match(topic); ok {
@@ -319,7 +343,7 @@ func (l *Link) deliver(topic string, payload []byte) {
 			return
 		}
 		h.DeviceID = id
-		l.emit(device.Event{Kind: device.Heartbeat, DeviceID: id, Heartbeat: h})
+		l.emitMessage(device.Event{Kind: device.Heartbeat, DeviceID: id, Heartbeat: h})
 		return
 	}
 	l.emit(device.Event{Kind: device.Error, Err: &Error{Code: device.ErrInvalid, Topic: topic, Err: errors.New("message on a topic no template matches")}})

@@ -387,3 +387,65 @@ func TestCloseUnblocksAFullEventsChannel(t *testing.T) {
 		t.Fatalf("%d events buffered in a channel of 1", n)
 	}
 }
+
+// Config.Deliver takes acks and heartbeats on the delivering goroutine; what it refuses
+// (returns false for) still reaches Events, and Up stays on Events.
+func TestDeliverTakesAcksBeforeEvents(t *testing.T) {
+	for _, mode := range []string{"inline", "paho"} {
+		t.Run(mode, func(t *testing.T) {
+			srv, burl := startMochi(t)
+			got := make(chan device.Event, 16)
+			take := make(chan bool, 1)
+			take <- false // the first ack is refused: it must go to Events
+			cfg := Config{Deliver: func(ev device.Event) bool {
+				if ev.Kind != device.Ack {
+					return true // heartbeats: taken and dropped
+				}
+				if ok := <-take; !ok {
+					take <- true
+					return false
+				}
+				take <- true
+				got <- ev
+				return true
+			}}
+			if mode == "inline" {
+				cfg.Server = srv
+			} else {
+				cfg.URL = burl
+			}
+			l := newLink(t, cfg)
+			waitEvent(t, l, device.Up)
+			if l.SendsWithoutBlocking() != (mode == "inline") {
+				t.Fatalf("SendsWithoutBlocking = %v", l.SendsWithoutBlocking())
+			}
+			startFleet(t, burl, []string{"a"}, sim.Options{Seed: 4, HeartbeatInterval: time.Hour})
+			ctx := context.Background()
+			first, second := add("1", "1"), add("2", "2")
+			if err := l.Send(ctx, "a", first); err != nil {
+				t.Fatal(err)
+			}
+			if ev := waitEvent(t, l, device.Ack); ev.Ack.MessageID != first.MessageID {
+				t.Fatalf("refused ack on Events: %s", ev)
+			}
+			if err := l.Send(ctx, "a", second); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case ev := <-got:
+				if ev.DeviceID != "a" || ev.Ack.MessageID != second.MessageID || ev.At.IsZero() {
+					t.Fatalf("delivered %s", ev)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Deliver never got the second ack")
+			}
+			select {
+			case ev := <-l.Events():
+				if ev.Kind == device.Ack {
+					t.Fatalf("a taken ack also went to Events: %s", ev)
+				}
+			default:
+			}
+		})
+	}
+}

@@ -1,0 +1,120 @@
+package outbox
+
+import (
+	"context"
+	"time"
+)
+
+// NonBlockingSender is a Sender that can tell which of its sends only queue the command
+// and return at once (a publish into an in-process broker). The outbox makes those sends
+// on the goroutine whose call decided them (Ack, Heartbeat, EnqueueBatch, the timer, …),
+// right after releasing its lock, instead of on a goroutine of their own: an ack is then
+// followed by the device's next command with no hand-off to the scheduler, which under
+// load costs more than the send itself. Their ctx is the outbox's (cancelled by Close),
+// without the ack-timeout bound, since they cannot hang.
+type NonBlockingSender interface {
+	Sender
+	// SendsWithoutBlocking reports whether Send to deviceID never waits for I/O. It is
+	// called with the outbox's lock held: it must only look at configuration.
+	SendsWithoutBlocking(deviceID string) bool
+}
+
+type sendJob struct {
+	dev         string
+	cmd         Command
+	timeout     time.Duration // the ack timeout in force when the command was sent
+	nonBlocking bool          // made by the deciding goroutine after unlock (NonBlockingSender)
+}
+
+// startSendsLocked hands the collected sends on: blocking ones to goroutines, the others
+// to o.inline for unlock to make. Called with o.mu held so that wg.Add cannot race with
+// Close's Wait; neither kind takes o.mu before Send returned.
+func (o *Outbox) startSendsLocked() {
+	if len(o.sends) == 0 {
+		return
+	}
+	if o.closed {
+		clear(o.sends)
+		o.sends = o.sends[:0]
+		return
+	}
+	for _, s := range o.sends {
+		o.wg.Add(1)
+		if s.nonBlocking {
+			o.inline = append(o.inline, s)
+			continue
+		}
+		go func(s sendJob) {
+			defer o.wg.Done()
+			// A Send may block forever (a serial write to a wedged terminal): bound it by the
+			// ack timeout. Past it the try is lost anyway, and an unbounded Send would let the
+			// retry start a second Send for the device while the first still hangs.
+			ctx, cancel := context.WithTimeout(o.ctx, s.timeout)
+			err := o.sender.Send(ctx, s.dev, s.cmd)
+			cancel()
+			if err != nil {
+				o.sendFailed(s.dev, s.cmd.MessageID, s.cmd.Try, err)
+				if o.afterSendFailed != nil {
+					o.afterSendFailed()
+				}
+			}
+		}(s)
+	}
+	clear(o.sends)
+	o.sends = o.sends[:0]
+}
+
+// unlock releases o.mu, then makes the non-blocking sends decided under it. Every method
+// that may decide a send unlocks with it.
+func (o *Outbox) unlock() {
+	jobs := o.inline
+	o.inline = nil // the next holder of o.mu starts a list of its own
+	o.mu.Unlock()
+	o.sendInline(jobs)
+}
+
+// sendInline makes non-blocking sends on the calling goroutine. A failed one is handled
+// at once, and what that decides joins the list: a loop, not a recursion, however many
+// commands fail in a row.
+func (o *Outbox) sendInline(jobs []sendJob) {
+	for len(jobs) > 0 {
+		s := jobs[0]
+		jobs[0] = sendJob{}
+		jobs = jobs[1:]
+		err := o.sender.Send(o.ctx, s.dev, s.cmd)
+		if err != nil {
+			o.mu.Lock()
+			o.sendFailedLocked(s.dev, s.cmd.MessageID, s.cmd.Try, err)
+			jobs = append(jobs, o.inline...)
+			o.inline = nil
+			o.mu.Unlock()
+			if o.afterSendFailed != nil {
+				o.afterSendFailed()
+			}
+		}
+		o.wg.Done()
+	}
+}
+
+func (o *Outbox) sendFailed(deviceID, messageID string, try int, err error) {
+	o.mu.Lock()
+	defer o.unlock()
+	o.sendFailedLocked(deviceID, messageID, try, err)
+}
+
+// sendFailedLocked counts a failed Send as a failed try, if the command is still in
+// flight with that try.
+func (o *Outbox) sendFailedLocked(deviceID, messageID string, try int, err error) {
+	if o.closed || o.Err() != nil {
+		return
+	}
+	it := o.t.items[messageID]
+	if it == nil || it.status != InFlight || int(it.tries) != try || it.dev.id != deviceID {
+		return
+	}
+	o.tryFailed(it, "send: "+err.Error(), o.now())
+	o.pump(it.dev)
+	o.touch(it.dev)
+	o.rearm()
+	o.startSendsLocked()
+}
