@@ -283,6 +283,13 @@ func TestRegistrationsEndWithTheConnection(t *testing.T) {
 
 	old := dial(t, b.Addr(), "same-id", dialOptions{})
 	old.do(cmd("KEYNOTIFY", "old-key"), req{})
+	// The response's PUBACK must be in before the takeover: a response still in flight
+	// would be resent to the new connection, and mochi refuses a SUBSCRIBE whose packet id
+	// equals an in-flight message's (SUBACK 0x91).
+	eventually(t, "the KEYNOTIFY response acknowledged", func() bool {
+		cl, ok := b.Server().Clients.Get("same-id")
+		return ok && cl.State.Inflight.Len() == 0
+	})
 	f := false
 	taker := dial(t, b.Addr(), "same-id", dialOptions{cleanStart: &f, sessionExpiry: 60})
 	taker.do(cmd("KEYNOTIFY", "new-key"), req{})

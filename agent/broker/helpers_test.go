@@ -160,7 +160,10 @@ func tryDial(t testing.TB, addr, id string, o dialOptions) (*client, error) {
 		subs = append(subs, paho.SubscribeOptions{Topic: f, QoS: 1})
 	}
 	if len(subs) > 0 {
-		if _, err := cl.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: subs}); err != nil {
+		if sa, err := cl.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: subs}); err != nil {
+			if sa != nil {
+				return nil, fmt.Errorf("subscribe: %v %w", sa.Reasons, err)
+			}
 			return nil, fmt.Errorf("subscribe: %w", err)
 		}
 	}

@@ -29,7 +29,25 @@ type takeoverGuard struct {
 
 	mu       sync.Mutex
 	incoming map[string]*takeover // client id → a session being taken over
+	settling map[string]*settling // client id → any takeover until the new client is registered
 }
+
+// settling holds back the old client's cleanup until the takeover has marked it.
+//
+// mochi v2.7.9 (inheritClientSession) disconnects the old client first and marks it taken
+// over only afterwards. The old client's goroutine, woken by that disconnect, removes its
+// session unless it is marked (attachClient: "expire && !cl.IsTakenOver()"): its
+// subscriptions and its client id's entry in the client list — by then the new client's. The
+// new client then stays connected but receives nothing routed to it (TestRegistrationsEndWithTheConnection
+// lost a response about once in 70 runs under -race). The old client's OnDisconnect runs just
+// before that check, so the guard makes it wait there until the new client is established.
+type settling struct {
+	next *mqtt.Client
+	done chan struct{}
+}
+
+// settleTimeout bounds how long an old client's disconnect waits for its takeover.
+const settleTimeout = 2 * time.Second
 
 // takeover is one resumption in progress: the client taking over and what it must get.
 type takeover struct {
@@ -38,7 +56,8 @@ type takeover struct {
 }
 
 func newTakeoverGuard(srv *mqtt.Server, store *sessionStore, log *slog.Logger) *takeoverGuard {
-	return &takeoverGuard{srv: srv, store: store, log: log, incoming: make(map[string]*takeover)}
+	return &takeoverGuard{srv: srv, store: store, log: log,
+		incoming: make(map[string]*takeover), settling: make(map[string]*settling)}
 }
 
 func (g *takeoverGuard) ID() string { return "faceagent-takeover" }
@@ -53,14 +72,30 @@ func (g *takeoverGuard) Provides(b byte) bool {
 
 // OnSessionEstablish runs before mochi takes the old session over.
 func (g *takeoverGuard) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
-	if cl.Net.Inline || pk.Connect.Clean {
-		return // a clean start discards the old session's messages by design
+	if cl.Net.Inline {
+		return
 	}
 	if _, ok := g.srv.Clients.Get(cl.ID); !ok {
 		return
 	}
 	g.mu.Lock()
-	g.incoming[cl.ID] = &takeover{next: cl}
+	defer g.mu.Unlock()
+	if prev := g.settling[cl.ID]; prev != nil {
+		close(prev.done) // a takeover of a takeover: the first one's waiters go
+	}
+	g.settling[cl.ID] = &settling{next: cl, done: make(chan struct{})}
+	if !pk.Connect.Clean { // a clean start discards the old session's messages by design
+		g.incoming[cl.ID] = &takeover{next: cl}
+	}
+}
+
+// settled ends the takeover to cl once cl is established or failed.
+func (g *takeoverGuard) settled(cl *mqtt.Client) {
+	g.mu.Lock()
+	if s := g.settling[cl.ID]; s != nil && s.next == cl {
+		close(s.done)
+		delete(g.settling, cl.ID)
+	}
 	g.mu.Unlock()
 }
 
@@ -82,6 +117,7 @@ func (g *takeoverGuard) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
 
 // OnSessionEstablished hands the new client what was routed to the old one.
 func (g *takeoverGuard) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
+	g.settled(cl)
 	g.mu.Lock()
 	t, ok := g.incoming[cl.ID]
 	if ok && t.next == cl {
@@ -96,8 +132,21 @@ func (g *takeoverGuard) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) 
 	}
 }
 
-// OnDisconnect forgets a takeover whose new client failed before it was established.
-func (g *takeoverGuard) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
+// OnDisconnect forgets a takeover whose new client failed before it was established, and
+// holds an old client whose session mochi would otherwise remove until its takeover marked
+// it (see settling).
+func (g *takeoverGuard) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
+	g.settled(cl)
+	g.mu.Lock()
+	s := g.settling[cl.ID]
+	g.mu.Unlock()
+	if s != nil && s.next != cl && expire {
+		select {
+		case <-s.done:
+		case <-time.After(settleTimeout):
+			g.log.Warn("a session takeover did not finish; the old client's cleanup goes on", "client", cl.ID)
+		}
+	}
 	g.mu.Lock()
 	if t, ok := g.incoming[cl.ID]; ok && t.next == cl {
 		delete(g.incoming, cl.ID)
