@@ -78,6 +78,8 @@ func reportThroughput(b *testing.B, tasks int, elapsed, cpu time.Duration) float
 //     all: a minimal driver with no journal and no outbox that publishes a terminal's next
 //     command the moment its ack arrives (on the ack's delivery goroutine, through the
 //     same mqttlink the agent uses). It runs first; the others report pct-ceiling against it.
+//   - agent-vs-ceiling: agent and ceiling set up side by side, a round of each in every op,
+//     so that both see the same load on the machine: its pct-ceiling is the steadier one.
 //   - agent: the agent end to end. Each op is 20 tasks per terminal (1,280 tasks;
 //     FACEAGENT_BENCH_PER_TERMINAL changes the 20) submitted in batches of 64 and followed
 //     to their last result. Broker sessions in memory ([broker] persist = false).
@@ -92,6 +94,7 @@ func BenchmarkThroughput64x20ms(b *testing.B) {
 	ceilingRate = 0
 	b.Run("ceiling", benchCeiling)
 	b.Run("agent", func(b *testing.B) { benchAgentThroughput(b, false) })
+	b.Run("agent-vs-ceiling", benchAgentVsCeiling)
 	b.Run("agent-persist", func(b *testing.B) { benchAgentThroughput(b, true) })
 	b.Run("agent-persist-bo", func(b *testing.B) { benchAgentThroughput(b, true, 3600) })
 	b.Run("poll500ms", benchPollThroughput)
@@ -99,6 +102,27 @@ func BenchmarkThroughput64x20ms(b *testing.B) {
 
 func benchAgentThroughput(b *testing.B, persist bool, backOfficeSessionExpiry ...uint32) {
 	perTerminal := benchPerTerminal()
+	var expiry uint32
+	if len(backOfficeSessionExpiry) > 0 {
+		expiry = backOfficeSessionExpiry[0]
+	}
+	round := startAgentRig(b, persist, expiry)
+	round(benchTerminals) // warm-up: every terminal online and one command through
+	b.ReportAllocs()
+	b.ResetTimer()
+	start, cpu0 := time.Now(), cpuTime()
+	for range b.N {
+		round(benchTerminals * perTerminal)
+	}
+	elapsed, cpu := time.Since(start), cpuTime()-cpu0
+	b.StopTimer()
+	reportThroughput(b, b.N*benchTerminals*perTerminal, elapsed, cpu)
+}
+
+// startAgentRig starts the agent, its 64 simulated terminals and a back office, all
+// stopped by b's cleanup, and returns round: submit n tasks (batches of 64, spread over the
+// terminals) and wait for their results.
+func startAgentRig(b *testing.B, persist bool, backOfficeSessionExpiry uint32) (round func(n int)) {
 	ids := make([]string, benchTerminals)
 	src := fmt.Sprintf("[agent]\ngateway_id = \"gw-b\"\ndata_dir = %q\n[broker]\nlisten = \"127.0.0.1:0\"\npersist = %v\n[journal]\nsync = \"batch\"\n[dispatch]\nretry_interval = \"2s\"\n[log]\nlevel = \"error\"\n", b.TempDir(), persist)
 	for i := range ids {
@@ -109,25 +133,20 @@ func benchAgentThroughput(b *testing.B, persist bool, backOfficeSessionExpiry ..
 	if err != nil {
 		b.Fatal(err)
 	}
-	addr, stop := startAgent(b, cfg)
-	defer stop()
+	addr, _ := startAgent(b, cfg) // stopped by b's cleanup
 	fleet, err := sim.StartMQTT("mqtt://"+addr, ids, sim.Options{Seed: 1, AckLatency: benchAckLatency(), HeartbeatInterval: time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer fleet.Close()
+	b.Cleanup(func() { fleet.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := fleet.WaitReady(ctx); err != nil {
 		b.Fatal(err)
 	}
-	var expiry uint32
-	if len(backOfficeSessionExpiry) > 0 {
-		expiry = backOfficeSessionExpiry[0]
-	}
-	bo := connectBackOfficeSession(b, addr, "gw-b", expiry)
+	bo := connectBackOfficeSession(b, addr, "gw-b", backOfficeSessionExpiry)
 	seq := 0
-	round := func(n int) {
+	return func(n int) {
 		var batch []intake.Task
 		for i := range n {
 			batch = append(batch, intake.Task{TaskID: fmt.Sprintf("b-%d", seq), DeviceID: ids[i%benchTerminals], Op: face.AddPerson,
@@ -141,16 +160,6 @@ func benchAgentThroughput(b *testing.B, persist bool, backOfficeSessionExpiry ..
 		}
 		bo.waitFor("results", 2*time.Minute, func() bool { return len(bo.results) == seq })
 	}
-	round(benchTerminals) // warm-up: every terminal online and one command through
-	b.ReportAllocs()
-	b.ResetTimer()
-	start, cpu0, first := time.Now(), cpuTime(), seq
-	for range b.N {
-		round(benchTerminals * perTerminal)
-	}
-	elapsed, cpu := time.Since(start), cpuTime()-cpu0
-	b.StopTimer()
-	reportThroughput(b, seq-first, elapsed, cpu)
 }
 
 // benchPollThroughput simulates the field report's gateway: a 500 ms polling loop that
@@ -231,12 +240,57 @@ func benchPollThroughput(b *testing.B) {
 	reportThroughput(b, b.N*perTerminal*benchTerminals, elapsed, cpu)
 }
 
-// benchCeiling drives the simulated terminals with nothing in between: on each ack the
-// terminal's next command is published at once, from mqttlink's Deliver on the goroutine
-// that delivered the ack. Each op is 20 commands per terminal, as for agent.
+// benchCeiling drives the simulated terminals with nothing in between (startCeilingRig).
+// Each op is 20 commands per terminal, as for agent.
 func benchCeiling(b *testing.B) {
 	ceilingRate = 0 // not a share of itself
 	perTerminal := benchPerTerminal()
+	round := startCeilingRig(b)
+	round(1) // warm-up
+	b.ReportAllocs()
+	b.ResetTimer()
+	start, cpu0 := time.Now(), cpuTime()
+	for range b.N {
+		round(perTerminal)
+	}
+	elapsed, cpu := time.Since(start), cpuTime()-cpu0
+	b.StopTimer()
+	ceilingRate = reportThroughput(b, b.N*perTerminal*benchTerminals, elapsed, cpu)
+}
+
+// benchAgentVsCeiling alternates a ceiling round and an agent round (sessions in memory)
+// within every op, so that both see the same load on the machine, and reports the agent's
+// rate as a share of the ceiling's from those paired rounds (pct-ceiling), with the
+// ceiling's own rate (ceiling-tasks/s). No CPU figure: both run in one process at once.
+func benchAgentVsCeiling(b *testing.B) {
+	perTerminal := benchPerTerminal()
+	ceiling := startCeilingRig(b)
+	agent := startAgentRig(b, false, 0)
+	ceiling(1)
+	agent(benchTerminals)
+	b.ResetTimer()
+	var inCeiling, inAgent time.Duration
+	for range b.N {
+		t0 := time.Now()
+		ceiling(perTerminal)
+		t1 := time.Now()
+		agent(benchTerminals * perTerminal)
+		inCeiling, inAgent = inCeiling+t1.Sub(t0), inAgent+time.Since(t1)
+	}
+	b.StopTimer()
+	tasks := float64(b.N * perTerminal * benchTerminals)
+	rate, ceilRate := tasks/inAgent.Seconds(), tasks/inCeiling.Seconds()
+	b.ReportMetric(rate, "tasks/s")
+	b.ReportMetric(ceilRate, "ceiling-tasks/s")
+	b.ReportMetric(100*rate/ceilRate, "pct-ceiling")
+	b.ReportMetric(100*rate/(float64(benchTerminals)/benchAck.Seconds()), "pct-theory")
+}
+
+// startCeilingRig starts an embedded broker, 64 simulated terminals and the minimal driver
+// (stopped by b's cleanup) and returns round: send perDevice commands to every terminal,
+// each the moment the terminal acked the one before (published from mqttlink's Deliver,
+// on the goroutine that delivered the ack), and wait for the last acks.
+func startCeilingRig(b *testing.B) (round func(perDevice int)) {
 	br, err := broker.New(&broker.Options{Listen: "127.0.0.1:0", AllowAnonymous: true})
 	if err != nil {
 		b.Fatal(err)
@@ -244,7 +298,7 @@ func benchCeiling(b *testing.B) {
 	if err := br.Start(); err != nil {
 		b.Fatal(err)
 	}
-	defer br.Close()
+	b.Cleanup(func() { br.Close() })
 	ids := make([]string, benchTerminals)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("c%02d", i)
@@ -253,10 +307,10 @@ func benchCeiling(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer fleet.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	b.Cleanup(func() { fleet.Close() })
+	wctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := fleet.WaitReady(ctx); err != nil {
+	if err := fleet.WaitReady(wctx); err != nil {
 		b.Fatal(err)
 	}
 	type terminal struct {
@@ -277,7 +331,7 @@ func benchCeiling(b *testing.B) {
 		t.left--
 		cmd := face.Command{MessageID: fmt.Sprintf("ceiling-%s-%d", id, t.seq), Op: face.AddPerson, Person: face.Person{ID: fmt.Sprint(t.seq)}}
 		t.waiting = cmd.MessageID
-		if err := link.Send(ctx, id, cmd); err != nil {
+		if err := link.Send(context.Background(), id, cmd); err != nil {
 			b.Errorf("ceiling send: %v", err)
 		}
 	}
@@ -303,8 +357,8 @@ func benchCeiling(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer link.Close()
-	round := func(perDevice int) {
+	b.Cleanup(func() { link.Close() })
+	return func(perDevice int) {
 		finished.Add(len(ids))
 		for _, id := range ids {
 			t := terms[id]
@@ -317,18 +371,8 @@ func benchCeiling(b *testing.B) {
 		go func() { finished.Wait(); close(done) }()
 		select {
 		case <-done:
-		case <-ctx.Done():
-			b.Fatal("ceiling: round not finished within a minute")
+		case <-time.After(2 * time.Minute):
+			b.Fatal("ceiling: round not finished within two minutes")
 		}
 	}
-	round(1) // warm-up
-	b.ReportAllocs()
-	b.ResetTimer()
-	start, cpu0 := time.Now(), cpuTime()
-	for range b.N {
-		round(perTerminal)
-	}
-	elapsed, cpu := time.Since(start), cpuTime()-cpu0
-	b.StopTimer()
-	ceilingRate = reportThroughput(b, b.N*perTerminal*benchTerminals, elapsed, cpu)
 }
