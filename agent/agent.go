@@ -60,6 +60,7 @@ type Agent struct {
 	state         *stateWriter
 	take          *taker
 	drops         *dropWatch // nil without the embedded broker
+	fwd           *forwarder // forwarded acks and heartbeats (set by startGateway)
 	// tuneBroker, set by tests before Run, adjusts the embedded broker before it starts.
 	tuneBroker func(*broker.Broker)
 	httpIntake *httpIntake

@@ -211,40 +211,12 @@ func (d *deadLetterLog) start(ctx context.Context) {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		var delay time.Duration
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-d.ready:
+		publishBacklog(ctx, d.ready, d.drain, func(err error, retryIn time.Duration) {
+			d.log.Warn("publishing a deadletter failed; will retry", "in", retryIn, "err", err)
+			if errors.Is(err, errDropped) {
+				d.m.reportsDropped.With("deadletter").Inc()
 			}
-			for {
-				more, sent, err := d.drain(ctx)
-				if err != nil {
-					if ctx.Err() != nil {
-						return
-					}
-					if sent > 0 {
-						delay = 0 // progress: the next try comes soon again
-					}
-					delay = nextRetryDelay(delay)
-					d.log.Warn("publishing a deadletter failed; will retry", "in", delay, "err", err)
-					if errors.Is(err, errDropped) {
-						d.m.reportsDropped.With("deadletter").Inc()
-					}
-					select {
-					case <-ctx.Done():
-						return
-					case <-time.After(delay):
-					}
-					continue
-				}
-				delay = 0
-				if !more {
-					break
-				}
-			}
-		}
+		})
 	}()
 }
 
@@ -330,14 +302,3 @@ func (d *deadLetterLog) compact() error {
 
 // close flushes and closes the log; the publisher goroutine must have ended.
 func (d *deadLetterLog) close() error { return d.j.Close() }
-
-// nextRetryDelay backs off from 100ms to 30s: a broker that is away, or a subscriber whose
-// queue is full, is asked again soon but not hammered. With the embedded broker every
-// retry is a duplicate for the other subscribers: a stall of an hour (a persistent
-// session away at its quota) costs them about 120 copies of one report, not thousands.
-func nextRetryDelay(prev time.Duration) time.Duration {
-	if prev <= 0 {
-		return 100 * time.Millisecond
-	}
-	return min(2*prev, 30*time.Second)
-}

@@ -71,6 +71,20 @@
 // /metrics (Prometheus text, package agent/metrics) and /healthz are served on
 // metrics.listen when it is set.
 //
+// # Forwarded acks and heartbeats
+//
+// Every ack and heartbeat a terminal sends is copied to faceagent/{gw}/devices/{id}/ack
+// or …/heartbeat as a report (DESIGN.md "Reports"): appended to its own journal in
+// data_dir/forward without waiting for the disk (the record goes out with the journal's
+// next batch, within 50 ms), so the device event path never waits for the disk or the
+// upstream broker; published in order with QoS 1 by one goroutine; marked reported only
+// once the broker accepted it (PUBACK; with the embedded broker: routed without a drop);
+// sent again, in order, after a reconnect or a restart. A terminal's heartbeat replaces
+// its older one not yet sent, so an outage leaves one heartbeat per terminal to send, the
+// latest. /metrics: faceagent_forward_backlog, faceagent_forward_backlog_bytes,
+// faceagent_forwarded_total{kind}, faceagent_forward_dropped_total{reason},
+// faceagent_forward_heartbeats_coalesced_total.
+//
 // # Caveats
 //
 //   - [intake.http] relies on the back office to stop listing a task once its result was
@@ -83,10 +97,20 @@
 //     0x83, MQTT 3.1.1 disconnect, HTTP page retried) and is taken when it comes again;
 //     faceagent_deadletter_backlog_refusals_total counts these. Refusals found only while
 //     storing (a queue bound) are admitted past the bound, at most one message's worth.
-//   - Forwarded acks and heartbeats are informational and not journalled. With either
-//     broker they go through a bounded queue (4096 messages upstream, 1024 embedded) and
-//     one goroutine, off the path from a terminal's ack to its next command; when the
-//     queue is full they are dropped (logged at debug).
+//   - Forwarded acks and heartbeats are informational copies, journalled lazily: a crash
+//     loses those forwarded in the last 50 ms, plus the journal write under way (for a
+//     power cut, plus its fsync; with journal.sync = "batch" plus batch_window; with
+//     "none" everything since the last write the OS flushed). A crash between the
+//     broker's PUBACK and the lazy reported record sends some twice.
+//   - Heartbeats coalesce while they wait: after an outage the back office gets each
+//     terminal's latest heartbeat, not the ones in between (the device state in the store
+//     is the live view). Acks are never coalesced.
+//   - The forward backlog is bounded (8192 messages, 1 MiB of payloads): past it the
+//     oldest acks not yet sent are dropped (faceagent_forward_dropped_total{reason="bound"},
+//     a warning at most every 10 s) — the results, fsynced, carry every task's outcome
+//     regardless; a heartbeat is refused only when no ack is left to drop. One forwarded
+//     message is in flight at a time: across a slow link the rate is one per round trip
+//     to the broker, and the bound sheds the excess.
 //   - The broker's client quotas (max_clients, max_packet_size, receive_maximum,
 //     max_queued_messages) are set on mochi's capabilities after broker.New, because
 //     agent/broker.Options has no fields for them yet.

@@ -21,8 +21,9 @@ import (
 // and the terminals on b when there is one, else on the upstream broker too.
 //
 // Each part pushes its stop function; they run in reverse: state writer, reporter,
-// deadletter publisher, upstream queue and connection, intake refusal, deadletter log and
-// outbox (journals flushed), links and pumps, then (in Run) the broker.
+// forward and deadletter publishers, upstream connection, intake refusal, deadletter log
+// and outbox (journals flushed), links and pumps, the forward log (last: the pumps
+// forward into it until they end), then (in Run) the broker.
 func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.Broker, stops *[]func(context.Context) error) error {
 	t := upstreamTopics(cfg.Agent.GatewayID)
 	take := newTaker(cfg, a.m, a.log.With("part", "intake"))
@@ -31,7 +32,11 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	if b != nil {
 		// Counts what the embedded broker drops (for /metrics); without [upstream] it also
 		// tells the reporter and the deadletter log which of their publishes to repeat.
-		drops = newDropWatch(b.Server(), a.m, t.results, t.deadletter)
+		watched := []string{t.results, t.deadletter}
+		for _, d := range cfg.Devices {
+			watched = append(watched, t.devices+d.ID+"/ack", t.devices+d.ID+"/heartbeat")
+		}
+		drops = newDropWatch(b.Server(), a.m, watched...)
 		a.drops = drops
 		if err := b.AddHook(drops, nil); err != nil {
 			return err
@@ -43,8 +48,15 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		}
 	}
 
+	// Forwarded acks and heartbeats: opened before the links, closed after the pumps.
+	fwd, err := openForwarder(filepath.Join(cfg.Agent.DataDir, ForwardDir), journalOptions(cfg.Journal), nil,
+		t.devices, a.m, a.log.With("part", "forward"))
+	if err != nil {
+		return fmt.Errorf("forward log: %w", err)
+	}
+	*stops = append(*stops, func(context.Context) error { return fwd.close() })
+
 	var l *links
-	var err error
 	if b != nil {
 		l, err = openLinks(cfg, b.Server(), "", a.log)
 	} else {
@@ -77,7 +89,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	*stops = append(*stops, func(context.Context) error { take.ob.Store(nil); return nil })
 
 	rctx, cancel := context.WithCancel(ctx)
-	var results, informational publisher
+	var results publisher
 	clock := hlc.NewClock("faceagent-" + cfg.Agent.GatewayID)
 	var setter func(context.Context, string, []byte, time.Duration) error
 	var keys keyStore
@@ -91,10 +103,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 			return err
 		}
 		*stops = append(*stops, uc.close)
-		async := newAsyncPublisher(uc, 4096, a.log.With("part", "upstream"))
-		async.start(rctx)
-		*stops = append(*stops, func(context.Context) error { cancel(); async.wg.Wait(); return nil })
-		results, informational = uc, async
+		results = uc
 
 		sc, err := store.New(&store.Options{
 			URL: cfg.Upstream.URL, ClientID: clientID(cfg) + "-store", Username: cfg.Upstream.Username,
@@ -108,18 +117,18 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		*stops = append(*stops, func(context.Context) error { return sc.Close() })
 		setter, keys = clientSetter(sc), clientKeys{c: sc}
 	} else {
-		// Forwarded acks and heartbeats go through a queue and their own goroutine here
-		// too: routed inline they cost the device event pump three quarters of its time
-		// per ack (encoding, topic lookup, the back office's queue), on the path from one
-		// command's ack to the device's next command.
-		async := newAsyncPublisher(inlinePublisher{b.Server(), a.brokerServing, nil}, 1024, a.log.With("part", "forward"))
-		async.start(rctx)
-		*stops = append(*stops, func(context.Context) error { cancel(); async.wg.Wait(); return nil })
-		results, informational = inlinePublisher{b.Server(), a.brokerServing, drops}, async
+		results = inlinePublisher{b.Server(), a.brokerServing, drops}
 	}
 	dead.pub = results
 	dead.start(rctx)
 	*stops = append(*stops, func(context.Context) error { cancel(); dead.wg.Wait(); return nil })
+	// Forwarded acks and heartbeats are published on their own goroutine (routed inline
+	// on the device event path they would cost it most of its time per ack), with QoS 1,
+	// watched for drops like results.
+	fwd.pub = results
+	fwd.start(rctx)
+	*stops = append(*stops, func(context.Context) error { cancel(); fwd.wg.Wait(); return nil })
+	a.fwd = fwd
 
 	ids := make([]string, len(cfg.Devices))
 	for i, d := range cfg.Devices {
@@ -130,7 +139,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	sw.m = a.m
 	a.state = sw
 	take.touched = sw.touch
-	p.start(l, ob, &forwarder{pub: informational, prefix: t.devices, log: a.log.With("part", "forward")}, sw, a.log)
+	p.start(l, ob, fwd, sw, a.log)
 
 	rep := &reporter{ob: ob, pub: results, topic: t.results, log: a.log.With("part", "report"), m: a.m, state: sw}
 	if h := cfg.Intake.HTTP; h != nil {

@@ -37,6 +37,13 @@ type agentMetrics struct {
 	// reportsDropped counts report publishes found dropped by the embedded broker (and
 	// sent again), by kind: result, deadletter.
 	reportsDropped *metrics.CounterVec
+
+	// The forward log (forwarded acks and heartbeats, agent/forward.go).
+	forwardBacklog      *metrics.Gauge
+	forwardBacklogBytes *metrics.Gauge
+	forwarded           *metrics.CounterVec // accepted upstream, by kind
+	forwardDropped      *metrics.CounterVec // by reason
+	forwardCoalesced    *metrics.Counter
 }
 
 func (a *Agent) registerMetrics() {
@@ -82,7 +89,18 @@ func (a *Agent) registerMetrics() {
 		brokerDropped: r.NewCounterVec("faceagent_broker_dropped_total",
 			"Messages the embedded broker dropped instead of delivering to a subscriber: pending_writes (its write queue was full), inflight_quota (its QoS 1/2 quota was reached).", "reason"),
 		reportsDropped: r.NewCounterVec("faceagent_reports_dropped_total",
-			"Results and deadletters the embedded broker dropped for a subscriber; each is published again, so none is lost.", "kind"),
+			"Results, deadletters and forwarded acks and heartbeats the embedded broker dropped for a subscriber; each is published again, so none is lost.", "kind"),
+
+		forwardBacklog: r.NewGauge("faceagent_forward_backlog",
+			"Forwarded acks and heartbeats journalled and not yet accepted by the upstream broker."),
+		forwardBacklogBytes: r.NewGauge("faceagent_forward_backlog_bytes",
+			"Bytes (payload and device id) of the forward backlog."),
+		forwarded: r.NewCounterVec("faceagent_forwarded_total",
+			"Terminals' acks and heartbeats the upstream broker accepted, by kind.", "kind"),
+		forwardDropped: r.NewCounterVec("faceagent_forward_dropped_total",
+			"Acks and heartbeats not forwarded, by reason: bound (oldest ack dropped for room), refused (no ack left to drop), journal (the forward log failed).", "reason"),
+		forwardCoalesced: r.NewCounter("faceagent_forward_heartbeats_coalesced_total",
+			"Heartbeats not yet sent that a newer heartbeat of the same terminal replaced."),
 	}
 	r.OnScrape(a.scrapeOutbox)
 	r.OnScrape(func() {

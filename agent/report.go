@@ -12,7 +12,6 @@ import (
 
 	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
-	"github.com/seed0e69bba5/faceagent/device/face"
 )
 
 // publisher sends one upstream message with QoS 1 and returns once the upstream broker
@@ -177,39 +176,4 @@ func (r *reporter) drain(ctx context.Context) bool {
 	}
 	r.delay = 0
 	return len(results) == reportBatch
-}
-
-// forwarder copies terminals' acks and heartbeats to faceagent/{gw}/devices/{id}/ack and
-// …/heartbeat. These are informational: they are not journalled, and with an external
-// broker they are dropped rather than allowed to hold up the device links.
-type forwarder struct {
-	pub    publisher
-	prefix string // faceagent/{gw}/devices/
-	log    *slog.Logger
-}
-
-func (f *forwarder) ack(deviceID string, a face.Ack) {
-	if f == nil {
-		return
-	}
-	b, err := a.AppendJSON(nil)
-	if err == nil {
-		err = f.pub.Publish(context.Background(), f.prefix+deviceID+"/ack", b)
-	}
-	if err != nil {
-		f.log.Debug("forwarding an ack", "device", deviceID, "err", err)
-	}
-}
-
-func (f *forwarder) heartbeat(deviceID string, h face.Heartbeat) {
-	if f == nil {
-		return
-	}
-	b, err := h.AppendJSON(nil)
-	if err == nil {
-		err = f.pub.Publish(context.Background(), f.prefix+deviceID+"/heartbeat", b)
-	}
-	if err != nil {
-		f.log.Debug("forwarding a heartbeat", "device", deviceID, "err", err)
-	}
 }

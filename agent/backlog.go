@@ -1,0 +1,68 @@
+package agent
+
+import (
+	"context"
+	"encoding/binary"
+	"time"
+)
+
+// publishBacklog is the publisher loop of a journalled backlog (the deadletter log, the
+// forward log): on every poke of ready it calls drain until nothing more is waiting;
+// after a failed round it calls failed and waits nextRetryDelay (reset when the round
+// made progress) before the next. It returns when ctx ends.
+func publishBacklog(ctx context.Context, ready <-chan struct{}, drain func(context.Context) (more bool, sent int, err error), failed func(err error, retryIn time.Duration)) {
+	var delay time.Duration
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ready:
+		}
+		for {
+			more, sent, err := drain(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				if sent > 0 {
+					delay = 0 // progress: the next try comes soon again
+				}
+				delay = nextRetryDelay(delay)
+				failed(err, delay)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(delay):
+				}
+				continue
+			}
+			delay = 0
+			if !more {
+				break
+			}
+		}
+	}
+}
+
+// nextRetryDelay backs off from 100ms to 30s: a broker that is away, or a subscriber whose
+// queue is full, is asked again soon but not hammered. With the embedded broker every
+// retry is a duplicate for the other subscribers: a stall of an hour (a persistent
+// session away at its quota) costs them about 120 copies of one report, not thousands.
+func nextRetryDelay(prev time.Duration) time.Duration {
+	if prev <= 0 {
+		return 100 * time.Millisecond
+	}
+	return min(2*prev, 30*time.Second)
+}
+
+func appendUvarint(dst []byte, v uint64) []byte { return binary.AppendUvarint(dst, v) }
+
+// readUvarint decodes a uvarint at the start of b; ok is false for a truncated or
+// overlong one.
+func readUvarint(b []byte) (v uint64, rest []byte, ok bool) {
+	v, n := binary.Uvarint(b)
+	if n <= 0 {
+		return 0, nil, false
+	}
+	return v, b[n:], true
+}

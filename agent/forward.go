@@ -1,0 +1,585 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/seed0e69bba5/faceagent/agent/journal"
+	"github.com/seed0e69bba5/faceagent/device/face"
+)
+
+// ForwardDir is the directory of the forwarded acks' and heartbeats' log inside
+// agent.data_dir.
+const ForwardDir = "forward"
+
+// Bounds and timings of the forward log.
+const (
+	// maxForwarded and maxForwardedBytes bound the backlog (acks and heartbeats journalled
+	// and not yet accepted upstream; bytes are payload plus device id). About 1.5 MiB of
+	// memory when full: it stays inside the gateway's budget during a long outage.
+	maxForwarded      = 8192
+	maxForwardedBytes = 1 << 20
+	// forwardLazyDelay is the journal's LazyDelay here: an add record is written (and,
+	// with journal.sync = "always", fsynced) at the latest this long after it was queued.
+	forwardLazyDelay = 50 * time.Millisecond
+	// forwardBatch is how many messages the publisher takes from the backlog per round.
+	forwardBatch = 64
+	// compactForwarded is how many dead records the log tolerates before a snapshot.
+	compactForwarded = 8192
+	// maxForwardDeviceID bounds a device id in a record (config ids are far shorter).
+	maxForwardDeviceID = 256
+)
+
+// Record kinds of the forward log, each: version 1, kind, uvarint id, then
+//
+//	ack        'A' uvarint len(device), device, payload (the ack's JSON as forwarded)
+//	heartbeat  'H' uvarint len(device), device, payload (the heartbeat's JSON)
+//	reported   'R'  every add with an id <= id was accepted upstream
+//	seen       'S'  every id below this one was issued; written last in a snapshot, so an
+//	                add repeated in the segment after the snapshot is recognised
+const (
+	fwdRecordVersion   = 1
+	fwdRecordAck       = 'A'
+	fwdRecordHeartbeat = 'H'
+	fwdRecordReported  = 'R'
+	fwdRecordSeen      = 'S'
+)
+
+// appendForwardRecord encodes one record onto dst. device and payload are empty for the
+// reported and seen marks.
+func appendForwardRecord(dst []byte, kind byte, id uint64, device string, payload []byte) []byte {
+	dst = append(dst, fwdRecordVersion, kind)
+	dst = appendUvarint(dst, id)
+	if kind == fwdRecordAck || kind == fwdRecordHeartbeat {
+		dst = appendUvarint(dst, uint64(len(device)))
+		dst = append(dst, device...)
+		dst = append(dst, payload...)
+	}
+	return dst
+}
+
+// parseForwardRecord decodes one record; device and payload alias rec.
+func parseForwardRecord(rec []byte) (kind byte, id uint64, device, payload []byte, err error) {
+	if len(rec) < 3 {
+		return 0, 0, nil, nil, fmt.Errorf("forward record of %d bytes is too short", len(rec))
+	}
+	if rec[0] != fwdRecordVersion {
+		return 0, 0, nil, nil, fmt.Errorf("forward record version %d is unknown", rec[0])
+	}
+	kind = rec[1]
+	id, rest, ok := readUvarint(rec[2:])
+	if !ok || id == 0 {
+		return 0, 0, nil, nil, errors.New("forward record: bad id")
+	}
+	switch kind {
+	case fwdRecordReported, fwdRecordSeen:
+		if len(rest) != 0 {
+			return 0, 0, nil, nil, fmt.Errorf("forward record: trailing bytes after a %q mark", kind)
+		}
+		return kind, id, nil, nil, nil
+	case fwdRecordAck, fwdRecordHeartbeat:
+	default:
+		return 0, 0, nil, nil, fmt.Errorf("forward record kind %q is unknown", kind)
+	}
+	n, rest, ok := readUvarint(rest)
+	if !ok || n == 0 || n > maxForwardDeviceID || n > uint64(len(rest)) {
+		return 0, 0, nil, nil, errors.New("forward record: bad device id length")
+	}
+	device, payload = rest[:n], rest[n:]
+	for _, c := range device {
+		// A device id becomes a topic level: no separators, wildcards or NUL (MQTT 4.7).
+		if c == '/' || c == '+' || c == '#' || c == 0 {
+			return 0, 0, nil, nil, fmt.Errorf("forward record: device id %q is not a topic level", device)
+		}
+	}
+	if len(payload) == 0 {
+		return 0, 0, nil, nil, errors.New("forward record: empty payload")
+	}
+	return kind, id, device, payload, nil
+}
+
+// forwarder copies terminals' acks and heartbeats to faceagent/{gw}/devices/{id}/ack and
+// …/heartbeat (DESIGN.md "Reports": QoS 1, kept in the journal until the upstream broker
+// accepted them, sent in order on reconnect). It is a journal of its own in
+// data_dir/forward, built like the deadletter log, with these differences:
+//
+//   - ack and heartbeat are called on the device event path (the pumps, mqttlink's
+//     delivery goroutines, concurrently): they encode, append a lazy record (no I/O on
+//     the caller's goroutine, no fsync waited for) and return. They never wait for the
+//     upstream broker or the disk.
+//   - Heartbeats coalesce: a device's new heartbeat replaces its older one not yet sent,
+//     so after an outage each device's latest heartbeat goes up, not hours of stale ones.
+//     Acks never coalesce.
+//   - The backlog is bounded (count and bytes). When full, the oldest acks not yet sent
+//     are dropped to make room (counted, logged at most every forwardDropLogEvery): the
+//     results, journalled with fsync, carry every task's outcome; a forwarded ack is the
+//     terminal's word for it. A message is refused only when no ack is left to drop.
+//
+// Replay applies the same rules in the same order (records are appended under mu, in the
+// order the backlog changed), so it rebuilds the backlog the live process had: coalesced
+// and dropped messages need no records of their own. One goroutine publishes the backlog
+// in id order with QoS 1 and appends a reported record (lazily) once the broker took
+// them; another writes a snapshot when most of the log is dead.
+type forwarder struct {
+	j      *journal.Journal
+	pub    publisher
+	prefix string // faceagent/{gw}/devices/
+	log    *slog.Logger
+	m      *agentMetrics
+
+	maxCount, maxBytes int // backlog bounds; defaults maxForwarded, maxForwardedBytes
+	compactAfter       int // dead records before a snapshot; default compactForwarded
+
+	mu         sync.Mutex
+	pending    []fwdEntry        // in id order; dead entries (payload nil) until trimmed
+	live       int               // entries in pending still to send
+	dead       int               // entries in pending superseded or dropped
+	bytes      int               // device and payload bytes of the live entries
+	heartbeats map[string]uint64 // device → id of its live heartbeat in pending
+	dropScan   int               // no live ack in pending before this index
+	nextID     uint64
+	records    int // records in the journal since the last snapshot (or Open)
+	scratch    []byte
+	droppedLog uint64    // drops not yet logged
+	lastLog    time.Time // last drop log line
+	failedLog  bool      // the journal's refusal was logged
+
+	ready     chan struct{} // capacity 1: poked when the backlog grows
+	reported  chan struct{} // capacity 1: poked after messages were marked reported (tests)
+	compactC  chan struct{} // capacity 1: poked when a snapshot is due
+	compacted chan struct{} // capacity 1: poked after a snapshot (tests)
+	wg        sync.WaitGroup
+
+	// The publisher goroutine's own.
+	batch  []fwdEntry
+	topics map[string]*[2]string // device → its ack and heartbeat topics
+}
+
+type fwdEntry struct {
+	id      uint64
+	kind    byte // fwdRecordAck or fwdRecordHeartbeat
+	device  string
+	payload []byte // nil once superseded (a newer heartbeat) or dropped by the bound
+}
+
+func (e *fwdEntry) size() int { return len(e.device) + len(e.payload) }
+
+// forwardDropLogEvery spaces the log lines about acks dropped by the bound.
+const forwardDropLogEvery = 10 * time.Second
+
+// openForwarder opens (or creates) the log in dir and rebuilds the backlog from it. pub
+// may be set later, before start.
+func openForwarder(dir string, jo journal.Options, pub publisher, prefix string, m *agentMetrics, log *slog.Logger) (*forwarder, error) {
+	return openForwarderBounded(dir, jo, pub, prefix, m, log, maxForwarded, maxForwardedBytes)
+}
+
+func openForwarderBounded(dir string, jo journal.Options, pub publisher, prefix string, m *agentMetrics, log *slog.Logger, maxCount, maxBytes int) (*forwarder, error) {
+	jo.Logger = log
+	jo.LazyDelay = forwardLazyDelay
+	j, err := journal.Open(dir, &jo)
+	if err != nil {
+		return nil, err
+	}
+	f := &forwarder{j: j, pub: pub, prefix: prefix, log: log, m: m, nextID: 1, maxCount: maxCount, maxBytes: maxBytes,
+		heartbeats: map[string]uint64{}, ready: make(chan struct{}, 1), reported: make(chan struct{}, 1),
+		compactAfter: compactForwarded, compactC: make(chan struct{}, 1), compacted: make(chan struct{}, 1),
+		topics: map[string]*[2]string{}}
+	err = j.Replay(func(rec []byte) error {
+		kind, id, device, payload, err := parseForwardRecord(rec)
+		if err != nil {
+			return err
+		}
+		f.records++
+		switch kind {
+		case fwdRecordReported:
+			f.removeReported(id)
+			f.nextID = max(f.nextID, id+1)
+		case fwdRecordSeen:
+			f.nextID = max(f.nextID, id)
+		default:
+			if id < f.nextID {
+				return nil // in the snapshot already: appended between its checkpoint and its capture
+			}
+			f.nextID = id + 1
+			f.admit(fwdEntry{id: id, kind: kind, device: string(device), payload: append([]byte(nil), payload...)})
+		}
+		return nil
+	})
+	if err != nil {
+		j.Close()
+		return nil, fmt.Errorf("replaying %s: %w", dir, err)
+	}
+	f.pending = slices.Clip(f.pending)
+	if f.live > 0 {
+		log.Info("forwarded acks and heartbeats not yet accepted upstream", "count", f.live)
+		f.ready <- struct{}{}
+	}
+	f.gauge()
+	return f, nil
+}
+
+// ack forwards a terminal's ack: journalled (lazily) and queued for the publisher.
+func (f *forwarder) ack(deviceID string, a face.Ack) {
+	if f == nil {
+		return
+	}
+	payload, err := a.AppendJSON(make([]byte, 0, 64+len(a.MessageID)+len(a.Message)))
+	if err != nil {
+		f.log.Debug("forwarding an ack", "device", deviceID, "err", err)
+		return
+	}
+	f.add(fwdRecordAck, deviceID, payload)
+}
+
+// heartbeat forwards a terminal's heartbeat; it replaces the device's heartbeat not yet
+// sent, if any.
+func (f *forwarder) heartbeat(deviceID string, h face.Heartbeat) {
+	if f == nil {
+		return
+	}
+	payload, err := h.AppendJSON(nil)
+	if err != nil {
+		f.log.Debug("forwarding a heartbeat", "device", deviceID, "err", err)
+		return
+	}
+	f.add(fwdRecordHeartbeat, deviceID, payload)
+}
+
+// add journals one message and admits it to the backlog. It returns at once: the record
+// goes to disk with the journal's next batch, within forwardLazyDelay.
+func (f *forwarder) add(kind byte, deviceID string, payload []byte) {
+	if len(deviceID) == 0 || len(deviceID) > maxForwardDeviceID {
+		f.log.Debug("not forwarding: bad device id", "device", deviceID)
+		return
+	}
+	f.mu.Lock()
+	id := f.nextID
+	f.scratch = appendForwardRecord(f.scratch[:0], kind, id, deviceID, payload)
+	if _, err := f.j.AppendLazy(f.scratch); err != nil {
+		logIt := !f.failedLog && !errors.Is(err, journal.ErrClosed)
+		f.failedLog = f.failedLog || logIt
+		f.mu.Unlock()
+		// Not admitted either: the backlog in memory stays what the journal says.
+		f.m.forwardDropped.With("journal").Inc()
+		if logIt {
+			f.log.Error("the forward log refuses appends; acks and heartbeats are not forwarded until a restart", "err", err)
+		}
+		return
+	}
+	f.nextID++
+	f.records++
+	dropped, refused := f.admit(fwdEntry{id: id, kind: kind, device: deviceID, payload: payload})
+	var logDrops uint64
+	if dropped > 0 || refused {
+		f.droppedLog += uint64(dropped) + b2u(refused)
+		if now := time.Now(); now.Sub(f.lastLog) >= forwardDropLogEvery {
+			logDrops, f.droppedLog, f.lastLog = f.droppedLog, 0, now
+		}
+	}
+	compact := f.records-f.live >= f.compactAfter
+	f.gaugeLocked()
+	f.mu.Unlock()
+	if dropped > 0 {
+		f.m.forwardDropped.With("bound").Add(uint64(dropped))
+	}
+	if refused {
+		f.m.forwardDropped.With("refused").Inc()
+	}
+	if logDrops > 0 {
+		f.log.Warn("forward backlog full (the upstream broker is not taking acks); dropped the oldest acks",
+			"dropped", logDrops, "bound", f.maxCount, "bound_bytes", f.maxBytes)
+	}
+	poke(f.ready)
+	if compact {
+		poke(f.compactC)
+	}
+}
+
+// admit puts e into the backlog under the rules replay repeats: a heartbeat replaces its
+// device's live one; while the backlog would be over a bound, the oldest live ack is
+// dropped; when no ack is left to drop, e is refused. Called with mu held (or in replay).
+func (f *forwarder) admit(e fwdEntry) (dropped int, refused bool) {
+	size := e.size()
+	oldAt := -1
+	if e.kind == fwdRecordHeartbeat {
+		if old, ok := f.heartbeats[e.device]; ok {
+			oldAt = f.indexOf(old)
+		}
+	}
+	freeCount, freeBytes := 0, 0
+	if oldAt >= 0 {
+		freeCount, freeBytes = 1, f.pending[oldAt].size()
+	}
+	for f.live-freeCount+1 > f.maxCount || f.bytes-freeBytes+size > f.maxBytes {
+		if !f.dropOldestAck() {
+			refused = true
+			break
+		}
+		dropped++
+	}
+	if refused {
+		return dropped, true
+	}
+	if oldAt >= 0 {
+		f.kill(oldAt)
+		f.m.forwardCoalesced.Inc()
+	}
+	f.pending = append(f.pending, e)
+	f.live++
+	f.bytes += size
+	if e.kind == fwdRecordHeartbeat {
+		f.heartbeats[e.device] = e.id
+	}
+	if f.dead > 256 && f.dead > len(f.pending)/2 {
+		f.trimDead()
+	}
+	return dropped, false
+}
+
+// indexOf finds the entry with id in pending (-1: not there).
+func (f *forwarder) indexOf(id uint64) int {
+	i, ok := slices.BinarySearchFunc(f.pending, id, func(e fwdEntry, id uint64) int {
+		switch {
+		case e.id < id:
+			return -1
+		case e.id > id:
+			return 1
+		}
+		return 0
+	})
+	if !ok {
+		return -1
+	}
+	return i
+}
+
+// dropOldestAck drops the oldest live ack; false when there is none.
+func (f *forwarder) dropOldestAck() bool {
+	for i := f.dropScan; i < len(f.pending); i++ {
+		if e := &f.pending[i]; e.kind == fwdRecordAck && e.payload != nil {
+			f.kill(i)
+			f.dropScan = i + 1
+			return true
+		}
+	}
+	f.dropScan = len(f.pending)
+	return false
+}
+
+// kill marks pending[i] dead: superseded or dropped, it is not sent.
+func (f *forwarder) kill(i int) {
+	e := &f.pending[i]
+	f.live--
+	f.bytes -= e.size()
+	f.dead++
+	if e.kind == fwdRecordHeartbeat && f.heartbeats[e.device] == e.id {
+		delete(f.heartbeats, e.device)
+	}
+	e.payload = nil
+}
+
+// trimDead removes the dead entries from pending (they have no other trace in memory).
+func (f *forwarder) trimDead() {
+	live := make([]fwdEntry, 0, f.live+f.live/4)
+	for _, e := range f.pending {
+		if e.payload != nil {
+			live = append(live, e)
+		}
+	}
+	f.pending, f.dead, f.dropScan = live, 0, 0
+}
+
+// removeReported drops every entry with an id <= id from the head of pending.
+func (f *forwarder) removeReported(id uint64) {
+	n := 0
+	for n < len(f.pending) && f.pending[n].id <= id {
+		e := &f.pending[n]
+		if e.payload != nil {
+			f.live--
+			f.bytes -= e.size()
+			if e.kind == fwdRecordHeartbeat && f.heartbeats[e.device] == e.id {
+				delete(f.heartbeats, e.device)
+			}
+		} else {
+			f.dead--
+		}
+		*e = fwdEntry{} // let the payload go
+		n++
+	}
+	f.pending = f.pending[n:]
+	f.dropScan = max(0, f.dropScan-n)
+	if len(f.pending) == 0 {
+		f.pending, f.dead, f.dropScan = nil, 0, 0 // let the backing array go
+	}
+}
+
+func (f *forwarder) gauge() {
+	f.mu.Lock()
+	f.gaugeLocked()
+	f.mu.Unlock()
+}
+
+func (f *forwarder) gaugeLocked() {
+	f.m.forwardBacklog.Set(float64(f.live))
+	f.m.forwardBacklogBytes.Set(float64(f.bytes))
+}
+
+// start runs the publisher and the compactor until ctx ends.
+func (f *forwarder) start(ctx context.Context) {
+	f.wg.Add(2)
+	go func() {
+		defer f.wg.Done()
+		publishBacklog(ctx, f.ready, f.drain, func(err error, retryIn time.Duration) {
+			f.log.Warn("forwarding to the upstream broker failed; will retry", "in", retryIn, "err", err)
+		})
+	}()
+	go func() {
+		defer f.wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-f.compactC:
+			}
+			if err := f.compact(); err != nil && !errors.Is(err, journal.ErrClosed) {
+				f.log.Error("compacting the forward log failed; it keeps growing until the next try", "err", err)
+			}
+			poke(f.compacted)
+		}
+	}()
+}
+
+// drain publishes up to one batch of live entries from the head of the backlog in order,
+// then marks what the broker took as reported.
+func (f *forwarder) drain(ctx context.Context) (more bool, sent int, err error) {
+	f.mu.Lock()
+	f.batch = f.batch[:0]
+	for i := 0; i < len(f.pending) && len(f.batch) < forwardBatch; i++ {
+		if f.pending[i].payload != nil {
+			f.batch = append(f.batch, f.pending[i])
+		}
+	}
+	if len(f.batch) == 0 && len(f.pending) > 0 {
+		// Only dead entries: replay makes them dead again, no record needed.
+		clear(f.pending)
+		f.pending, f.dead, f.dropScan = nil, 0, 0
+	}
+	f.mu.Unlock()
+	acks := 0
+	for _, e := range f.batch {
+		if err = f.pub.Publish(ctx, f.topic(e), e.payload); err != nil {
+			if errors.Is(err, errDropped) {
+				f.m.reportsDropped.With(fwdKindName(e.kind)).Inc()
+			}
+			break
+		}
+		sent++
+		if e.kind == fwdRecordAck {
+			acks++
+		}
+	}
+	if sent > 0 {
+		f.m.forwarded.With("ack").Add(uint64(acks))
+		f.m.forwarded.With("heartbeat").Add(uint64(sent - acks))
+		if merr := f.markReported(f.batch[sent-1].id); merr != nil && err == nil {
+			err = merr
+		}
+	}
+	clear(f.batch) // do not pin payloads until the next round
+	f.mu.Lock()
+	more = f.live > 0
+	f.mu.Unlock()
+	return more && err == nil, sent, err
+}
+
+func fwdKindName(kind byte) string {
+	if kind == fwdRecordAck {
+		return "ack"
+	}
+	return "heartbeat"
+}
+
+// topic is the upstream topic of e (cached per device; publisher goroutine only).
+func (f *forwarder) topic(e fwdEntry) string {
+	t := f.topics[e.device]
+	if t == nil {
+		t = &[2]string{f.prefix + e.device + "/ack", f.prefix + e.device + "/heartbeat"}
+		f.topics[e.device] = t
+	}
+	if e.kind == fwdRecordAck {
+		return t[0]
+	}
+	return t[1]
+}
+
+// markReported drops the entries up to id from the backlog and records that (lazily:
+// losing the record in a crash only sends them twice).
+func (f *forwarder) markReported(id uint64) error {
+	f.mu.Lock()
+	f.removeReported(id)
+	f.scratch = appendForwardRecord(f.scratch[:0], fwdRecordReported, id, "", nil)
+	_, err := f.j.AppendLazy(f.scratch)
+	f.records++
+	compact := f.records-f.live >= f.compactAfter
+	f.gaugeLocked()
+	f.mu.Unlock()
+	poke(f.reported)
+	if compact {
+		poke(f.compactC)
+	}
+	return err
+}
+
+// compact replaces the log by a snapshot of the backlog. The checkpoint is taken without
+// holding mu, so the device event path never waits for the journal's flush: adds that
+// land between the checkpoint and the capture are in the snapshot and again in the segment
+// after it, and replay skips the second copy (the seen record closes the snapshot).
+func (f *forwarder) compact() error {
+	cp, err := f.j.Checkpoint()
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	live := make([]fwdEntry, 0, f.live)
+	for _, e := range f.pending {
+		if e.payload != nil {
+			live = append(live, e)
+		}
+	}
+	next := f.nextID
+	f.records = len(live) + 1
+	f.mu.Unlock()
+	var buf []byte
+	return f.j.WriteSnapshot(cp, func(emit func([]byte) error) error {
+		for _, e := range live {
+			buf = appendForwardRecord(buf[:0], e.kind, e.id, e.device, e.payload)
+			if err := emit(buf); err != nil {
+				return err
+			}
+		}
+		return emit(appendForwardRecord(buf[:0], fwdRecordSeen, next, "", nil))
+	})
+}
+
+// close flushes and closes the log; the goroutines must have ended.
+func (f *forwarder) close() error { return f.j.Close() }
+
+// poke signals c (capacity 1) without blocking.
+func poke(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
