@@ -258,7 +258,11 @@ func checkInvariants(t *testing.T, e *env, seed uint64, step int, accepted map[s
 		queued += len(d.queue)
 		// The coalescing index must be a function of the queue alone (replay rebuilds it
 		// from the items): per person, the latest queued item and how many are queued.
-		want := map[string]schedEntry{}
+		type schedEntry struct {
+			latest *item
+			n      uint32
+		}
+		want, got := map[string]schedEntry{}, map[string]schedEntry{}
 		for _, it := range d.queue {
 			if p := it.person(); p != "" {
 				e := want[p]
@@ -269,8 +273,19 @@ func checkInvariants(t *testing.T, e *env, seed uint64, step int, accepted map[s
 				want[p] = e
 			}
 		}
-		if !maps.Equal(want, d.sched) {
-			t.Fatalf("seed %d step %d: device %s: coalescing index %v, queue says %v", seed, step, d.id, d.sched, want)
+		d.sched.each(func(it *item) { got[it.person()] = schedEntry{it, it.schedN} })
+		for _, it := range o.t.items {
+			if it.dev == d && it.schedN != 0 && got[it.person()].latest != it {
+				t.Fatalf("seed %d step %d: %s holds a count of %d outside the coalescing index", seed, step, it.id(), it.schedN)
+			}
+		}
+		if !maps.Equal(want, got) || d.sched.n != len(got) {
+			t.Fatalf("seed %d step %d: device %s: coalescing index %v (%d), queue says %v", seed, step, d.id, got, d.sched.n, want)
+		}
+		for p, e := range want {
+			if d.scheduledFor(p) != e.latest {
+				t.Fatalf("seed %d step %d: device %s: lookup of %s finds %v", seed, step, d.id, p, d.scheduledFor(p))
+			}
 		}
 	}
 	if active != o.t.active || queued+len(inFlight) != active {

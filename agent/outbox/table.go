@@ -25,15 +25,18 @@ type item struct {
 	idLen     uint32
 	taskLen   uint32
 	personLen uint32
-	dev       *device
-	ord       uint64
-	added     int64 // unix ns
-	expires   int64
-	next      int64 // Scheduled: earliest next send; InFlight: ack deadline; terminal: finished at
-	tries     uint32
-	op        uint16
-	status    Status
-	reported  bool
+	// schedN, on the item device.sched holds for its person (the latest Scheduled one), is
+	// how many Scheduled items that person has on the device; 0 on every other item.
+	schedN   uint32
+	dev      *device
+	ord      uint64
+	added    int64 // unix ns
+	expires  int64
+	next     int64 // Scheduled: earliest next send; InFlight: ack deadline; terminal: finished at
+	tries    uint32
+	op       uint16
+	status   Status
+	reported bool
 }
 
 func newItem(id, task, person string, payload []byte) *item {
@@ -67,26 +70,24 @@ type result struct {
 
 type device struct {
 	id       string
-	queue    []*item               // Scheduled items, ascending ord (FIFO)
-	sched    map[string]schedEntry // person -> its Scheduled items (coalescing)
+	queue    []*item     // Scheduled items, ascending ord (FIFO)
+	sched    personIndex // person -> its latest Scheduled item (coalescing)
 	inflight *item
 	paused   bool
 	failed   int        // Failed messages held (reported or not)
 	live     deviceLive // not journalled
 }
 
-// schedEntry indexes one person's Scheduled items on a device. Usually there is one (a
-// later never-sent command supersedes an earlier one), but a command that was sent and
-// waits for its retry is not superseded, so a later one for the same person can wait behind
-// it. The entry must depend only on which items are Scheduled, never on the order they got
-// there: a replayed table (from a snapshot or from the full log) has to build the same one.
-type schedEntry struct {
-	latest *item // the Scheduled item with the highest ord
-	n      int   // how many Scheduled items the person has
-}
+// The coalescing index (device.sched) holds, per person, the Scheduled item with the
+// highest ord, and on it (item.schedN) how many Scheduled items the person has. Usually
+// there is one (a later never-sent command supersedes an earlier one), but a command that
+// was sent and waits for its retry is not superseded, so a later one for the same person
+// can wait behind it. The index must depend only on which items are Scheduled, never on the
+// order they got there: a replayed table (from a snapshot or from the full log) has to
+// build the same one.
 
 // scheduledFor returns person's latest Scheduled item on d, or nil.
-func (d *device) scheduledFor(person string) *item { return d.sched[person].latest }
+func (d *device) scheduledFor(person string) *item { return d.sched.get(person) }
 
 type table struct {
 	items   map[string]*item
@@ -188,7 +189,7 @@ func (t *table) device(id string) *device {
 	d := t.devices[id]
 	if d == nil {
 		id = strings.Clone(id)
-		d = &device{id: id, sched: map[string]schedEntry{}}
+		d = &device{id: id}
 		d.live.heapIdx = -1
 		t.devices[id] = d
 	}
@@ -201,12 +202,16 @@ func (d *device) enqueue(it *item) {
 	if it.person() == "" {
 		return
 	}
-	e := d.sched[it.person()]
-	e.n++
-	if e.latest == nil || e.latest.ord < it.ord {
-		e.latest = it
+	switch latest := d.sched.get(it.person()); {
+	case latest == nil:
+		it.schedN = 1
+		d.sched.put(it)
+	case latest.ord < it.ord:
+		it.schedN, latest.schedN = latest.schedN+1, 0
+		d.sched.put(it)
+	default:
+		latest.schedN++
 	}
-	d.sched[it.person()] = e
 }
 
 func (d *device) dequeue(it *item) {
@@ -219,17 +224,19 @@ func (d *device) dequeue(it *item) {
 			d.queue = slices.Delete(d.queue, i, i+1)
 		}
 		if p := it.person(); p != "" {
-			switch e := d.sched[p]; {
-			case e.n <= 1:
-				delete(d.sched, p)
-			default:
+			switch latest := d.sched.get(p); {
+			case latest == nil:
+			case latest.schedN <= 1:
+				latest.schedN = 0
+				d.sched.del(p)
+			case latest == it:
 				// Another command for the person still waits: it becomes the latest. Only
 				// when two are queued for one person is the queue searched.
-				e.n--
-				if e.latest == it {
-					e.latest = d.latestQueued(p)
-				}
-				d.sched[p] = e
+				next := d.latestQueued(p)
+				next.schedN, it.schedN = it.schedN-1, 0
+				d.sched.put(next)
+			default:
+				latest.schedN--
 			}
 		}
 	}
@@ -469,10 +476,10 @@ func (t *table) dump() string {
 		if d.inflight != nil {
 			fmt.Fprintf(&b, " inflight=%s", d.inflight.id())
 		}
-		persons := make([]string, 0, len(d.sched))
-		for p, e := range d.sched {
-			persons = append(persons, fmt.Sprintf("%s=%s/%d", p, e.latest.id(), e.n))
-		}
+		persons := make([]string, 0, d.sched.n)
+		d.sched.each(func(it *item) {
+			persons = append(persons, fmt.Sprintf("%s=%s/%d", it.person(), it.id(), it.schedN))
+		})
 		slices.Sort(persons)
 		fmt.Fprintf(&b, " sched=%v\n", persons)
 	}
