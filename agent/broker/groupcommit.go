@@ -210,3 +210,11 @@ func (c *committer) commit(batch []write) error {
 	}
 	return err
 }
+
+// onDiskHas reports whether key is in the database as far as the committer knows (tests).
+func (c *committer) onDiskHas(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.onDisk[key]
+	return ok
+}
