@@ -9,7 +9,7 @@ func (o *Outbox) maybeCompact() {
 	if o.compacting || o.closed {
 		return
 	}
-	live := len(o.t.items) + len(o.pending)
+	live := o.t.items.len() + len(o.pending)
 	if dead := o.records - live; dead < o.compactN || dead < live {
 		return
 	}

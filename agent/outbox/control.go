@@ -60,7 +60,7 @@ func (o *Outbox) MarkReported(ids ...string) error {
 	var take []string
 	var failed []*item
 	for _, id := range ids {
-		if it := o.t.items[id]; it != nil && it.status.Terminal() && !it.reported {
+		if it := o.t.items.get(id); it != nil && it.status.Terminal() && !it.reported {
 			take = append(take, id)
 			if it.status == Failed {
 				failed = append(failed, it)
@@ -90,7 +90,7 @@ func (o *Outbox) purgeRetained(now int64) {
 	var ids []string
 	for len(o.retained) > 0 {
 		it := o.retained[0]
-		if o.t.items[it.id()] == it && it.status == Failed {
+		if o.t.items.get(it.id()) == it && it.status == Failed {
 			if it.next+int64(o.settings.FailedRetention) > now {
 				break
 			}
@@ -218,7 +218,7 @@ func (o *Outbox) purgeFailedLocked(deviceID string) (int, journal.Seq, error) {
 
 func (o *Outbox) failedIDs(deviceID string, retry bool) []string {
 	var ids []string
-	for id, it := range o.t.items {
+	for id, it := range o.t.items.all() {
 		if it.status != Failed || (deviceID != "" && it.dev.id != deviceID) {
 			continue
 		}

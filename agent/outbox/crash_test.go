@@ -122,6 +122,6 @@ func TestCrashKillsLoseNoAcceptedTask(t *testing.T) {
 				t.Fatalf("iteration %d: accepted task %s lost (seed %d)", iter, id, seed)
 			}
 		}
-		t.Logf("kill %d: %d accepted this run, %d in all; table holds %d", iter, n, len(accepted), len(tb.items))
+		t.Logf("kill %d: %d accepted this run, %d in all; table holds %d", iter, n, len(accepted), tb.items.len())
 	}
 }

@@ -165,7 +165,7 @@ func (o *Outbox) nextWake() int64 {
 	}
 	for len(o.retained) > 0 {
 		it := o.retained[0]
-		if o.t.items[it.id()] != it || it.status != Failed {
+		if o.t.items.get(it.id()) != it || it.status != Failed {
 			o.retained[0] = nil
 			o.retained = o.retained[1:] // reset or purged since
 			continue

@@ -238,7 +238,7 @@ func tableOf(o *Outbox) fixtureTable {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	ft := fixtureTable{Items: map[string]fixtureItem{}, Devices: map[string]fixtureDevice{}}
-	for id, it := range o.t.items {
+	for id, it := range o.t.items.all() {
 		ft.Items[id] = fixtureItem{Device: it.dev.id, Status: it.status, Tries: it.tries,
 			Err: o.t.lastErr(it), Reported: it.reported}
 	}

@@ -156,7 +156,7 @@ func Open(dir string, sender Sender, opts *Options) (*Outbox, error) {
 	}
 	// At-least-once: what was in flight may or may not have arrived; send it again, same id,
 	// tries kept (the device treats a repeated id as a duplicate).
-	for _, it := range ob.t.items {
+	for _, it := range ob.t.items.all() {
 		switch {
 		case it.status == InFlight:
 			ob.emit(&record{Kind: kindRequeue, ID: it.id(), Tries: it.tries})
@@ -394,7 +394,7 @@ func (o *Outbox) applyAdd(r *record) {
 	if err := o.t.apply(r); err != nil {
 		return
 	}
-	it := o.t.items[r.ID]
+	it := o.t.items.get(r.ID)
 	if it == nil || it.status != Scheduled {
 		return
 	}
@@ -463,7 +463,7 @@ func (o *Outbox) Ack(deviceID, messageID string, code int, message string) {
 	now := o.now()
 	d := o.dev(deviceID)
 	d.live.lastSeen, d.live.lastAck, d.live.down = now, now, false
-	if it := o.t.items[messageID]; it != nil && it.dev == d && !it.status.Terminal() && o.Err() == nil {
+	if it := o.t.items.get(messageID); it != nil && it.dev == d && !it.status.Terminal() && o.Err() == nil {
 		// A Scheduled one was acked late, after its ack timeout: it arrived all the same.
 		if code == 0 {
 			d.live.failures, d.live.trips, d.live.breakerUntil = 0, 0, 0

@@ -219,7 +219,7 @@ func checkInvariants(t *testing.T, e *env, seed uint64, step int, accepted map[s
 	inFlight := map[*device]int{}
 	failed := map[*device]int{}
 	active := 0
-	for id, it := range o.t.items {
+	for id, it := range o.t.items.all() {
 		if it.status == Failed {
 			failed[it.dev]++
 		}
@@ -248,7 +248,7 @@ func checkInvariants(t *testing.T, e *env, seed uint64, step int, accepted map[s
 			t.Fatalf("seed %d step %d: device %s counts %d failed, holds %d", seed, step, d.id, d.failed, failed[d])
 		}
 		for i, it := range d.queue {
-			if it.status != Scheduled || o.t.items[it.id()] != it {
+			if it.status != Scheduled || o.t.items.get(it.id()) != it {
 				t.Fatalf("seed %d step %d: queue of %s holds %s in status %s", seed, step, d.id, it.id(), it.status)
 			}
 			if i > 0 && d.queue[i-1].ord >= it.ord {
@@ -273,8 +273,10 @@ func checkInvariants(t *testing.T, e *env, seed uint64, step int, accepted map[s
 				want[p] = e
 			}
 		}
-		d.sched.each(func(it *item) { got[it.person()] = schedEntry{it, it.schedN} })
-		for _, it := range o.t.items {
+		for p, it := range d.sched.all() {
+			got[p] = schedEntry{it, it.schedN}
+		}
+		for _, it := range o.t.items.all() {
 			if it.dev == d && it.schedN != 0 && got[it.person()].latest != it {
 				t.Fatalf("seed %d step %d: %s holds a count of %d outside the coalescing index", seed, step, it.id(), it.schedN)
 			}
@@ -292,7 +294,7 @@ func checkInvariants(t *testing.T, e *env, seed uint64, step int, accepted map[s
 		t.Fatalf("seed %d step %d: active %d, counted %d, queued %d + in flight %d", seed, step, o.t.active, active, queued, len(inFlight))
 	}
 	for id := range accepted {
-		if _, ok := o.t.items[id]; !ok {
+		if o.t.items.get(id) == nil {
 			if _, reported := results[id]; !reported {
 				t.Fatalf("seed %d step %d: accepted task %s lost", seed, step, id)
 			}

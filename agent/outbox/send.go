@@ -108,7 +108,7 @@ func (o *Outbox) sendFailedLocked(deviceID, messageID string, try int, err error
 	if o.closed || o.Err() != nil {
 		return
 	}
-	it := o.t.items[messageID]
+	it := o.t.items.get(messageID)
 	if it == nil || it.status != InFlight || int(it.tries) != try || it.dev.id != deviceID {
 		return
 	}

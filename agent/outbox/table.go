@@ -70,8 +70,8 @@ type result struct {
 
 type device struct {
 	id       string
-	queue    []*item     // Scheduled items, ascending ord (FIFO)
-	sched    personIndex // person -> its latest Scheduled item (coalescing)
+	queue    []*item   // Scheduled items, ascending ord (FIFO)
+	sched    itemIndex // person -> its latest Scheduled item (coalescing)
 	inflight *item
 	paused   bool
 	failed   int        // Failed messages held (reported or not)
@@ -90,7 +90,7 @@ type device struct {
 func (d *device) scheduledFor(person string) *item { return d.sched.get(person) }
 
 type table struct {
-	items   map[string]*item
+	items   itemIndex // by id
 	devices map[string]*device
 	results []result // terminal and unreported, in finish order
 	maxOrd  uint64
@@ -130,7 +130,7 @@ func (t *table) remember(id string) {
 
 // seen reports whether id is in the table or among the recently finished.
 func (t *table) seen(id string) bool {
-	if _, ok := t.items[id]; ok {
+	if t.items.get(id) != nil {
 		return true
 	}
 	_, ok := t.recentSet[id]
@@ -145,7 +145,7 @@ func (t *table) recentIDs() []string {
 }
 
 func newTable() *table {
-	return &table{items: map[string]*item{}, devices: map[string]*device{}, opIdx: map[string]uint16{}, errs: map[*item]string{}}
+	return &table{items: byID(), devices: map[string]*device{}, opIdx: map[string]uint16{}, errs: map[*item]string{}}
 }
 
 // intern returns op's index in t.ops. Ops are a handful of verbs; past 65535 distinct ones
@@ -179,7 +179,7 @@ func (t *table) forget(it *item) {
 	if it.status == Failed {
 		it.dev.failed--
 	}
-	delete(t.items, it.id())
+	t.items.del(it.id())
 	delete(t.errs, it)
 	t.remember(it.id())
 }
@@ -189,7 +189,7 @@ func (t *table) device(id string) *device {
 	d := t.devices[id]
 	if d == nil {
 		id = strings.Clone(id)
-		d = &device{id: id}
+		d = &device{id: id, sched: byPerson()}
 		d.live.heapIdx = -1
 		t.devices[id] = d
 	}
@@ -291,13 +291,13 @@ func (t *table) finish(it *item, st Status) {
 func (t *table) apply(r *record) error {
 	switch r.Kind {
 	case kindAdd, kindItem:
-		if _, ok := t.items[r.ID]; ok {
+		if t.items.get(r.ID) != nil {
 			return nil
 		}
 		it := newItem(r.ID, r.Task, r.Person, r.Payload)
 		it.op, it.dev = t.intern(r.Op), t.device(r.Device)
 		it.ord, it.added, it.expires = r.Ord, r.Added, r.Expires
-		t.items[it.id()] = it
+		t.items.put(it)
 		t.maxOrd = max(t.maxOrd, r.Ord)
 		if r.Kind == kindAdd {
 			t.schedule(it)
@@ -316,7 +316,7 @@ func (t *table) apply(r *record) error {
 			t.finish(it, st)
 		}
 	case kindSend:
-		it := t.items[r.ID]
+		it := t.items.get(r.ID)
 		if it == nil || it.status != Scheduled {
 			return nil
 		}
@@ -325,7 +325,7 @@ func (t *table) apply(r *record) error {
 		it.dev.inflight = it
 		t.active++
 	case kindRetry, kindRequeue:
-		it := t.items[r.ID]
+		it := t.items.get(r.ID)
 		if it == nil || it.status != InFlight {
 			return nil
 		}
@@ -338,7 +338,7 @@ func (t *table) apply(r *record) error {
 		}
 		t.schedule(it)
 	case kindFinish:
-		it := t.items[r.ID]
+		it := t.items.get(r.ID)
 		if it == nil || it.status.Terminal() {
 			return nil
 		}
@@ -348,7 +348,7 @@ func (t *table) apply(r *record) error {
 		t.finish(it, Status(r.Status))
 	case kindReported:
 		for _, id := range r.IDs {
-			it := t.items[id]
+			it := t.items.get(id)
 			if it == nil || !it.status.Terminal() || it.reported {
 				continue
 			}
@@ -360,7 +360,7 @@ func (t *table) apply(r *record) error {
 		t.trimResults()
 	case kindPurge:
 		for _, id := range r.IDs {
-			if it := t.items[id]; it != nil && it.status.Terminal() {
+			if it := t.items.get(id); it != nil && it.status.Terminal() {
 				it.reported = true
 				t.forget(it)
 			}
@@ -368,7 +368,7 @@ func (t *table) apply(r *record) error {
 		t.trimResults()
 	case kindReset:
 		for _, id := range r.IDs {
-			it := t.items[id]
+			it := t.items.get(id)
 			if it == nil || it.status != Failed {
 				continue
 			}
@@ -423,7 +423,7 @@ func (t *table) snapshotRecords(emit func(*record) error) error {
 	for _, r := range t.results {
 		inResults[r.it] = true
 	}
-	for _, it := range t.items {
+	for _, it := range t.items.all() {
 		if !inResults[it] {
 			if err := emit(t.itemRecord(it)); err != nil {
 				return err
@@ -449,13 +449,13 @@ func (t *table) itemRecord(it *item) *record {
 // dump renders the table canonically, for tests comparing a live table with a replayed one.
 func (t *table) dump() string {
 	var b strings.Builder
-	ids := make([]string, 0, len(t.items))
-	for id := range t.items {
+	ids := make([]string, 0, t.items.len())
+	for id := range t.items.all() {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		it := t.items[id]
+		it := t.items.get(id)
 		fmt.Fprintf(&b, "item %s dev=%s ord=%d %s tries=%d next=%d rep=%v err=%q\n",
 			id, it.dev.id, it.ord, it.status, it.tries, it.next, it.reported, t.lastErr(it))
 	}
@@ -477,9 +477,9 @@ func (t *table) dump() string {
 			fmt.Fprintf(&b, " inflight=%s", d.inflight.id())
 		}
 		persons := make([]string, 0, d.sched.n)
-		d.sched.each(func(it *item) {
-			persons = append(persons, fmt.Sprintf("%s=%s/%d", it.person(), it.id(), it.schedN))
-		})
+		for p, it := range d.sched.all() {
+			persons = append(persons, fmt.Sprintf("%s=%s/%d", p, it.id(), it.schedN))
+		}
 		slices.Sort(persons)
 		fmt.Fprintf(&b, " sched=%v\n", persons)
 	}
