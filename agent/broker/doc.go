@@ -140,13 +140,15 @@
 //     nor are mochi's $SYS counters.
 //   - mochi v2.7.9 keeps a client's own QoS 1/2 publishes and the messages it
 //     sends that client in one in-flight set keyed by packet id, though each
-//     side numbers its packets independently. A kept session's client that
-//     publishes with the id of a message still in flight to it replaces that
-//     message in memory: it is not resent if the connection drops before the
-//     client acknowledged it. The same clash makes mochi refuse a SUBSCRIBE
-//     whose id equals an in-flight message's (SUBACK 0x91), e.g. a back office
-//     resubscribing while resuming a session with messages waiting. The
-//     sessions file no longer has the clash (ephemeral.go: inboundAck).
+//     side numbers its packets independently. A client publishing with QoS 1
+//     under the id of a message in flight to it made mochi drop that message
+//     (never resent; the client's send quota shrank by one): clash.go puts it
+//     back, and the sessions file no longer mixes the two (ephemeral.go:
+//     inboundAck). Left as mochi has it: a QoS 2 publish under such an id
+//     still displaces the message, and mochi refuses a SUBSCRIBE whose id
+//     equals an in-flight message's (SUBACK 0x91; e.g. a back office that
+//     subscribes again while resuming a session with results waiting gets an
+//     error, though its subscriptions are kept).
 //   - Group commit reaches mochi v2.7.9's bolt hook's unexported database
 //     (reflect); with another layout each record is its own transaction
 //     again, with a warning (TestGroupCommitLayout fails).
