@@ -471,22 +471,31 @@ func (f *forwarder) drain(ctx context.Context) (more bool, sent int, err error) 
 	}
 	f.mu.Unlock()
 	acks := 0
+	var through uint64 // the last entry of the batch published or found dead
 	for _, e := range f.batch {
+		// A publish may have waited long (for the connection): an entry superseded or
+		// dropped meanwhile is not sent, so an outage ends with each device's latest
+		// heartbeat only.
+		if !f.stillLive(e.id) {
+			through = e.id
+			continue
+		}
 		if err = f.pub.Publish(ctx, f.topic(e), e.payload); err != nil {
 			if errors.Is(err, errDropped) {
 				f.m.reportsDropped.With(fwdKindName(e.kind)).Inc()
 			}
 			break
 		}
+		through = e.id
 		sent++
 		if e.kind == fwdRecordAck {
 			acks++
 		}
 	}
-	if sent > 0 {
-		f.m.forwarded.With("ack").Add(uint64(acks))
-		f.m.forwarded.With("heartbeat").Add(uint64(sent - acks))
-		if merr := f.markReported(f.batch[sent-1].id); merr != nil && err == nil {
+	f.m.forwarded.With("ack").Add(uint64(acks))
+	f.m.forwarded.With("heartbeat").Add(uint64(sent - acks))
+	if through > 0 {
+		if merr := f.markReported(through); merr != nil && err == nil {
 			err = merr
 		}
 	}
@@ -495,6 +504,14 @@ func (f *forwarder) drain(ctx context.Context) (more bool, sent int, err error) 
 	more = f.live > 0
 	f.mu.Unlock()
 	return more && err == nil, sent, err
+}
+
+// stillLive reports whether the entry id is still to be sent.
+func (f *forwarder) stillLive(id uint64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	i := f.indexOf(id)
+	return i >= 0 && f.pending[i].payload != nil
 }
 
 func fwdKindName(kind byte) string {
@@ -540,6 +557,9 @@ func (f *forwarder) markReported(id uint64) error {
 // land between the checkpoint and the capture are in the snapshot and again in the segment
 // after it, and replay skips the second copy (the seen record closes the snapshot).
 func (f *forwarder) compact() error {
+	f.mu.Lock()
+	before := f.records
+	f.mu.Unlock()
 	cp, err := f.j.Checkpoint()
 	if err != nil {
 		return err
@@ -552,8 +572,14 @@ func (f *forwarder) compact() error {
 		}
 	}
 	next := f.nextID
-	f.records = len(live) + 1
+	// The snapshot, and what came after the checkpoint (counted high: some of those may
+	// have landed before it, in the segments the snapshot replaces).
+	f.records = len(live) + 1 + f.records - before
+	again := f.records-f.live >= f.compactAfter
 	f.mu.Unlock()
+	if again { // a burst during the checkpoint: go again once this one is written
+		defer poke(f.compactC)
+	}
 	var buf []byte
 	return f.j.WriteSnapshot(cp, func(emit func([]byte) error) error {
 		for _, e := range live {

@@ -1,0 +1,350 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/journal"
+	"github.com/seed0e69bba5/faceagent/device/sim"
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
+)
+
+// forwardSubscriber is a back office on mosquitto that keeps every forwarded ack and
+// heartbeat as "topic payload", in arrival order.
+type forwardSubscriber struct {
+	t       *testing.T
+	c       *paho.Client
+	mu      sync.Mutex
+	got     []string
+	changed chan struct{}
+}
+
+func subscribeForwarded(t *testing.T, addr, gw string) *forwardSubscriber {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &forwardSubscriber{t: t, changed: make(chan struct{}, 1)}
+	s.c = paho.NewClient(paho.ClientConfig{Conn: conn, OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+		func(pr paho.PublishReceived) (bool, error) {
+			s.mu.Lock()
+			s.got = append(s.got, pr.Packet.Topic+" "+string(pr.Packet.Payload))
+			s.mu.Unlock()
+			poke(s.changed)
+			return true, nil
+		}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.c.Connect(ctx, &paho.Connect{ClientID: "forward-watcher", KeepAlive: 30, CleanStart: true}); err != nil {
+		t.Fatal(err)
+	}
+	prefix := "faceagent/" + gw + "/devices/+/"
+	if _, err := s.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{
+		{Topic: prefix + "ack", QoS: 1}, {Topic: prefix + "heartbeat", QoS: 1},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.close)
+	return s
+}
+
+func (s *forwardSubscriber) close() {
+	_ = s.c.Disconnect(&paho.Disconnect{})
+	<-s.c.Done()
+}
+
+// waitFirst waits until the messages received, each counted once (QoS 1 is at least
+// once), number n, and returns them in the order of their first arrival.
+func (s *forwardSubscriber) waitFirst(n int) []string {
+	s.t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		s.mu.Lock()
+		var first []string
+		seen := map[string]bool{}
+		for _, m := range s.got {
+			if !seen[m] {
+				seen[m] = true
+				first = append(first, m)
+			}
+		}
+		s.mu.Unlock()
+		if len(first) >= n {
+			return first
+		}
+		select {
+		case <-s.changed:
+		case <-deadline:
+			s.t.Fatalf("received %d of %d forwarded messages: %q", len(first), n, first)
+		}
+	}
+}
+
+// published turns backlog entries ("A dev payload") into what a subscriber sees.
+func published(prefix string, backlog []string) []string {
+	out := make([]string, len(backlog))
+	for i, e := range backlog {
+		kind, rest, _ := strings.Cut(e, " ")
+		dev, payload, _ := strings.Cut(rest, " ")
+		sub := "/ack "
+		if kind == "H" {
+			sub = "/heartbeat "
+		}
+		out[i] = prefix + dev + sub + payload
+	}
+	return out
+}
+
+// holdProxy forwards TCP connections to target; while held it refuses them (accepts and
+// closes at once), so a test decides when a client may reconnect.
+type holdProxy struct {
+	ln     net.Listener
+	target string
+	held   atomic.Bool
+	mu     sync.Mutex
+	conns  map[net.Conn]bool
+	wg     sync.WaitGroup
+}
+
+func startHoldProxy(t *testing.T, target string) *holdProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &holdProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if p.held.Load() {
+				c.Close()
+				continue
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.track(c, up)
+			p.wg.Add(2)
+			go p.pipe(c, up)
+			go p.pipe(up, c)
+		}
+	}()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *holdProxy) track(cs ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cs {
+		p.conns[c] = true
+	}
+}
+
+func (p *holdProxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	_, _ = io.Copy(dst, src)
+	dst.Close()
+	src.Close()
+}
+
+func (p *holdProxy) close() {
+	p.ln.Close()
+	p.mu.Lock()
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// Acks forwarded while the external broker (mosquitto) is stopped stay in the forward log
+// and are delivered in order, once each at least, when it is back — heartbeats coalesced
+// to the latest. A proxy holds the agent's reconnect until the back office has subscribed
+// to the restarted broker again (mosquitto here keeps no sessions across a restart).
+func TestForwardedAcksSurviveUpstreamOutage(t *testing.T) {
+	m := testutil.StartMosquitto(t)
+	proxy := startHoldProxy(t, m.Addr)
+	cfg, err := config.Parse("o.toml", []byte(fmt.Sprintf("[agent]\ngateway_id = \"gw-o\"\ndata_dir = %q\n"+
+		"[upstream]\nurl = \"mqtt://%s\"\nreconnect_max = \"200ms\"\n[[devices]]\nid = \"o1\"\n", t.TempDir(), proxy.ln.Addr())), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	mt := testMetrics()
+	connected := make(chan struct{})
+	uc, err := dialUpstream(ctx, cfg, newTaker(cfg, mt, quietLog), connected, make(chan struct{}, 1), mt, quietLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		_ = uc.close(sctx)
+	}()
+	select {
+	case <-connected:
+	case <-time.After(20 * time.Second):
+		t.Fatal("never connected upstream")
+	}
+	const prefix = "faceagent/gw-o/devices/"
+	f, err := openForwarder(t.TempDir(), journal.Options{Sync: journal.SyncAlways}, uc, prefix, mt, quietLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.close()
+	fctx, fcancel := context.WithCancel(ctx)
+	defer func() { fcancel(); f.wg.Wait() }()
+	f.start(fctx)
+
+	sub := subscribeForwarded(t, m.Addr, "gw-o")
+	f.ack("o1", testAck(0))
+	if got, want := sub.waitFirst(1)[0], strings.Replace(ackLine("o1", 0), testForwardPrefix, prefix, 1); got != want {
+		t.Fatalf("first ack arrived as %q, want %q", got, want)
+	}
+	waitFor(t, "the first ack marked reported", func() bool { return mt.forwardBacklog.Value() == 0 }, f.reported)
+	sub.close()
+
+	proxy.held.Store(true)
+	m.Stop()
+	for i := 1; i <= 20; i++ {
+		f.ack("o1", testAck(i))
+		if i%5 == 0 {
+			f.heartbeat("o1", testHeartbeat("o1", i))
+		}
+	}
+	want := published(prefix, f.backlog())
+	if len(want) != 21 { // 20 acks and the latest heartbeat (the broker took none of them)
+		t.Fatalf("backlog during the outage: %q", want)
+	}
+	m.Restart()
+	sub = subscribeForwarded(t, m.Addr, "gw-o")
+	proxy.held.Store(false)
+	if got := sub.waitFirst(len(want)); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("delivered after the outage\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	waitFor(t, "the backlog to empty", func() bool { return mt.forwardBacklog.Value() == 0 }, f.reported)
+	if n := mt.forwardCoalesced.Value(); n != 3 {
+		t.Errorf("coalesced %d heartbeats, want 3", n)
+	}
+}
+
+// Acks and heartbeats forwarded while the external broker is down are in data_dir/forward
+// when the agent stops; the next run delivers them, in order, to a back office on the
+// restarted broker. The terminals are simulated on the embedded broker, tasks come over
+// HTTP (the upstream broker is away).
+func TestForwardedAcksSurviveAgentRestart(t *testing.T) {
+	m := testutil.StartMosquitto(t)
+	m.Stop()
+	var listed atomic.Bool
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if listed.Swap(true) {
+			_, _ = io.WriteString(w, `[]`)
+			return
+		}
+		var tasks []string
+		for i := range 5 {
+			tasks = append(tasks, fmt.Sprintf(`{"taskId":"f-%d","deviceId":"f1","op":"AddPerson","person":{"id":"%d"}}`, i, i))
+		}
+		_, _ = io.WriteString(w, "["+strings.Join(tasks, ",")+"]")
+	}))
+	defer api.Close()
+	cfg, err := config.Parse("f.toml", []byte(fmt.Sprintf(`[agent]
+gateway_id = "gw-f"
+data_dir = %q
+[broker]
+listen = "127.0.0.1:0"
+[upstream]
+url = %q
+session_expiry = "1h"
+reconnect_max = "300ms"
+[store]
+request_timeout = "200ms"
+[intake.http]
+url = %q
+page_size = 10
+interval = "1h"
+[[devices]]
+id = "f1"
+`, t.TempDir(), m.URL, api.URL)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	local, a, stop := startAgentFull(t, cfg)
+	fleet, err := sim.StartMQTT("mqtt://"+local, []string{"f1"}, sim.Options{Seed: 7, HeartbeatInterval: 20 * time.Millisecond, Strict: true,
+		OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acks := func() int {
+		n := 0
+		for _, e := range a.fwd.backlog() {
+			if strings.HasPrefix(e, "A ") {
+				n++
+			}
+		}
+		return n
+	}
+	// No event tells the test that the fifth ack was forwarded.
+	pollUntil(t, "five acks in the forward backlog", func() bool { return acks() >= 5 })
+	pollUntil(t, "heartbeats coalesced", func() bool { return a.m.forwardCoalesced.Value() > 0 })
+	fleet.Close()
+	stop()
+	backlog := a.fwd.backlog() // the agent has stopped: this is what the log holds
+	heartbeats := 0
+	for _, e := range backlog {
+		if strings.HasPrefix(e, "H ") {
+			heartbeats++
+		}
+	}
+	if acks() != 5 || heartbeats != 1 {
+		t.Fatalf("backlog at the stop, want 5 acks and 1 heartbeat:\n%s", strings.Join(backlog, "\n"))
+	}
+
+	m.Restart()
+	sub := subscribeForwarded(t, m.Addr, "gw-f")
+	_, a, stop = startAgentFull(t, cfg)
+	want := published("faceagent/gw-f/devices/", backlog)
+	if got := sub.waitFirst(len(want)); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("delivered by the second run\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	waitFor(t, "the backlog to empty", func() bool { return a.m.forwardBacklog.Value() == 0 }, a.fwd.reported)
+	stop()
+}
+
+// pollUntil checks cond every 10ms until it holds: for conditions no event announces.
+func pollUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(30 * time.Second)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
