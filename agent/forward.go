@@ -228,7 +228,7 @@ func (f *forwarder) ack(deviceID string, a face.Ack) {
 	if f == nil {
 		return
 	}
-	payload, err := a.AppendJSON(make([]byte, 0, 64+len(a.MessageID)+len(a.Message)))
+	payload, err := appendAckJSON(make([]byte, 0, 48+len(a.MessageID)+len(a.Message)), &a)
 	if err != nil {
 		f.log.Debug("forwarding an ack", "device", deviceID, "err", err)
 		return
