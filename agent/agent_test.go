@@ -22,6 +22,10 @@ func TestMain(m *testing.M) {
 		deadLetterChild(dir) // a crash test's child: it runs until SIGKILL
 		return
 	}
+	if dir := os.Getenv(forwardChildEnv); dir != "" {
+		forwardChild(dir) // the same for the forward log
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
 
