@@ -142,6 +142,11 @@
 //   - Online state, breakers and counters are not journalled: after a restart every device
 //     is offline until heard from.
 //   - Command.Payload is a view of the table's memory: a Sender must not modify it.
+//   - With a NonBlockingSender, the call that decides a send pays for it before it
+//     returns: an EnqueueBatch that finds 64 idle devices publishes 64 commands first (with
+//     the embedded broker, before the back office gets its PUBACK), and an Ack publishes the
+//     device's next command. Those sends only queue (microseconds each); a Sender that
+//     claims SendsWithoutBlocking and then blocks holds up its caller.
 //   - Task.ExpiresAt is checked when the command's turn comes: a command queued for an
 //     offline device expires (and is reported) once the device is back, not at the instant.
 //   - Dedupe remembers the last 8192 ids that left the table; a redelivery older than that
