@@ -217,11 +217,12 @@ func New(opts *Options) (*Broker, error) {
 	b.sessions = sessions
 	// Not in srv.Clients, so the session store does not wait for its messages' records.
 	b.deferred = srv.NewClient(nil, mqtt.LocalListener, "$deferred-inline", true)
-	if err := srv.AddHook(newClashGuard(srv), nil); err != nil {
+	takeover := newTakeoverGuard(srv, sessions, o.Logger)
+	if err := srv.AddHook(newClashGuard(srv, takeover), nil); err != nil {
 		srv.Close()
 		return nil, err
 	}
-	if err := srv.AddHook(newTakeoverGuard(srv, sessions, o.Logger), nil); err != nil {
+	if err := srv.AddHook(takeover, nil); err != nil {
 		srv.Close()
 		return nil, err
 	}

@@ -17,64 +17,122 @@ import (
 // processPublish deletes that message from the set ("[MQTT-4.3.2-5]") and uses the id for
 // its PUBACK. The message is then never resent (a back office with a kept session that
 // reconnects misses that result), and the client's PUBACK for it finds nothing, so the
-// client's send quota shrinks by one for good. The guard copies such a message when the
-// PUBLISH is read (OnPacketRead, before mochi processes it) and puts it back once mochi is
-// done with the packet (OnPacketProcessed), unless the id is still taken (a QoS 2 PUBREC
-// holds it until PUBREL: that case is left as mochi has it).
+// client's send quota shrinks by one for good. A SUBSCRIBE or UNSUBSCRIBE under such an id
+// is refused (0x91), typically a back office subscribing again as it resumes a session with
+// results waiting (both sides number from 1). The guard copies such a message when the
+// packet is read (OnPacketRead, before mochi processes it), takes it out of the set for a
+// SUBSCRIBE or UNSUBSCRIBE, and puts it back once mochi is done with the packet
+// (OnPacketProcessed), unless the id is taken by then (a QoS 2 PUBREC holds it until
+// PUBREL: that case stays as mochi has it).
 type clashGuard struct {
 	mqtt.HookBase
-	srv *mqtt.Server
+	srv      *mqtt.Server
+	takeover *takeoverGuard // hands over a message put back after its session moved on
 
 	mu      sync.Mutex
-	stashed map[*mqtt.Client]packets.Packet // the message taken out by the publish being processed
+	stashed map[*mqtt.Client]stash // the message the packet being processed takes out
 }
 
-func newClashGuard(srv *mqtt.Server) *clashGuard {
-	return &clashGuard{srv: srv, stashed: make(map[*mqtt.Client]packets.Packet)}
+// stash is a displaced outgoing message and whether mochi counted its removal in
+// Info.Inflight (it does when a PUBLISH displaces it; the guard's own removal does not).
+type stash struct {
+	pk      packets.Packet
+	counted bool
+}
+
+func newClashGuard(srv *mqtt.Server, takeover *takeoverGuard) *clashGuard {
+	return &clashGuard{srv: srv, takeover: takeover, stashed: make(map[*mqtt.Client]stash)}
 }
 
 func (g *clashGuard) ID() string { return "faceagent-inflight-clash" }
 
 func (g *clashGuard) Provides(b byte) bool {
-	return b == mqtt.OnPacketRead || b == mqtt.OnPacketProcessed || b == mqtt.OnDisconnect
+	switch b {
+	case mqtt.OnPacketRead, mqtt.OnQosComplete, mqtt.OnPacketProcessed, mqtt.OnDisconnect:
+		return true
+	}
+	return false
 }
 
-// OnPacketRead copies the outgoing message an incoming QoS 1/2 PUBLISH is about to displace.
+// outgoing reports whether pk is the broker's side of a message it sends: a PUBLISH, or the
+// PUBREL that follows a QoS 2 one.
+func outgoing(pk packets.Packet) bool {
+	return pk.FixedHeader.Type == packets.Publish || pk.FixedHeader.Type == packets.Pubrel
+}
+
+// clashes reports whether an incoming packet of this type takes its id from the client's
+// own numbering in a way mochi checks against the in-flight set.
+func clashes(pk packets.Packet) bool {
+	switch pk.FixedHeader.Type {
+	case packets.Publish:
+		return pk.FixedHeader.Qos > 0
+	case packets.Subscribe, packets.Unsubscribe:
+		return true
+	}
+	return false
+}
+
+// OnPacketRead copies the outgoing message an incoming packet is about to displace (a QoS
+// 1/2 PUBLISH) or be refused for (a SUBSCRIBE or UNSUBSCRIBE: mochi answers 0x91 "packet
+// identifier in use"; the message is taken out of the set until mochi is done).
 func (g *clashGuard) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
-	if cl.Net.Inline || pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Qos == 0 {
+	if cl.Net.Inline || !clashes(pk) {
 		return pk, nil
 	}
-	if held, ok := cl.State.Inflight.Get(pk.PacketID); ok && held.FixedHeader.Type == packets.Publish {
-		g.mu.Lock()
-		g.stashed[cl] = held.Copy(true)
-		g.mu.Unlock()
+	held, ok := cl.State.Inflight.Get(pk.PacketID)
+	if !ok || !outgoing(held) {
+		return pk, nil
+	}
+	g.mu.Lock()
+	g.stashed[cl] = stash{pk: held.Copy(true), counted: pk.FixedHeader.Type == packets.Publish}
+	g.mu.Unlock()
+	if pk.FixedHeader.Type != packets.Publish {
+		cl.State.Inflight.Delete(pk.PacketID) // back in OnPacketProcessed, or OnDisconnect
 	}
 	return pk, nil
 }
 
-// OnPacketProcessed puts the displaced message back once its id is free again.
-func (g *clashGuard) OnPacketProcessed(cl *mqtt.Client, pk packets.Packet, _ error) {
-	if pk.FixedHeader.Type != packets.Publish {
-		return
-	}
-	g.mu.Lock()
-	held, ok := g.stashed[cl]
-	delete(g.stashed, cl)
-	g.mu.Unlock()
-	if !ok || held.PacketID != pk.PacketID {
-		return
-	}
-	if _, taken := cl.State.Inflight.Get(held.PacketID); taken {
-		return // a QoS 2 PUBREC, or (after the ids wrapped) a new message
-	}
-	if cl.State.Inflight.Set(held) {
-		atomic.AddInt64(&g.srv.Info.Inflight, 1)
+// OnQosComplete puts a message displaced by a QoS 1 PUBLISH back as soon as mochi has
+// released the id (its PUBACK is written and out of the set), before the message is routed:
+// the client may have its PUBACK, drop the connection and resume the session meanwhile.
+func (g *clashGuard) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
+	if inboundCompletion(pk) {
+		g.restore(cl)
 	}
 }
 
-// OnDisconnect forgets a copy whose PUBLISH never reached OnPacketProcessed (refused early).
+// OnPacketProcessed puts the displaced message back once its id is free again.
+func (g *clashGuard) OnPacketProcessed(cl *mqtt.Client, pk packets.Packet, _ error) {
+	if clashes(pk) {
+		g.restore(cl)
+	}
+}
+
+// OnDisconnect puts back a message whose packet mochi refused before OnPacketProcessed (the
+// connection ends then): a kept session resends it.
 func (g *clashGuard) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
+	g.restore(cl)
+}
+
+func (g *clashGuard) restore(cl *mqtt.Client) {
 	g.mu.Lock()
+	st, ok := g.stashed[cl]
 	delete(g.stashed, cl)
 	g.mu.Unlock()
+	if !ok {
+		return
+	}
+	if cl.IsTakenOver() {
+		// The session resumed on a new connection that copied the set without it.
+		if st.pk.FixedHeader.Type == packets.Publish {
+			g.takeover.rescue(cl, st.pk)
+		}
+		return
+	}
+	if _, taken := cl.State.Inflight.Get(st.pk.PacketID); taken {
+		return // a QoS 2 PUBREC, or (after the ids wrapped) a new message
+	}
+	if cl.State.Inflight.Set(st.pk) && st.counted {
+		atomic.AddInt64(&g.srv.Info.Inflight, 1)
+	}
 }

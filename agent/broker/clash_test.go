@@ -116,3 +116,68 @@ func TestOwnPublishKeepsMessagesInFlight(t *testing.T) {
 		}
 	}
 }
+
+// TestResubscribeOnResume: a back office resuming its session with results waiting, from a
+// fresh client whose packet ids start at 1 again, may subscribe again (mochi answered
+// SUBACK 0x91, "packet identifier in use", for the id of a waiting result).
+func TestResubscribeOnResume(t *testing.T) {
+	b := startBroker(t, Options{})
+	received := make(chan string, 64)
+	connect := func(clean bool) (*paho.Client, net.Conn) {
+		conn, err := net.Dial("tcp", b.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := paho.NewClient(paho.ClientConfig{Conn: conn, EnableManualAcknowledgment: true, OnClientError: func(error) {},
+			OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
+				received <- string(pr.Packet.Payload)
+				return true, nil
+			}}})
+		expiry := uint32(3600)
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		if _, err := c.Connect(ctx, &paho.Connect{ClientID: "back-office", KeepAlive: 30, CleanStart: clean,
+			Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry}}); err != nil {
+			t.Fatal(err)
+		}
+		return c, conn
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	subscribe := func(c *paho.Client) error {
+		_, err := c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "results", QoS: 1}}})
+		return err
+	}
+	c, conn := connect(true)
+	if err := subscribe(c); err != nil {
+		t.Fatal(err)
+	}
+	const n = 3
+	publishInline(t, b, "results", 0, n)
+	for range n {
+		select {
+		case <-received:
+		case <-time.After(waitFor):
+			t.Fatal("results not delivered")
+		}
+	}
+	_ = conn.Close() // gone without acknowledging them
+	<-c.Done()
+
+	c, _ = connect(false)
+	defer c.Disconnect(&paho.Disconnect{})
+	if err := subscribe(c); err != nil {
+		t.Fatalf("subscribing again on resume: %v", err)
+	}
+	for range n {
+		select {
+		case <-received:
+		case <-time.After(waitFor):
+			t.Fatal("waiting results not resent")
+		}
+	}
+	cl, _ := b.Server().Clients.Get("back-office")
+	if got := cl.State.Inflight.Len(); got != n {
+		t.Fatalf("%d results in flight after the SUBSCRIBE, want %d (none acknowledged)", got, n)
+	}
+}

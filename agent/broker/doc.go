@@ -142,13 +142,13 @@
 //     sends that client in one in-flight set keyed by packet id, though each
 //     side numbers its packets independently. A client publishing with QoS 1
 //     under the id of a message in flight to it made mochi drop that message
-//     (never resent; the client's send quota shrank by one): clash.go puts it
-//     back, and the sessions file no longer mixes the two (ephemeral.go:
-//     inboundAck). Left as mochi has it: a QoS 2 publish under such an id
-//     still displaces the message, and mochi refuses a SUBSCRIBE whose id
-//     equals an in-flight message's (SUBACK 0x91; e.g. a back office that
-//     subscribes again while resuming a session with results waiting gets an
-//     error, though its subscriptions are kept).
+//     (never resent; the client's send quota shrank by one), and a SUBSCRIBE
+//     or UNSUBSCRIBE under such an id was refused (SUBACK 0x91: a back office
+//     subscribing again as it resumes a session with results waiting).
+//     clash.go keeps the message and lets the packet through, and the
+//     sessions file no longer mixes the two (ephemeral.go: inboundAck). Left
+//     as mochi has it: a QoS 2 publish under such an id still displaces the
+//     message.
 //   - Group commit reaches mochi v2.7.9's bolt hook's unexported database
 //     (reflect); with another layout each record is its own transaction
 //     again, with a warning (TestGroupCommitLayout fails).
