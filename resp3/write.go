@@ -13,43 +13,25 @@ import (
 // AppendArrayHeader appends "*n\r\n". The n elements are appended after it by the caller.
 // A negative n appends the RESP2 null array "*-1\r\n".
 func AppendArrayHeader(dst []byte, n int) []byte {
-	if uint(n) < 10 { // commands have a handful of arguments: keep this inlinable
+	// Spelled out rather than calling appendHeader so that it stays within the inliner's
+	// budget: commands are encoded on every request, the other aggregates rarely.
+	if uint(n) < 10 {
 		return append(dst, '*', byte('0'+n), '\r', '\n')
 	}
 	return appendHeaderSlow(dst, Array, n)
 }
 
 // AppendMapHeader appends "%n\r\n"; n is the number of key/value pairs that follow.
-func AppendMapHeader(dst []byte, n int) []byte {
-	if uint(n) < 10 {
-		return append(dst, '%', byte('0'+n), '\r', '\n')
-	}
-	return appendHeaderSlow(dst, Map, n)
-}
+func AppendMapHeader(dst []byte, n int) []byte { return appendHeader(dst, Map, n) }
 
 // AppendSetHeader appends "~n\r\n".
-func AppendSetHeader(dst []byte, n int) []byte {
-	if uint(n) < 10 {
-		return append(dst, '~', byte('0'+n), '\r', '\n')
-	}
-	return appendHeaderSlow(dst, Set, n)
-}
+func AppendSetHeader(dst []byte, n int) []byte { return appendHeader(dst, Set, n) }
 
 // AppendPushHeader appends ">n\r\n".
-func AppendPushHeader(dst []byte, n int) []byte {
-	if uint(n) < 10 {
-		return append(dst, '>', byte('0'+n), '\r', '\n')
-	}
-	return appendHeaderSlow(dst, Push, n)
-}
+func AppendPushHeader(dst []byte, n int) []byte { return appendHeader(dst, Push, n) }
 
 // AppendAttributeHeader appends "|n\r\n"; n pairs follow, then the value they annotate.
-func AppendAttributeHeader(dst []byte, n int) []byte {
-	if uint(n) < 10 {
-		return append(dst, '|', byte('0'+n), '\r', '\n')
-	}
-	return appendHeaderSlow(dst, Attribute, n)
-}
+func AppendAttributeHeader(dst []byte, n int) []byte { return appendHeader(dst, Attribute, n) }
 
 // AppendBlob appends b as a blob string: "$len\r\n" b "\r\n".
 //
