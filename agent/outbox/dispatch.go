@@ -64,7 +64,7 @@ func (o *Outbox) pump(d *device) {
 	}
 	for len(d.queue) > 0 {
 		it := d.queue[0]
-		if it.expires != 0 && now >= it.expires {
+		if exp := o.t.expiresAt(it); exp != 0 && now >= exp {
 			o.finishItem(it, Expired, "expired before it could be sent")
 			continue
 		}
@@ -72,7 +72,7 @@ func (o *Outbox) pump(d *device) {
 			return // backing off
 		}
 		ackTimeout := o.settingsFor(d).RetryInterval
-		o.emit(&record{Kind: kindSend, ID: it.id(), Tries: it.tries + 1, Next: now + int64(ackTimeout)})
+		o.emit(&record{Kind: kindSend, ID: it.id(), Tries: uint32(it.tries) + 1, Next: now + int64(ackTimeout)})
 		if it.status != InFlight { // the journal refused the record
 			return
 		}
@@ -126,7 +126,7 @@ func (o *Outbox) backoff(s Settings, n int) time.Duration {
 // requeue puts an in-flight command back at the head of its FIFO without spending the try:
 // its device went offline, so the try says nothing about the command.
 func (o *Outbox) requeue(it *item) {
-	o.emit(&record{Kind: kindRequeue, ID: it.id(), Tries: max(it.tries, 1) - 1})
+	o.emit(&record{Kind: kindRequeue, ID: it.id(), Tries: uint32(max(it.tries, 1) - 1)})
 }
 
 // deadline is when d next needs attention without an event: its ack timeout, the end of

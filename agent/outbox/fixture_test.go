@@ -239,7 +239,7 @@ func tableOf(o *Outbox) fixtureTable {
 	defer o.mu.Unlock()
 	ft := fixtureTable{Items: map[string]fixtureItem{}, Devices: map[string]fixtureDevice{}}
 	for id, it := range o.t.items.all() {
-		ft.Items[id] = fixtureItem{Device: it.dev.id, Status: it.status, Tries: it.tries,
+		ft.Items[id] = fixtureItem{Device: it.dev.id, Status: it.status, Tries: uint32(it.tries),
 			Err: o.t.lastErr(it), Reported: it.reported}
 	}
 	for id, d := range o.t.devices {

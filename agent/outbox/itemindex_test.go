@@ -1,10 +1,47 @@
 package outbox
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
+	"unsafe"
 )
+
+// An item is 64 bytes, a size class of its own: one field more and every queued task
+// costs 80 (BenchmarkMemoryPerTask).
+func TestItemIs64Bytes(t *testing.T) {
+	if n := unsafe.Sizeof(item{}); n != 64 {
+		t.Fatalf("item is %d bytes", n)
+	}
+}
+
+// Ids longer than the item's 16-bit lengths are refused, not cut; ids at the limit keep
+// every byte.
+func TestLongIDs(t *testing.T) {
+	e := newEnv(t, Options{Journal: fastJournal()})
+	long := strings.Repeat("x", maxFieldLen+1)
+	for _, task := range []Task{
+		{MessageID: long, DeviceID: "d"},
+		{MessageID: "m", TaskID: long, DeviceID: "d"},
+		{MessageID: "m", DeviceID: "d", PersonID: long},
+	} {
+		if err := e.o.Enqueue(task); !errors.Is(err, ErrInvalidTask) {
+			t.Fatalf("a %d-byte field: %v", len(long), err)
+		}
+	}
+	id, tid, person := strings.Repeat("i", maxFieldLen), strings.Repeat("t", maxFieldLen), strings.Repeat("p", maxFieldLen)
+	if err := e.o.Enqueue(Task{MessageID: id, TaskID: tid, DeviceID: "d", PersonID: person, Payload: []byte("pay")}); err != nil {
+		t.Fatal(err)
+	}
+	e.restart()
+	e.o.Heartbeat("d")
+	c := e.snd.next(t)
+	if c.MessageID != id || c.TaskID != tid || c.PersonID != person || string(c.Payload) != "pay" {
+		t.Fatalf("sent lengths %d %d %d %q", len(c.MessageID), len(c.TaskID), len(c.PersonID), c.Payload)
+	}
+}
 
 // TestPersonIndexAgainstAMap runs random puts and deletes, with many colliding runs
 // (few slots, many keys), and compares every lookup with a map.

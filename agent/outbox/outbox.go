@@ -159,7 +159,7 @@ func Open(dir string, sender Sender, opts *Options) (*Outbox, error) {
 	for _, it := range ob.t.items.all() {
 		switch {
 		case it.status == InFlight:
-			ob.emit(&record{Kind: kindRequeue, ID: it.id(), Tries: it.tries})
+			ob.emit(&record{Kind: kindRequeue, ID: it.id(), Tries: uint32(it.tries)})
 		case it.status == Failed && it.reported:
 			ob.retained = append(ob.retained, it)
 		}
@@ -297,6 +297,10 @@ func (o *Outbox) EnqueueBatch(tasks []Task) (errs []error) {
 	for i, t := range tasks {
 		if t.MessageID == "" || t.DeviceID == "" {
 			errs[i] = fmt.Errorf("%w: message id and device id are required", ErrInvalidTask)
+			continue
+		}
+		if len(t.MessageID) > maxFieldLen || len(t.TaskID) > maxFieldLen || len(t.PersonID) > maxFieldLen {
+			errs[i] = fmt.Errorf("%w: message id, task id and person id are limited to %d bytes", ErrInvalidTask, maxFieldLen)
 			continue
 		}
 		if o.t.seen(t.MessageID) {

@@ -16,45 +16,59 @@ import (
 // retry, what is superseded) are made by the Outbox, which writes them as records and then
 // applies them.
 
-// item is one message. It is kept small (the budget is 256 bytes a queued task beyond its
-// payload, indexes included): the op is an index into table.ops, the rarely set last error
-// lives in table.errs.
+// item is one message. It is kept to 64 bytes (a size class; the budget is 256 bytes a
+// queued task beyond its payload, indexes included): the op is an index into table.ops,
+// the rarely set last error and expiry live in table.errs and table.expires, ids are at
+// most maxFieldLen bytes so their lengths fit 16 bits, tries saturate at 16 bits
+// (Settings.MaxTries is capped below that).
 type item struct {
 	// blob holds id, task id, person id and payload in one allocation; the lengths split it.
-	blob      string
-	idLen     uint32
-	taskLen   uint32
-	personLen uint32
+	blob  string
+	dev   *device
+	ord   uint64
+	added int64 // unix ns
+	next  int64 // Scheduled: earliest next send; InFlight: ack deadline; terminal: finished at
 	// schedN, on the item device.sched holds for its person (the latest Scheduled one), is
 	// how many Scheduled items that person has on the device; 0 on every other item.
-	schedN   uint32
-	dev      *device
-	ord      uint64
-	added    int64 // unix ns
-	expires  int64
-	next     int64 // Scheduled: earliest next send; InFlight: ack deadline; terminal: finished at
-	tries    uint32
-	op       uint16
-	status   Status
-	reported bool
+	schedN    uint32
+	idLen     uint16
+	taskLen   uint16
+	personLen uint16
+	op        uint16
+	tries     uint16
+	status    Status
+	reported  bool
 }
+
+// maxFieldLen bounds a message id, task id and person id (item keeps 16-bit lengths). The
+// agent's intake allows at most 128 bytes.
+const maxFieldLen = 0xffff
+
+// maxTries is where item.tries saturates.
+const maxTries = 0xffff
+
+func triesOf(n uint32) uint16 { return uint16(min(n, maxTries)) }
 
 func newItem(id, task, person string, payload []byte) *item {
 	return &item{
 		blob:  id + task + person + string(payload), // one allocation for all of them
-		idLen: uint32(len(id)), taskLen: uint32(len(task)), personLen: uint32(len(person)),
+		idLen: uint16(len(id)), taskLen: uint16(len(task)), personLen: uint16(len(person)),
 	}
 }
 
-func (it *item) id() string   { return it.blob[:it.idLen] }
-func (it *item) task() string { return it.blob[it.idLen : it.idLen+it.taskLen] }
+func (it *item) id() string { return it.blob[:it.idLen] }
+func (it *item) task() string {
+	i := int(it.idLen)
+	return it.blob[i : i+int(it.taskLen)]
+}
 func (it *item) person() string {
-	return it.blob[it.idLen+it.taskLen : it.idLen+it.taskLen+it.personLen]
+	i := int(it.idLen) + int(it.taskLen)
+	return it.blob[i : i+int(it.personLen)]
 }
 
 // payloadBytes returns the payload as a view of the item's memory: never modify it.
 func (it *item) payloadBytes() []byte {
-	p := it.blob[it.idLen+it.taskLen+it.personLen:]
+	p := it.blob[int(it.idLen)+int(it.taskLen)+int(it.personLen):]
 	if p == "" {
 		return nil
 	}
@@ -98,6 +112,7 @@ type table struct {
 	ops     []string          // interned ops; item.op indexes it
 	opIdx   map[string]uint16 // op -> index
 	errs    map[*item]string  // last error of the messages that have one
+	expires map[*item]int64   // Task.ExpiresAt of the messages that have one (unix ns)
 
 	// recent remembers the ids of the last recentCap messages that left the table, so a
 	// redelivered task is still recognised as a duplicate after its result was reported.
@@ -145,7 +160,7 @@ func (t *table) recentIDs() []string {
 }
 
 func newTable() *table {
-	return &table{items: byID(), devices: map[string]*device{}, opIdx: map[string]uint16{}, errs: map[*item]string{}}
+	return &table{items: byID(), devices: map[string]*device{}, opIdx: map[string]uint16{}, errs: map[*item]string{}, expires: map[*item]int64{}}
 }
 
 // intern returns op's index in t.ops. Ops are a handful of verbs; past 65535 distinct ones
@@ -166,6 +181,9 @@ func (t *table) opOf(it *item) string { return t.ops[it.op] }
 
 func (t *table) lastErr(it *item) string { return t.errs[it] }
 
+// expiresAt is the message's Task.ExpiresAt in unix ns, 0 for none.
+func (t *table) expiresAt(it *item) int64 { return t.expires[it] }
+
 func (t *table) setErr(it *item, e string) {
 	if e == "" {
 		delete(t.errs, it)
@@ -181,6 +199,7 @@ func (t *table) forget(it *item) {
 	}
 	t.items.del(it.id())
 	delete(t.errs, it)
+	delete(t.expires, it)
 	t.remember(it.id())
 }
 
@@ -294,16 +313,22 @@ func (t *table) apply(r *record) error {
 		if t.items.get(r.ID) != nil {
 			return nil
 		}
+		if len(r.ID) > maxFieldLen || len(r.Task) > maxFieldLen || len(r.Person) > maxFieldLen {
+			return fmt.Errorf("outbox: message %.64q: an id, task id or person id is longer than %d bytes", r.ID, maxFieldLen)
+		}
 		it := newItem(r.ID, r.Task, r.Person, r.Payload)
 		it.op, it.dev = t.intern(r.Op), t.device(r.Device)
-		it.ord, it.added, it.expires = r.Ord, r.Added, r.Expires
+		it.ord, it.added = r.Ord, r.Added
+		if r.Expires != 0 {
+			t.expires[it] = r.Expires
+		}
 		t.items.put(it)
 		t.maxOrd = max(t.maxOrd, r.Ord)
 		if r.Kind == kindAdd {
 			t.schedule(it)
 			return nil
 		}
-		it.tries, it.next, it.reported = r.Tries, r.Next, r.Reported
+		it.tries, it.next, it.reported = triesOf(r.Tries), r.Next, r.Reported
 		t.setErr(it, r.Err)
 		switch st := Status(r.Status); st {
 		case Scheduled:
@@ -321,7 +346,7 @@ func (t *table) apply(r *record) error {
 			return nil
 		}
 		t.detach(it)
-		it.status, it.tries, it.next = InFlight, r.Tries, r.Next
+		it.status, it.tries, it.next = InFlight, triesOf(r.Tries), r.Next
 		it.dev.inflight = it
 		t.active++
 	case kindRetry, kindRequeue:
@@ -334,7 +359,7 @@ func (t *table) apply(r *record) error {
 		if r.Kind == kindRetry {
 			t.setErr(it, r.Err)
 		} else {
-			it.tries = r.Tries
+			it.tries = triesOf(r.Tries)
 		}
 		t.schedule(it)
 	case kindFinish:
@@ -441,8 +466,8 @@ func (t *table) snapshotRecords(emit func(*record) error) error {
 func (t *table) itemRecord(it *item) *record {
 	return &record{
 		Kind: kindItem, ID: it.id(), Task: it.task(), Device: it.dev.id, Op: t.opOf(it), Person: it.person(),
-		Payload: it.payloadBytes(), Ord: it.ord, Added: it.added, Expires: it.expires, Next: it.next,
-		Tries: it.tries, Status: uint8(it.status), Err: t.lastErr(it), Reported: it.reported,
+		Payload: it.payloadBytes(), Ord: it.ord, Added: it.added, Expires: t.expiresAt(it), Next: it.next,
+		Tries: uint32(it.tries), Status: uint8(it.status), Err: t.lastErr(it), Reported: it.reported,
 	}
 }
 

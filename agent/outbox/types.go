@@ -91,7 +91,7 @@ func (r Result) Duration() time.Duration { return r.FinishedAt.Sub(r.AddedAt) }
 // live. A zero field means its default.
 type Settings struct {
 	RetryInterval    time.Duration // ack timeout, and the backoff base. Default 2s.
-	MaxTries         int           // sends before a command is Failed. Default 5.
+	MaxTries         int           // sends before a command is Failed. Default 5; at most 65535.
 	HeartbeatTimeout time.Duration // silence after which a device is offline. Default 30s.
 	MaxBackoff       time.Duration // cap of the exponential backoff. Default 1m.
 	FailedRetention  time.Duration // how long after failing a reported failure is kept (for RetryFailed). Default 168h.
@@ -113,6 +113,7 @@ func (s Settings) withDefaults() Settings {
 	if s.MaxTries <= 0 {
 		s.MaxTries = 5
 	}
+	s.MaxTries = min(s.MaxTries, maxTries) // tries are counted in 16 bits
 	if s.BreakerThreshold <= 0 {
 		s.BreakerThreshold = 5
 	}
@@ -141,7 +142,7 @@ func (c DeviceConfig) over(s Settings) Settings {
 		s.RetryInterval = c.RetryInterval
 	}
 	if c.MaxTries > 0 {
-		s.MaxTries = c.MaxTries
+		s.MaxTries = min(c.MaxTries, maxTries)
 	}
 	if c.HeartbeatTimeout > 0 {
 		s.HeartbeatTimeout = c.HeartbeatTimeout
