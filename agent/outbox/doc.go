@@ -141,6 +141,9 @@
 //     the live state is copied; the snapshot is written without it.
 //   - Online state, breakers and counters are not journalled: after a restart every device
 //     is offline until heard from.
+//   - Message ids, task ids and person ids are limited to 65535 bytes each (ErrInvalidTask),
+//     and MaxTries to 65535: the table keeps their lengths and the tries in 16 bits, which
+//     keeps a queued command's item at 64 bytes.
 //   - Command.Payload is a view of the table's memory: a Sender must not modify it.
 //   - With a NonBlockingSender, the call that decides a send pays for it before it
 //     returns: an EnqueueBatch that finds 64 idle devices publishes 64 commands first (with
