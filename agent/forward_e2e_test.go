@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -14,9 +15,12 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/journal"
+	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/sim"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
@@ -347,4 +351,76 @@ func pollUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
+}
+
+// With the embedded broker, a forwarded ack that mochi drops for a subscriber whose
+// write queue is full is published again (dropWatch), in order: the subscriber that
+// stopped reading gets every ack once it reads again.
+func TestForwardedAcksDroppedByTheEmbeddedBrokerAreResent(t *testing.T) {
+	br, err := broker.New(&broker.Options{Listen: "127.0.0.1:0", AllowAnonymous: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	br.Server().Options.Capabilities.MaximumClientWritesPending = 4
+	const prefix = "faceagent/gw-e/devices/"
+	mt := testMetrics()
+	drops := newDropWatch(br.Server(), mt, prefix+"e1/ack", prefix+"e1/heartbeat")
+	if err := br.AddHook(drops, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := br.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer br.Close()
+	stalled := dialRawSubscriber(t, br.Addr(), "stalled", prefix+"+/ack")
+	serving := make(chan struct{})
+	close(serving)
+	f, err := openForwarder(t.TempDir(), journal.Options{Sync: journal.SyncNone}, inlinePublisher{br.Server(), serving, drops}, prefix, mt, quietLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); f.wg.Wait() }()
+	f.start(ctx)
+
+	n := 0
+	for mt.reportsDropped.With("ack").Value() == 0 {
+		if n >= 20000 {
+			t.Fatalf("no forwarded ack dropped after %d: the test proves nothing", n)
+		}
+		f.ack("e1", testAck(n))
+		n++
+		if n%256 == 0 { // let the publisher catch up (and the subscriber's queue fill)
+			waitFor(t, "the backlog to empty or a drop", func() bool {
+				return mt.forwardBacklog.Value() == 0 || mt.reportsDropped.With("ack").Value() > 0
+			}, f.reported)
+		}
+	}
+	t.Logf("first drop after %d acks", n)
+	next := 0
+	for next < n {
+		pk := stalled.read(t)
+		if pk.FixedHeader.Type != packets.Publish {
+			continue
+		}
+		if pk.FixedHeader.Qos > 0 {
+			stalled.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pk.PacketID, ProtocolVersion: 4})
+		}
+		var a face.Ack
+		if err := json.Unmarshal(pk.Payload, &a); err != nil {
+			t.Fatalf("forwarded ack %s: %v", pk.Payload, err)
+		}
+		var i int
+		if _, err := fmt.Sscanf(a.MessageID, "AddPerson-%d-1", &i); err != nil {
+			t.Fatalf("forwarded ack %s: %v", pk.Payload, err)
+		}
+		switch {
+		case i == next:
+			next++
+		case i > next:
+			t.Fatalf("ack %d arrived before ack %d", i, next)
+		} // i < next: a copy sent again after a drop
+	}
+	waitFor(t, "the backlog to empty", func() bool { return mt.forwardBacklog.Value() == 0 }, f.reported)
 }
