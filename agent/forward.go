@@ -91,16 +91,28 @@ func parseForwardRecord(rec []byte) (kind byte, id uint64, device, payload []byt
 		return 0, 0, nil, nil, errors.New("forward record: bad device id length")
 	}
 	device, payload = rest[:n], rest[n:]
-	for _, c := range device {
-		// A device id becomes a topic level: no separators, wildcards or NUL (MQTT 4.7).
-		if c == '/' || c == '+' || c == '#' || c == 0 {
-			return 0, 0, nil, nil, fmt.Errorf("forward record: device id %q is not a topic level", device)
-		}
+	if !forwardDeviceOK(device) {
+		return 0, 0, nil, nil, fmt.Errorf("forward record: device id %q is not a topic level", device)
 	}
 	if len(payload) == 0 {
 		return 0, 0, nil, nil, errors.New("forward record: empty payload")
 	}
 	return kind, id, device, payload, nil
+}
+
+// forwardDeviceOK reports whether d can be a device id in the log: it becomes a topic
+// level, so no separators, wildcards or NUL (MQTT 4.7), and it is bounded. add checks
+// what parseForwardRecord checks: a record written is a record replay accepts.
+func forwardDeviceOK[T string | []byte](d T) bool {
+	if len(d) == 0 || len(d) > maxForwardDeviceID {
+		return false
+	}
+	for i := range len(d) {
+		if c := d[i]; c == '/' || c == '+' || c == '#' || c == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // forwarder copies terminals' acks and heartbeats to faceagent/{gw}/devices/{id}/ack and
@@ -137,6 +149,7 @@ type forwarder struct {
 
 	mu         sync.Mutex
 	pending    []fwdEntry        // in id order; dead entries (payload nil) until trimmed
+	spare      []fwdEntry        // a small backing array for pending, used again (resetPending)
 	live       int               // entries in pending still to send
 	dead       int               // entries in pending superseded or dropped
 	bytes      int               // device and payload bytes of the live entries
@@ -253,8 +266,8 @@ func (f *forwarder) heartbeat(deviceID string, h face.Heartbeat) {
 // add journals one message and admits it to the backlog. It returns at once: the record
 // goes to disk with the journal's next batch, within forwardLazyDelay.
 func (f *forwarder) add(kind byte, deviceID string, payload []byte) {
-	if len(deviceID) == 0 || len(deviceID) > maxForwardDeviceID {
-		f.log.Debug("not forwarding: bad device id", "device", deviceID)
+	if !forwardDeviceOK(deviceID) {
+		f.log.Warn("not forwarding: the device id cannot be a topic level", "device", deviceID)
 		return
 	}
 	f.mu.Lock()
@@ -414,8 +427,19 @@ func (f *forwarder) removeReported(id uint64) {
 	f.pending = f.pending[n:]
 	f.dropScan = max(0, f.dropScan-n)
 	if len(f.pending) == 0 {
-		f.pending, f.dead, f.dropScan = nil, 0, 0 // let the backing array go
+		f.resetPending()
 	}
+}
+
+// resetPending empties pending. A large backing array goes (an outage's backlog); the
+// small spare one is used again, so a steady stream that the publisher keeps up with
+// allocates no array per burst.
+func (f *forwarder) resetPending() {
+	if f.spare == nil {
+		f.spare = make([]fwdEntry, forwardBatch)
+	}
+	clear(f.spare) // pending may have left it for a larger array: drop the stale payloads
+	f.pending, f.dead, f.dropScan = f.spare[:0], 0, 0
 }
 
 func (f *forwarder) gauge() {
@@ -467,7 +491,7 @@ func (f *forwarder) drain(ctx context.Context) (more bool, sent int, err error) 
 	if len(f.batch) == 0 && len(f.pending) > 0 {
 		// Only dead entries: replay makes them dead again, no record needed.
 		clear(f.pending)
-		f.pending, f.dead, f.dropScan = nil, 0, 0
+		f.resetPending()
 	}
 	f.mu.Unlock()
 	acks := 0

@@ -503,3 +503,21 @@ func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
 		}
 	}
 }
+
+// A device id that could not be replayed is not journalled: the log always opens again.
+func TestForwarderRefusesDeviceIDsItCouldNotReplay(t *testing.T) {
+	dir := t.TempDir()
+	f := openTestForwarder(t, dir, nil, maxForwarded, maxForwardedBytes)
+	for _, id := range []string{"", "a/b", "a+", "#", "a\x00", strings.Repeat("d", maxForwardDeviceID+1)} {
+		f.ack(id, testAck(1))
+	}
+	f.ack("ok", testAck(1))
+	if err := f.close(); err != nil {
+		t.Fatal(err)
+	}
+	f = openTestForwarder(t, dir, nil, maxForwarded, maxForwardedBytes)
+	defer f.close()
+	if got := f.backlog(); len(got) != 1 || !strings.HasPrefix(got[0], "A ok ") {
+		t.Errorf("backlog %q, want the ack of device ok alone", got)
+	}
+}
