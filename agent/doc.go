@@ -97,11 +97,15 @@
 //     0x83, MQTT 3.1.1 disconnect, HTTP page retried) and is taken when it comes again;
 //     faceagent_deadletter_backlog_refusals_total counts these. Refusals found only while
 //     storing (a queue bound) are admitted past the bound, at most one message's worth.
-//   - Forwarded acks and heartbeats are informational copies, journalled lazily: a crash
-//     loses those forwarded in the last 50 ms, plus the journal write under way (for a
-//     power cut, plus its fsync; with journal.sync = "batch" plus batch_window; with
-//     "none" everything since the last write the OS flushed). A crash between the
-//     broker's PUBACK and the lazy reported record sends some twice.
+//   - Forwarded acks and heartbeats are informational copies, journalled lazily (no
+//     fsync waited for): the log's writer takes them 50 ms after the first of a batch
+//     arrived, or as soon as the write of the previous batch ends if that takes longer.
+//     So a crash of the process loses at most the batch not yet written: those
+//     forwarded in the last 50 ms plus the duration of one journal write (and fsync); a
+//     power cut also the batch whose fsync had not returned (journal.sync = "batch"
+//     adds batch_window; with "none" whatever the OS had not flushed). A crash between
+//     the broker's PUBACK and the lazy reported record sends some twice. Results are
+//     not affected: the outbox fsyncs them as ever.
 //   - Heartbeats coalesce while they wait: after an outage the back office gets each
 //     terminal's latest heartbeat, not the ones in between (the device state in the store
 //     is the live view). Acks are never coalesced.
