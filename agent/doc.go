@@ -105,7 +105,7 @@
 //     power cut also the batch whose fsync had not returned (journal.sync = "batch"
 //     adds batch_window; with "none" whatever the OS had not flushed). A crash between
 //     the broker's PUBACK and the lazy reported record sends some twice. Results are
-//     not affected: the outbox fsyncs them as ever.
+//     not affected: they come from the outbox's journal, not from this log.
 //   - Heartbeats coalesce while they wait: after an outage the back office gets each
 //     terminal's latest heartbeat, not the ones in between (the device state in the store
 //     is the live view). Acks are never coalesced.
