@@ -304,8 +304,11 @@ func (t *Terminal) offlineFor(d time.Duration) {
 
 // after runs f after d unless the fleet closes first.
 func (t *Terminal) after(d time.Duration, f func()) {
+	// The delay counts from now, not from when the goroutine gets to run: under load that
+	// start can take milliseconds, and a terminal that acks "after 20 ms" must not take 22.
+	due := time.Now().Add(d)
 	t.g.run(func() {
-		tm := time.NewTimer(d)
+		tm := time.NewTimer(time.Until(due))
 		defer tm.Stop()
 		select {
 		case <-tm.C:
