@@ -110,13 +110,13 @@
 //     terminal's latest heartbeat, not the ones in between (the device state in the store
 //     is the live view). Acks are never coalesced.
 //   - The forward backlog is bounded (8192 messages, 1 MiB of payloads): past it the
-//     oldest acks not yet sent are dropped (faceagent_forward_dropped_total{reason="bound"},
-//     a warning at most every 10 s) — the results, fsynced, carry every task's outcome
-//     regardless; a heartbeat is refused only when no ack is left to drop. One forwarded
-//     message is in flight at a time: across a slow link the rate is one per round trip
-//     to the broker, and the bound sheds the excess. With the embedded broker a forwarded
-//     message dropped for a subscriber whose queue is full is published again, like a
-//     result (see the last caveat).
+//     oldest acks not yet sent are dropped (faceagent_forward_dropped_total{reason=
+//     "bound"}, a warning at most every 10 s) — the results, from the outbox's journal,
+//     carry every task's outcome regardless; a heartbeat is refused only when no ack is
+//     left to drop. One forwarded message is in flight at a time: across a slow link the
+//     rate is one per round trip to the broker, and the bound sheds the excess. With the
+//     embedded broker a forwarded message dropped for a subscriber whose queue is full is
+//     published again, like a result (see the last caveat).
 //   - The broker's client quotas (max_clients, max_packet_size, receive_maximum,
 //     max_queued_messages) are set on mochi's capabilities after broker.New, because
 //     agent/broker.Options has no fields for them yet.

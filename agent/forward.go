@@ -129,8 +129,8 @@ func forwardDeviceOK[T string | []byte](d T) bool {
 //     Acks never coalesce.
 //   - The backlog is bounded (count and bytes). When full, the oldest acks not yet sent
 //     are dropped to make room (counted, logged at most every forwardDropLogEvery): the
-//     results, journalled with fsync, carry every task's outcome; a forwarded ack is the
-//     terminal's word for it. A message is refused only when no ack is left to drop.
+//     results, from the outbox's journal, carry every task's outcome; a forwarded ack is
+//     the terminal's word for it. A message is refused only when no ack is left to drop.
 //
 // Replay applies the same rules in the same order (records are appended under mu, in the
 // order the backlog changed), so it rebuilds the backlog the live process had: coalesced
