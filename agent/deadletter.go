@@ -235,6 +235,9 @@ func (d *deadLetterLog) drain(ctx context.Context) (more bool, sent int, err err
 		sent++
 	}
 	if sent > 0 {
+		if serr := syncPublished(d.pub); serr != nil {
+			return true, 0, serr // not stored: sent again
+		}
 		d.m.deadLettersPublished.Add(uint64(sent))
 		if merr := d.markReported(batch[sent-1].id, sent); merr != nil && err == nil {
 			err = merr

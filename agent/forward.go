@@ -518,6 +518,14 @@ func (f *forwarder) drain(ctx context.Context) (more bool, sent int, err error) 
 	}
 	f.m.forwarded.With("ack").Add(uint64(acks))
 	f.m.forwarded.With("heartbeat").Add(uint64(sent - acks))
+	if through > 0 && sent > 0 {
+		if serr := syncPublished(f.pub); serr != nil {
+			through = 0 // not stored: sent again next round
+			if err == nil {
+				err = serr
+			}
+		}
+	}
 	if through > 0 {
 		if merr := f.markReported(through); merr != nil && err == nil {
 			err = merr

@@ -375,7 +375,7 @@ func TestForwardedAcksDroppedByTheEmbeddedBrokerAreResent(t *testing.T) {
 	stalled := dialRawSubscriber(t, br.Addr(), "stalled", prefix+"+/ack")
 	serving := make(chan struct{})
 	close(serving)
-	f, err := openForwarder(t.TempDir(), journal.Options{Sync: journal.SyncNone}, inlinePublisher{br.Server(), serving, drops}, prefix, mt, quietLog)
+	f, err := openForwarder(t.TempDir(), journal.Options{Sync: journal.SyncNone}, inlinePublisher{srv: br.Server(), serving: serving, drops: drops}, prefix, mt, quietLog)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -117,7 +117,9 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		*stops = append(*stops, func(context.Context) error { return sc.Close() })
 		setter, keys = clientSetter(sc), clientKeys{c: sc}
 	} else {
-		results = inlinePublisher{b.Server(), a.brokerServing, drops}
+		// PublishDeferred, and one sessions sync per batch before it is marked reported
+		// (reporter, forwarder, deadletter log): one fsync a batch, not one a message.
+		results = inlinePublisher{srv: b.Server(), serving: a.brokerServing, drops: drops, br: b}
 	}
 	dead.pub = results
 	dead.start(rctx)

@@ -10,6 +10,8 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 
+	"github.com/seed0e69bba5/faceagent/agent/broker"
+
 	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
 )
@@ -36,6 +38,34 @@ type inlinePublisher struct {
 	srv     *mqtt.Server
 	serving <-chan struct{} // closed once the broker has started
 	drops   *dropWatch      // nil: drops go unnoticed (informational messages)
+	// br, when set, publishes with PublishDeferred: Sync must then be called before a
+	// published message counts as stored.
+	br *broker.Broker
+}
+
+// Sync returns once what was published before is stored by the embedded broker.
+func (p inlinePublisher) Sync() error {
+	if p.br == nil {
+		return nil
+	}
+	return p.br.SyncSessions()
+}
+
+// syncPublished returns once what p published so far is stored, for a publisher whose
+// Publish may return earlier (inlinePublisher with br): call it before marking published
+// messages reported.
+func syncPublished(p publisher) error {
+	if s, ok := p.(interface{ Sync() error }); ok {
+		return s.Sync()
+	}
+	return nil
+}
+
+func (p inlinePublisher) publish(topic string, payload []byte) error {
+	if p.br != nil {
+		return p.br.PublishDeferred(topic, payload, 1)
+	}
+	return p.srv.Publish(topic, payload, false, 1)
 }
 
 func (p inlinePublisher) Publish(ctx context.Context, topic string, payload []byte) error {
@@ -45,10 +75,10 @@ func (p inlinePublisher) Publish(ctx context.Context, topic string, payload []by
 		return ctx.Err()
 	}
 	if p.drops == nil {
-		return p.srv.Publish(topic, payload, false, 1)
+		return p.publish(topic, payload)
 	}
 	mark := p.drops.mark(topic)
-	if err := p.srv.Publish(topic, payload, false, 1); err != nil {
+	if err := p.publish(topic, payload); err != nil {
 		return err
 	}
 	if p.drops.droppedSince(topic, mark) {
@@ -148,6 +178,12 @@ func (r *reporter) drain(ctx context.Context) bool {
 		payloads = append(payloads, p)
 	}
 	done := results[:len(payloads)]
+	if len(done) > 0 {
+		if err := syncPublished(r.pub); err != nil {
+			r.log.Warn("storing results in the broker's sessions failed; will retry", "err", err)
+			done, failed = nil, true
+		}
+	}
 	if r.poster != nil && len(done) > 0 {
 		if err := r.poster.post(ctx, payloads); err != nil {
 			r.log.Warn("posting results to the back office failed; will retry", "err", err)

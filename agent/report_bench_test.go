@@ -38,7 +38,7 @@ func BenchmarkInlineResultPublish(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		pub  inlinePublisher
-	}{{"unwatched", inlinePublisher{srv, serving, nil}}, {"watched", inlinePublisher{srv, serving, drops}}} {
+	}{{"unwatched", inlinePublisher{srv: srv, serving: serving}}, {"watched", inlinePublisher{srv: srv, serving: serving, drops: drops}}} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(payload)))
