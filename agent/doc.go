@@ -55,7 +55,11 @@
 //  2. The outbox sends each device's commands one at a time through the device links
 //     (one MQTT link through the broker's inline client, one serial link per port).
 //  3. Link events go to the outbox (acks, heartbeats, link up/down) and acks and
-//     heartbeats are forwarded to faceagent/{gw}/devices/{id}/ack|heartbeat.
+//     heartbeats are forwarded to faceagent/{gw}/devices/{id}/ack|heartbeat. The MQTT
+//     link hands acks and heartbeats over on the goroutine that read them (no channel,
+//     no pump): the outbox takes the ack and the device's next command is published
+//     before that goroutine returns, which keeps the agent's share of a command cycle to
+//     microseconds. Serial links and link up/down still go through one pump per link.
 //  4. The reporter publishes each finished task's result on faceagent/{gw}/results and
 //     marks it reported only after that; unreported results are sent again after a
 //     restart.
