@@ -228,12 +228,10 @@ func (d *deadLetterLog) drain(ctx context.Context) (more bool, sent int, err err
 	d.mu.Lock()
 	batch := d.pending[:min(len(d.pending), deadLetterBatch)]
 	d.mu.Unlock()
-	for _, dl := range batch {
-		if err = d.pub.Publish(ctx, d.topic, dl.payload); err != nil {
-			break
-		}
-		sent++
-	}
+	// In order, up to the publisher's window in flight; sent is the prefix accepted.
+	sent, err = publishInOrder(ctx, d.pub, len(batch), func(i int) (string, []byte, bool) {
+		return d.topic, batch[i].payload, false
+	})
 	if sent > 0 {
 		if serr := syncPublished(d.pub); serr != nil {
 			return true, 0, serr // not stored: sent again

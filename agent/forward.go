@@ -170,6 +170,7 @@ type forwarder struct {
 
 	// The publisher goroutine's own.
 	batch  []fwdEntry
+	skip   []bool                // per batch entry: found dead, not sent
 	topics map[string]*[2]string // device → its ack and heartbeat topics
 }
 
@@ -494,23 +495,27 @@ func (f *forwarder) drain(ctx context.Context) (more bool, sent int, err error) 
 		f.resetPending()
 	}
 	f.mu.Unlock()
+	// In order, up to the publisher's window in flight; n is the prefix of the batch
+	// accepted (or found dead). A publish may have waited long (for the connection): an
+	// entry superseded or dropped meanwhile is not sent, so an outage ends with each
+	// device's latest heartbeat only.
+	f.skip = f.skip[:0]
+	n, err := publishInOrder(ctx, f.pub, len(f.batch), func(i int) (string, []byte, bool) {
+		e := f.batch[i]
+		dead := !f.stillLive(e.id)
+		f.skip = append(f.skip, dead)
+		return f.topic(e), e.payload, dead
+	})
+	if err != nil && errors.Is(err, errDropped) && n < len(f.batch) {
+		f.m.reportsDropped.With(fwdKindName(f.batch[n].kind)).Inc()
+	}
 	acks := 0
 	var through uint64 // the last entry of the batch published or found dead
-	for _, e := range f.batch {
-		// A publish may have waited long (for the connection): an entry superseded or
-		// dropped meanwhile is not sent, so an outage ends with each device's latest
-		// heartbeat only.
-		if !f.stillLive(e.id) {
-			through = e.id
+	for i, e := range f.batch[:n] {
+		through = e.id
+		if f.skip[i] {
 			continue
 		}
-		if err = f.pub.Publish(ctx, f.topic(e), e.payload); err != nil {
-			if errors.Is(err, errDropped) {
-				f.m.reportsDropped.With(fwdKindName(e.kind)).Inc()
-			}
-			break
-		}
-		through = e.id
 		sent++
 		if e.kind == fwdRecordAck {
 			acks++

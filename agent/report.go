@@ -161,22 +161,24 @@ func (r *reporter) drain(ctx context.Context) bool {
 		}
 		return false
 	}
-	payloads := make([][]byte, 0, len(results))
-	failed := false
-	for _, res := range results {
-		p := resultJSON(res)
-		if err := r.pub.Publish(ctx, r.topic, p); err != nil {
-			// Stop at the first failure so results stay in order. A result the embedded
-			// broker dropped for one subscriber reached the others: they get it again.
-			if errors.Is(err, errDropped) {
-				r.m.reportsDropped.With("result").Inc()
-			}
-			r.log.Warn("publishing a result failed; will retry", "task", res.TaskID, "err", err)
-			failed = true
-			break
-		}
-		payloads = append(payloads, p)
+	payloads := make([][]byte, len(results))
+	for i, res := range results {
+		payloads[i] = resultJSON(res)
 	}
+	// In order, up to the publisher's window in flight; n is the prefix accepted. Stop at
+	// the first failure so results stay in order. A result the embedded broker dropped
+	// for one subscriber reached the others: they get it again.
+	n, err := publishInOrder(ctx, r.pub, len(results), func(i int) (string, []byte, bool) {
+		return r.topic, payloads[i], false
+	})
+	failed := err != nil
+	if failed {
+		if errors.Is(err, errDropped) {
+			r.m.reportsDropped.With("result").Inc()
+		}
+		r.log.Warn("publishing a result failed; will retry", "task", results[n].TaskID, "err", err)
+	}
+	payloads = payloads[:n]
 	done := results[:len(payloads)]
 	if len(done) > 0 {
 		if err := syncPublished(r.pub); err != nil {

@@ -33,6 +33,10 @@ type upstreamConn struct {
 	first chan struct{} // closed once tasks are subscribed for the first time
 	m     *agentMetrics
 	event chan struct{} // poked on every (re)subscription and connection loss
+	// sess is paho's session with pipelined publishing (pipeline.go); window is how many
+	// messages each report stream keeps in flight (defaultPublishWindow).
+	sess   *pipeSession
+	window int
 }
 
 // upstreamTLS builds the TLS configuration of [upstream] (nil for a plain url).
@@ -89,7 +93,8 @@ func dialUpstream(ctx context.Context, cfg *config.Config, take *taker, first, e
 	if err != nil {
 		return nil, err
 	}
-	uc := &upstreamConn{topic: upstreamTopics(cfg.Agent.GatewayID).tasks, take: take, log: log, first: first, m: m, event: event}
+	uc := &upstreamConn{topic: upstreamTopics(cfg.Agent.GatewayID).tasks, take: take, log: log, first: first, m: m, event: event,
+		sess: newPipeSession(uint32(u.SessionExpiry.Seconds())), window: defaultPublishWindow}
 	ac := autopaho.ClientConfig{
 		ServerUrls:                    []*url.URL{p},
 		TlsCfg:                        tc,
@@ -113,6 +118,7 @@ func dialUpstream(ctx context.Context, cfg *config.Config, take *taker, first, e
 		},
 		ClientConfig: paho.ClientConfig{
 			ClientID:                   clientID(cfg),
+			Session:                    uc.sess,
 			EnableManualAcknowledgment: true,
 			SendAcksInterval:           10 * time.Millisecond,
 			OnPublishReceived:          []func(paho.PublishReceived) (bool, error){uc.onPublish},
@@ -181,14 +187,24 @@ func (uc *upstreamConn) onPublish(pr paho.PublishReceived) (bool, error) {
 // down it waits for it (or ctx), so a report goes out the moment the broker is back
 // instead of after its sender's retry delay.
 func (uc *upstreamConn) Publish(ctx context.Context, topic string, payload []byte) error {
-	if err := uc.cm.AwaitConnection(ctx); err != nil {
+	f, err := uc.publishAsync(ctx, topic, payload)
+	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	_, err := uc.cm.Publish(ctx, &paho.Publish{Topic: topic, QoS: 1, Payload: payload})
-	return err
+	return f.wait(ctx)
 }
+
+// publishAsync implements asyncPublisher: the message is written after those published
+// before on this connection; its PUBACK is waited for with the handle. While the
+// connection is down it waits for it (or ctx).
+func (uc *upstreamConn) publishAsync(ctx context.Context, topic string, payload []byte) (*inFlight, error) {
+	if err := uc.cm.AwaitConnection(ctx); err != nil {
+		return nil, err
+	}
+	return uc.sess.publish(ctx, topic, payload)
+}
+
+func (uc *upstreamConn) publishWindow() int { return uc.window }
 
 func (uc *upstreamConn) close(ctx context.Context) error {
 	err := uc.cm.Disconnect(ctx)

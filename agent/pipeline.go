@@ -1,0 +1,213 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/eclipse/paho.golang/packets"
+	"github.com/eclipse/paho.golang/paho"
+	"github.com/eclipse/paho.golang/paho/session"
+	"github.com/eclipse/paho.golang/paho/session/state"
+)
+
+// defaultPublishWindow is how many reports (results, forwarded acks and heartbeats,
+// deadletters) one stream keeps in flight to an external broker. Across a 50 ms round
+// trip one at a time caps a stream at 20 messages/s; 64 in flight allow about 1,300/s,
+// enough for what a gateway finishes. The broker's Receive Maximum bounds it further
+// (paho waits for a free slot), and it is shared by the streams of one connection.
+const defaultPublishWindow = 64
+
+// pubackTimeout is how long a stream waits for the PUBACK of the oldest message in
+// flight before it gives up on it and sends it (and everything after it) again.
+const pubackTimeout = 30 * time.Second
+
+// Errors of a message in flight that did not end in a PUBACK.
+var (
+	errSessionLost = errors.New("the upstream broker did not keep the session; messages in flight are sent again")
+	errPubackLate  = fmt.Errorf("no PUBACK within %s", pubackTimeout)
+	errNotAcked    = errors.New("the upstream session was closed before the PUBACK")
+)
+
+// asyncPublisher is a publisher that can keep several QoS 1 messages in flight on one
+// connection: publishAsync writes a message after every message written before it and
+// returns without waiting for its PUBACK. MQTT keeps the order of QoS 1 messages on one
+// connection per topic, so the first copies reach subscribers in the order written.
+type asyncPublisher interface {
+	publisher
+	publishWindow() int
+	publishAsync(ctx context.Context, topic string, payload []byte) (*inFlight, error)
+}
+
+// inFlight is one message written and not yet acknowledged.
+type inFlight struct {
+	resp chan packets.ControlPacket // capacity 1: paho sends the PUBACK (or a zero packet at close)
+	lost <-chan struct{}            // closed when the session holding the message was dropped
+}
+
+// wait returns nil once the broker acknowledged the message with a success code.
+func (f *inFlight) wait(ctx context.Context) error {
+	if f == nil {
+		return nil // nothing was sent (an entry skipped)
+	}
+	t := time.NewTimer(pubackTimeout)
+	defer t.Stop()
+	select {
+	case r := <-f.resp:
+		if r.Type != packets.PUBACK {
+			return errNotAcked
+		}
+		if pa, ok := r.Content.(*packets.Puback); ok && pa.ReasonCode >= 0x80 {
+			return fmt.Errorf("the upstream broker refused the message: %s", pa.Reason())
+		}
+		return nil
+	case <-f.lost:
+		return errSessionLost
+	case <-t.C:
+		return errPubackLate
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// publishInOrder publishes the messages 0..n-1 (msg gives each one's topic and payload;
+// skip: nothing to send, it counts as done) in order and returns how many of the first
+// ones the broker accepted — a contiguous prefix, so a caller marks exactly those
+// reported — and the error that stopped it. With an asyncPublisher up to its window are
+// in flight; on the first failure nothing more is written, the messages before it are
+// still waited for, and the caller sends everything from the first unaccepted one again
+// (duplicates possible, no loss, no reordering of first copies). Any other publisher
+// (the embedded broker's, whose drop detection needs one publish at a time) publishes
+// one by one.
+func publishInOrder(ctx context.Context, pub publisher, n int, msg func(i int) (topic string, payload []byte, skip bool)) (int, error) {
+	ap, ok := pub.(asyncPublisher)
+	if !ok {
+		for i := range n {
+			topic, payload, skip := msg(i)
+			if skip {
+				continue
+			}
+			if err := pub.Publish(ctx, topic, payload); err != nil {
+				return i, err
+			}
+		}
+		return n, nil
+	}
+	window := max(1, ap.publishWindow())
+	queue := make([]*inFlight, 0, min(n, window))
+	var err error
+	acked, sent := 0, 0
+	for sent < n {
+		if sent-acked >= window {
+			if err = queue[0].wait(ctx); err != nil {
+				break
+			}
+			queue[0] = nil
+			queue = queue[1:]
+			acked++
+			continue
+		}
+		topic, payload, skip := msg(sent)
+		var f *inFlight
+		if !skip {
+			if f, err = ap.publishAsync(ctx, topic, payload); err != nil {
+				break
+			}
+		}
+		queue = append(queue, f)
+		sent++
+	}
+	// Wait for what is in flight, in order: the messages before a failure may still be
+	// accepted (after a reconnect the session sends them again).
+	for _, f := range queue {
+		if werr := f.wait(ctx); werr != nil {
+			if err == nil {
+				err = werr
+			}
+			break
+		}
+		acked++
+	}
+	return acked, err
+}
+
+// pipeSession is the paho session of the upstream connection (the in-memory state of
+// paho, which resends unacknowledged messages after a reconnect when the broker kept the
+// session) with one addition: publish, which stores and writes a QoS 1 message and
+// returns a handle to wait for its PUBACK. paho's Client.Publish waits for the PUBACK
+// (one message per round trip per caller), and its asynchronous mode reports nothing;
+// concurrent callers of Publish may write in another order than they stored.
+//
+// mu serialises publish with ConAckReceived: a message is stored and written under mu,
+// so it is either resent by the next connection's ConAckReceived (stored before it) or
+// written by publish on that connection, never both and never neither; and messages are
+// written in the order they were stored.
+type pipeSession struct {
+	*state.State
+	expiry uint32 // the session expiry asked for: 0 ends the session with the connection
+
+	mu   sync.Mutex
+	conn io.Writer     // the connection given to ConAckReceived; nil while down
+	lost chan struct{} // closed (and replaced) when the session's messages were dropped
+}
+
+var _ session.SessionManager = (*pipeSession)(nil)
+
+func newPipeSession(expiry uint32) *pipeSession {
+	return &pipeSession{State: state.NewInMemory(), expiry: expiry, lost: make(chan struct{})}
+}
+
+// ConAckReceived records the new connection. A CONNACK without a session present makes
+// paho drop what was in flight without answering it: the waiters learn it through lost.
+func (s *pipeSession) ConAckReceived(conn io.Writer, cp *packets.Connect, ca *packets.Connack) error {
+	// Unblocks a publish waiting for a send slot of the old connection (paho does the
+	// same first thing inside ConAckReceived, but publish holds mu while it waits).
+	_ = s.State.ConnectionLost(nil)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !ca.SessionPresent {
+		close(s.lost)
+		s.lost = make(chan struct{})
+	}
+	err := s.State.ConAckReceived(conn, cp, ca)
+	if err == nil {
+		s.conn = conn
+	}
+	return err
+}
+
+// ConnectionLost forgets the connection; with a session expiry of 0 paho drops what was
+// in flight.
+func (s *pipeSession) ConnectionLost(dp *packets.Disconnect) error {
+	err := s.State.ConnectionLost(dp) // cancels a publish waiting for a send slot
+	s.mu.Lock()
+	s.conn = nil
+	if s.expiry == 0 {
+		close(s.lost)
+		s.lost = make(chan struct{})
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// publish stores a QoS 1 message in the session (waiting for a send slot under the
+// broker's Receive Maximum) and writes it. A write error leaves it stored: it is sent
+// again on the next connection, or reported lost.
+func (s *pipeSession) publish(ctx context.Context, topic string, payload []byte) (*inFlight, error) {
+	pb := (&paho.Publish{QoS: 1, Topic: topic, Payload: payload}).Packet()
+	f := &inFlight{resp: make(chan packets.ControlPacket, 1)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return nil, session.ErrNoConnection
+	}
+	if err := s.State.AddToSession(ctx, pb, f.resp); err != nil {
+		return nil, err
+	}
+	f.lost = s.lost
+	_, _ = pb.WriteTo(s.conn) // a failed write: paho drops the connection; the session keeps the message
+	return f, nil
+}
