@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"slices"
+	"sort"
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/journal"
@@ -73,9 +74,20 @@ func (o *Outbox) MarkReported(ids ...string) error {
 	if _, err := o.appendApply(&record{Kind: kindReported, IDs: take}, true); err != nil {
 		return err
 	}
-	o.retained = append(o.retained, failed...)
+	for _, it := range failed {
+		o.retain(it)
+	}
 	o.rearm()
 	return nil
+}
+
+// retain files a reported failure in o.retained, which stays ordered by finish time: the
+// retention purge and nextWake stop at the first entry not yet due, so one out of order
+// would hold back every older one behind it. Reports come in finish order, so this is
+// nearly always an append.
+func (o *Outbox) retain(it *item) {
+	i := sort.Search(len(o.retained), func(i int) bool { return o.retained[i].next > it.next })
+	o.retained = slices.Insert(o.retained, i, it)
 }
 
 func (o *Outbox) appendApply(r *record, lazy bool) (journal.Seq, error) {
@@ -153,8 +165,14 @@ func (o *Outbox) waitDurable(seq journal.Seq, err error) error {
 }
 
 // RetryFailed schedules the failed commands of a device ("" for every device) again with
-// zero tries, and returns how many once that is on disk. A failed command that a later
-// scheduled one for the same person has made moot is left failed.
+// zero tries, and returns how many once that is on disk. Only a command that is still the
+// latest intent for its person on its device is retried: one for which a later command for
+// the same person on the same device was added — whatever became of it, queued, in flight,
+// succeeded, failed, superseded or expired, reported and gone — is left failed (retrying an
+// AddPerson after a later DeletePerson would undo the delete). It keeps its one result and
+// is purged after FailedRetention like any failure; it is not reported again as Superseded,
+// because a message id's reported outcome never changes. Commands without a PersonID are
+// all retried.
 func (o *Outbox) RetryFailed(deviceID string) (int, error) {
 	o.mu.Lock()
 	n, seq, err := o.retryFailedLocked(deviceID)
@@ -177,6 +195,12 @@ func (o *Outbox) retryFailedLocked(deviceID string) (int, journal.Seq, error) {
 	if err != nil {
 		return 0, 0, err
 	}
+	// The reset items are Scheduled again, in place: drop their retention entries, or one
+	// that fails again would be found by its old entry, in its old place, with its new
+	// finish time, holding back the purge of every failure behind it (and be held twice).
+	o.retained = slices.DeleteFunc(o.retained, func(it *item) bool {
+		return it.status != Failed || o.t.items.get(it.id()) != it
+	})
 	for _, d := range o.t.devices {
 		if deviceID == "" || d.id == deviceID {
 			d.live.failures, d.live.trips, d.live.breakerUntil = 0, 0, 0
@@ -222,8 +246,8 @@ func (o *Outbox) failedIDs(deviceID string, retry bool) []string {
 		if it.status != Failed || (deviceID != "" && it.dev.id != deviceID) {
 			continue
 		}
-		if s := it.dev.scheduledFor(it.person()); retry && it.person() != "" && s != nil && s.ord > it.ord {
-			continue
+		if retry && o.t.isOutdated(it) {
+			continue // a later command for the person was added: retrying would undo it
 		}
 		ids = append(ids, id)
 	}

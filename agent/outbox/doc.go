@@ -74,7 +74,8 @@
 // MaxTries sends it is Failed. Each Send gets a context that expires with the ack timeout,
 // so a transport that blocks (a wedged serial line) costs one try, not the device. A
 // non-zero ack code fails it at once. Failed commands are reported, kept until
-// FailedRetention after they failed (RetryFailed brings them back), then purged. A device is
+// FailedRetention after they failed (RetryFailed brings them back), then purged; a command
+// retried and failed again counts from its new failure. A device is
 // online for HeartbeatTimeout after a heartbeat or an ack; an offline
 // device gets nothing, and a command in flight when it goes silent returns to the head of
 // its queue without spending the try. BreakerThreshold unacked tries in a row open the
@@ -88,15 +89,29 @@
 // idempotent; the last one wins). The command in flight is never touched, nor one that was
 // sent and waits for its retry (its ack may still come); the later command follows it. A
 // command sent before a restart counts as sent; one sent to a device that then went
-// offline has its try refunded and counts as never sent once it holds no tries. Dedupe: a message id already in the table,
-// being stored, or among the last 8192 that left it is refused with ErrDuplicate.
+// offline has its try refunded and counts as never sent once it holds no tries.
+//
+// RetryFailed retries only a failed command that is still the latest intent for its person
+// on its device: once a later command for that person on that device was taken in, the
+// failed one is outdated, whatever became of the later one (queued, in flight, succeeded,
+// failed, superseded, expired, reported and gone). Retrying an AddPerson after a later
+// DeletePerson went through would put the person back on the whitelist. An outdated failure
+// stays Failed — its result was reported once and a message id's outcome never changes, so
+// it is not reported again as Superseded — and is purged after FailedRetention. The mark is
+// kept in the table and in snapshots, so it survives restarts after the later command left.
+//
+// Dedupe: a message id already in the table, being stored, or among the last 8192 that left
+// it is refused with ErrDuplicate.
 //
 // # On-disk format
 //
 // The journal (see package journal for framing) holds one msgp map per record, with short
 // keys (record.go): v (format version, 1), k (kind), id, ids, t (task), d (device), op, p
 // (person), b (payload), o (intake order), at, ad (added), ex (expires), nx (next attempt or
-// ack deadline), dn (done), n (tries), s (status), e (error), r (reported), pa (paused).
+// ack deadline), dn (done), n (tries), s (status), e (error), r (reported), pa (paused), od
+// (outdated: a later command for the same person on the device was taken in; snapshots only,
+// added within format 1: a release before it ignores it, and replay derives it for what an
+// older snapshot holds).
 // Kinds: 1 add, 2 send, 3 retry, 4 requeue, 5 finish, 6 reported, 7 purge, 8 reset, 9 pause,
 // 10 resume; snapshots use 11 item (a message's whole state), 12 device, 13 recent ids.
 // Decoders skip keys they do not know, so a later release reads these files; kinds and
@@ -115,6 +130,8 @@
 //     intake also stops while MaxQueued results wait to be reported. Reported failures held
 //     for RetryFailed are bounded by FailedRetention only.
 //   - At most one timer is armed; none when nothing waits for a deadline.
+//   - Of one person's commands on a device that can still be sent or retried (Scheduled,
+//     InFlight, Failed), all but the latest taken in are outdated.
 //
 // # Caveats
 //
@@ -152,6 +169,10 @@
 //     claims SendsWithoutBlocking and then blocks holds up its caller.
 //   - Task.ExpiresAt is checked when the command's turn comes: a command queued for an
 //     offline device expires (and is reported) once the device is back, not at the instant.
+//   - Intake order is the order records were journalled; concurrent Enqueues apply them as
+//     their fsyncs return. If a later command for a person was sent, acked and reported
+//     while an earlier one still waited for its fsync, the earlier one is then sent after it
+//     and, should it fail, is not known to be outdated (live; a replay knows).
 //   - Dedupe remembers the last 8192 ids that left the table; a redelivery older than that
 //     is stored again (whitelist commands are idempotent).
 package outbox

@@ -69,7 +69,7 @@ type Outbox struct {
 	inline     []sendJob // non-blocking sends for unlock to make
 	nonBlock   NonBlockingSender
 	heap       deviceHeap
-	retained   []*item // failed and reported, oldest report first: purged after FailedRetention
+	retained   []*item // failed and reported, by finish time (item.next), each once: purged after FailedRetention
 	timerGen   uint64
 	timerAt    int64 // when the armed timer fires (unix ns), 0 when none
 	timer      Timer

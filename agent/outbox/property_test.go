@@ -290,6 +290,43 @@ func checkInvariants(t *testing.T, e *env, seed uint64, step int, accepted map[s
 			}
 		}
 	}
+	// Outdated marks: of a person's commands on a device, every one but the latest (by
+	// intake order) is outdated once it could still be sent or retried, and the retriable
+	// index holds exactly the failed ones that are not.
+	type key struct {
+		d *device
+		p string
+	}
+	latest := map[key]uint64{}
+	for _, it := range o.t.items.all() {
+		if k := (key{it.dev, it.person()}); k.p != "" {
+			latest[k] = max(latest[k], it.ord)
+		}
+	}
+	for id, it := range o.t.items.all() {
+		p := it.person()
+		if p == "" || o.t.isOutdated(it) || it.status.Terminal() && it.status != Failed {
+			continue
+		}
+		if l := latest[key{it.dev, p}]; l > it.ord {
+			t.Fatalf("seed %d step %d: %s (%s) is not outdated, but a later command for %s is on %s", seed, step, id, it.status, p, it.dev.id)
+		}
+		if it.status == Failed && it.dev.retriable.get(p) != it {
+			t.Fatalf("seed %d step %d: failed %s is not outdated but not retriable", seed, step, id)
+		}
+	}
+	for _, d := range o.t.devices {
+		for p, it := range d.retriable.all() {
+			if it.status != Failed || o.t.isOutdated(it) || it.dev != d || o.t.items.get(it.id()) != it {
+				t.Fatalf("seed %d step %d: device %s: retriable %s=%s is %s, outdated %v", seed, step, d.id, p, it.id(), it.status, o.t.isOutdated(it))
+			}
+		}
+	}
+	for it := range o.t.outdated {
+		if o.t.items.get(it.id()) != it {
+			t.Fatalf("seed %d step %d: outdated mark on %s, which left the table", seed, step, it.id())
+		}
+	}
 	if active != o.t.active || queued+len(inFlight) != active {
 		t.Fatalf("seed %d step %d: active %d, counted %d, queued %d + in flight %d", seed, step, o.t.active, active, queued, len(inFlight))
 	}

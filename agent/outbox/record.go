@@ -27,6 +27,7 @@ type record struct {
 	Err      string   `msg:"e,omitempty"`
 	Reported bool     `msg:"r,omitempty"`
 	Paused   bool     `msg:"pa,omitempty"`
+	Outdated bool     `msg:"od,omitempty"` // kindItem: a later command for the same person on the device was added
 }
 
 const recordVersion = 1

@@ -157,6 +157,12 @@ func (z *record) DecodeMsg(dc *msgp.Reader) (err error) {
 				err = msgp.WrapError(err, "Paused")
 				return
 			}
+		case "od":
+			z.Outdated, err = dc.ReadBool()
+			if err != nil {
+				err = msgp.WrapError(err, "Outdated")
+				return
+			}
 		default:
 			err = dc.Skip()
 			if err != nil {
@@ -171,8 +177,8 @@ func (z *record) DecodeMsg(dc *msgp.Reader) (err error) {
 // EncodeMsg implements msgp.Encodable
 func (z *record) EncodeMsg(en *msgp.Writer) (err error) {
 	// check for omitted fields
-	zb0001Len := uint32(20)
-	var zb0001Mask uint32 /* 20 bits */
+	zb0001Len := uint32(21)
+	var zb0001Mask uint32 /* 21 bits */
 	_ = zb0001Mask
 	if z.ID == "" {
 		zb0001Len--
@@ -245,6 +251,10 @@ func (z *record) EncodeMsg(en *msgp.Writer) (err error) {
 	if z.Paused == false {
 		zb0001Len--
 		zb0001Mask |= 0x80000
+	}
+	if z.Outdated == false {
+		zb0001Len--
+		zb0001Mask |= 0x100000
 	}
 	// variable map header, size zb0001Len
 	err = en.WriteMapHeader(zb0001Len)
@@ -497,6 +507,18 @@ func (z *record) EncodeMsg(en *msgp.Writer) (err error) {
 				return
 			}
 		}
+		if (zb0001Mask & 0x100000) == 0 { // if not omitted
+			// write "od"
+			err = en.Append(0xa2, 0x6f, 0x64)
+			if err != nil {
+				return
+			}
+			err = en.WriteBool(z.Outdated)
+			if err != nil {
+				err = msgp.WrapError(err, "Outdated")
+				return
+			}
+		}
 	}
 	return
 }
@@ -505,8 +527,8 @@ func (z *record) EncodeMsg(en *msgp.Writer) (err error) {
 func (z *record) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(20)
-	var zb0001Mask uint32 /* 20 bits */
+	zb0001Len := uint32(21)
+	var zb0001Mask uint32 /* 21 bits */
 	_ = zb0001Mask
 	if z.ID == "" {
 		zb0001Len--
@@ -579,6 +601,10 @@ func (z *record) MarshalMsg(b []byte) (o []byte, err error) {
 	if z.Paused == false {
 		zb0001Len--
 		zb0001Mask |= 0x80000
+	}
+	if z.Outdated == false {
+		zb0001Len--
+		zb0001Mask |= 0x100000
 	}
 	// variable map header, size zb0001Len
 	o = msgp.AppendMapHeader(o, zb0001Len)
@@ -683,6 +709,11 @@ func (z *record) MarshalMsg(b []byte) (o []byte, err error) {
 			// string "pa"
 			o = append(o, 0xa2, 0x70, 0x61)
 			o = msgp.AppendBool(o, z.Paused)
+		}
+		if (zb0001Mask & 0x100000) == 0 { // if not omitted
+			// string "od"
+			o = append(o, 0xa2, 0x6f, 0x64)
+			o = msgp.AppendBool(o, z.Outdated)
 		}
 	}
 	return
@@ -839,6 +870,12 @@ func (z *record) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				err = msgp.WrapError(err, "Paused")
 				return
 			}
+		case "od":
+			z.Outdated, bts, err = msgp.ReadBoolBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Outdated")
+				return
+			}
 		default:
 			bts, err = msgp.Skip(bts)
 			if err != nil {
@@ -857,6 +894,6 @@ func (z *record) Msgsize() (s int) {
 	for za0001 := range z.IDs {
 		s += msgp.StringPrefixSize + len(z.IDs[za0001])
 	}
-	s += 2 + msgp.StringPrefixSize + len(z.Task) + 2 + msgp.StringPrefixSize + len(z.Device) + 3 + msgp.StringPrefixSize + len(z.Op) + 2 + msgp.StringPrefixSize + len(z.Person) + 2 + msgp.BytesPrefixSize + len(z.Payload) + 2 + msgp.Uint64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 2 + msgp.Uint32Size + 2 + msgp.Uint8Size + 2 + msgp.StringPrefixSize + len(z.Err) + 2 + msgp.BoolSize + 3 + msgp.BoolSize
+	s += 2 + msgp.StringPrefixSize + len(z.Task) + 2 + msgp.StringPrefixSize + len(z.Device) + 3 + msgp.StringPrefixSize + len(z.Op) + 2 + msgp.StringPrefixSize + len(z.Person) + 2 + msgp.BytesPrefixSize + len(z.Payload) + 2 + msgp.Uint64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 2 + msgp.Uint32Size + 2 + msgp.Uint8Size + 2 + msgp.StringPrefixSize + len(z.Err) + 2 + msgp.BoolSize + 3 + msgp.BoolSize + 3 + msgp.BoolSize
 	return
 }

@@ -21,6 +21,7 @@ func randomRecord(rng *rand.Rand) record {
 		Op: str(), Person: str(), Ord: rng.Uint64(), At: rng.Int64(), Added: rng.Int64(),
 		Expires: rng.Int64(), Next: rng.Int64(), Done: rng.Int64(), Tries: rng.Uint32(),
 		Status: uint8(rng.IntN(6)), Err: str(), Reported: rng.IntN(2) == 0, Paused: rng.IntN(2) == 0,
+		Outdated: rng.IntN(2) == 0,
 	}
 	if rng.IntN(2) == 0 {
 		r.Payload = []byte(str() + "payload")

@@ -78,6 +78,8 @@ func decodeRecord(p []byte, r *record) error {
 			r.Reported, p, err = msgp.ReadBoolBytes(p)
 		case "pa":
 			r.Paused, p, err = msgp.ReadBoolBytes(p)
+		case "od":
+			r.Outdated, p, err = msgp.ReadBoolBytes(p)
 		default:
 			p, err = msgp.Skip(p) // a field from a later release
 		}

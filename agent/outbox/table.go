@@ -83,13 +83,16 @@ type result struct {
 }
 
 type device struct {
-	id       string
-	queue    []*item   // Scheduled items, ascending ord (FIFO)
-	sched    itemIndex // person -> its latest Scheduled item (coalescing)
-	inflight *item
-	paused   bool
-	failed   int        // Failed messages held (reported or not)
-	live     deviceLive // not journalled
+	id    string
+	queue []*item   // Scheduled items, ascending ord (FIFO)
+	sched itemIndex // person -> its latest Scheduled item (coalescing)
+	// retriable: person -> its Failed command that is still the person's latest intent on
+	// the device (not outdated): what RetryFailed may bring back. At most one per person.
+	retriable itemIndex
+	inflight  *item
+	paused    bool
+	failed    int        // Failed messages held (reported or not)
+	live      deviceLive // not journalled
 }
 
 // The coalescing index (device.sched) holds, per person, the Scheduled item with the
@@ -103,6 +106,76 @@ type device struct {
 // scheduledFor returns person's latest Scheduled item on d, or nil.
 func (d *device) scheduledFor(person string) *item { return d.sched.get(person) }
 
+// Outdated commands. RetryFailed must bring back only a command that is still its person's
+// latest intent on its device: retrying an AddPerson after a later DeletePerson succeeded
+// would put the person back on the whitelist. A command is outdated once a command with a
+// higher ord (intake order) for the same person on the same device has been added, whatever
+// became of that later command since (queued, in flight, finished, reported and gone). The
+// later command may have left the table, so outdatedness is a mark, not a lookup: the table
+// keeps the set of outdated messages (table.outdated, rare: a person with two commands on a
+// device at once) and journals the mark in snapshots (record.Outdated); the log derives it
+// from the adds. Of a person's commands that can still change (Scheduled, InFlight) or be
+// retried (Failed), only the latest is not outdated, so an add has at most three to compare
+// with: the person's latest Scheduled one (device.sched), the one in flight, and the Failed
+// one not yet outdated (device.retriable). Like the coalescing index this compares ords, so
+// it does not depend on the order adds were applied in while both commands are in the table:
+// live and replayed tables agree (the property test checks it); see the package Caveats for
+// the one case where the later command left the table before the earlier one was applied.
+
+// noteIntent records that it was added for its person: of it and the person's latest
+// command on the device so far, the older is outdated. Call it before it is placed.
+func (t *table) noteIntent(it *item) {
+	p := it.person()
+	if p == "" {
+		return // no person, no coalescing key: every such command is its own intent
+	}
+	d := it.dev
+	t.outdateOlder(it, d.sched.get(p))
+	if f := d.inflight; f != nil && f.person() == p {
+		t.outdateOlder(it, f)
+	}
+	t.outdateOlder(it, d.retriable.get(p))
+}
+
+// outdateOlder marks the older of a and b (same person, same device) outdated.
+func (t *table) outdateOlder(a, b *item) {
+	switch {
+	case b == nil || b == a:
+	case b.ord < a.ord:
+		t.outdate(b)
+	default:
+		t.outdate(a)
+	}
+}
+
+// outdate marks it outdated. A command that finished otherwise than Failed is never sent
+// nor retried again, so it is not marked once finished (it keeps a mark it got before):
+// the mark then depends only on the order of intake and of finishing, which a snapshot
+// (holding only what is left) and the log agree on.
+func (t *table) outdate(it *item) {
+	if it.status.Terminal() && it.status != Failed {
+		return
+	}
+	t.outdated[it] = struct{}{}
+	if it.status == Failed {
+		it.dev.dropRetriable(it)
+	}
+}
+
+// isOutdated reports whether a later command for the same person on the same device was
+// added after it.
+func (t *table) isOutdated(it *item) bool {
+	_, ok := t.outdated[it]
+	return ok
+}
+
+// dropRetriable takes it out of the retriable index if it is there.
+func (d *device) dropRetriable(it *item) {
+	if p := it.person(); p != "" && d.retriable.get(p) == it {
+		d.retriable.del(p)
+	}
+}
+
 type table struct {
 	items   itemIndex // by id
 	devices map[string]*device
@@ -113,6 +186,9 @@ type table struct {
 	opIdx   map[string]uint16 // op -> index
 	errs    map[*item]string  // last error of the messages that have one
 	expires map[*item]int64   // Task.ExpiresAt of the messages that have one (unix ns)
+	// outdated holds the messages a later command for the same person on the same device
+	// has made moot: RetryFailed leaves them failed.
+	outdated map[*item]struct{}
 
 	// recent remembers the ids of the last recentCap messages that left the table, so a
 	// redelivered task is still recognised as a duplicate after its result was reported.
@@ -160,7 +236,8 @@ func (t *table) recentIDs() []string {
 }
 
 func newTable() *table {
-	return &table{items: byID(), devices: map[string]*device{}, opIdx: map[string]uint16{}, errs: map[*item]string{}, expires: map[*item]int64{}}
+	return &table{items: byID(), devices: map[string]*device{}, opIdx: map[string]uint16{}, errs: map[*item]string{},
+		expires: map[*item]int64{}, outdated: map[*item]struct{}{}}
 }
 
 // intern returns op's index in t.ops. Ops are a handful of verbs; past 65535 distinct ones
@@ -196,10 +273,12 @@ func (t *table) setErr(it *item, e string) {
 func (t *table) forget(it *item) {
 	if it.status == Failed {
 		it.dev.failed--
+		it.dev.dropRetriable(it)
 	}
 	t.items.del(it.id())
 	delete(t.errs, it)
 	delete(t.expires, it)
+	delete(t.outdated, it)
 	t.remember(it.id())
 }
 
@@ -208,7 +287,7 @@ func (t *table) device(id string) *device {
 	d := t.devices[id]
 	if d == nil {
 		id = strings.Clone(id)
-		d = &device{id: id, sched: byPerson()}
+		d = &device{id: id, sched: byPerson(), retriable: byPerson()}
 		d.live.heapIdx = -1
 		t.devices[id] = d
 	}
@@ -298,6 +377,9 @@ func (t *table) finish(it *item, st Status) {
 	it.status = st
 	if st == Failed {
 		it.dev.failed++
+		if it.person() != "" && !t.isOutdated(it) {
+			it.dev.retriable.put(it)
+		}
 	}
 	if !it.reported {
 		t.results = append(t.results, result{it: it})
@@ -324,6 +406,13 @@ func (t *table) apply(r *record) error {
 		}
 		t.items.put(it)
 		t.maxOrd = max(t.maxOrd, r.Ord)
+		if r.Outdated {
+			t.outdated[it] = struct{}{}
+		}
+		if r.Kind == kindItem {
+			it.status = Status(r.Status) // for noteIntent; placed below
+		}
+		t.noteIntent(it) // a snapshot's marks already say so, except in one written before them
 		if r.Kind == kindAdd {
 			t.schedule(it)
 			return nil
@@ -399,6 +488,7 @@ func (t *table) apply(r *record) error {
 			}
 			it.tries, it.next, it.reported = 0, 0, false
 			it.dev.failed--
+			it.dev.dropRetriable(it)
 			t.setErr(it, "")
 			t.schedule(it)
 		}
@@ -468,6 +558,7 @@ func (t *table) itemRecord(it *item) *record {
 		Kind: kindItem, ID: it.id(), Task: it.task(), Device: it.dev.id, Op: t.opOf(it), Person: it.person(),
 		Payload: it.payloadBytes(), Ord: it.ord, Added: it.added, Expires: t.expiresAt(it), Next: it.next,
 		Tries: uint32(it.tries), Status: uint8(it.status), Err: t.lastErr(it), Reported: it.reported,
+		Outdated: t.isOutdated(it),
 	}
 }
 
@@ -481,8 +572,8 @@ func (t *table) dump() string {
 	slices.Sort(ids)
 	for _, id := range ids {
 		it := t.items.get(id)
-		fmt.Fprintf(&b, "item %s dev=%s ord=%d %s tries=%d next=%d rep=%v err=%q\n",
-			id, it.dev.id, it.ord, it.status, it.tries, it.next, it.reported, t.lastErr(it))
+		fmt.Fprintf(&b, "item %s dev=%s ord=%d %s tries=%d next=%d rep=%v old=%v err=%q\n",
+			id, it.dev.id, it.ord, it.status, it.tries, it.next, it.reported, t.isOutdated(it), t.lastErr(it))
 	}
 	devs := make([]string, 0, len(t.devices))
 	for id := range t.devices {
