@@ -226,7 +226,7 @@ const deadLetterBatch = 64
 // the broker took as reported. It returns whether more is waiting, and how many went.
 func (d *deadLetterLog) drain(ctx context.Context) (more bool, sent int, err error) {
 	d.mu.Lock()
-	batch := d.pending[:min(len(d.pending), deadLetterBatch)]
+	batch := d.pending[:min(len(d.pending), batchFor(d.pub, deadLetterBatch))]
 	d.mu.Unlock()
 	// In order, up to the publisher's window in flight; sent is the prefix accepted.
 	sent, err = publishInOrder(ctx, d.pub, len(batch), func(i int) (string, []byte, bool) {

@@ -484,7 +484,8 @@ func (f *forwarder) start(ctx context.Context) {
 func (f *forwarder) drain(ctx context.Context) (more bool, sent int, err error) {
 	f.mu.Lock()
 	f.batch = f.batch[:0]
-	for i := 0; i < len(f.pending) && len(f.batch) < forwardBatch; i++ {
+	limit := batchFor(f.pub, forwardBatch)
+	for i := 0; i < len(f.pending) && len(f.batch) < limit; i++ {
 		if f.pending[i].payload != nil {
 			f.batch = append(f.batch, f.pending[i])
 		}

@@ -15,7 +15,8 @@ import (
 )
 
 // defaultPublishWindow is how many reports (results, forwarded acks and heartbeats,
-// deadletters) one stream keeps in flight to an external broker. Across a 50 ms round
+// deadletters) one stream keeps in flight to an external broker when
+// upstream.publish_window is not set. Across a 50 ms round
 // trip one at a time caps a stream at 20 messages/s; 64 in flight allow about 1,300/s,
 // enough for what a gateway finishes. The broker's Receive Maximum bounds it further
 // (paho waits for a free slot), and it is shared by the streams of one connection.
@@ -40,6 +41,15 @@ type asyncPublisher interface {
 	publisher
 	publishWindow() int
 	publishAsync(ctx context.Context, topic string, payload []byte) (*inFlight, error)
+}
+
+// batchFor is how many messages a stream takes from its backlog per round: at least
+// base, and a whole window, so a window larger than the batch is used.
+func batchFor(pub publisher, base int) int {
+	if ap, ok := pub.(asyncPublisher); ok {
+		return max(base, ap.publishWindow())
+	}
+	return base
 }
 
 // inFlight is one message written and not yet acknowledged.

@@ -154,7 +154,8 @@ func (r *reporter) start(ctx context.Context) {
 // drain publishes one batch; it returns true when there may be more. With an HTTP
 // results_url the batch is also POSTed, and marked reported only once both took it.
 func (r *reporter) drain(ctx context.Context) bool {
-	results, err := r.ob.Results(reportBatch)
+	batch := batchFor(r.pub, reportBatch)
+	results, err := r.ob.Results(batch)
 	if err != nil {
 		if !errors.Is(err, outbox.ErrClosed) {
 			r.log.Error("reading results", "err", err)
@@ -213,5 +214,5 @@ func (r *reporter) drain(ctx context.Context) bool {
 		return ctx.Err() == nil
 	}
 	r.delay = 0
-	return len(results) == reportBatch
+	return len(results) == batch
 }

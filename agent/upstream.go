@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -94,7 +95,7 @@ func dialUpstream(ctx context.Context, cfg *config.Config, take *taker, first, e
 		return nil, err
 	}
 	uc := &upstreamConn{topic: upstreamTopics(cfg.Agent.GatewayID).tasks, take: take, log: log, first: first, m: m, event: event,
-		sess: newPipeSession(uint32(u.SessionExpiry.Seconds())), window: defaultPublishWindow}
+		sess: newPipeSession(uint32(u.SessionExpiry.Seconds())), window: cmp.Or(u.PublishWindow, defaultPublishWindow)}
 	ac := autopaho.ClientConfig{
 		ServerUrls:                    []*url.URL{p},
 		TlsCfg:                        tc,

@@ -102,6 +102,9 @@ type Upstream struct {
 	ConnectTimeout Duration `toml:"connect_timeout"`
 	SessionExpiry  Duration `toml:"session_expiry"`
 	ReconnectMax   Duration `toml:"reconnect_max"`
+	// PublishWindow is how many reports each report stream (results, forwarded acks and
+	// heartbeats, deadletters) keeps in flight, unacknowledged, on the connection.
+	PublishWindow int `toml:"publish_window"`
 }
 
 // Dispatch is the [dispatch] section: how commands go to terminals. Devices may override
@@ -280,6 +283,7 @@ var (
 		ConnectTimeout: D(10 * time.Second),
 		SessionExpiry:  D(24 * time.Hour),
 		ReconnectMax:   D(30 * time.Second),
+		PublishWindow:  64,
 	}
 	defaultDispatch = Dispatch{
 		RetryInterval:     D(2 * time.Second),

@@ -121,6 +121,9 @@ func (d *decoder) validateUpstream(c *Config) {
 		d.errf("upstream.session_expiry", "%s is beyond MQTT's limit of 2^32-1 seconds", u.SessionExpiry.Duration)
 	}
 	d.positive("upstream.reconnect_max", u.ReconnectMax)
+	if u.PublishWindow < 1 || u.PublishWindow > 65535 {
+		d.errf("upstream.publish_window", "%d is out of range (1..65535)", u.PublishWindow)
+	}
 }
 
 func (d *decoder) validateDispatch(p Dispatch) {
