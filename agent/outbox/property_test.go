@@ -133,9 +133,27 @@ func runHistory(t *testing.T, seed uint64, steps int) {
 		case op < 97:
 			report(rng.IntN(6))
 		case op < 98:
+			// A failed command for which a later one for its person was taken in stays
+			// failed: retrying it would undo the later command on the terminal.
+			var outdated []*item
+			e.o.mu.Lock()
+			for _, it := range e.o.t.items.all() {
+				if it.dev.id == dev && it.status == Failed && e.o.t.isOutdated(it) {
+					outdated = append(outdated, it)
+				}
+			}
+			e.o.mu.Unlock()
 			if _, err := e.o.RetryFailed(dev); err != nil {
 				fail(step, "RetryFailed: %v", err)
 			}
+			e.o.mu.Lock()
+			for _, it := range outdated {
+				if it.status != Failed {
+					e.o.mu.Unlock()
+					fail(step, "RetryFailed brought back %s, which a later command for %s outdated", it.id(), it.person())
+				}
+			}
+			e.o.mu.Unlock()
 		default:
 			checkReplay(t, e, seed, step)
 			e.open()
