@@ -152,7 +152,9 @@ func (k clientKeys) watch(ctx context.Context, key string) (<-chan struct{}, fun
 //
 // Commands: pause and resume (a device), retry-failed and purge-failed (a device, or
 // every device when "device" is empty), drain (refuse new tasks: they are dead-lettered
-// with the reason, queued ones still go out) and undrain.
+// with the reason, queued ones still go out) and undrain. retry-failed skips a failure a
+// later command for the same person has made obsolete: retrying an AddPerson after its
+// DeletePerson would put the person back (outbox.RetryFailed).
 type ControlCommand struct {
 	ID      string `json:"id"`
 	Command string `json:"command"`
