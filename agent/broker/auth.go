@@ -6,15 +6,12 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/BurntSushi/toml"
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 	"golang.org/x/crypto/bcrypt"
 )
-
-const defaultBoltTimeout = 250 * time.Millisecond
 
 // User is one account of the users file.
 type User struct {

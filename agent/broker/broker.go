@@ -14,9 +14,7 @@ import (
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/hooks/storage/bolt"
 	"github.com/mochi-mqtt/server/v2/packets"
-	"go.etcd.io/bbolt"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
 )
@@ -26,7 +24,7 @@ const DefaultListen = "127.0.0.1:1883"
 
 // Files kept in Options.DataDir.
 const (
-	SessionsFile = "broker-sessions.db"  // mochi sessions, subscriptions, inflight and retained messages (bbolt)
+	SessionsDir  = "broker-sessions"     // journal of kept sessions, subscriptions, in-flight and retained messages
 	SnapshotFile = "statestore.snapshot" // state store keys written with aio-persistence
 )
 
@@ -60,11 +58,11 @@ type Options struct {
 	// file's [anonymous] table, and without one allows everything.
 	Anonymous *Rules
 
-	// DataDir, when set, keeps MQTT sessions (bbolt) and the state store's
+	// DataDir, when set, keeps MQTT sessions (a journal in SessionsDir) and the state store's
 	// persistent keys there across restarts. Empty: everything in memory.
 	DataDir string
 	// VolatileTopics are topic filters whose messages are not written to the
-	// sessions file: a kept session still gets them while the broker runs,
+	// sessions journal: a kept session still gets them while the broker runs,
 	// but not after a restart (informational messages, e.g. forwarded
 	// heartbeats). Only with DataDir.
 	VolatileTopics []string
@@ -203,13 +201,9 @@ func New(opts *Options) (*Broker, error) {
 			srv.Close()
 			return nil, fmt.Errorf("broker: data dir: %w", err)
 		}
-		sessions = &sessionStore{srv: srv, volatile: o.VolatileTopics}
-		err := srv.AddHook(sessions, &bolt.Options{
-			Path:    filepath.Join(o.DataDir, SessionsFile),
-			Bucket:  sessionsBucket,
-			Options: &bbolt.Options{Timeout: defaultBoltTimeout},
-		})
-		if err != nil {
+		sessions = &sessionStore{srv: srv, volatile: o.VolatileTopics, log: o.Logger,
+			dir: filepath.Join(o.DataDir, SessionsDir)}
+		if err := srv.AddHook(sessions, nil); err != nil {
 			srv.Close()
 			return nil, fmt.Errorf("broker: sessions: %w", err)
 		}
@@ -318,7 +312,7 @@ func (b *Broker) PublishDeferred(topic string, payload []byte, qos byte) error {
 }
 
 // SyncSessions returns once every in-flight message record queued so far for
-// the sessions file is on disk (fsynced), with the error of the last failed
+// the sessions journal is on disk (fsynced), with the error of the last failed
 // commit if one failed. Without DataDir it returns nil at once.
 func (b *Broker) SyncSessions() error {
 	if b.sessions == nil {

@@ -86,19 +86,30 @@
 // # Persistence
 //
 // Without DataDir everything lives in memory, as mochi does by default. With
-// DataDir, mochi's bbolt storage hook keeps sessions, subscriptions,
-// inflight and retained messages in DataDir/broker-sessions.db (each change
-// is a bbolt transaction, fsynced), so a client with a session expiry gets
-// what was queued for it across a broker restart; and the state store keeps
-// the keys written with "aio-persistence: true" in
+// DataDir, the broker's own storage hook (sessions.go) keeps kept sessions,
+// their subscriptions and in-flight messages, and retained messages in a
+// journal (package journal) in DataDir/broker-sessions/, so a client with a
+// session expiry gets what was queued for it across a broker restart; and the
+// state store keeps the keys written with "aio-persistence: true" in
 // DataDir/statestore.snapshot (see package statestore); a request that
 // changes such a key is answered only once the snapshot holding the change
 // is fsynced (the answer is sent by the store's persistence goroutine, not
 // the client's read loop). Other keys are lost on restart, as in the real
 // service.
 //
-// Messages held for kept sessions (in flight, or queued while the client is
-// away) are written in group commits (groupcommit.go): one bbolt transaction,
+// The journal holds puts and deletes of records (sessionrecord.go: a client,
+// a subscription, an in-flight message with its packet id, a retained
+// message, each in mochi's storage encoding); the broker mirrors the live
+// records in memory, replays the journal at start and replaces it by a
+// snapshot of the live records once dead ones outnumber them four times (and
+// exceed 4,096), so it stays within a few times the live state. Not written:
+// sessions that started clean and end with their connection (nor their
+// subscriptions or messages), mochi's inline clients, $SYS counters. A
+// session's records go when it expires or ends. A broker-sessions.db (bbolt)
+// of an earlier release is no longer read: a warning names it once at start;
+// it is left in place.
+//
+// Changes are written in group commits (groupcommit.go): one journal record,
 // fsynced, for everything queued while the previous one was written; a
 // message acknowledged before its record was committed is never written.
 // Durability, exactly:
@@ -112,6 +123,10 @@
 //     it always could be lost in that gap, now the gap is one commit longer).
 //   - The deletion of an acknowledged message's record may be lost in a
 //     crash: the message is sent again after the restart (at least once).
+//   - A kept session's client record is on disk before its first packet
+//     after CONNACK is read; a subscription, before its SUBACK is sent; a
+//     retained message, when mochi's hook for it returns (waited for, whoever
+//     published it).
 //   - Messages on Options.VolatileTopics are never written: a kept session
 //     gets them while the broker runs, not after a restart.
 //   - Close writes everything queued.
@@ -146,12 +161,16 @@
 //     or UNSUBSCRIBE under such an id was refused (SUBACK 0x91: a back office
 //     subscribing again as it resumes a session with results waiting).
 //     clash.go keeps the message and lets the packet through, and the
-//     sessions file no longer mixes the two (ephemeral.go: inboundAck). Left
+//     sessions journal does not mix the two (ephemeral.go: inboundAck). Left
 //     as mochi has it: a QoS 2 publish under such an id still displaces the
 //     message.
-//   - Group commit reaches mochi v2.7.9's bolt hook's unexported database
-//     (reflect); with another layout each record is its own transaction
-//     again, with a warning (TestGroupCommitLayout fails).
+//   - One record (a message with its properties) larger than the journal's
+//     MaxRecordSize (16 MiB) cannot be stored: the error is logged and the
+//     message is kept in memory only. A compaction runs on the committer
+//     goroutine: commits wait for it (it writes the live records only).
+//   - A sessions journal that does not replay (a damaged record that is not a
+//     torn tail) stops New with an error naming the directory; move it away
+//     to start with no sessions.
 //   - Each client has a queue of at most MaxPendingWrites packets waiting to
 //     be written (default 1,024; mochi's 8,192 cost 64 KiB a client). A
 //     message routed to a client whose queue is full is dropped by mochi,

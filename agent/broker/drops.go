@@ -22,7 +22,7 @@ const dropLogEvery = time.Second
 // dropLog counts and reports the messages mochi drops because a subscriber's queue of
 // pending writes is full (mochi's OnPublishDropped). mochi drops such a message silently:
 // QoS 0 or 1 alike, a QoS 1 one is also taken out of the session's in-flight messages, so it
-// is not resent later (its record in the sessions file stays, so it is resent after a
+// is not resent later (its record in the sessions journal stays, so it is resent after a
 // restart). A publisher in this process can notice drops with a hook of its own (the agent
 // resends results); everyone else sees this counter and the log.
 type dropLog struct {

@@ -3,16 +3,16 @@ package broker
 import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
-	"github.com/mochi-mqtt/server/v2/system"
 )
 
-// Writes the session store leaves out. mochi's bolt hook makes one fsynced bbolt
-// transaction per QoS 1/2 message sent (OnQosPublish) and one per acknowledgement
-// (OnQosComplete), for every client: with 64 terminals on clean sessions that bounded the
-// agent to about 80 tasks a second (agent BenchmarkThroughput64x20ms/agent-persist). A
-// session that started clean and ends with its connection has nothing to resume after a
-// restart, so its messages are not written, nor deleted; and mochi's $SYS counters are not
-// worth a disk write every second (they also woke an idle agent).
+// Writes the session store leaves out. A fsynced write per QoS 1/2 message sent
+// (OnQosPublish) and one per acknowledgement (OnQosComplete), for every client, as mochi's
+// bolt hook made them: with 64 terminals on clean sessions that bounded the agent to about
+// 80 tasks a second (agent BenchmarkThroughput64x20ms/agent-persist). A session that
+// started clean and ends with its connection has nothing to resume after a restart, so
+// neither it, its subscriptions nor its messages are written; and mochi's $SYS counters are
+// not stored at all (one write a second, which also woke an idle agent: the store does not
+// provide OnSysInfoTick).
 
 // sessionEndsWithConnection reports whether cl's session began empty and is discarded at
 // disconnect, mochi's own rule (server.go: expire) with a clean start: MQTT 3.1.1 clean
@@ -29,16 +29,17 @@ func sessionEndsWithConnection(cl *mqtt.Client) bool {
 }
 
 // OnQosPublish stores an outgoing QoS 1/2 message unless its session ends with the
-// connection or its topic is volatile; through the committer (groupcommit.go) when it runs.
-func (h *sessionStore) OnQosPublish(cl *mqtt.Client, pk packets.Packet, sent int64, resends int) {
+// connection or its topic is volatile, through the committer (groupcommit.go).
+func (h *sessionStore) OnQosPublish(cl *mqtt.Client, pk packets.Packet, sent int64, _ int) {
 	if sessionEndsWithConnection(cl) || inboundAck(pk) || h.isVolatile(pk.TopicName) {
 		return
 	}
-	if h.commit == nil {
-		h.Hook.OnQosPublish(cl, pk, sent, resends)
+	rec, err := inflightRecord(cl, pk, sent)
+	if err != nil {
+		h.log.Error("broker: encoding an in-flight record failed", "client", cl.ID, "error", err)
 		return
 	}
-	seq, ok := h.commit.enqueue(write{key: inflightKey(cl, pk), value: inflightRecord(cl, pk, sent)})
+	seq, ok := h.commit.enqueue(write{key: inflightKey(cl.ID, pk.PacketID), value: rec})
 	if ok && h.fromInline(pk) {
 		// The inline publisher takes Publish's return as "stored": the agent marks a
 		// result reported then.
@@ -58,8 +59,8 @@ func (h *sessionStore) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 // The broker's side of a client's own QoS 1/2 publish is not stored. mochi v2.7.9 puts its
 // PUBACK (QoS 1) or PUBREC (QoS 2) for an incoming message in the client's in-flight set and
 // reports it through OnQosPublish, then OnQosComplete (at once for QoS 1, at PUBREL for QoS
-// 2); the bolt hook stored and deleted it under the same key as an outgoing message with
-// that packet id ("IFM_" + client + ":" + id), although the two directions number their
+// 2); mochi's bolt hook stored and deleted it under the same key as an outgoing message with
+// that packet id (client + packet id), although the two directions number their
 // packets independently. A back office with a kept session that published a task with the
 // id of a result still in flight to it thus deleted that result's record: after a restart
 // the result was not resent. (mochi's in-memory in-flight set has the same flaw, see the
@@ -79,6 +80,3 @@ func inboundCompletion(pk packets.Packet) bool {
 	t := pk.FixedHeader.Type
 	return t == packets.Puback && pk.Created != 0 || t == packets.Pubrel
 }
-
-// OnSysInfoTick does not store mochi's $SYS counters (one fsynced write a second).
-func (h *sessionStore) OnSysInfoTick(*system.Info) {}

@@ -3,87 +3,142 @@ package broker
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
-	"path/filepath"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/mochi-mqtt/server/v2/packets"
-	"go.etcd.io/bbolt"
+
+	"github.com/seed0e69bba5/faceagent/agent/journal"
 )
 
-// TestGroupCommitLayout fails when mochi's bolt hook no longer holds its database where
-// groupcommit.go looks for it: every in-flight record would cost a transaction again.
-func TestGroupCommitLayout(t *testing.T) {
-	b, err := New(&Options{Listen: "127.0.0.1:0", AllowAnonymous: true, DataDir: t.TempDir()})
+func openTestCommitter(t *testing.T, dir string) *committer {
+	t.Helper()
+	j, err := journal.Open(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
-	if b.sessions == nil || b.sessions.commit == nil {
-		t.Fatal("mochi's bolt hook changed; update groupcommit.go (boltDB) for this mochi version")
+	c := newCommitter(j, slog.New(slog.DiscardHandler))
+	if err := c.replay(); err != nil {
+		t.Fatal(err)
 	}
+	return c
 }
 
-func openTestDB(t *testing.T) *bbolt.DB {
-	t.Helper()
-	db, err := bbolt.Open(filepath.Join(t.TempDir(), "s.db"), 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
+// liveKeys renders the committed records of c.
+func liveKeys(c *committer) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := map[string]string{}
+	for k, v := range c.live {
+		m[k] = string(v)
 	}
-	t.Cleanup(func() { _ = db.Close() })
-	if err := db.Update(func(tx *bbolt.Tx) error {
-		_, err := tx.CreateBucket([]byte(sessionsBucket))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return db
-}
-
-func dbKeys(t *testing.T, db *bbolt.DB) map[string]string {
-	t.Helper()
-	keys := map[string]string{}
-	if err := db.View(func(tx *bbolt.Tx) error {
-		return tx.Bucket([]byte(sessionsBucket)).ForEach(func(k, v []byte) error {
-			keys[string(k)] = string(v)
-			return nil
-		})
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return keys
+	return fmt.Sprint(m)
 }
 
 // TestGroupCommitBatches: the last change of a key wins; a put acknowledged in the same
-// batch writes nothing, not even a transaction; a record already on disk is deleted.
+// batch writes nothing, not even a journal record; a record already on disk is deleted;
+// dropping a client deletes its committed and its queued records, not another's. What
+// was committed is what a reopened journal replays.
 func TestGroupCommitBatches(t *testing.T) {
-	db := openTestDB(t)
-	c := &committer{db: db, log: slog.New(slog.NewTextHandler(io.Discard, nil)), onDisk: map[string]struct{}{}}
+	dir := t.TempDir()
+	c := openTestCommitter(t, dir)
+	a, b, cc, d := clientKey("a"), subscriptionKey("a", "x/#"), inflightKey("a", 1), inflightKey("a:b", 2)
 	steps := []struct {
 		batch   []write
 		keys    map[string]string
 		commits uint64
 	}{
-		{[]write{{"a", []byte("1")}, {"a", nil}}, map[string]string{}, 0},
-		{[]write{{"b", []byte("1")}, {"b", []byte("2")}}, map[string]string{"b": "2"}, 1},
-		{[]write{{"c", []byte("1")}, {"b", nil}, {"c", nil}}, map[string]string{}, 2},
-		{[]write{{"never", nil}}, map[string]string{}, 2},
-		{[]write{{"d", []byte("1")}}, map[string]string{"d": "1"}, 3},
-		{[]write{{"d", []byte("2")}, {"d", nil}}, map[string]string{}, 4}, // a resend acked: the old record goes
+		{[]write{{key: a, value: []byte("1")}, {key: a}}, map[string]string{}, 0},
+		{[]write{{key: b, value: []byte("1")}, {key: b, value: []byte("2")}}, map[string]string{b: "2"}, 1},
+		{[]write{{key: cc, value: []byte("1")}, {key: b}, {key: cc}}, map[string]string{}, 2},
+		{[]write{{key: "never"}}, map[string]string{}, 2},
+		{[]write{{key: d, value: []byte("1")}}, map[string]string{d: "1"}, 3},
+		{[]write{{key: d, value: []byte("2")}, {key: d}}, map[string]string{}, 4}, // a resend acked: the old record goes
+		{[]write{{key: a, value: []byte("c")}, {key: b, value: []byte("s")}, {key: d, value: []byte("other")}}, map[string]string{a: "c", b: "s", d: "other"}, 5},
+		{[]write{{key: cc, value: []byte("m")}, {dropClient: "a"}, {key: b, value: []byte("s2")}}, map[string]string{b: "s2", d: "other"}, 6},
+		{[]write{{dropClient: "nobody"}}, map[string]string{b: "s2", d: "other"}, 6},
 	}
 	for i, s := range steps {
 		if err := c.commit(s.batch); err != nil {
 			t.Fatal(err)
 		}
-		if got := dbKeys(t, db); fmt.Sprint(got) != fmt.Sprint(s.keys) {
-			t.Fatalf("step %d: keys %v, want %v", i, got, s.keys)
+		if got, want := liveKeys(c), fmt.Sprint(s.keys); got != want {
+			t.Fatalf("step %d: keys %v, want %v", i, got, want)
 		}
 		if c.commits != s.commits {
-			t.Fatalf("step %d: %d transactions, want %d", i, c.commits, s.commits)
+			t.Fatalf("step %d: %d commits, want %d", i, c.commits, s.commits)
 		}
+	}
+	if n := c.j.Stats().Records; n != c.commits {
+		t.Fatalf("%d journal records for %d commits", n, c.commits)
+	}
+	c.start()
+	if err := c.close(); err != nil {
+		t.Fatal(err)
+	}
+	reopened := openTestCommitter(t, dir)
+	defer reopened.close()
+	if got, want := liveKeys(reopened), fmt.Sprint(steps[len(steps)-1].keys); got != want {
+		t.Fatalf("replayed %v, want %v", got, want)
+	}
+}
+
+// TestSessionsJournalCompacts: records that keep being replaced do not grow the journal
+// without bound; a snapshot replaces it, and replay gives the live records back.
+func TestSessionsJournalCompacts(t *testing.T) {
+	dir := t.TempDir()
+	c := openTestCommitter(t, dir)
+	c.start()
+	keep := inflightKey("another-office", 9)
+	if err := c.enqueueWait(write{key: keep, value: []byte("kept")}); err != nil {
+		t.Fatal(err)
+	}
+	const rounds = 3 * compactMinDead
+	for i := range rounds {
+		// 100 keys, each replaced in every commit of 100 (one fsync each).
+		c.enqueue(write{key: inflightKey("back-office", uint16(1+i%100)), value: fmt.Appendf(nil, "m%d", i)})
+		if i%100 == 99 {
+			if err := c.sync(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i := range 100 {
+		c.enqueue(write{key: inflightKey("back-office", uint16(1+i))})
+	}
+	if err := c.sync(); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	snapshots, dead := c.snapshots, c.dead
+	c.mu.Unlock()
+	// Between snapshots at most compactMinDead dead records (one live record here), plus
+	// what the last commit of 100 deletes added.
+	if snapshots < 2 || dead > compactMinDead+300 {
+		t.Fatalf("%d snapshots, %d dead records after %d puts and deletes", snapshots, dead, rounds)
+	}
+	want := liveKeys(c)
+	if err := c.close(); err != nil {
+		t.Fatal(err)
+	}
+	var size int64
+	files, _ := os.ReadDir(dir)
+	for _, f := range files {
+		if info, err := f.Info(); err == nil {
+			size += info.Size()
+		}
+	}
+	if size > 1<<20 {
+		t.Fatalf("journal holds %d bytes for one live record", size)
+	}
+	reopened := openTestCommitter(t, dir)
+	defer reopened.close()
+	if got := liveKeys(reopened); got != want || !strings.Contains(got, "kept") {
+		t.Fatalf("replayed %v, want %v", got, want)
 	}
 }
 
@@ -117,7 +172,7 @@ func receiveAll(t *testing.T, c *client, from, n int) {
 }
 
 // TestInlinePublishIsStoredWhenItReturns: what Server().Publish routed to a kept session is
-// in the sessions file when Publish returns (the agent marks results reported then), so a
+// in the sessions journal when Publish returns (the agent marks results reported then), so a
 // crash right after loses none of it.
 func TestInlinePublishIsStoredWhenItReturns(t *testing.T) {
 	dir := t.TempDir()
@@ -183,7 +238,7 @@ func TestCloseFlushesQueuedRecords(t *testing.T) {
 }
 
 // TestVolatileTopicsAreNotStored: a kept session gets messages on volatile topics while the
-// broker runs, but only the others are written to the sessions file.
+// broker runs, but only the others are written to the sessions journal.
 func TestVolatileTopicsAreNotStored(t *testing.T) {
 	dir := t.TempDir()
 	opts := Options{DataDir: dir, VolatileTopics: []string{"faceagent/+/devices/+/heartbeat", "faceagent/+/devices/+/ack"}}
@@ -242,7 +297,7 @@ func TestInboundAcksLeaveOutgoingRecords(t *testing.T) {
 	cl := b.Server().NewClient(nil, "tcp", "back-office", false)
 	cl.Properties.ProtocolVersion = 5
 	cl.Properties.Props.SessionExpiryInterval, cl.Properties.Props.SessionExpiryIntervalFlag = 3600, true
-	key := "IFM_back-office:7"
+	key := inflightKey("back-office", 7)
 	stored := func() bool {
 		if err := b.SyncSessions(); err != nil {
 			t.Fatal(err)

@@ -15,15 +15,14 @@ import (
 // 1 h, clean start off) connected and subscribed with QoS 1 to results, which are published
 // one after another through the inline client, as the agent's reporter does; each op is one
 // message, sent and acknowledged (b.N messages, then wait for the last). Modes, with the
-// sessions file in a temporary directory (fsync on):
+// sessions journal in a temporary directory (fsync on):
 //
-//   - per-message: mochi's bolt hook alone, one transaction per record and per ack;
 //   - group: the committer; each Publish waits for the commit holding its record;
 //   - deferred: PublishDeferred, and SyncSessions after every 256 messages (what a reporter
 //     publishing a batch of results, then marking it reported, would do);
 //   - volatile: the topic in VolatileTopics (not written at all), the ceiling.
 func BenchmarkPersistentSubscriber(b *testing.B) {
-	for _, mode := range []string{"per-message", "group", "deferred", "volatile"} {
+	for _, mode := range []string{"group", "deferred", "volatile"} {
 		b.Run(mode, func(b *testing.B) {
 			o := Options{Listen: "127.0.0.1:0", AllowAnonymous: true, DataDir: b.TempDir()}
 			if mode == "volatile" {
@@ -32,10 +31,6 @@ func BenchmarkPersistentSubscriber(b *testing.B) {
 			br, err := New(&o)
 			if err != nil {
 				b.Fatal(err)
-			}
-			if mode == "per-message" {
-				br.sessions.commit.close()
-				br.sessions.commit = nil
 			}
 			if err := br.Start(); err != nil {
 				b.Fatal(err)

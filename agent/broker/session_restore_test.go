@@ -2,6 +2,8 @@ package broker
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -95,35 +97,30 @@ func TestRestoredSessionAfterCrash(t *testing.T) {
 	}
 }
 
-func TestInflightPacketID(t *testing.T) {
-	for key, want := range map[string]uint16{
-		"IFM_back-office:7":     7,
-		"IFM_a:b:c:65535":       65535,
-		"IFM_x:0":               0,
-		"IFM_x:65536":           0,
-		"IFM_no-separator":      0,
-		"IFM_x:":                0,
-		"IFM_x:12a":             0,
-		"IFM_urn:dev:gw:1:4242": 4242,
-	} {
-		got, ok := inflightPacketID(key)
-		if got != want || ok != (want != 0) {
-			t.Errorf("inflightPacketID(%q) = %d, %v; want %d", key, got, ok, want)
-		}
-	}
-}
-
-// crashCopy copies the sessions database of a running broker in dir, as a crash would leave
-// it (every bbolt transaction is fsynced before it returns), into a new directory.
+// crashCopy copies the sessions journal of a running broker in dir, as a crash would leave
+// it (every commit is fsynced before it counts), into a new directory.
 func crashCopy(t *testing.T, dir string) string {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(dir, SessionsFile))
+	crashed := t.TempDir()
+	src, dst := filepath.Join(dir, SessionsDir), filepath.Join(crashed, SessionsDir)
+	if err := os.Mkdir(dst, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	files, err := os.ReadDir(src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	crashed := t.TempDir()
-	if err := os.WriteFile(filepath.Join(crashed, SessionsFile), raw, 0o600); err != nil {
-		t.Fatal(err)
+	for _, f := range files {
+		raw, err := os.ReadFile(filepath.Join(src, f.Name()))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // a segment compacted away meanwhile
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, f.Name()), raw, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return crashed
 }

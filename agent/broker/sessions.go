@@ -1,53 +1,89 @@
 package broker
 
 import (
-	"strconv"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/storage"
-	"github.com/mochi-mqtt/server/v2/hooks/storage/bolt"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/seed0e69bba5/faceagent/agent/journal"
 )
 
-// sessionStore is mochi's bolt storage hook with restored in-flight messages mended.
-//
-// mochi v2.7.9's bolt hook stores an outgoing QoS 1/2 message without its packet id
-// (OnQosPublish leaves storage.Message.PacketID unset), so after a restart every restored
-// in-flight message carries packet id 0: they collapse into one entry, and resending it is
-// a malformed PUBLISH that makes a conforming client drop the connection. A back office
-// resuming its persistent session then received nothing at all. The packet id is still in
-// the record's key ("IFM_" + client id + ":" + packet id), so it is recovered from there.
+// sessionStore is the mochi storage hook that keeps kept sessions, their subscriptions and
+// in-flight messages, and retained messages in a journal (package journal) in
+// DataDir/SessionsDir, written in group commits (groupcommit.go). It replaced mochi's bolt
+// hook (bbolt: 138 KB of the binary), and with it the mending that hook needed:
+// in-flight records carry their packet id (the bolt hook left it out, so every restored
+// message came back with id 0), inline clients are never stored, and a session's records
+// go with it when it expires or ends.
 type sessionStore struct {
-	bolt.Hook
+	mqtt.HookBase
 	srv      *mqtt.Server
-	volatile []string   // topic filters whose messages are not stored
-	commit   *committer // nil: the bolt hook writes each record itself
+	dir      string   // the journal's directory
+	volatile []string // topic filters whose messages are not stored
+	log      *slog.Logger
+	commit   *committer // set by Init
 }
 
-// Init opens the database and starts the committer of in-flight records.
-func (h *sessionStore) Init(config any) error {
-	if err := h.Hook.Init(config); err != nil {
+// legacySessionsFile is the bbolt file of releases before the journal: no longer read.
+const legacySessionsFile = "broker-sessions.db"
+
+func (h *sessionStore) ID() string { return "faceagent-sessions" }
+
+func (h *sessionStore) Provides(b byte) bool {
+	switch b {
+	case mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnSubscribed, mqtt.OnUnsubscribed,
+		mqtt.OnRetainMessage, mqtt.OnWillSent, mqtt.OnQosPublish, mqtt.OnQosComplete,
+		mqtt.OnQosDropped, mqtt.OnClientExpired, mqtt.OnRetainedExpired,
+		mqtt.StoredClients, mqtt.StoredInflightMessages, mqtt.StoredRetainedMessages,
+		mqtt.StoredSubscriptions:
+		return true
+	}
+	return false
+}
+
+// Init opens the journal, replays it and starts the committer.
+func (h *sessionStore) Init(any) error {
+	if h.log == nil {
+		h.log = h.Log
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	legacy := filepath.Join(filepath.Dir(h.dir), legacySessionsFile)
+	if _, err := os.Stat(legacy); err == nil {
+		h.log.Warn("broker: a sessions file of an earlier release is no longer read; sessions are kept in "+h.dir+" now (the old file may be deleted)", "file", legacy)
+	}
+	j, err := journal.Open(h.dir, &journal.Options{Logger: h.log})
+	if err != nil {
 		return err
 	}
-	db, err := boltDB(&h.Hook)
-	if err != nil {
-		h.Log.Warn("broker: in-flight records are written one transaction each", "error", err)
-		return nil
+	c := newCommitter(j, h.log)
+	if err := c.replay(); err != nil {
+		_ = j.Close()
+		return fmt.Errorf("sessions journal %s: %w", h.dir, err)
 	}
-	h.commit = newCommitter(db, nil, h.Log)
+	c.start()
+	h.commit = c
 	return nil
 }
 
-// Stop commits the queued in-flight records, then closes the database.
+// Stop commits what is queued and closes the journal.
 func (h *sessionStore) Stop() error {
-	if h.commit != nil {
-		h.commit.close()
+	if h.commit == nil {
+		return nil
 	}
-	return h.Hook.Stop()
+	c := h.commit
+	return c.close()
 }
 
-// sync waits until every in-flight record queued so far is committed.
+// sync waits until every record queued so far is committed.
 func (h *sessionStore) sync() error {
 	if h.commit == nil {
 		return nil
@@ -55,19 +91,156 @@ func (h *sessionStore) sync() error {
 	return h.commit.sync()
 }
 
-// inflightKey is the bolt hook's key of an in-flight record.
-func inflightKey(cl *mqtt.Client, pk packets.Packet) string {
-	return storage.InflightKey + "_" + cl.ID + ":" + pk.FormatID()
+// put queues a record and waits for it; errors are logged by the committer.
+func (h *sessionStore) putWait(key string, v interface{ MarshalBinary() ([]byte, error) }) {
+	b, err := v.MarshalBinary()
+	if err != nil {
+		h.log.Error("broker: encoding a session record failed", "record", describeKey(key), "error", err)
+		return
+	}
+	_ = h.commit.enqueueWait(write{key: key, value: b})
 }
 
-// inflightRecord is the bolt hook's record of an in-flight message (bolt.Hook.OnQosPublish),
-// with the packet id it leaves out.
-func inflightRecord(cl *mqtt.Client, pk packets.Packet, sent int64) []byte {
+// dropClient deletes every record of client id; waits when some are committed.
+func (h *sessionStore) dropClient(id string) {
+	known := h.commit.hasClient(id)
+	seq, ok := h.commit.enqueue(write{dropClient: id})
+	if ok && known {
+		_ = h.commit.wait(seq)
+	}
+}
+
+// OnSessionEstablish deletes what an earlier session of the client id left when this one
+// starts clean (mochi discards that session): before mochi takes it over and registers
+// the new client, so no record of the new session can be queued before the deletion.
+func (h *sessionStore) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
+	if !cl.Net.Inline && (cl.Properties.Clean || sessionEndsWithConnection(cl)) {
+		h.dropClient(cl.ID)
+	}
+}
+
+// OnSessionEstablished stores the client of a kept session (not one that ends with its
+// connection).
+func (h *sessionStore) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
+	if sessionEndsWithConnection(cl) {
+		return
+	}
+	h.putWait(clientKey(cl.ID), clientRecord(cl))
+}
+
+// OnWillSent stores the client without the will mochi just sent.
+func (h *sessionStore) OnWillSent(cl *mqtt.Client, _ packets.Packet) {
+	if sessionEndsWithConnection(cl) {
+		return
+	}
+	h.putWait(clientKey(cl.ID), clientRecord(cl))
+}
+
+// OnDisconnect deletes a session that ends now (expire), unless it was taken over: its
+// records are the new connection's then.
+func (h *sessionStore) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
+	if !expire || cl.Net.Inline || cl.IsTakenOver() || errors.Is(cl.StopCause(), packets.ErrSessionTakenOver) {
+		return
+	}
+	h.dropClient(cl.ID)
+}
+
+// OnClientExpired deletes an expired session's client, subscriptions and messages.
+func (h *sessionStore) OnClientExpired(cl *mqtt.Client) {
+	h.dropClient(cl.ID)
+}
+
+// clientRecord is mochi's stored form of cl (as the bolt hook made it).
+func clientRecord(cl *mqtt.Client) *storage.Client {
+	props := cl.Properties.Props.Copy(false)
+	return &storage.Client{
+		ID:              cl.ID,
+		T:               storage.ClientKey,
+		Remote:          cl.Net.Remote,
+		Listener:        cl.Net.Listener,
+		Username:        cl.Properties.Username,
+		Clean:           cl.Properties.Clean,
+		ProtocolVersion: cl.Properties.ProtocolVersion,
+		Properties: storage.ClientProperties{
+			SessionExpiryInterval:     props.SessionExpiryInterval,
+			SessionExpiryIntervalFlag: props.SessionExpiryIntervalFlag,
+			AuthenticationMethod:      props.AuthenticationMethod,
+			AuthenticationData:        props.AuthenticationData,
+			RequestProblemInfo:        props.RequestProblemInfo,
+			RequestProblemInfoFlag:    props.RequestProblemInfoFlag,
+			RequestResponseInfo:       props.RequestResponseInfo,
+			ReceiveMaximum:            props.ReceiveMaximum,
+			TopicAliasMaximum:         props.TopicAliasMaximum,
+			User:                      props.User,
+			MaximumPacketSize:         props.MaximumPacketSize,
+		},
+		Will: storage.ClientWill(cl.Properties.Will),
+	}
+}
+
+// Inline clients (mochi's own and the state store's responder) live only in this process:
+// their subscriptions are made again by the code that owns them at every start. mochi's
+// Server.Subscribe reports an inline subscription to the hooks like a network one; stored,
+// it came back after a restart as a network subscription of the inline client, and every
+// matching QoS 1 message was then held in flight, and written, for a client that is never
+// connected. Nor are the subscriptions of a session that ends with its connection stored.
+
+// OnSubscribed stores the subscriptions of a kept session.
+func (h *sessionStore) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []byte) {
+	if sessionEndsWithConnection(cl) {
+		return
+	}
+	for i, f := range pk.Filters {
+		if i >= len(reasonCodes) || reasonCodes[i] >= packets.ErrUnspecifiedError.Code {
+			continue // refused: mochi did not subscribe it
+		}
+		h.putWait(subscriptionKey(cl.ID, f.Filter), &storage.Subscription{
+			ID:                cl.ID + ":" + f.Filter,
+			T:                 storage.SubscriptionKey,
+			Client:            cl.ID,
+			Qos:               reasonCodes[i],
+			Filter:            f.Filter,
+			Identifier:        f.Identifier,
+			NoLocal:           f.NoLocal,
+			RetainHandling:    f.RetainHandling,
+			RetainAsPublished: f.RetainAsPublished,
+		})
+	}
+}
+
+// OnUnsubscribed deletes the stored subscriptions.
+func (h *sessionStore) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
+	if sessionEndsWithConnection(cl) {
+		return
+	}
+	for _, f := range pk.Filters {
+		_ = h.commit.enqueueWait(write{key: subscriptionKey(cl.ID, f.Filter)})
+	}
+}
+
+// OnRetainMessage stores a retained message, or deletes it (r == -1).
+func (h *sessionStore) OnRetainMessage(cl *mqtt.Client, pk packets.Packet, r int64) {
+	if r == -1 {
+		_ = h.commit.enqueueWait(write{key: retainedKey(pk.TopicName)})
+		return
+	}
+	m := messageRecord(cl.ID, pk, 0)
+	m.T, m.ID, m.PacketID = storage.RetainedKey, pk.TopicName, 0
+	h.putWait(retainedKey(pk.TopicName), m)
+}
+
+// OnRetainedExpired deletes an expired retained message.
+func (h *sessionStore) OnRetainedExpired(topic string) {
+	_ = h.commit.enqueueWait(write{key: retainedKey(topic)})
+}
+
+// messageRecord is mochi's stored form of pk for client, with its packet id.
+func messageRecord(client string, pk packets.Packet, sent int64) *storage.Message {
 	props := pk.Properties.Copy(false)
-	m := &storage.Message{
-		ID:          inflightKey(cl, pk),
+	return &storage.Message{
+		ID:          fmt.Sprintf("%s:%d", client, pk.PacketID),
 		T:           storage.InflightKey,
-		Client:      cl.ID,
+		Client:      client,
 		Origin:      pk.Origin,
 		PacketID:    pk.PacketID,
 		FixedHeader: pk.FixedHeader,
@@ -77,6 +250,7 @@ func inflightRecord(cl *mqtt.Client, pk packets.Packet, sent int64) []byte {
 		Created:     pk.Created,
 		Properties: storage.MessageProperties{
 			PayloadFormat:          props.PayloadFormat,
+			PayloadFormatFlag:      props.PayloadFormatFlag,
 			MessageExpiryInterval:  props.MessageExpiryInterval,
 			ContentType:            props.ContentType,
 			ResponseTopic:          props.ResponseTopic,
@@ -86,17 +260,16 @@ func inflightRecord(cl *mqtt.Client, pk packets.Packet, sent int64) []byte {
 			User:                   props.User,
 		},
 	}
-	b, _ := m.MarshalBinary()
-	return b
 }
 
-// deleteInflight removes pk's record (queued behind its put when the committer runs).
+// inflightRecord encodes pk, in flight to cl, for the journal.
+func inflightRecord(cl *mqtt.Client, pk packets.Packet, sent int64) ([]byte, error) {
+	return messageRecord(cl.ID, pk, sent).MarshalBinary()
+}
+
+// deleteInflight removes pk's record (queued behind its put).
 func (h *sessionStore) deleteInflight(cl *mqtt.Client, pk packets.Packet) {
-	if h.commit == nil {
-		h.Hook.OnQosComplete(cl, pk)
-		return
-	}
-	h.commit.enqueue(write{key: inflightKey(cl, pk)})
+	h.commit.enqueue(write{key: inflightKey(cl.ID, pk.PacketID)})
 }
 
 // fromInline reports whether pk was published in this process by a registered inline
@@ -138,94 +311,65 @@ func topicMatches(filter, topic string) bool {
 	}
 }
 
-// StoredInflightMessages returns the stored in-flight messages with their packet ids;
-// a record whose key holds no valid packet id cannot be resent and is left out.
-func (h *sessionStore) StoredInflightMessages() ([]storage.Message, error) {
-	msgs, err := h.Hook.StoredInflightMessages()
-	if err != nil {
-		return nil, err
-	}
-	if h.commit != nil {
-		h.commit.mu.Lock()
-		for _, m := range msgs {
-			h.commit.onDisk[m.ID] = struct{}{}
-		}
-		h.commit.mu.Unlock()
-	}
-	kept := msgs[:0]
-	for _, m := range msgs {
-		id, ok := inflightPacketID(m.ID)
-		if !ok {
-			h.Log.Warn("dropping a stored in-flight message without a packet id", "key", m.ID, "client", m.Client)
-			continue
-		}
-		m.PacketID = id
-		kept = append(kept, m)
-	}
-	return kept, nil
-}
-
-// inflightPacketID reads the packet id that ends a bolt in-flight key. Client ids may
-// contain ':', so the id is what follows the last one.
-func inflightPacketID(key string) (uint16, bool) {
-	i := strings.LastIndexByte(key, ':')
-	if i < 0 {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(key[i+1:], 10, 16)
-	if err != nil || n == 0 {
-		return 0, false
-	}
-	return uint16(n), true
-}
-
 // OnQosDropped keeps the record of a message cleared from a session that was taken over:
 // mochi copied it to the new client under the same packet id (so the record is still that
-// message), or the takeover guard redelivers it and stores it again. Deleting it, as the
-// bolt hook does, would leave copied messages in flight but no longer on disk.
+// message), or the takeover guard redelivers it and stores it again. Deleting it would
+// leave copied messages in flight but no longer on disk.
 func (h *sessionStore) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
-	if cl.IsTakenOver() {
+	if cl.IsTakenOver() || sessionEndsWithConnection(cl) {
 		return
 	}
 	h.deleteInflight(cl, pk)
 }
 
-// Inline clients (mochi's own and the state store's responder) live only in this process:
-// their subscriptions are made again by the code that owns them at every start. mochi's
-// Server.Subscribe reports an inline subscription to the hooks like a network one, so the
-// bolt hook stored it under the client id "inline"; after a restart mochi restored it as a
-// network subscription of its inline client, and every matching QoS 1 message (each
-// terminal heartbeat and ack) was then stored, held in flight for a client that is never
-// connected, and written to disk, until the in-flight limit.
-
-// OnSubscribed stores a subscription unless it belongs to an inline client.
-func (h *sessionStore) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []byte) {
-	if cl.Net.Inline {
-		return
-	}
-	h.Hook.OnSubscribed(cl, pk, reasonCodes)
-}
-
-// OnUnsubscribed deletes stored subscriptions unless they belong to an inline client.
-func (h *sessionStore) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
-	if cl.Net.Inline {
-		return
-	}
-	h.Hook.OnUnsubscribed(cl, pk)
-}
-
-// StoredSubscriptions leaves out subscriptions stored for mochi's inline client by earlier
-// releases.
-func (h *sessionStore) StoredSubscriptions() ([]storage.Subscription, error) {
-	subs, err := h.Hook.StoredSubscriptions()
-	if err != nil {
-		return nil, err
-	}
-	kept := subs[:0]
-	for _, s := range subs {
-		if s.Client != mqtt.InlineClientId {
-			kept = append(kept, s)
+// StoredClients returns the kept sessions' clients.
+func (h *sessionStore) StoredClients() ([]storage.Client, error) {
+	var out []storage.Client
+	for _, v := range h.commit.records(kindClient) {
+		var c storage.Client
+		if err := c.UnmarshalBinary(v); err != nil {
+			return nil, fmt.Errorf("sessions journal: client record: %w", err)
 		}
+		out = append(out, c)
 	}
-	return kept, nil
+	return out, nil
+}
+
+// StoredSubscriptions returns the kept sessions' subscriptions.
+func (h *sessionStore) StoredSubscriptions() ([]storage.Subscription, error) {
+	var out []storage.Subscription
+	for _, v := range h.commit.records(kindSubscription) {
+		var s storage.Subscription
+		if err := s.UnmarshalBinary(v); err != nil {
+			return nil, fmt.Errorf("sessions journal: subscription record: %w", err)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// StoredInflightMessages returns the messages in flight, with their packet ids.
+func (h *sessionStore) StoredInflightMessages() ([]storage.Message, error) {
+	return h.messages(kindInflight)
+}
+
+// StoredRetainedMessages returns the retained messages.
+func (h *sessionStore) StoredRetainedMessages() ([]storage.Message, error) {
+	return h.messages(kindRetained)
+}
+
+func (h *sessionStore) messages(kind byte) ([]storage.Message, error) {
+	var out []storage.Message
+	for _, v := range h.commit.records(kind) {
+		var m storage.Message
+		if err := m.UnmarshalBinary(v); err != nil {
+			return nil, fmt.Errorf("sessions journal: message record: %w", err)
+		}
+		if kind == kindInflight && m.PacketID == 0 {
+			h.log.Warn("broker: dropping a stored in-flight message without a packet id", "client", m.Client)
+			continue
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }
