@@ -40,7 +40,10 @@ var (
 type asyncPublisher interface {
 	publisher
 	publishWindow() int
-	publishAsync(ctx context.Context, topic string, payload []byte) (*inFlight, error)
+	// publishAsync refuses (errSessionLost) when after, a message of the caller still in
+	// flight, was dropped with its session: what follows it must wait until it was sent
+	// again, or the first copies would arrive out of order.
+	publishAsync(ctx context.Context, topic string, payload []byte, after *inFlight) (*inFlight, error)
 }
 
 // batchFor is how many messages a stream takes from its backlog per round: at least
@@ -123,7 +126,7 @@ func publishInOrder(ctx context.Context, pub publisher, n int, msg func(i int) (
 		topic, payload, skip := msg(sent)
 		var f *inFlight
 		if !skip {
-			if f, err = ap.publishAsync(ctx, topic, payload); err != nil {
+			if f, err = ap.publishAsync(ctx, topic, payload, oldest(queue)); err != nil {
 				break
 			}
 		}
@@ -142,6 +145,16 @@ func publishInOrder(ctx context.Context, pub publisher, n int, msg func(i int) (
 		acked++
 	}
 	return acked, err
+}
+
+// oldest is the first message of queue that was sent (nil: none).
+func oldest(queue []*inFlight) *inFlight {
+	for _, f := range queue {
+		if f != nil {
+			return f
+		}
+	}
+	return nil
 }
 
 // pipeSession is the paho session of the upstream connection (the in-memory state of
@@ -205,12 +218,16 @@ func (s *pipeSession) ConnectionLost(dp *packets.Disconnect) error {
 
 // publish stores a QoS 1 message in the session (waiting for a send slot under the
 // broker's Receive Maximum) and writes it. A write error leaves it stored: it is sent
-// again on the next connection, or reported lost.
-func (s *pipeSession) publish(ctx context.Context, topic string, payload []byte) (*inFlight, error) {
+// again on the next connection, or reported lost. It refuses when after (if set) was
+// dropped with its session: the caller sends after again first.
+func (s *pipeSession) publish(ctx context.Context, topic string, payload []byte, after *inFlight) (*inFlight, error) {
 	pb := (&paho.Publish{QoS: 1, Topic: topic, Payload: payload}).Packet()
 	f := &inFlight{resp: make(chan packets.ControlPacket, 1)}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if after != nil && after.lost != s.lost {
+		return nil, errSessionLost
+	}
 	if s.conn == nil {
 		return nil, session.ErrNoConnection
 	}

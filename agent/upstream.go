@@ -188,7 +188,7 @@ func (uc *upstreamConn) onPublish(pr paho.PublishReceived) (bool, error) {
 // down it waits for it (or ctx), so a report goes out the moment the broker is back
 // instead of after its sender's retry delay.
 func (uc *upstreamConn) Publish(ctx context.Context, topic string, payload []byte) error {
-	f, err := uc.publishAsync(ctx, topic, payload)
+	f, err := uc.publishAsync(ctx, topic, payload, nil)
 	if err != nil {
 		return err
 	}
@@ -198,11 +198,11 @@ func (uc *upstreamConn) Publish(ctx context.Context, topic string, payload []byt
 // publishAsync implements asyncPublisher: the message is written after those published
 // before on this connection; its PUBACK is waited for with the handle. While the
 // connection is down it waits for it (or ctx).
-func (uc *upstreamConn) publishAsync(ctx context.Context, topic string, payload []byte) (*inFlight, error) {
+func (uc *upstreamConn) publishAsync(ctx context.Context, topic string, payload []byte, after *inFlight) (*inFlight, error) {
 	if err := uc.cm.AwaitConnection(ctx); err != nil {
 		return nil, err
 	}
-	return uc.sess.publish(ctx, topic, payload)
+	return uc.sess.publish(ctx, topic, payload, after)
 }
 
 func (uc *upstreamConn) publishWindow() int { return uc.window }
