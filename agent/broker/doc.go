@@ -148,9 +148,9 @@
 //
 //   - With DataDir, a Server().Publish to a session that outlives its
 //     connection (MQTT 5 session expiry > 0, 3.1.1 clean session off, or one
-//     resumed) waits for an fsync: one after another they reach about 900 a
-//     second here (BenchmarkPersistentSubscriber), against 11,000-17,000 with
-//     PublishDeferred and a SyncSessions every 256. Sessions that started
+//     resumed) waits for an fsync: one after another they reach about
+//     1,000-1,450 a second here (BenchmarkPersistentSubscriber), against
+//     7,000-17,000 with PublishDeferred and a SyncSessions every 256. Sessions that started
 //     clean and end with their connection are not written (ephemeral.go),
 //     nor are mochi's $SYS counters.
 //   - mochi v2.7.9 keeps a client's own QoS 1/2 publishes and the messages it
