@@ -22,7 +22,6 @@ import (
 // subscribed to (and a first SUBSCRIBE may be refused with 0x91, packet identifier in
 // use, when such a message took the same id).
 func TestCleanStartAfterCrash(t *testing.T) {
-	t.Skip("agent/broker gap: a clean session's stored subscription is restored after a SIGKILL and given to the next clean-start connection; remove this skip with the fix")
 	dir := t.TempDir()
 	addr := testutil.FreeAddr(t)
 	cfg := writeFile(t, dir, "broker.toml", fmt.Sprintf("[agent]\ndata_dir = %q\n[broker]\nlisten = %q\n", filepath.Join(dir, "data"), addr))
