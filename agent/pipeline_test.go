@@ -11,6 +11,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
@@ -223,4 +224,36 @@ func TestPipelinedPublishSurvivesUpstreamRestart(t *testing.T) {
 	got := append(before, sub2.received()...)
 	t.Logf("%d before the restart, %d after (%d duplicates)", len(before), len(got)-len(before), len(got)-len(msgs))
 	firstCopies(t, got, msgs)
+}
+
+// A broker that allows fewer messages in flight (its Receive Maximum, here the embedded
+// mochi broker's with 8) than the window gets no more than that: paho waits for a free
+// slot, and the broker, which disconnects a client over its quota, takes every message.
+func TestPipelinedPublishHonoursReceiveMaximum(t *testing.T) {
+	br, err := broker.New(&broker.Options{Listen: "127.0.0.1:0", AllowAnonymous: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	br.Server().Options.Capabilities.ReceiveMaximum = 8
+	if err := br.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer br.Close()
+	proxy := startDelayProxy(t, br.Addr(), 10*time.Millisecond)
+	uc := dialTestUpstream(t, proxy.addr(), 64)
+	msgs := numbered(200)
+	n, err := publishInOrder(context.Background(), uc, len(msgs), func(i int) (string, []byte, bool) {
+		return "faceagent/gw-p/results", msgs[i], false
+	})
+	if err != nil || n != len(msgs) {
+		t.Fatalf("published %d of %d: %v", n, len(msgs), err)
+	}
+	before, peak, _ := proxy.counts()
+	t.Logf("%d PUBLISH before the first PUBACK, at most %d in flight", before, peak)
+	if peak > 8 || before > 8 {
+		t.Errorf("%d in flight, %d before the first PUBACK: over the broker's Receive Maximum of 8", peak, before)
+	}
+	if peak < 4 {
+		t.Errorf("at most %d in flight; the window should fill the broker's 8", peak)
+	}
 }
