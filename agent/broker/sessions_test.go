@@ -2,6 +2,7 @@ package broker
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,6 +13,8 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/seed0e69bba5/faceagent/agent/journal"
 )
 
 // disconnects reports each client id as the broker finishes its disconnect (hooks run in
@@ -157,4 +160,58 @@ func TestRestoredInflightKeepsPacketIDs(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("restored in flight %v, want %v", got, want)
 	}
+}
+
+// TestDamagedSessionsJournalStopsStartup: a record that passes the journal's checksum but
+// is no sessions record (another program's, a future version) stops New with an error
+// naming the directory, instead of starting with sessions lost; a torn tail does not.
+func TestDamagedSessionsJournalStopsStartup(t *testing.T) {
+	dir := t.TempDir()
+	b1 := startBroker(t, Options{DataDir: dir})
+	dial(t, b1.Addr(), "back-office", dialOptions{sessionExpiry: 3600, noSubscribe: true, subscribe: []string{"results"}}).close()
+	if err := b1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sessions := filepath.Join(dir, SessionsDir)
+	// A torn tail: half a frame after the last record.
+	segs, _ := filepath.Glob(filepath.Join(sessions, "*.wal"))
+	if len(segs) == 0 {
+		t.Fatal("no journal segment")
+	}
+	f, err := os.OpenFile(segs[len(segs)-1], os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte{40, 0, 0, 0, 1, 2}); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	b2 := startBroker(t, Options{DataDir: dir})
+	if _, ok := b2.Server().Clients.Get("back-office"); !ok {
+		t.Fatal("session lost to a torn tail")
+	}
+	if err := b2.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	j, err := journal.Open(sessions, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Append([]byte{sessionRecordVersion + 1, 0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(&Options{Listen: "127.0.0.1:0", AllowAnonymous: true, DataDir: dir})
+	if !errors.Is(err, errBadSessionRecord) || !strings.Contains(err.Error(), sessions) {
+		t.Fatalf("New = %v, want a bad record error naming %s", err, sessions)
+	}
+	// The failed New released the journal: it opens again.
+	j, err = journal.Open(sessions, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = j.Close()
 }
