@@ -97,3 +97,108 @@ func TestResultsArePipelinedAcrossASlowLink(t *testing.T) {
 	}
 	stop()
 }
+
+// The upstream broker (mosquitto, no sessions kept across a restart) restarts while the
+// agent has results and forwarded acks in flight across a 20 ms link: every result
+// arrives, each device's first copies in task order. The proxy first stops the agent's
+// bytes and the test lets the subscribers take what already reached the broker (a broker
+// without persistence loses what it acknowledged and had not yet delivered).
+func TestResultsSurviveUpstreamRestartMidStream(t *testing.T) {
+	m := testutil.StartMosquitto(t)
+	proxy := startDelayProxy(t, m.Addr, 10*time.Millisecond)
+	proxy.setCountTopic("faceagent/gw-v/")
+	ids := []string{"v1", "v2", "v3", "v4"}
+	src := fmt.Sprintf("[agent]\ngateway_id = \"gw-v\"\ndata_dir = %q\n[broker]\nlisten = \"127.0.0.1:0\"\n"+
+		"[upstream]\nurl = \"mqtt://%s\"\nreconnect_max = \"200ms\"\n[store]\nrequest_timeout = \"2s\"\n", t.TempDir(), proxy.addr())
+	for _, id := range ids {
+		src += fmt.Sprintf("[[devices]]\nid = %q\n", id)
+	}
+	cfg, err := config.Parse("v.toml", []byte(src), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, a, stop := startAgentFull(t, cfg)
+	select {
+	case <-a.UpstreamConnected():
+	case <-time.After(20 * time.Second):
+		t.Fatal("never connected upstream")
+	}
+	// Subscribed before anything is forwarded: the broker drops what nobody takes.
+	results := subscribeInOrder(t, m.Addr, "faceagent/gw-v/results")
+	others := subscribeAllInOrder(t, m.Addr, "faceagent/gw-v/devices/#", "faceagent/gw-v/deadletter")
+	fleet, err := sim.StartMQTT("mqtt://"+local, ids, sim.Options{Seed: 6, Strict: true,
+		AckLatency: sim.Latency{Kind: sim.Fixed, A: time.Millisecond}, HeartbeatInterval: time.Second,
+		OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	bo := connectBackOffice(t, m.Addr, "gw-v")
+	const n = 1200
+	var batch []byte
+	for i := range n {
+		if i%100 == 0 {
+			batch = append(batch[:0], '[')
+		} else {
+			batch = append(batch, ',')
+		}
+		batch = fmt.Appendf(batch, `{"taskId":"v-%04d","deviceId":%q,"op":"AddPerson","person":{"id":"%d"}}`, i, ids[i%len(ids)], i)
+		if i%100 == 99 {
+			bo.publish("faceagent/gw-v/tasks", append(batch, ']'))
+		}
+	}
+	// Every task is in the agent's journal before the broker goes (it would lose those
+	// it had not delivered yet).
+	pollUntil(t, "every task taken", func() bool { return a.m.tasksAccepted.Value() >= n })
+	waitFor(t, "a quarter of the results", func() bool { return len(results.received()) >= n/4 }, results.changed)
+	proxy.hold()
+	pollUntil(t, "the subscribers to get what reached the broker", func() bool {
+		return len(results.received())+len(others.received()) >= proxy.forwardedOnTopic()
+	})
+	before := results.received()
+	if len(before) == n {
+		t.Fatal("every result was out before the restart; nothing was in flight")
+	}
+	results.close()
+	others.close()
+	m.Restart()
+	after := subscribeInOrder(t, m.Addr, "faceagent/gw-v/results")
+	proxy.release()
+	all := func() []string { return append(append([]string(nil), before...), after.received()...) }
+	waitFor(t, "every result", func() bool {
+		seen := map[string]bool{}
+		for _, p := range all() {
+			seen[p] = true
+		}
+		return len(seen) >= n
+	}, after.changed)
+	got := all()
+	t.Logf("%d results before the restart, %d after (%d duplicates)", len(before), len(got)-len(before), len(got)-n)
+	next := map[string]int{}
+	for k, id := range ids {
+		next[id] = k
+	}
+	seen := map[string]bool{}
+	for _, p := range got {
+		r, err := intake.ParseResult([]byte(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[r.TaskID] {
+			continue // a duplicate: allowed after the restart
+		}
+		seen[r.TaskID] = true
+		var i int
+		if _, err := fmt.Sscanf(r.TaskID, "v-%d", &i); err != nil {
+			t.Fatal(err)
+		}
+		if want := next[r.DeviceID]; i != want {
+			t.Fatalf("device %s: the first result of task %d arrived where %d was next", r.DeviceID, i, want)
+		}
+		next[r.DeviceID] = i + len(ids)
+	}
+	if len(seen) != n {
+		t.Fatalf("%d results, want %d", len(seen), n)
+	}
+	stop()
+}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,6 +24,8 @@ type delayProxy struct {
 	mu             sync.Mutex
 	published      int // PUBLISH packets read from the client
 	forwarded      int // PUBLISH packets written to the broker
+	countTopic     string
+	forwardedOn    int // of those, on topics starting with countTopic
 	acked          int // PUBACK packets written to the client
 	peak           int // most published - acked at any time
 	beforeFirstAck int // published when the first PUBACK reached the client (-1: none yet)
@@ -104,7 +107,7 @@ func (p *delayProxy) pipe(dst, src net.Conn, fromClient bool) {
 			n, err := src.Read(buf)
 			if n > 0 {
 				if fromClient {
-					readScan.feed(buf[:n], func(typ byte) {
+					readScan.feed(buf[:n], func(typ byte, _ []byte) {
 						if typ == mqttPublish {
 							p.count(func() { p.published++ })
 						}
@@ -133,10 +136,15 @@ func (p *delayProxy) pipe(dst, src net.Conn, fromClient bool) {
 		}
 		// Counted before the write: the client may answer a PUBACK with its next PUBLISH
 		// before this goroutine runs again.
-		writeScan.feed(c.data, func(typ byte) {
+		writeScan.feed(c.data, func(typ byte, head []byte) {
 			switch {
 			case fromClient && typ == mqttPublish:
-				p.count(func() { p.forwarded++ })
+				p.count(func() {
+					p.forwarded++
+					if t, ok := publishTopic(head); ok && p.countTopic != "" && strings.HasPrefix(t, p.countTopic) {
+						p.forwardedOn++
+					}
+				})
 			case !fromClient && typ == mqttPuback:
 				p.count(func() {
 					if p.acked == 0 {
@@ -167,6 +175,22 @@ func (p *delayProxy) counts() (beforeFirstAck, peak, forwarded int) {
 	return p.beforeFirstAck, p.peak, p.forwarded
 }
 
+// setCountTopic makes forwardedOnTopic count the PUBLISH packets on topics starting with
+// prefix.
+func (p *delayProxy) setCountTopic(prefix string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.countTopic = prefix
+}
+
+// forwardedOnTopic is how many PUBLISH packets on topics starting with countTopic were
+// written to the broker.
+func (p *delayProxy) forwardedOnTopic() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.forwardedOn
+}
+
 // cut closes every connection through the proxy.
 func (p *delayProxy) cut() {
 	p.mu.Lock()
@@ -189,19 +213,33 @@ const (
 	mqttPuback  = 4
 )
 
+// publishTopic reads the topic at the start of a PUBLISH packet's body.
+func publishTopic(head []byte) (string, bool) {
+	if len(head) < 2 {
+		return "", false
+	}
+	n := int(head[0])<<8 | int(head[1])
+	if len(head) < 2+n {
+		return "", false
+	}
+	return string(head[2 : 2+n]), true
+}
+
 // mqttScanner finds packet boundaries in a stream of MQTT bytes: a fixed header byte, the
-// remaining length (variable byte integer), then that many bytes.
+// remaining length (variable byte integer), then that many bytes. packet gets the type and
+// the first bytes of the body (up to 256).
 type mqttScanner struct {
 	state     int // 0: header byte next, 1: in the remaining length, 2: in the body
 	typ       byte
 	rem, mult int
+	head      []byte
 }
 
-func (s *mqttScanner) feed(b []byte, packet func(typ byte)) {
+func (s *mqttScanner) feed(b []byte, packet func(typ byte, head []byte)) {
 	for len(b) > 0 {
 		switch s.state {
 		case 0:
-			s.typ, s.rem, s.mult, s.state = b[0]>>4, 0, 1, 1
+			s.typ, s.rem, s.mult, s.state, s.head = b[0]>>4, 0, 1, 1, s.head[:0]
 			b = b[1:]
 		case 1:
 			c := b[0]
@@ -212,16 +250,19 @@ func (s *mqttScanner) feed(b []byte, packet func(typ byte)) {
 				s.state = 2
 				if s.rem == 0 {
 					s.state = 0
-					packet(s.typ)
+					packet(s.typ, nil)
 				}
 			}
 		case 2:
 			n := min(s.rem, len(b))
+			if len(s.head) < 256 {
+				s.head = append(s.head, b[:min(n, 256-len(s.head))]...)
+			}
 			s.rem -= n
 			b = b[n:]
 			if s.rem == 0 {
 				s.state = 0
-				packet(s.typ)
+				packet(s.typ, s.head)
 			}
 		}
 	}

@@ -66,6 +66,12 @@ type orderSubscriber struct {
 
 func subscribeInOrder(t testing.TB, addr, topic string) *orderSubscriber {
 	t.Helper()
+	return subscribeAllInOrder(t, addr, topic)
+}
+
+// subscribeAllInOrder subscribes to every filter in topics.
+func subscribeAllInOrder(t testing.TB, addr string, topics ...string) *orderSubscriber {
+	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +90,11 @@ func subscribeInOrder(t testing.TB, addr, topic string) *orderSubscriber {
 	if _, err := s.c.Connect(ctx, &paho.Connect{ClientID: fmt.Sprintf("sub-%p", s), KeepAlive: 30, CleanStart: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: topic, QoS: 1}}}); err != nil {
+	var subs []paho.SubscribeOptions
+	for _, topic := range topics {
+		subs = append(subs, paho.SubscribeOptions{Topic: topic, QoS: 1})
+	}
+	if _, err := s.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: subs}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.close)
