@@ -115,8 +115,8 @@ func publishInOrder(ctx context.Context, pub publisher, n int, msg func(i int) (
 	acked, sent := 0, 0
 	for sent < n {
 		if sent-acked >= window {
-			if err = queue[0].wait(ctx); err != nil {
-				break
+			if err := queue[0].wait(ctx); err != nil {
+				return acked, err // the prefix ends here; what follows is sent again
 			}
 			queue[0] = nil
 			queue = queue[1:]

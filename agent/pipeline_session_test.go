@@ -116,3 +116,54 @@ func TestPipeSessionOrderAndLoss(t *testing.T) {
 		t.Fatalf("written after the loss: %v", got)
 	}
 }
+
+// scriptedAsync is an asyncPublisher whose messages are answered at once: with a PUBACK,
+// or with a refusal (reason 0x80) for the payloads in refuse.
+type scriptedAsync struct {
+	window int
+	refuse map[string]bool
+	sent   []string
+}
+
+func (p *scriptedAsync) Publish(context.Context, string, []byte) error { return nil }
+func (p *scriptedAsync) publishWindow() int                            { return p.window }
+func (p *scriptedAsync) publishAsync(_ context.Context, _ string, payload []byte, _ *inFlight) (*inFlight, error) {
+	p.sent = append(p.sent, string(payload))
+	f := &inFlight{resp: make(chan packets.ControlPacket, 1), lost: make(chan struct{})}
+	ack := packets.NewControlPacket(packets.PUBACK)
+	if p.refuse[string(payload)] {
+		ack.Content.(*packets.Puback).ReasonCode = 0x80
+	}
+	f.resp <- *ack
+	return f, nil
+}
+
+// publishInOrder reports the prefix before the first refused message, never has more
+// than the window outstanding, publishes in order, and counts skipped entries as done.
+func TestPublishInOrderStopsAtTheFirstRefusal(t *testing.T) {
+	msgs := []string{"0", "1", "skip", "3", "4", "5", "6", "7", "8", "9", "10", "11"}
+	p := &scriptedAsync{window: 3, refuse: map[string]bool{"5": true, "8": true}}
+	n, err := publishInOrder(context.Background(), p, len(msgs), func(i int) (string, []byte, bool) {
+		return "r", []byte(msgs[i]), msgs[i] == "skip"
+	})
+	if n != 5 || err == nil {
+		t.Fatalf("prefix %d, err %v; want 5 and the refusal", n, err)
+	}
+	// Written in order, the skipped one not at all, and at most a window past the refusal.
+	want := []string{"0", "1", "3", "4", "5", "6", "7"}
+	if len(p.sent) > len(want) {
+		t.Fatalf("sent %v: more than a window past the refused message", p.sent)
+	}
+	for i, s := range p.sent {
+		if s != want[i] {
+			t.Fatalf("sent %v, want a prefix of %v", p.sent, want)
+		}
+	}
+	// The embedded broker's kind of publisher (no window): one by one, the same prefix.
+	c := newCollector()
+	c.fail = errors.New("down")
+	n, err = publishInOrder(context.Background(), c, 3, func(i int) (string, []byte, bool) { return "r", []byte{'a' + byte(i)}, false })
+	if n != 0 || err == nil {
+		t.Fatalf("sync publisher: prefix %d, err %v; want 0 and the failure", n, err)
+	}
+}
