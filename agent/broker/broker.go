@@ -248,7 +248,7 @@ func New(opts *Options) (*Broker, error) {
 		o.WriteTimeout = DefaultWriteTimeout
 	}
 	b.listener = &tcpListener{
-		id: "tcp", address: o.Listen, tlsConfig: tlsConfig,
+		id: "tcp", address: o.Listen, tlsConfig: tlsConfig, srv: srv,
 		connectTimeout: o.ConnectTimeout, writeTimeout: o.WriteTimeout,
 	}
 	return b, nil

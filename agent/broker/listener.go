@@ -7,7 +7,9 @@ import (
 	"sync"
 	"time"
 
+	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/mochi-mqtt/server/v2/packets"
 )
 
 // Defaults of the connection deadlines (see Options).
@@ -34,6 +36,7 @@ type tcpListener struct {
 	tlsConfig      *tls.Config
 	connectTimeout time.Duration
 	writeTimeout   time.Duration
+	srv            *mqtt.Server // disconnects this listener's clients on Close; nil: mochi's closeClients
 
 	ln     net.Listener
 	wg     sync.WaitGroup // connection goroutines (mochi adds to its own count inside them, too late for Close)
@@ -108,7 +111,7 @@ func (l *tcpListener) Close(closeClients listeners.CloseFn) {
 	}
 	l.closed = true
 	l.mu.Unlock()
-	closeClients(l.id) // DISCONNECT to every known client
+	l.disconnectClients(closeClients) // DISCONNECT to every known client
 	_ = l.ln.Close()
 	l.mu.Lock()
 	open := make([]*deadlineConn, 0, len(l.conns))
@@ -142,4 +145,21 @@ func (c *deadlineConn) Close() error {
 		c.l.mu.Unlock()
 	})
 	return err
+}
+
+// disconnectClients sends DISCONNECT to every client of this listener. mochi v2.7.9's own
+// closeClients (Server.closeListenerClients → Clients.GetByListener) takes the client list's
+// read lock twice (GetByListener calls Len under its RLock): a client leaving at that moment
+// (Clients.Delete waits for the write lock between the two) deadlocked Close for good
+// (TestHLCExample hung once in about ten runs). Clients.GetAll takes the read lock once.
+func (l *tcpListener) disconnectClients(closeClients listeners.CloseFn) {
+	if l.srv == nil {
+		closeClients(l.id)
+		return
+	}
+	for _, cl := range l.srv.Clients.GetAll() {
+		if cl.Net.Listener == l.id && !cl.Closed() {
+			_ = l.srv.DisconnectClient(cl, packets.ErrServerShuttingDown)
+		}
+	}
 }
