@@ -130,8 +130,10 @@ func TestLegacySessionsFileIsNamedNotRead(t *testing.T) {
 // under the packet ids they were sent with, each its own.
 func TestRestoredInflightKeepsPacketIDs(t *testing.T) {
 	dir := t.TempDir()
-	b1 := startBroker(t, Options{DataDir: dir})
+	d := &disconnects{ids: make(chan string, 16)}
+	b1 := startBroker(t, Options{DataDir: dir}, d)
 	dial(t, b1.Addr(), "back-office", dialOptions{sessionExpiry: 3600, noSubscribe: true, subscribe: []string{"results"}}).close()
+	d.wait(t, "back-office") // offline: every message stays in flight
 	const n = 30
 	publishInline(t, b1, "results", 0, n)
 	cl, ok := b1.Server().Clients.Get("back-office")
