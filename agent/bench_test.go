@@ -84,9 +84,10 @@ func reportThroughput(b *testing.B, tasks int, elapsed, cpu time.Duration) float
 //     FACEAGENT_BENCH_PER_TERMINAL changes the 20) submitted in batches of 64 and followed
 //     to their last result. Broker sessions in memory ([broker] persist = false).
 //   - agent-persist: the same with the default persist = true: the embedded broker keeps
-//     sessions in bbolt (mochi's storage hook) in data_dir.
+//     sessions in its sessions journal (agent/broker) in data_dir.
 //   - agent-persist-bo: the same with a back office whose session outlives its connection
-//     (expiry 1 h), so that every result and forwarded ack is kept in bbolt until acked.
+//     (expiry 1 h), so that every result and forwarded ack is kept in the sessions journal
+//     until acked.
 //   - poll500ms: the field report's design, same terminals and broker kind, for contrast:
 //     a loop that wakes every 500 ms and sends each device at most one command per tick
 //     (the next only on a later tick, after the ack). Each op is 4 tasks per terminal.

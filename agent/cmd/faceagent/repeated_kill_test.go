@@ -38,8 +38,8 @@ import (
 //
 // The agent's data lives on tmpfs when there is room: a SIGKILL keeps what the process
 // wrote whether or not it was fsynced, so tmpfs changes nothing the test checks, and the
-// back office's persistent session costs two fsynced bbolt transactions per result on a
-// disk (docs/benchmarks.md), which made this run four times slower.
+// back office's persistent session costs fsyncs of the broker's sessions journal on a disk
+// (docs/benchmarks.md), which made this run several times slower.
 func TestRepeatedSIGKILL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills and restarts the agent five times during 10,000 tasks")

@@ -33,7 +33,7 @@ func TestUpstreamBrokerRestartMidRun(t *testing.T) {
 		batch = 50
 	)
 	ids := []string{"u1", "u2", "u3", "u4"}
-	dir := memDir(t) // the back office's persistent session: a bbolt fsync per result
+	dir := memDir(t) // the back office's persistent session: sessions journal fsyncs
 	upAddr := testutil.FreeAddr(t)
 	upCfg := writeFile(t, dir, "upstream.toml", fmt.Sprintf("[agent]\ndata_dir = %q\n[broker]\nlisten = %q\n",
 		filepath.Join(dir, "upstream"), upAddr))
