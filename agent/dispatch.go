@@ -12,7 +12,6 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
-	"github.com/seed0e69bba5/faceagent/agent/journal"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
 	"github.com/seed0e69bba5/faceagent/device"
 	"github.com/seed0e69bba5/faceagent/device/face"
@@ -143,17 +142,8 @@ func openOutbox(cfg *config.Config, sender outbox.Sender, log *slog.Logger) (*ou
 	for i := range cfg.Devices {
 		devs[cfg.Devices[i].ID] = deviceConfig(&cfg.Devices[i])
 	}
-	jo := journal.Options{BatchWindow: cfg.Journal.BatchWindow.Duration}
-	switch cfg.Journal.Sync {
-	case config.SyncBatch:
-		jo.Sync = journal.SyncBatch
-	case config.SyncNone:
-		jo.Sync = journal.SyncNone
-	default:
-		jo.Sync = journal.SyncAlways
-	}
 	return outbox.Open(filepath.Join(cfg.Agent.DataDir, OutboxDir), sender, &outbox.Options{
-		Journal:            jo,
+		Journal:            syncOptions(cfg.Journal),
 		Settings:           settings(cfg.Dispatch),
 		Devices:            devs,
 		MaxQueuedPerDevice: cfg.Dispatch.MaxQueuePerDevice,

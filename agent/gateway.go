@@ -176,10 +176,18 @@ func clientSetter(c *store.Client) func(context.Context, string, []byte, time.Du
 	}
 }
 
-// journalOptions maps [journal] onto the journal's options (the deadletter log's; the
-// outbox's are the same).
+// journalOptions maps [journal] onto the options of the small logs (deadletters, forwarded
+// acks and heartbeats): 4 MiB segments, since they hold little and compact often.
 func journalOptions(c config.Journal) journal.Options {
-	jo := journal.Options{BatchWindow: c.BatchWindow.Duration, SegmentSize: 4 << 20}
+	jo := syncOptions(c)
+	jo.SegmentSize = 4 << 20
+	return jo
+}
+
+// syncOptions maps [journal] onto the journal's sync policy and batch window, which every
+// journal of the agent shares.
+func syncOptions(c config.Journal) journal.Options {
+	jo := journal.Options{BatchWindow: c.BatchWindow.Duration}
 	switch c.Sync {
 	case config.SyncBatch:
 		jo.Sync = journal.SyncBatch
