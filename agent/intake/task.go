@@ -42,17 +42,19 @@ type Task struct {
 // can recognise duplicates; two tasks differing in any field get different ids. The op and
 // person id up front keep ids readable in terminal logs.
 func (t *Task) MessageID() string {
-	h := sha256.New()
-	var n [4]byte
-	for _, f := range []string{t.TaskID, t.DeviceID, string(t.Op), t.Person.ID, t.Person.Name, t.Person.ValidFrom, t.Person.ValidTo} {
-		binary.BigEndian.PutUint32(n[:], uint32(len(f)))
-		h.Write(n[:])
-		h.Write([]byte(f))
+	// The fields go into one buffer hashed by sha256.Sum256: a hash.Hash from sha256.New
+	// and the []byte(f) conversions written to it escape to the heap, and every task gets
+	// its id twice (validation and command). The bytes hashed are the same.
+	var stack [1024]byte
+	buf := stack[:0]
+	for _, f := range [...]string{t.TaskID, t.DeviceID, string(t.Op), t.Person.ID, t.Person.Name, t.Person.ValidFrom, t.Person.ValidTo} {
+		buf = binary.BigEndian.AppendUint32(buf, uint32(len(f)))
+		buf = append(buf, f...)
 	}
-	var sum [sha256.Size]byte
-	v := binary.BigEndian.Uint64(h.Sum(sum[:0])) >> 1
-	b := make([]byte, 0, len(t.Op)+len(t.Person.ID)+22)
-	b = append(b, t.Op...)
+	sum := sha256.Sum256(buf)
+	v := binary.BigEndian.Uint64(sum[:8]) >> 1
+	var idb [face.MaxIDLen]byte // fits: see the bounds above
+	b := append(idb[:0], t.Op...)
 	b = append(b, '-')
 	b = append(b, t.Person.ID...)
 	b = append(b, '-')
@@ -174,8 +176,9 @@ func Parse(payload []byte, lim Limits) Batch {
 			return b
 		}
 		seen := make(map[string]struct{}, len(elems))
+		b.Tasks = make([]Task, 0, len(elems))
 		for i, e := range elems {
-			b.one(e, lim, fmt.Sprintf("task %d: ", i), seen)
+			b.one(e, lim, i, seen)
 		}
 		return b
 	}
@@ -185,31 +188,39 @@ func Parse(payload []byte, lim Limits) Batch {
 		b.reject(payload, "malformed JSON: "+jsonProblem(err))
 		return b
 	}
-	b.one(trimmed, lim, "", nil)
+	b.one(trimmed, lim, -1, nil)
 	return b
 }
 
-func (b *Batch) one(raw json.RawMessage, lim Limits, where string, seen map[string]struct{}) {
+// one parses the task at index i of a batch (-1: the message is a single task). The
+// "task i: " prefix of a reason is only built for a reject.
+func (b *Batch) one(raw json.RawMessage, lim Limits, i int, seen map[string]struct{}) {
+	where := func() string {
+		if i < 0 {
+			return ""
+		}
+		return "task " + strconv.Itoa(i) + ": "
+	}
 	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
-		b.reject(raw, where+"not a task: want a JSON object or an array of objects")
+		b.reject(raw, where()+"not a task: want a JSON object or an array of objects")
 		return
 	}
 	var t Task
 	if err := json.Unmarshal(raw, &t); err != nil {
-		b.reject(raw, where+"invalid task: "+jsonProblem(err))
+		b.reject(raw, where()+"invalid task: "+jsonProblem(err))
 		return
 	}
 	if err := t.Validate(); err != nil {
-		b.reject(raw, where+"invalid task: "+err.Error())
+		b.reject(raw, where()+"invalid task: "+err.Error())
 		return
 	}
 	if lim.KnownDevice != nil && !lim.KnownDevice(t.DeviceID) {
-		b.reject(raw, fmt.Sprintf("%sunknown device %q", where, t.DeviceID))
+		b.reject(raw, fmt.Sprintf("%sunknown device %q", where(), t.DeviceID))
 		return
 	}
 	if seen != nil {
 		if _, dup := seen[t.TaskID]; dup {
-			b.reject(raw, fmt.Sprintf("%sduplicate taskId %q in batch", where, t.TaskID))
+			b.reject(raw, fmt.Sprintf("%sduplicate taskId %q in batch", where(), t.TaskID))
 			return
 		}
 		seen[t.TaskID] = struct{}{}
