@@ -2,9 +2,9 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -95,8 +95,35 @@ func upstreamTopics(gw string) topics {
 	return topics{tasks: p + "tasks", results: p + "results", deadletter: p + "deadletter", devices: p + "devices/"}
 }
 
-// resultJSON is the upstream result of an outbox result.
+// resultJSON is the upstream result of an outbox result, written by appendResultJSON:
+// byte for byte what encoding/json writes for intake.Result (FuzzResultJSON checks),
+// without its reflection. The reporter encodes one per finished task.
 func resultJSON(r outbox.Result) []byte {
+	out := upstreamResult(r)
+	return appendResultJSON(make([]byte, 0, 128+len(out.TaskID)+len(out.DeviceID)+len(out.MessageID)+len(out.Error)), &out)
+}
+
+// appendResultJSON appends r as encoding/json writes it (field order and escaping).
+func appendResultJSON(dst []byte, r *intake.Result) []byte {
+	dst = append(dst, `{"taskId":`...)
+	dst = appendJSONString(dst, r.TaskID)
+	dst = append(dst, `,"deviceId":`...)
+	dst = appendJSONString(dst, r.DeviceID)
+	dst = append(dst, `,"messageId":`...)
+	dst = appendJSONString(dst, r.MessageID)
+	dst = append(dst, `,"status":`...)
+	dst = appendJSONString(dst, string(r.Status))
+	dst = append(dst, `,"tries":`...)
+	dst = strconv.AppendInt(dst, int64(r.Tries), 10)
+	dst = append(dst, `,"error":`...)
+	dst = appendJSONString(dst, r.Error)
+	dst = append(dst, `,"durationMs":`...)
+	dst = strconv.AppendInt(dst, r.DurationMs, 10)
+	return append(dst, '}')
+}
+
+// upstreamResult maps an outbox result to its upstream form.
+func upstreamResult(r outbox.Result) intake.Result {
 	out := intake.Result{
 		TaskID: r.TaskID, DeviceID: r.DeviceID, MessageID: r.MessageID,
 		Tries: r.Tries, Error: r.Err, DurationMs: r.Duration().Milliseconds(),
@@ -114,8 +141,7 @@ func resultJSON(r outbox.Result) []byte {
 	default:
 		out.Status = intake.Failed
 	}
-	b, _ := json.Marshal(out)
-	return b
+	return out
 }
 
 // reporter publishes the outbox's results in order and marks them reported only once the
