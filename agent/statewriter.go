@@ -69,6 +69,7 @@ type stateWriter struct {
 	wg      sync.WaitGroup
 	written uint64 // writes done (tests, metrics)
 	failed  uint64
+	scans   uint64 // writeDue rounds: wake-ups of the writer (tests, benchmarks)
 }
 
 type devState struct {
@@ -94,16 +95,31 @@ func newStateWriter(ids []string, set func(context.Context, string, []byte, time
 }
 
 // touch marks a device's state as changed.
+//
+// Only a device turning dirty wakes the writer: one already dirty is in the writer's
+// next wake-up (its write_interval timer, or a write in progress that re-marked it). At
+// thousands of acks a second, waking for each only to find every device inside its
+// write_interval was a scan of all devices per ack on two shared cores.
 func (w *stateWriter) touch(id string) {
 	if w == nil {
 		return
 	}
 	w.mu.Lock()
-	if d := w.devs[id]; d != nil {
-		d.dirty = true
-	}
+	wake := markDirty(w.devs[id])
 	w.mu.Unlock()
-	w.poke()
+	if wake {
+		w.poke()
+	}
+}
+
+// markDirty marks d dirty and reports whether it was clean (the writer must be woken).
+// Called with mu held.
+func markDirty(d *devState) bool {
+	if d == nil || d.dirty {
+		return false
+	}
+	d.dirty = true
+	return true
 }
 
 func (w *stateWriter) heartbeat(id string, hb face.Heartbeat) {
@@ -111,11 +127,15 @@ func (w *stateWriter) heartbeat(id string, hb face.Heartbeat) {
 		return
 	}
 	w.mu.Lock()
-	if d := w.devs[id]; d != nil {
-		d.hb, d.hbAt, d.dirty = hb, time.Now(), true
+	d := w.devs[id]
+	if d != nil {
+		d.hb, d.hbAt = hb, time.Now()
 	}
+	wake := markDirty(d)
 	w.mu.Unlock()
-	w.poke()
+	if wake {
+		w.poke()
+	}
 }
 
 func (w *stateWriter) result(r outbox.Result) {
@@ -123,14 +143,15 @@ func (w *stateWriter) result(r outbox.Result) {
 		return
 	}
 	w.mu.Lock()
-	if d := w.devs[r.DeviceID]; d != nil {
-		if r.Err != "" && (r.Status == outbox.Failed || r.Status == outbox.Expired) {
-			d.lastErr = r.Err
-		}
-		d.dirty = true
+	d := w.devs[r.DeviceID]
+	if d != nil && r.Err != "" && (r.Status == outbox.Failed || r.Status == outbox.Expired) {
+		d.lastErr = r.Err
 	}
+	wake := markDirty(d)
 	w.mu.Unlock()
-	w.poke()
+	if wake {
+		w.poke()
+	}
 }
 
 func (w *stateWriter) poke() {
@@ -164,6 +185,7 @@ func (w *stateWriter) writeDue(ctx context.Context) time.Time {
 	now := time.Now()
 	next := now.Add(w.refresh)
 	w.mu.Lock()
+	w.scans++
 	var due []string
 	for id, d := range w.devs {
 		refreshAt := d.lastWrite.Add(w.refresh)
@@ -182,12 +204,18 @@ func (w *stateWriter) writeDue(ctx context.Context) time.Time {
 		if ctx.Err() != nil {
 			break
 		}
-		w.writeOne(ctx, id, now)
+		if w.writeOne(ctx, id, now) {
+			// Failed: no touch wakes the writer for a device already dirty, so the retry
+			// after write_interval is the writer's own.
+			next = minTime(next, now.Add(w.interval))
+		}
 	}
 	return next
 }
 
-func (w *stateWriter) writeOne(ctx context.Context, id string, now time.Time) {
+// writeOne writes one device's state; it reports whether the write failed (the device is
+// dirty again and due after write_interval).
+func (w *stateWriter) writeOne(ctx context.Context, id string, now time.Time) (failed bool) {
 	st := intake.DeviceState{DeviceID: id, UpdatedAt: now.UnixMilli()}
 	if s, ok := w.ob.DeviceStatus(id); ok {
 		st.Online, st.Paused, st.QueueDepth, st.InFlight = s.Online, s.Paused, s.Queued, s.InFlight
@@ -207,7 +235,7 @@ func (w *stateWriter) writeOne(ctx context.Context, id string, now time.Time) {
 	cmp.UpdatedAt = 0
 	body, _ := cmp.MarshalMsg(nil)
 	if bytes.Equal(body, prev) && now.Before(d.lastWrite.Add(w.refresh)) {
-		return
+		return false
 	}
 	value, _ := st.MarshalMsg(nil)
 	wctx, cancel := context.WithTimeout(ctx, w.timeout)
@@ -233,6 +261,7 @@ func (w *stateWriter) writeOne(ctx context.Context, id string, now time.Time) {
 	if err != nil {
 		w.log.Debug("device state not written", "device", id, "err", err)
 	}
+	return err != nil
 }
 
 func unixMilli(t time.Time) int64 {
