@@ -314,6 +314,11 @@ func (o *commandObserver) onCommand(pr paho.PublishReceived, life int) (bool, er
 // repeat may occur: not later in a life (the retry interval is far above the ack time),
 // not in the first life. The observer may miss a command around a kill (it reconnects
 // too), which can shorten a replay it sees but never invent a repeat.
+//
+// The last ones sent are counted once each (prior holds first sendings): a life killed
+// during its replay has sent only the first of them again, and the next life replays them
+// all. Such a life — nothing but a replay — may stop short of the end; a life that goes on
+// to new commands must have replayed through to the last one sent.
 func (o *commandObserver) check(reportedIn map[string]int) (repeats, longestReplay int, bad []string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -338,8 +343,16 @@ func (o *commandObserver) check(reportedIn map[string]int) (repeats, longestRepl
 			}
 			repeats += replay
 			longestReplay = max(longestReplay, replay)
+			end := len(prior) // the replay runs up to prior[end-1]
+			if replay > 0 && replay == len(cur) {
+				for short := 1; short <= maxShortReplay && !replayIs(prior, end, cur[:replay]); short++ {
+					if replayIs(prior, len(prior)-short, cur[:replay]) {
+						end = len(prior) - short
+					}
+				}
+			}
 			for j, c := range cur[:replay] {
-				if want := prior[len(prior)-replay+j]; want != c.messageID {
+				if want := prior[end-replay+j]; want != c.messageID {
 					bad = append(bad, fmt.Sprintf("terminal %s, life %d: command %d of the replay is %s, but command %d from the end of the life before was %s",
 						dev, life, j, c.messageID, replay-j, want))
 				}
@@ -357,13 +370,33 @@ func (o *commandObserver) check(reportedIn map[string]int) (repeats, longestRepl
 				inLife[c.messageID] = true
 			}
 			for _, c := range cur {
-				prior = append(prior, c.messageID)
+				if !sent[c.messageID] {
+					prior = append(prior, c.messageID)
+				}
 				sent[c.messageID] = true
 			}
 			from = to
 		}
 	}
 	return repeats, longestReplay, bad
+}
+
+// maxShortReplay bounds how far before the last command sent a replay cut short by a kill
+// may stop: a terminal has at most a few commands without a durable result at a kill.
+const maxShortReplay = 4
+
+// replayIs reports whether the replay equals the commands of prior that end just before
+// end.
+func replayIs(prior []string, end int, replay []observed) bool {
+	if end < len(replay) || end > len(prior) {
+		return false
+	}
+	for j, c := range replay {
+		if prior[end-len(replay)+j] != c.messageID {
+			return false
+		}
+	}
+	return true
 }
 
 // memDir returns a temporary directory on tmpfs (/dev/shm) if it has 1 GiB free, else one
@@ -422,6 +455,9 @@ func TestCommandObserverCheck(t *testing.T) {
 		{"late repeat after a restart", "0:a 0:b 1:c 1:a", nil, 1, "repeated, not as a replay"},
 		{"replay out of order", "0:a 0:b 1:b 1:a", nil, 2, "command 0 of the replay is b"},
 		{"replay not of the tail", "0:a 0:b 0:c 1:a 1:d", nil, 1, "the replay is a"},
+		{"replay cut short by a kill, then whole", "0:a 0:b 0:c 1:b 2:b 2:c 2:d", map[string]int{"a": 0}, 3, ""},
+		{"replay cut short, then out of order", "0:a 0:b 0:c 1:b 2:c 2:b", map[string]int{"a": 0}, 3, "the replay is c"},
+		{"a short replay must still be of the tail", "0:a 0:b 0:c 0:d 0:e 0:f 0:g 1:a", nil, 1, "the replay is a"},
 		{"reported result resent", "0:a 0:b 1:b", map[string]int{"b": 0}, 1, "its result had reached the back office in life 0"},
 		{"result reported after the restart", "0:a 0:b 1:b", map[string]int{"b": 1}, 1, ""},
 	} {
