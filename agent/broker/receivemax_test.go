@@ -147,7 +147,7 @@ func TestNotificationsRespectReceiveMaximum(t *testing.T) {
 			// until a PUBACK. Once it has taken it (the rest queued behind),
 			// a PINGREQ's PINGRESP is the next packet: a notification written
 			// meanwhile would come before it on the connection.
-			waitUntil(t, func() bool { return n.Len() == changes-next-1 })
+			eventually(t, "notifications queued", func() bool { return n.Len() == changes-next-1 })
 			watcher.send(mp.Packet{FixedHeader: mp.FixedHeader{Type: mp.Pingreq}})
 			if pk := watcher.read(); pk.FixedHeader.Type != mp.Pingresp {
 				t.Fatalf("%d notifications unacknowledged, Receive Maximum 2: got %q", len(unacked)+1, pk.Payload)
@@ -171,17 +171,4 @@ func TestNotificationsRespectReceiveMaximum(t *testing.T) {
 
 func cmdNotifySet(value string) []byte {
 	return []byte(fmt.Sprintf("*4\r\n$6\r\nNOTIFY\r\n$3\r\nSET\r\n$5\r\nVALUE\r\n$%d\r\n%s\r\n", len(value), value))
-}
-
-// waitUntil polls cond (a state the test cannot be told about by an event)
-// until it holds, failing after waitFor.
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached")
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
