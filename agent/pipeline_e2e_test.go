@@ -19,43 +19,12 @@ func TestResultsArePipelinedAcrossASlowLink(t *testing.T) {
 	m := testutil.StartMosquitto(t)
 	proxy := startDelayProxy(t, m.Addr, 20*time.Millisecond)
 	ids := []string{"w1", "w2", "w3", "w4"}
-	src := fmt.Sprintf("[agent]\ngateway_id = \"gw-w\"\ndata_dir = %q\n[broker]\nlisten = \"127.0.0.1:0\"\n"+
-		"[upstream]\nurl = \"mqtt://%s\"\nreconnect_max = \"300ms\"\n[store]\nrequest_timeout = \"2s\"\n", t.TempDir(), proxy.addr())
-	for _, id := range ids {
-		src += fmt.Sprintf("[[devices]]\nid = %q\n", id)
-	}
-	cfg, err := config.Parse("w.toml", []byte(src), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	local, a, stop := startAgentFull(t, cfg)
-	select {
-	case <-a.UpstreamConnected():
-	case <-time.After(20 * time.Second):
-		t.Fatal("never connected upstream")
-	}
-	fleet, err := sim.StartMQTT("mqtt://"+local, ids, sim.Options{Seed: 5, Strict: true,
-		AckLatency: sim.Latency{Kind: sim.Fixed, A: time.Millisecond}, HeartbeatInterval: time.Second,
-		OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fleet.Close()
+	local, _, stop := startUpstreamAgent(t, "gw-w", proxy.addr(), "300ms", ids)
+	defer startStrictTerminals(t, local, ids, 5).Close()
 	sub := subscribeInOrder(t, m.Addr, "faceagent/gw-w/results")
 	bo := connectBackOffice(t, m.Addr, "gw-w")
 	const n = 400
-	var batch []byte
-	for i := range n {
-		if i%50 == 0 {
-			batch = append(batch[:0], '[')
-		} else {
-			batch = append(batch, ',')
-		}
-		batch = fmt.Appendf(batch, `{"taskId":"w-%03d","deviceId":%q,"op":"AddPerson","person":{"id":"%d"}}`, i, ids[i%len(ids)], i)
-		if i%50 == 49 {
-			bo.publish("faceagent/gw-w/tasks", append(batch, ']'))
-		}
-	}
+	publishAddBatches(bo, "gw-w", "w-%03d", ids, n, 50)
 	waitFor(t, "every result", func() bool { return len(sub.received()) >= n }, sub.changed)
 	_, peak, _ := proxy.counts()
 	t.Logf("at most %d messages in flight across the link", peak)
@@ -108,45 +77,14 @@ func TestResultsSurviveUpstreamRestartMidStream(t *testing.T) {
 	proxy := startDelayProxy(t, m.Addr, 10*time.Millisecond)
 	proxy.setCountTopic("faceagent/gw-v/")
 	ids := []string{"v1", "v2", "v3", "v4"}
-	src := fmt.Sprintf("[agent]\ngateway_id = \"gw-v\"\ndata_dir = %q\n[broker]\nlisten = \"127.0.0.1:0\"\n"+
-		"[upstream]\nurl = \"mqtt://%s\"\nreconnect_max = \"200ms\"\n[store]\nrequest_timeout = \"2s\"\n", t.TempDir(), proxy.addr())
-	for _, id := range ids {
-		src += fmt.Sprintf("[[devices]]\nid = %q\n", id)
-	}
-	cfg, err := config.Parse("v.toml", []byte(src), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	local, a, stop := startAgentFull(t, cfg)
-	select {
-	case <-a.UpstreamConnected():
-	case <-time.After(20 * time.Second):
-		t.Fatal("never connected upstream")
-	}
+	local, a, stop := startUpstreamAgent(t, "gw-v", proxy.addr(), "200ms", ids)
 	// Subscribed before anything is forwarded: the broker drops what nobody takes.
 	results := subscribeInOrder(t, m.Addr, "faceagent/gw-v/results")
 	others := subscribeAllInOrder(t, m.Addr, "faceagent/gw-v/devices/#", "faceagent/gw-v/deadletter")
-	fleet, err := sim.StartMQTT("mqtt://"+local, ids, sim.Options{Seed: 6, Strict: true,
-		AckLatency: sim.Latency{Kind: sim.Fixed, A: time.Millisecond}, HeartbeatInterval: time.Second,
-		OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fleet.Close()
+	defer startStrictTerminals(t, local, ids, 6).Close()
 	bo := connectBackOffice(t, m.Addr, "gw-v")
 	const n = 1200
-	var batch []byte
-	for i := range n {
-		if i%100 == 0 {
-			batch = append(batch[:0], '[')
-		} else {
-			batch = append(batch, ',')
-		}
-		batch = fmt.Appendf(batch, `{"taskId":"v-%04d","deviceId":%q,"op":"AddPerson","person":{"id":"%d"}}`, i, ids[i%len(ids)], i)
-		if i%100 == 99 {
-			bo.publish("faceagent/gw-v/tasks", append(batch, ']'))
-		}
-	}
+	publishAddBatches(bo, "gw-v", "v-%04d", ids, n, 100)
 	// Every task is in the agent's journal before the broker goes (it would lose those
 	// it had not delivered yet).
 	pollUntil(t, "every task taken", func() bool { return a.m.tasksAccepted.Value() >= n })
@@ -201,4 +139,57 @@ func TestResultsSurviveUpstreamRestartMidStream(t *testing.T) {
 		t.Fatalf("%d results, want %d", len(seen), n)
 	}
 	stop()
+}
+
+// startUpstreamAgent starts an agent with its embedded broker for the terminals and the
+// upstream broker at upstream, and waits until it is connected there.
+func startUpstreamAgent(t *testing.T, gw, upstream, reconnectMax string, ids []string) (local string, a *Agent, stop func()) {
+	t.Helper()
+	src := fmt.Sprintf("[agent]\ngateway_id = %q\ndata_dir = %q\n[broker]\nlisten = \"127.0.0.1:0\"\n"+
+		"[upstream]\nurl = \"mqtt://%s\"\nreconnect_max = %q\n[store]\nrequest_timeout = \"2s\"\n",
+		gw, t.TempDir(), upstream, reconnectMax)
+	for _, id := range ids {
+		src += fmt.Sprintf("[[devices]]\nid = %q\n", id)
+	}
+	cfg, err := config.Parse(gw+".toml", []byte(src), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, a, stop = startAgentFull(t, cfg)
+	select {
+	case <-a.UpstreamConnected():
+	case <-time.After(20 * time.Second):
+		t.Fatal("never connected upstream")
+	}
+	return local, a, stop
+}
+
+// startStrictTerminals connects simulated terminals that ack after 1 ms and report any
+// second command in flight as a test error.
+func startStrictTerminals(t *testing.T, brokerAddr string, ids []string, seed uint64) *sim.Fleet {
+	t.Helper()
+	fleet, err := sim.StartMQTT("mqtt://"+brokerAddr, ids, sim.Options{Seed: seed, Strict: true,
+		AckLatency: sim.Latency{Kind: sim.Fixed, A: time.Millisecond}, HeartbeatInterval: time.Second,
+		OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fleet
+}
+
+// publishAddBatches publishes n AddPerson tasks, task i to ids[i%len(ids)] with task id
+// fmt.Sprintf(taskID, i) and person i, in batches of per.
+func publishAddBatches(bo *backOffice, gw, taskID string, ids []string, n, per int) {
+	var batch []byte
+	for i := range n {
+		if i%per == 0 {
+			batch = append(batch[:0], '[')
+		} else {
+			batch = append(batch, ',')
+		}
+		batch = fmt.Appendf(batch, `{"taskId":"`+taskID+`","deviceId":%q,"op":"AddPerson","person":{"id":"%d"}}`, i, ids[i%len(ids)], i)
+		if i%per == per-1 {
+			bo.publish("faceagent/"+gw+"/tasks", append(batch, ']'))
+		}
+	}
 }
