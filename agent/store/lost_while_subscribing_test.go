@@ -17,14 +17,7 @@ import (
 // when that connection drops; it used to wait for a later connection, bounded only by its
 // timeout. After the broker restarts, the client gets ready and serves requests again.
 func TestLinkDropFailsRequestsWaitingForSubscription(t *testing.T) {
-	hook := &holdFirstSubscribe{entered: make(chan struct{}), release: make(chan struct{})}
-	released := sync.OnceFunc(func() { close(hook.release) })
-	b, url := startEmbedded(t, "", "", func(b *broker.Broker) {
-		if err := b.AddHook(hook, nil); err != nil {
-			t.Fatal(err)
-		}
-	})
-	t.Cleanup(released) // registered after the broker's Close, so it runs before it
+	hook, released, b, url := startHoldingSubscribe(t)
 	// A long request timeout: failing by the timeout would fail the test's own deadline.
 	c, err := New(&Options{URL: url, Timeout: time.Minute, ReconnectMin: 20 * time.Millisecond,
 		ReconnectMax: 200 * time.Millisecond})
@@ -91,14 +84,7 @@ func TestLinkDropFailsRequestsWaitingForSubscription(t *testing.T) {
 // TestRequestWaitingForSubscriptionHonoursContext: the wait for the SUBACK is bounded by the
 // request's context and by its timeout.
 func TestRequestWaitingForSubscriptionHonoursContext(t *testing.T) {
-	hook := &holdFirstSubscribe{entered: make(chan struct{}), release: make(chan struct{})}
-	released := sync.OnceFunc(func() { close(hook.release) })
-	_, url := startEmbedded(t, "", "", func(b *broker.Broker) {
-		if err := b.AddHook(hook, nil); err != nil {
-			t.Fatal(err)
-		}
-	})
-	t.Cleanup(released)
+	hook, _, _, url := startHoldingSubscribe(t)
 	c, err := New(&Options{URL: url, Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -122,14 +108,7 @@ func TestRequestWaitingForSubscriptionHonoursContext(t *testing.T) {
 // TestCloseFailsRequestsWaitingForSubscription: Close ends a request waiting for the SUBACK
 // with ErrClosed instead of leaving it to its timeout.
 func TestCloseFailsRequestsWaitingForSubscription(t *testing.T) {
-	hook := &holdFirstSubscribe{entered: make(chan struct{}), release: make(chan struct{})}
-	released := sync.OnceFunc(func() { close(hook.release) })
-	_, url := startEmbedded(t, "", "", func(b *broker.Broker) {
-		if err := b.AddHook(hook, nil); err != nil {
-			t.Fatal(err)
-		}
-	})
-	t.Cleanup(released)
+	hook, _, _, url := startHoldingSubscribe(t)
 	c, err := New(&Options{URL: url, Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -167,4 +146,20 @@ func TestCloseFailsRequestsWaitingForSubscription(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the request still waits after Close")
 	}
+}
+
+// startHoldingSubscribe starts the embedded broker with a hook that holds the first
+// SUBSCRIBE until released is called (at the latest when the test ends: the cleanup is
+// registered after the broker's Close, so it runs before it).
+func startHoldingSubscribe(t *testing.T) (hook *holdFirstSubscribe, released func(), b *broker.Broker, url string) {
+	t.Helper()
+	hook = &holdFirstSubscribe{entered: make(chan struct{}), release: make(chan struct{})}
+	released = sync.OnceFunc(func() { close(hook.release) })
+	b, url = startEmbedded(t, "", "", func(b *broker.Broker) {
+		if err := b.AddHook(hook, nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Cleanup(released)
+	return hook, released, b, url
 }
