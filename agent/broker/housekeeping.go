@@ -145,12 +145,7 @@ func (h *housekeeper) OnStarted() {
 	for task := range numTasks {
 		due[task] = h.scan(task, now)
 	}
-	h.mu.Lock()
-	for task, at := range due {
-		h.lowerLocked(task, at)
-	}
-	h.armLocked()
-	h.mu.Unlock()
+	h.lowerAll(due)
 }
 
 // Stop is called by mochi's Close.
@@ -287,12 +282,18 @@ func (h *housekeeper) fire() {
 		}
 		next[task] = h.scan(task, now)
 	}
+	h.lowerAll(next)
+}
+
+// lowerAll brings every task's deadline forward to its entry in due (zero: none) and
+// re-arms the timer once.
+func (h *housekeeper) lowerAll(due [numTasks]time.Time) {
 	h.mu.Lock()
-	for task, at := range next {
+	defer h.mu.Unlock()
+	for task, at := range due {
 		h.lowerLocked(task, at)
 	}
 	h.armLocked()
-	h.mu.Unlock()
 }
 
 // scan returns the next moment something of task's kind can expire (zero: nothing can),
