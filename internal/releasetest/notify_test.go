@@ -1,14 +1,12 @@
 package releasetest
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -38,27 +36,11 @@ func TestDaemonSpeaksNotifyProtocol(t *testing.T) {
 	}
 	defer notify.Close()
 
-	var logs bytes.Buffer
 	agent := exec.Command(bin, "-config", cfg)
 	// 400 ms watchdog: keepalives every 200 ms. WATCHDOG_PID is left unset (systemd sets it to
 	// the main PID, which we cannot know before the start).
 	agent.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock, "WATCHDOG_USEC=400000")
-	agent.Stdout, agent.Stderr = &logs, &logs
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- agent.Wait() }()
-	stopped := false
-	defer func() {
-		if !stopped {
-			_ = agent.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("faceagent output:\n%s", logs.String())
-		}
-	}()
+	run := startAgent(t, agent)
 
 	// expect reads datagrams until one contains want, or fails after a minute.
 	expect := func(want string) {
@@ -79,17 +61,7 @@ func TestDaemonSpeaksNotifyProtocol(t *testing.T) {
 	expect("WATCHDOG=1")
 	expect("WATCHDOG=1") // keepalives repeat, not a single ping
 
-	if err := agent.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
+	run.sigterm(t)
 	expect("STOPPING=1")
-	select {
-	case err := <-exited:
-		stopped = true
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v", err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("faceagent did not exit within a minute of SIGTERM")
-	}
+	run.waitCleanExit(t, time.Minute)
 }

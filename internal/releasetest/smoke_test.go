@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -51,13 +50,7 @@ func TestARMSmoke(t *testing.T) {
 			t.Skipf("SMOKE SKIPPED: %s has no Go files yet; the armv7 smoke test needs the daemon and the state store CLI", dir)
 		}
 	}
-	qemu := os.Getenv("QEMU_ARM")
-	if qemu == "" {
-		var err error
-		if qemu, err = exec.LookPath("qemu-arm-static"); err != nil {
-			t.Fatal("qemu-arm-static not found: apt-get install qemu-user-static")
-		}
-	}
+	qemu := qemuFor(t, "arm")
 
 	began := time.Now()
 	dir := t.TempDir()
@@ -84,29 +77,13 @@ func TestARMSmoke(t *testing.T) {
 	}
 	defer notify.Close()
 
-	var logs bytes.Buffer
 	// The Cortex-A7 is the ARMv7 floor of the boards that run this binary (boards' qemu_cpu).
 	agent := exec.Command(qemu, "-cpu", "cortex-a7", agentBin, "-config", cfg)
 	agent.Env = append(os.Environ(), "NOTIFY_SOCKET="+filepath.Join(dir, "notify"))
-	agent.Stdout, agent.Stderr = &logs, &logs
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- agent.Wait() }()
-	stopped := false
-	defer func() {
-		if !stopped {
-			_ = agent.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("faceagent output:\n%s", logs.String())
-		}
-	}()
+	run := startAgent(t, agent)
 
 	start := time.Now()
-	waitReady(t, notify, exited)
+	waitReady(t, notify, run)
 	t.Logf("READY=1 after %v under qemu", time.Since(start).Round(time.Millisecond))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -119,18 +96,8 @@ func TestARMSmoke(t *testing.T) {
 	t.Logf("SET and GET answered %v after start", time.Since(start).Round(time.Millisecond))
 
 	// A clean stop: SIGTERM, exit status 0.
-	if err := agent.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		stopped = true
-		if err != nil {
-			t.Fatalf("faceagent did not exit cleanly on SIGTERM: %v", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("faceagent did not stop within 60 s of SIGTERM")
-	}
+	run.sigterm(t)
+	run.waitCleanExit(t, 60*time.Second)
 }
 
 func sscli(ctx context.Context, t *testing.T, bin, addr string, args ...string) string {
@@ -145,7 +112,7 @@ func sscli(ctx context.Context, t *testing.T, bin, addr string, args ...string) 
 
 // waitReady returns once the agent sent READY=1 — what systemd waits for with Type=notify —
 // and fails if the agent exits first or takes longer than two minutes (qemu is slow).
-func waitReady(t *testing.T, notify *net.UnixConn, exited <-chan error) {
+func waitReady(t *testing.T, notify *net.UnixConn, run *agentRun) {
 	t.Helper()
 	ready := make(chan struct{})
 	go func() { // ends when the deadline passes or the test closes notify
@@ -164,8 +131,8 @@ func waitReady(t *testing.T, notify *net.UnixConn, exited <-chan error) {
 	}()
 	select {
 	case <-ready:
-	case err := <-exited:
-		t.Fatalf("faceagent exited before it was ready: %v", err)
+	case <-run.done:
+		t.Fatalf("faceagent exited before it was ready: %v", run.err)
 	case <-time.After(2 * time.Minute):
 		t.Fatal("no READY=1 from faceagent within 2 minutes under qemu")
 	}
