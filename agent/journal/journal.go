@@ -452,14 +452,20 @@ func (j *Journal) flush() {
 	// Appends are refused from here on; the waiters wake after OnFailure ran, so whoever
 	// sees the error also sees the owner's reaction to it. That includes a Wait that starts
 	// now: j.flushing stays set until then, and Wait looks at it before at j.err.
-	j.log.Error("journal refuses appends", "dir", j.dir, "err", err)
-	if j.opts.OnFailure != nil {
-		j.opts.OnFailure(err)
-	}
+	j.reportFailure(err)
 	close(bt.done)
 	j.mu.Lock()
 	j.flushing = nil
 	j.mu.Unlock()
+}
+
+// reportFailure logs err, with which the journal now refuses appends, and hands it to
+// OnFailure. Called once, on the writer goroutine, by whoever set j.err first.
+func (j *Journal) reportFailure(err error) {
+	j.log.Error("journal refuses appends", "dir", j.dir, "err", err)
+	if j.opts.OnFailure != nil {
+		j.opts.OnFailure(err)
+	}
 }
 
 // writeBatch writes b at the end of the open segment and syncs it. wrote says whether the

@@ -48,10 +48,7 @@ func (j *Journal) checkpoint() checkpointResult {
 			}
 			j.mu.Unlock()
 			if first {
-				j.log.Error("journal refuses appends", "dir", j.dir, "err", err)
-				if j.opts.OnFailure != nil {
-					j.opts.OnFailure(err)
-				}
+				j.reportFailure(err)
 			}
 			return checkpointResult{err: err}
 		}
