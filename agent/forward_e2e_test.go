@@ -112,85 +112,15 @@ func published(prefix string, backlog []string) []string {
 	return out
 }
 
-// holdProxy forwards TCP connections to target; while held it refuses them (accepts and
-// closes at once), so a test decides when a client may reconnect.
-type holdProxy struct {
-	ln     net.Listener
-	target string
-	held   atomic.Bool
-	mu     sync.Mutex
-	conns  map[net.Conn]bool
-	wg     sync.WaitGroup
-}
-
-func startHoldProxy(t *testing.T, target string) *holdProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &holdProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if p.held.Load() {
-				c.Close()
-				continue
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.track(c, up)
-			p.wg.Add(2)
-			go p.pipe(c, up)
-			go p.pipe(up, c)
-		}
-	}()
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *holdProxy) track(cs ...net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range cs {
-		p.conns[c] = true
-	}
-}
-
-func (p *holdProxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
-	dst.Close()
-	src.Close()
-}
-
-func (p *holdProxy) close() {
-	p.ln.Close()
-	p.mu.Lock()
-	for c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-}
-
 // Acks forwarded while the external broker (mosquitto) is stopped stay in the forward log
 // and are delivered in order, once each at least, when it is back — heartbeats coalesced
 // to the latest. A proxy holds the agent's reconnect until the back office has subscribed
 // to the restarted broker again (mosquitto here keeps no sessions across a restart).
 func TestForwardedAcksSurviveUpstreamOutage(t *testing.T) {
 	m := testutil.StartMosquitto(t)
-	proxy := startHoldProxy(t, m.Addr)
+	proxy := startDelayProxy(t, m.Addr, 0)
 	cfg, err := config.Parse("o.toml", []byte(fmt.Sprintf("[agent]\ngateway_id = \"gw-o\"\ndata_dir = %q\n"+
-		"[upstream]\nurl = \"mqtt://%s\"\nreconnect_max = \"200ms\"\n[[devices]]\nid = \"o1\"\n", t.TempDir(), proxy.ln.Addr())), nil)
+		"[upstream]\nurl = \"mqtt://%s\"\nreconnect_max = \"200ms\"\n[[devices]]\nid = \"o1\"\n", t.TempDir(), proxy.addr())), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +160,7 @@ func TestForwardedAcksSurviveUpstreamOutage(t *testing.T) {
 	waitFor(t, "the first ack marked reported", func() bool { return mt.forwardBacklog.Value() == 0 }, f.reported)
 	sub.close()
 
-	proxy.held.Store(true)
+	proxy.hold()
 	m.Stop()
 	for i := 1; i <= 20; i++ {
 		f.ack("o1", testAck(i))
@@ -244,7 +174,7 @@ func TestForwardedAcksSurviveUpstreamOutage(t *testing.T) {
 	}
 	m.Restart()
 	sub = subscribeForwarded(t, m.Addr, "gw-o")
-	proxy.held.Store(false)
+	proxy.release()
 	if got := sub.waitFirst(len(want)); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("delivered after the outage\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
