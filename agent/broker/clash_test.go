@@ -31,6 +31,29 @@ func (h *publishIDs) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Pack
 	return pk, nil
 }
 
+// connectUnacknowledging connects "back-office" to addr with a one-hour session, sending
+// the payload of every message it receives to received and never acknowledging any.
+func connectUnacknowledging(t *testing.T, addr string, clean bool, received chan<- string) (*paho.Client, net.Conn) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := paho.NewClient(paho.ClientConfig{Conn: conn, EnableManualAcknowledgment: true, OnClientError: func(error) {},
+		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
+			received <- string(pr.Packet.Payload) // never acknowledged
+			return true, nil
+		}}})
+	expiry := uint32(3600)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if _, err := c.Connect(ctx, &paho.Connect{ClientID: "back-office", KeepAlive: 30, CleanStart: clean,
+		Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry}}); err != nil {
+		t.Fatal(err)
+	}
+	return c, conn
+}
+
 // TestOwnPublishKeepsMessagesInFlight: a back office publishing tasks with the packet ids of
 // results in flight to it (both sides number from 1) still gets every result again when it
 // resumes its session without having acknowledged them.
@@ -39,23 +62,7 @@ func TestOwnPublishKeepsMessagesInFlight(t *testing.T) {
 	b := startBroker(t, Options{}, ids)
 	received := make(chan string, 64)
 	connect := func(clean bool) (*paho.Client, net.Conn) {
-		conn, err := net.Dial("tcp", b.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := paho.NewClient(paho.ClientConfig{Conn: conn, EnableManualAcknowledgment: true, OnClientError: func(error) {},
-			OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
-				received <- string(pr.Packet.Payload) // never acknowledged
-				return true, nil
-			}}})
-		expiry := uint32(3600)
-		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-		defer cancel()
-		if _, err := c.Connect(ctx, &paho.Connect{ClientID: "back-office", KeepAlive: 30, CleanStart: clean,
-			Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry}}); err != nil {
-			t.Fatal(err)
-		}
-		return c, conn
+		return connectUnacknowledging(t, b.Addr(), clean, received)
 	}
 	c, conn := connect(true)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
@@ -124,23 +131,7 @@ func TestResubscribeOnResume(t *testing.T) {
 	b := startBroker(t, Options{})
 	received := make(chan string, 64)
 	connect := func(clean bool) (*paho.Client, net.Conn) {
-		conn, err := net.Dial("tcp", b.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := paho.NewClient(paho.ClientConfig{Conn: conn, EnableManualAcknowledgment: true, OnClientError: func(error) {},
-			OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
-				received <- string(pr.Packet.Payload)
-				return true, nil
-			}}})
-		expiry := uint32(3600)
-		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-		defer cancel()
-		if _, err := c.Connect(ctx, &paho.Connect{ClientID: "back-office", KeepAlive: 30, CleanStart: clean,
-			Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry}}); err != nil {
-			t.Fatal(err)
-		}
-		return c, conn
+		return connectUnacknowledging(t, b.Addr(), clean, received)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
