@@ -28,27 +28,30 @@ func testMetrics() *agentMetrics {
 
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// collector is a publisher that keeps what it was given, and fails while fail is set.
+// collector is a publisher that keeps what it was given (as "topic payload" if withTopic),
+// and fails while fail is set.
 type collector struct {
-	mu   sync.Mutex
-	got  []string
-	fail error
-	more chan struct{}
+	mu        sync.Mutex
+	got       []string
+	fail      error
+	more      chan struct{}
+	withTopic bool
 }
 
 func newCollector() *collector { return &collector{more: make(chan struct{}, 1)} }
 
-func (c *collector) Publish(_ context.Context, _ string, payload []byte) error {
+func (c *collector) Publish(_ context.Context, topic string, payload []byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.fail != nil {
 		return c.fail
 	}
-	c.got = append(c.got, string(payload))
-	select {
-	case c.more <- struct{}{}:
-	default:
+	line := string(payload)
+	if c.withTopic {
+		line = topic + " " + line
 	}
+	c.got = append(c.got, line)
+	poke(c.more)
 	return nil
 }
 
@@ -65,7 +68,7 @@ func (c *collector) waitFor(t *testing.T, n int) []string {
 		select {
 		case <-c.more:
 		case <-deadline:
-			t.Fatalf("published %d of %d", len(got), n)
+			t.Fatalf("published %d of %d: %q", len(got), n, got)
 		}
 	}
 }

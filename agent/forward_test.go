@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,44 +16,8 @@ import (
 	"github.com/seed0e69bba5/faceagent/device/face"
 )
 
-// topicCollector is a publisher that keeps "topic payload" lines, and fails while fail is set.
-type topicCollector struct {
-	mu   sync.Mutex
-	got  []string
-	fail error
-	more chan struct{}
-}
-
-func newTopicCollector() *topicCollector { return &topicCollector{more: make(chan struct{}, 1)} }
-
-func (c *topicCollector) Publish(_ context.Context, topic string, payload []byte) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.fail != nil {
-		return c.fail
-	}
-	c.got = append(c.got, topic+" "+string(payload))
-	poke(c.more)
-	return nil
-}
-
-func (c *topicCollector) waitFor(t *testing.T, n int) []string {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		c.mu.Lock()
-		got := slices.Clone(c.got)
-		c.mu.Unlock()
-		if len(got) >= n {
-			return got
-		}
-		select {
-		case <-c.more:
-		case <-deadline:
-			t.Fatalf("published %d of %d: %q", len(got), n, got)
-		}
-	}
-}
+// newTopicCollector is a collector that keeps "topic payload" lines.
+func newTopicCollector() *collector { return &collector{more: make(chan struct{}, 1), withTopic: true} }
 
 const testForwardPrefix = "faceagent/gw/devices/"
 
