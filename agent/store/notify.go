@@ -273,11 +273,9 @@ func equalFold(b []byte, s string) bool {
 // the reader learns that it missed changes.
 func (w *Watch) push(n Notification) {
 	w.mu.Lock()
-	if w.queued() >= w.limit {
-		for w.queued() >= w.limit {
-			w.queue[w.head] = Notification{}
-			w.head++
-		}
+	if w.queued() >= w.limit { // == limit: push is the only producer and limit >= 1
+		w.queue[w.head] = Notification{}
+		w.head++
 		if w.queued() > 0 {
 			w.queue[w.head].Resync = true
 		} else {
