@@ -324,52 +324,49 @@ func (h *sessionStore) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
 
 // StoredClients returns the kept sessions' clients.
 func (h *sessionStore) StoredClients() ([]storage.Client, error) {
-	var out []storage.Client
-	for _, v := range h.commit.records(kindClient) {
-		var c storage.Client
-		if err := c.UnmarshalBinary(v); err != nil {
-			return nil, fmt.Errorf("sessions journal: client record: %w", err)
-		}
-		out = append(out, c)
-	}
-	return out, nil
+	return decodeRecords[storage.Client](h.commit, kindClient, "client")
 }
 
 // StoredSubscriptions returns the kept sessions' subscriptions.
 func (h *sessionStore) StoredSubscriptions() ([]storage.Subscription, error) {
-	var out []storage.Subscription
-	for _, v := range h.commit.records(kindSubscription) {
-		var s storage.Subscription
-		if err := s.UnmarshalBinary(v); err != nil {
-			return nil, fmt.Errorf("sessions journal: subscription record: %w", err)
-		}
-		out = append(out, s)
-	}
-	return out, nil
+	return decodeRecords[storage.Subscription](h.commit, kindSubscription, "subscription")
 }
 
 // StoredInflightMessages returns the messages in flight, with their packet ids.
 func (h *sessionStore) StoredInflightMessages() ([]storage.Message, error) {
-	return h.messages(kindInflight)
-}
-
-// StoredRetainedMessages returns the retained messages.
-func (h *sessionStore) StoredRetainedMessages() ([]storage.Message, error) {
-	return h.messages(kindRetained)
-}
-
-func (h *sessionStore) messages(kind byte) ([]storage.Message, error) {
-	var out []storage.Message
-	for _, v := range h.commit.records(kind) {
-		var m storage.Message
-		if err := m.UnmarshalBinary(v); err != nil {
-			return nil, fmt.Errorf("sessions journal: message record: %w", err)
-		}
-		if kind == kindInflight && m.PacketID == 0 {
+	all, err := decodeRecords[storage.Message](h.commit, kindInflight, "message")
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, m := range all {
+		if m.PacketID == 0 {
 			h.log.Warn("broker: dropping a stored in-flight message without a packet id", "client", m.Client)
 			continue
 		}
 		out = append(out, m)
+	}
+	return out, nil
+}
+
+// StoredRetainedMessages returns the retained messages.
+func (h *sessionStore) StoredRetainedMessages() ([]storage.Message, error) {
+	return decodeRecords[storage.Message](h.commit, kindRetained, "message")
+}
+
+// decodeRecords decodes every live journal record of kind, in key order; what names the
+// record in errors.
+func decodeRecords[T any, PT interface {
+	*T
+	UnmarshalBinary([]byte) error
+}](c *committer, kind byte, what string) ([]T, error) {
+	var out []T
+	for _, v := range c.records(kind) {
+		var x T
+		if err := PT(&x).UnmarshalBinary(v); err != nil {
+			return nil, fmt.Errorf("sessions journal: %s record: %w", what, err)
+		}
+		out = append(out, x)
 	}
 	return out, nil
 }
