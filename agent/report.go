@@ -156,7 +156,6 @@ type reporter struct {
 	state  *stateWriter
 	poster *resultPoster // nil without intake.http.results_url
 	wg     sync.WaitGroup
-	delay  time.Duration // the current retry delay after a failed publish (drain's goroutine)
 }
 
 const reportBatch = 256
@@ -165,28 +164,22 @@ func (r *reporter) start(ctx context.Context) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-r.ob.ResultsReady():
-			}
-			for r.drain(ctx) {
-			}
-		}
+		// drain logs its own failures: they differ by stage (publish, sync, post).
+		publishBacklog(ctx, r.ob.ResultsReady(), r.drain, func(error, time.Duration) {})
 	}()
 }
 
-// drain publishes one batch; it returns true when there may be more. With an HTTP
+// drain publishes one batch; more is true when there may be more, sent how many were
+// marked reported, err non-nil when the batch is to be tried again. With an HTTP
 // results_url the batch is also POSTed, and marked reported only once both took it.
-func (r *reporter) drain(ctx context.Context) bool {
+func (r *reporter) drain(ctx context.Context) (more bool, sent int, err error) {
 	batch := batchFor(r.pub, reportBatch)
 	results, err := r.ob.Results(batch)
 	if err != nil {
 		if !errors.Is(err, outbox.ErrClosed) {
 			r.log.Error("reading results", "err", err)
 		}
-		return false
+		return false, 0, nil
 	}
 	payloads := make([][]byte, len(results))
 	for i, res := range results {
@@ -198,8 +191,7 @@ func (r *reporter) drain(ctx context.Context) bool {
 	n, err := publishInOrder(ctx, r.pub, len(results), func(i int) (string, []byte, bool) {
 		return r.topic, payloads[i], false
 	})
-	failed := err != nil
-	if failed {
+	if err != nil {
 		if errors.Is(err, errDropped) {
 			r.m.reportsDropped.With("result").Inc()
 		}
@@ -208,15 +200,15 @@ func (r *reporter) drain(ctx context.Context) bool {
 	payloads = payloads[:n]
 	done := results[:len(payloads)]
 	if len(done) > 0 {
-		if err := syncPublished(r.pub); err != nil {
-			r.log.Warn("storing results in the broker's sessions failed; will retry", "err", err)
-			done, failed = nil, true
+		if serr := syncPublished(r.pub); serr != nil {
+			r.log.Warn("storing results in the broker's sessions failed; will retry", "err", serr)
+			done, err = nil, serr
 		}
 	}
 	if r.poster != nil && len(done) > 0 {
-		if err := r.poster.post(ctx, payloads); err != nil {
-			r.log.Warn("posting results to the back office failed; will retry", "err", err)
-			done, failed = nil, true
+		if perr := r.poster.post(ctx, payloads); perr != nil {
+			r.log.Warn("posting results to the back office failed; will retry", "err", perr)
+			done, err = nil, perr
 		}
 	}
 	ids := make([]string, len(done))
@@ -225,20 +217,11 @@ func (r *reporter) drain(ctx context.Context) bool {
 		r.m.result(res)
 		r.state.result(res)
 	}
-	if err := r.ob.MarkReported(ids...); err != nil && !errors.Is(err, outbox.ErrClosed) {
-		r.log.Error("marking results reported", "err", err)
+	if merr := r.ob.MarkReported(ids...); merr != nil && !errors.Is(merr, outbox.ErrClosed) {
+		r.log.Error("marking results reported", "err", merr)
 	}
-	if failed {
-		if len(done) > 0 {
-			r.delay = 0 // progress: the next try comes soon again
-		}
-		r.delay = nextRetryDelay(r.delay)
-		select {
-		case <-ctx.Done():
-		case <-time.After(r.delay):
-		}
-		return ctx.Err() == nil
+	if err != nil {
+		return true, len(done), err
 	}
-	r.delay = 0
-	return len(results) == batch
+	return len(results) == batch, len(done), nil
 }
