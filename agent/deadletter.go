@@ -192,10 +192,7 @@ func (d *deadLetterLog) add(payloads [][]byte) error {
 	}
 	d.mu.Unlock()
 	d.gauge()
-	select {
-	case d.ready <- struct{}{}:
-	default:
-	}
+	poke(d.ready)
 	return d.j.Wait(last)
 }
 
@@ -263,10 +260,7 @@ func (d *deadLetterLog) markReported(id uint64, n int) error {
 	compact := d.records-len(d.pending) >= compactDeadLetters
 	d.mu.Unlock()
 	d.gauge()
-	select {
-	case d.reported <- struct{}{}:
-	default:
-	}
+	poke(d.reported)
 	if err != nil {
 		return err
 	}

@@ -155,10 +155,7 @@ func (w *stateWriter) result(r outbox.Result) {
 }
 
 func (w *stateWriter) poke() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
+	poke(w.wake)
 }
 
 func (w *stateWriter) start(ctx context.Context) {

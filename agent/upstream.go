@@ -157,10 +157,7 @@ func (uc *upstreamConn) subscribe(ctx context.Context, cm *autopaho.ConnectionMa
 }
 
 func (uc *upstreamConn) poke() {
-	select {
-	case uc.event <- struct{}{}:
-	default:
-	}
+	poke(uc.event)
 }
 
 // onPublish runs on paho's handler goroutine, one message at a time, in arrival order,
