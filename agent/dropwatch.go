@@ -62,7 +62,7 @@ func (d *dropWatch) mark(topic string) dropMark {
 	if c == nil {
 		return dropMark{}
 	}
-	return dropMark{own: c.Load(), inflight: uint64(atomic.LoadInt64(&d.srv.Info.InflightDropped))}
+	return dropMark{own: c.Load(), inflight: d.inflightDropped()}
 }
 
 // droppedSince reports whether a delivery of a message on topic may have been dropped
@@ -72,7 +72,7 @@ func (d *dropWatch) droppedSince(topic string, m dropMark) bool {
 	if c == nil {
 		return false
 	}
-	return c.Load() != m.own || uint64(atomic.LoadInt64(&d.srv.Info.InflightDropped)) != m.inflight
+	return c.Load() != m.own || d.inflightDropped() != m.inflight
 }
 
 // inflightDropped is the broker's count of deliveries dropped at the inflight quota.
