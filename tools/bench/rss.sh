@@ -5,6 +5,8 @@
 #
 #   idle        started, nothing connected, nothing queued
 #   queued      10,000 tasks submitted, no terminal connected (all stay queued)
+#   steady      the same 12 s later: the agent has been quiet for more than 5 s and has
+#               returned its free heap to the kernel (internal/memtrim)
 #   connected   64 facesim terminals connected that ack after 30 s (retry_interval 1m), so about 10,000 - 64
 #               tasks stay queued while every terminal has one command in flight
 #
@@ -67,8 +69,8 @@ run() { # uses $label and $connect (yes: start the 64 terminals)
 		-device-prefix t -no-follow >/dev/null
 	sleep 3
 	echo "$label queued (terminals connected: $connect): $(rss $agent_pid)"
-	sleep 3
-	echo "$label queued +3 s: $(rss $agent_pid)"
+	sleep 9
+	echo "$label steady, 12 s later: $(rss $agent_pid)"
 	[ -n "$sim_pid" ] && kill "$sim_pid" && wait "$sim_pid" 2>/dev/null || true
 	sim_pid=""
 	kill "$agent_pid"

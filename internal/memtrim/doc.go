@@ -1,0 +1,34 @@
+// Package memtrim gives memory the agent no longer uses back to the kernel, so that a
+// gateway's resident set reflects what the agent needs now rather than its busiest moment.
+//
+// Two things are released:
+//
+//   - The pages of the executable that only start-up touched. ReleaseImage drops this
+//     process's mappings of the read-only parts of its own binary (code, read-only data,
+//     the function table); pages that are used again fault back in from the page cache at
+//     the cost of a minor fault. Call it once, after start-up.
+//   - Heap the runtime keeps after a burst. The Go runtime returns free heap to the kernel
+//     slowly, and a burst (10,000 tasks arriving at once) leaves megabytes free but
+//     resident. QuietRelease watches garbage collections; when none has happened for a
+//     while after one did, the process has gone quiet, and it runs debug.FreeOSMemory once.
+//
+// Tutorial:
+//
+//	released, err := memtrim.ReleaseImage() // once, when the agent is ready
+//	q := memtrim.StartQuietRelease(5*time.Second, func(r memtrim.Release) {
+//		log.Debug("memory released", "bytes", r.Released)
+//	})
+//	defer q.Stop()
+//
+// QuietRelease has no ticker: it waits on garbage collections, which only happen when
+// something allocates, so an idle agent is not woken (the runtime's own forced collection
+// every two minutes arms it once, and the release is skipped when there is nothing to give
+// back).
+//
+// Caveats: ReleaseImage is Linux-only (elsewhere it does nothing and reports 0). The pages
+// it drops stay in the page cache, shared and clean, until the kernel needs the memory;
+// what it changes is that they are no longer mapped by this process, so the kernel may
+// reclaim them first and RSS counts only code in use. FreeOSMemory runs a full collection
+// (milliseconds for a heap of this size); QuietRelease runs it at most once per quiet
+// spell, never under load.
+package memtrim

@@ -1,0 +1,148 @@
+package memtrim
+
+import (
+	"os"
+	"runtime"
+	"runtime/metrics"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestReadOnlySegments(t *testing.T) {
+	maps := `00400000-0089f000 r-xp 00000000 fe:00 10149964                           /opt/fa gent
+0089f000-00d6e000 r--p 0049f000 fe:00 10149964                           /opt/fa gent
+00d6e000-00dd0000 rw-p 0096e000 fe:00 10149964                           /opt/fa gent
+00e00000-00e10000 r--s 00000000 fe:00 10149964                           /opt/fa gent
+7f0000000000-7f0000001000 r--p 00000000 fe:00 1                          /usr/lib/other.so
+7ffd000-7ffe000 rw-p 00000000 00:00 0                                    [stack]
+`
+	got, err := readOnlySegments(strings.NewReader(maps), "/opt/fa gent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []segment{{0x400000, 0x89f000}, {0x89f000, 0xd6e000}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("segments = %x, want %x (writable, shared and other files left out)", got, want)
+	}
+	if _, err := readOnlySegments(strings.NewReader("zz-yy r-xp 0 0:0 1 /x\n"), "/x"); err == nil {
+		t.Fatal("a bad range was accepted")
+	}
+}
+
+func FuzzReadOnlySegments(f *testing.F) {
+	f.Add("00400000-0089f000 r-xp 00000000 fe:00 1 /x\n")
+	f.Add("1-0 r--p 0 0:0 1 /x\n")
+	f.Fuzz(func(t *testing.T, maps string) {
+		segs, err := readOnlySegments(strings.NewReader(maps), "/x")
+		if err != nil {
+			return
+		}
+		for _, s := range segs {
+			if s.end <= s.start {
+				t.Fatalf("empty or reversed segment %x", s)
+			}
+		}
+	})
+}
+
+// rssFile reads RssFile from /proc/self/status, in kB.
+func rssFile(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skip("no /proc/self/status:", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "RssFile:" {
+			kb, err := strconv.Atoi(f[1])
+			if err != nil {
+				t.Fatalf("RssFile: %v", err)
+			}
+			return kb
+		}
+	}
+	t.Skip("no RssFile in /proc/self/status")
+	return 0
+}
+
+func TestReleaseImage(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		n, err := ReleaseImage()
+		if n != 0 || err != nil {
+			t.Fatalf("ReleaseImage outside Linux = %d, %v; want 0, nil", n, err)
+		}
+		return
+	}
+	before := rssFile(t)
+	n, err := ReleaseImage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 {
+		t.Fatal("no read-only segment of the test binary was found")
+	}
+	after := rssFile(t)
+	if after >= before {
+		t.Fatalf("RssFile %d kB before, %d kB after releasing %d bytes: nothing was unmapped", before, after, n)
+	}
+	// The process goes on working: code and read-only data fault back in.
+	var sb strings.Builder
+	for i := range 1000 {
+		sb.WriteString(time.Duration(i).String())
+	}
+	if sb.Len() == 0 {
+		t.Fatal("unreachable")
+	}
+	t.Logf("RssFile %d kB -> %d kB", before, after)
+}
+
+var sink [][]byte
+
+func TestQuietReleaseReturnsFreeHeap(t *testing.T) {
+	released := make(chan Release, 4)
+	q := StartQuietRelease(50*time.Millisecond, func(r Release) { released <- r })
+	defer q.Stop()
+
+	// A burst: 16 MiB live, then dropped. The collections it causes arm the release.
+	for range 4096 {
+		sink = append(sink, make([]byte, 4096))
+	}
+	sink = nil
+	runtime.GC()
+	select {
+	case r := <-released:
+		if r.Free < minFree {
+			t.Fatalf("released with only %d bytes free", r.Free)
+		}
+		if r.Released == 0 {
+			t.Fatalf("release of %d free bytes returned nothing to the kernel", r.Free)
+		}
+		s := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
+		metrics.Read(s)
+		if free := s[0].Value.Uint64(); free >= r.Free {
+			t.Fatalf("free resident heap %d after the release, %d before", free, r.Free)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no release within 10 s after a 16 MiB burst went quiet")
+	}
+}
+
+func TestQuietReleaseStop(t *testing.T) {
+	released := make(chan Release, 4)
+	q := StartQuietRelease(20*time.Millisecond, func(r Release) { released <- r })
+	q.Stop()
+	for range 1024 {
+		sink = append(sink, make([]byte, 4096))
+	}
+	sink = nil
+	runtime.GC()
+	runtime.GC()
+	// After Stop no timer may be armed: wait well past the quiet time, bounded.
+	select {
+	case r := <-released:
+		t.Fatalf("released after Stop: %+v", r)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
