@@ -62,6 +62,7 @@ func (a *Agent) registerMetrics() {
 	r.NewGaugeFunc("faceagent_goroutines", "Goroutines in the process.", func() float64 {
 		return float64(runtime.NumGoroutine())
 	})
+	a.registerMemoryMetrics()
 	a.m = &agentMetrics{
 		tasksAccepted:    r.NewCounter("faceagent_tasks_accepted_total", "Tasks stored in the journal at intake."),
 		tasksRejected:    r.NewCounter("faceagent_tasks_rejected_total", "Tasks (or messages) dead-lettered at intake."),
