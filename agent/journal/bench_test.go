@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // BenchmarkAppend measures durable appends (fsync on) of 200-byte records from 1, 16 and 64
@@ -42,4 +43,42 @@ func BenchmarkAppend(b *testing.B) {
 			b.ReportMetric(float64(st.Records)/float64(max(st.Batches, 1)), "records/fsync")
 		})
 	}
+}
+
+// BenchmarkWriteOut measures WriteOut, which the agent calls before every command it
+// sends: idle (nothing queued since the last write: two atomic loads), one 200-byte lazy
+// record queued (AppendLazy + WriteOut: one write(2), no fsync). LazyDelay is an hour, so
+// the writer goroutine never fsyncs in between.
+func BenchmarkWriteOut(b *testing.B) {
+	rec := make([]byte, 200)
+	open := func(b *testing.B) *Journal {
+		j, err := Open(b.TempDir(), &Options{LazyDelay: time.Hour})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { j.Close() })
+		return j
+	}
+	b.Run("idle", func(b *testing.B) {
+		j := open(b)
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := j.WriteOut(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("one-queued", func(b *testing.B) {
+		j := open(b)
+		b.SetBytes(int64(len(rec)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := j.AppendLazy(rec); err != nil {
+				b.Fatal(err)
+			}
+			if err := j.WriteOut(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -17,6 +17,9 @@
 //	err = j.Wait(seq)
 //	// Records whose loss in a crash is harmless need not force an fsync of their own:
 //	seq, err = j.AppendLazy(encoded)   // written with the next batch, or within LazyDelay
+//	// Before an action a lazy record describes becomes visible outside the process
+//	// (a command goes out on the wire), put what is queued into the file, without fsync:
+//	err = j.WriteOut()                 // survives a kill of the process, not a power cut
 //	// Compaction: when most records are dead, replace the log by the live state.
 //	cp, err := j.Checkpoint()            // under your lock: no append may race with it
 //	live := state.copy()                 // still under your lock
@@ -36,6 +39,28 @@
 // records do not kick the writer: they ride with the next batch, or go after
 // Options.LazyDelay (50 ms). An idle journal has no timer armed: the writer sleeps on a
 // channel, and the lazy timer exists only while lazy records wait.
+//
+// # Process death and power loss
+//
+// The two are different failures, and the journal treats them differently. What a process
+// has handed to the kernel with write(2) survives the process's death (SIGKILL, a panic,
+// the OOM killer) whether or not it was fsynced; only a power cut or a kernel crash loses
+// what was not fsynced. So:
+//
+//   - A record Wait returned nil for survives both.
+//   - A record WriteOut returned nil after (lazy or not) survives the death of the process
+//     at once, and a power cut once the writer has fsynced it: with the next batch
+//     somebody waits for, or within LazyDelay.
+//   - A lazy record nobody wrote out is lost in either if the failure comes within
+//     LazyDelay of its append.
+//
+// WriteOut is one write(2) of everything queued, on the caller's goroutine, ordered with
+// the writer goroutine's batches by a mutex that covers writes, not fsyncs: the file always
+// holds a prefix of the appends, in order. The writer's fsync then covers what WriteOut
+// wrote; it writes only what is left. Concurrent WriteOuts coalesce: whoever gets the
+// mutex writes everything queued, and the others find their records written. With nothing
+// queued WriteOut is two atomic loads. The outbox's owner (agent/dispatch.go) calls it
+// before every command it sends, so that a kill repeats only the command in flight.
 //
 // # On-disk format (version 1)
 //
@@ -62,14 +87,19 @@
 //
 //   - Append (or Wait) returns nil only when the record is written and, unless SyncNone,
 //     fsynced. A record that was acknowledged is replayed after any crash.
-//   - Records replay in the order AppendAsync was called.
+//   - Records replay in the order AppendAsync was called. While the process runs, the
+//     segment files hold a prefix of the appends: a record reaches the file only after
+//     every record appended before it.
+//   - After WriteOut returned nil, every record appended before the call is in the file.
 //   - The log only ever loses a torn tail: damage at the end of the newest segment with no
 //     valid frame after it (the last batch of a crash, whose appends never returned).
 //     Damage anywhere else is a *CorruptError naming the file and offset; Options.SkipCorrupt
 //     skips such ranges and lists them in Recovery().Lost.
 //   - Compaction never leaves a state where neither the old segments nor the complete
 //     snapshot exist: temp file, fsync, rename, fsync directory, only then delete.
-//   - After a failed write or fsync the journal refuses appends (ErrNoSpace, ErrFailed):
+//   - After a failed write or fsync (the writer's or WriteOut's) the journal refuses appends
+//     and WriteOut (ErrNoSpace, ErrFailed), and reports the failure once through OnFailure
+//     from the writer goroutine, before any waiter of a lost record wakes:
 //     a partial write is cut back, so what was durable stays readable; Close and Open again.
 //
 // # Caveats

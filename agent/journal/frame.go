@@ -54,11 +54,14 @@ func parseFileHeader(b []byte, kind [6]byte) (uint64, error) {
 
 // appendFrame appends one framed record to dst.
 func appendFrame(dst, payload []byte) []byte {
-	var h [frameHeaderSize]byte
+	// The header is built in dst itself: a local array handed to crc32 (an indirect call)
+	// would escape, one allocation per record.
+	n := len(dst)
+	dst = append(dst, make([]byte, frameHeaderSize)...)
+	h := dst[n : n+frameHeaderSize]
 	binary.LittleEndian.PutUint32(h[0:4], uint32(len(payload)))
 	binary.LittleEndian.PutUint32(h[4:8], crc32.Checksum(payload, castagnoli))
 	binary.LittleEndian.PutUint32(h[8:12], crc32.Checksum(h[:8], castagnoli))
-	dst = append(dst, h[:]...)
 	return append(dst, payload...)
 }
 

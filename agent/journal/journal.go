@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -105,6 +106,7 @@ type Stats struct {
 	Records   uint64 // records appended
 	Bytes     uint64 // bytes written, frames and headers
 	Batches   uint64 // write+fsync rounds (Records/Batches is the group-commit factor)
+	WriteOuts uint64 // writes made by WriteOut (no fsync)
 	Segments  int    // live segment files
 	Snapshots uint64 // snapshots written
 }
@@ -118,10 +120,20 @@ type Journal struct {
 	log  *slog.Logger
 	lock *os.File
 
-	// Owned by the writer goroutine once Open returns.
-	seg     File
-	segNum  uint64
-	segSize int64
+	// wmu orders writes to the open segment: the writer goroutine's batches, WriteOut, and
+	// rotation. It guards seg, segSize and syncedSize once Open returns (segNum changes
+	// under mu too), and is taken before mu, never while holding it.
+	wmu        sync.Mutex
+	seg        File
+	segNum     uint64
+	segSize    int64 // where the next write goes: the end of everything written
+	syncedSize int64 // the end of what the last fsync of seg covered
+
+	// For WriteOut's lock-free check: the last sequence number issued, and the last one
+	// written to the file (every record up to it is there, fsynced or not).
+	issued  atomic.Uint64
+	written atomic.Uint64
+	failed  atomic.Pointer[error] // j.err, readable without mu
 
 	mu       sync.Mutex
 	open     *batch // records queued since the last hand-off to the writer
@@ -131,12 +143,15 @@ type Journal struct {
 	next     Seq // sequence number of the next record
 	durable  Seq // every record with seq <= durable is written (and synced, per policy)
 	err      error
-	closed   bool
-	appended bool
-	stats    Stats
-	firstSeg uint64 // oldest live segment
-	snapNum  uint64 // newest snapshot (0: none)
-	recovery Recovery
+	// unreported says that err still has to be logged and handed to OnFailure, which the
+	// writer goroutine does before it wakes any waiter of the failed records.
+	unreported bool
+	closed     bool
+	appended   bool
+	stats      Stats
+	firstSeg   uint64 // oldest live segment
+	snapNum    uint64 // newest snapshot (0: none)
+	recovery   Recovery
 
 	kick chan struct{}
 	lazy chan struct{}
@@ -175,6 +190,7 @@ func Open(dir string, opts *Options) (*Journal, error) {
 		unlockDir(lock)
 		return nil, err
 	}
+	j.syncedSize = j.segSize
 	go j.run()
 	return j, nil
 }
@@ -201,9 +217,10 @@ func (j *Journal) AppendAsync(p []byte) (Seq, error) {
 
 // AppendLazy queues p like AppendAsync but does not hurry: the record is written with the
 // next batch somebody waits for, or Options.LazyDelay after it was queued, or once
-// Options.LazyBytes are queued, whichever comes first. Wait(seq) hurries it. For records
-// whose loss in a crash is harmless (the outbox's sends and acks): under a stream of them
-// the journal fsyncs a few times a second instead of once per record.
+// Options.LazyBytes are queued, whichever comes first. Wait(seq) hurries it; WriteOut puts
+// it into the file without fsync (safe from a kill of the process, not from a power cut).
+// For records whose loss in a crash is harmless (the outbox's sends and acks): under a
+// stream of them the journal fsyncs a few times a second instead of once per record.
 func (j *Journal) AppendLazy(p []byte) (Seq, error) {
 	return j.append(p, true)
 }
@@ -228,6 +245,7 @@ func (j *Journal) append(p []byte, lazy bool) (Seq, error) {
 	j.buf = appendFrame(j.buf, p)
 	seq := j.next
 	j.next++
+	j.issued.Store(uint64(seq))
 	if j.open == nil {
 		j.open = &batch{done: make(chan struct{})}
 	}
@@ -334,6 +352,7 @@ func (j *Journal) Close() error {
 	<-j.done
 	j.snapMu.Lock() // let a snapshot in progress finish before the lock is released
 	defer j.snapMu.Unlock()
+	j.wmu.Lock() // a WriteOut in progress finishes first; later ones see closed
 	var err error
 	if j.seg != nil {
 		if j.opts.Sync != SyncNone && j.Err() == nil {
@@ -342,7 +361,9 @@ func (j *Journal) Close() error {
 		if cerr := j.seg.Close(); err == nil {
 			err = cerr
 		}
+		j.seg = nil
 	}
+	j.wmu.Unlock()
 	if uerr := unlockDir(j.lock); err == nil {
 		err = uerr
 	}
@@ -404,63 +425,103 @@ func (j *Journal) run() {
 }
 
 func (j *Journal) flush() {
+	j.wmu.Lock()
 	j.mu.Lock()
 	bt := j.open
-	if bt == nil {
-		j.mu.Unlock()
-		return
-	}
-	j.open = nil
-	if j.err != nil { // queued before the journal failed: they fail with it
-		bt.err = j.err
+	if j.err != nil {
+		// Queued before the journal failed: they fail with it. A failure that WriteOut
+		// found is reported here, before the waiters of its records wake.
+		err, report := j.err, j.takeUnreportedLocked()
+		j.open, j.flushing = nil, bt
 		j.buf = j.buf[:0]
 		j.mu.Unlock()
-		close(bt.done)
+		j.wmu.Unlock()
+		if report {
+			j.reportFailure(err)
+		}
+		if bt != nil {
+			bt.err = err
+			close(bt.done)
+		}
+		j.mu.Lock()
+		j.flushing = nil
+		j.mu.Unlock()
 		return
 	}
-	j.flushing = bt
+	if bt == nil {
+		j.mu.Unlock()
+		j.wmu.Unlock()
+		return
+	}
+	j.open, j.flushing = nil, bt
 	b, n := j.buf, bt.last-j.durable
 	j.buf, j.spare = j.spare[:0], nil
 	j.mu.Unlock()
 
-	wrote, err := j.writeBatch(b)
+	// What WriteOut wrote of this batch is in the file already; b holds the rest. The
+	// fsync runs without wmu, so a WriteOut meanwhile costs the sender one write, not an
+	// fsync; it is covered by this fsync or the next.
+	err := j.writeLocked(b, bt.last, false)
+	end := j.segSize
+	j.wmu.Unlock()
+	if err == nil {
+		err = j.syncTo(end)
+	}
+	wrote := err == nil
+	if wrote {
+		err = j.rotateIfFull()
+	}
 
 	j.mu.Lock()
 	if wrote {
 		j.durable = bt.last
 		j.stats.Records += uint64(n)
-		j.stats.Bytes += uint64(len(b))
 		j.stats.Batches++
-	}
-	failed := err != nil && j.err == nil
-	if failed {
-		j.err = err
-	}
-	if cap(b) <= 4<<20 { // do not pin a huge buffer after a burst
-		j.spare = b[:0]
-	}
-	if !wrote {
+	} else {
 		bt.err = err
 	}
-	if !failed {
+	if err != nil {
+		j.failLocked(err)
+	}
+	if !j.takeUnreportedLocked() {
 		j.flushing = nil
 		j.mu.Unlock()
 		close(bt.done)
 		return
 	}
+	ferr := j.err
 	j.mu.Unlock()
 	// Appends are refused from here on; the waiters wake after OnFailure ran, so whoever
 	// sees the error also sees the owner's reaction to it. That includes a Wait that starts
 	// now: j.flushing stays set until then, and Wait looks at it before at j.err.
-	j.reportFailure(err)
+	j.reportFailure(ferr)
 	close(bt.done)
 	j.mu.Lock()
 	j.flushing = nil
 	j.mu.Unlock()
 }
 
+// failLocked makes err the error with which the journal refuses appends, unless it has one
+// already; the writer goroutine reports it (takeUnreportedLocked). Called with mu held.
+func (j *Journal) failLocked(err error) {
+	if j.err != nil {
+		return
+	}
+	j.err = err
+	j.failed.Store(&err)
+	j.unreported = true
+}
+
+// takeUnreportedLocked reports whether the journal's failure still has to be reported,
+// and marks it reported: the caller calls reportFailure. Called with mu held.
+func (j *Journal) takeUnreportedLocked() bool {
+	r := j.unreported
+	j.unreported = false
+	return r
+}
+
 // reportFailure logs err, with which the journal now refuses appends, and hands it to
-// OnFailure. Called once, on the writer goroutine, by whoever set j.err first.
+// OnFailure. Called once, on the writer goroutine, with no lock held.
 func (j *Journal) reportFailure(err error) {
 	j.log.Error("journal refuses appends", "dir", j.dir, "err", err)
 	if j.opts.OnFailure != nil {
@@ -468,37 +529,91 @@ func (j *Journal) reportFailure(err error) {
 	}
 }
 
-// writeBatch writes b at the end of the open segment and syncs it. wrote says whether the
-// batch is durable; err may still be set (a failed rotation after a durable batch).
-func (j *Journal) writeBatch(b []byte) (wrote bool, err error) {
-	path := j.segPath(j.segNum)
-	if _, err := j.seg.WriteAt(b, j.segSize); err != nil {
-		// Cut a partial write off so the file ends at the last durable record.
-		terr := j.seg.Truncate(j.segSize)
-		if errors.Is(err, syscall.ENOSPC) && terr == nil {
-			return false, fmt.Errorf("%w: writing %s: %v", ErrNoSpace, path, err)
-		}
-		return false, fmt.Errorf("%w: writing %s: %v", ErrFailed, path, errors.Join(err, terr))
-	}
-	if j.opts.Sync != SyncNone {
-		if err := j.seg.Sync(); err != nil {
-			j.seg.Truncate(j.segSize) // best effort; the kernel's view is unknown now
-			if errors.Is(err, syscall.ENOSPC) {
-				return false, fmt.Errorf("%w: fsync %s: %v", ErrNoSpace, path, err)
+// writeLocked writes the frames b, the records up to upto, at the end of the open segment
+// and recycles b. Called with wmu held, by the writer goroutine and by WriteOut (byWriteOut,
+// for the stats). A failed write is cut off, so that the file ends at its last whole
+// record, and makes the journal refuse appends before wmu is released: no later record may
+// reach the file after a lost one.
+func (j *Journal) writeLocked(b []byte, upto Seq, byWriteOut bool) error {
+	var err error
+	if len(b) > 0 {
+		if _, werr := j.seg.WriteAt(b, j.segSize); werr != nil {
+			path := j.segPath(j.segNum)
+			terr := j.seg.Truncate(j.segSize)
+			if errors.Is(werr, syscall.ENOSPC) && terr == nil {
+				err = fmt.Errorf("%w: writing %s: %v", ErrNoSpace, path, werr)
+			} else {
+				err = fmt.Errorf("%w: writing %s: %v", ErrFailed, path, errors.Join(werr, terr))
 			}
-			return false, fmt.Errorf("%w: fsync %s: %v", ErrFailed, path, err)
+		} else {
+			j.segSize += int64(len(b))
 		}
 	}
-	j.segSize += int64(len(b))
-	if j.segSize >= j.opts.SegmentSize {
-		if err := j.rotate(); err != nil {
-			return true, err
-		}
+	j.mu.Lock()
+	if cap(b) <= 4<<20 { // do not pin a huge buffer after a burst
+		j.spare = b[:0]
 	}
-	return true, nil
+	if err != nil {
+		j.failLocked(err)
+		j.mu.Unlock()
+		return err
+	}
+	j.stats.Bytes += uint64(len(b))
+	if byWriteOut {
+		j.stats.WriteOuts++
+	}
+	j.mu.Unlock()
+	j.written.Store(uint64(upto))
+	return nil
 }
 
-// rotate seals the open segment and starts the next one.
+// syncTo fsyncs the open segment, which holds at least end bytes, unless SyncNone. After a
+// failed fsync the kernel's view of the file is unknown: the journal refuses appends (before
+// wmu is released, as after a failed write) and cuts the file back to what the previous
+// fsync covered, best effort. Called by the writer goroutine without wmu.
+func (j *Journal) syncTo(end int64) error {
+	if j.opts.Sync == SyncNone {
+		return nil
+	}
+	err := j.seg.Sync() // seg changes only on this goroutine
+	j.wmu.Lock()
+	defer j.wmu.Unlock()
+	if err == nil {
+		j.syncedSize = max(j.syncedSize, end)
+		return nil
+	}
+	path := j.segPath(j.segNum)
+	if errors.Is(err, syscall.ENOSPC) {
+		err = fmt.Errorf("%w: fsync %s: %v", ErrNoSpace, path, err)
+	} else {
+		err = fmt.Errorf("%w: fsync %s: %v", ErrFailed, path, err)
+	}
+	j.mu.Lock()
+	j.failLocked(err)
+	j.mu.Unlock()
+	j.seg.Truncate(j.syncedSize) // best effort
+	j.segSize = j.syncedSize
+	return err
+}
+
+// rotateIfFull starts a new segment once the open one has reached SegmentSize. Called by
+// the writer goroutine without wmu.
+func (j *Journal) rotateIfFull() error {
+	j.wmu.Lock()
+	defer j.wmu.Unlock()
+	if j.segSize < j.opts.SegmentSize {
+		return nil
+	}
+	err := j.rotate()
+	if err != nil {
+		j.mu.Lock()
+		j.failLocked(err) // before wmu is released: the segment may be closed
+		j.mu.Unlock()
+	}
+	return err
+}
+
+// rotate seals the open segment and starts the next one. Called with wmu held.
 func (j *Journal) rotate() error {
 	if j.opts.Sync != SyncNone {
 		if err := j.seg.Sync(); err != nil {
@@ -513,7 +628,7 @@ func (j *Journal) rotate() error {
 	if err != nil {
 		return err
 	}
-	j.seg, j.segSize = f, fileHeaderSize
+	j.seg, j.segSize, j.syncedSize = f, fileHeaderSize, fileHeaderSize
 	j.mu.Lock()
 	j.segNum++
 	j.mu.Unlock()

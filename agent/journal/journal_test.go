@@ -19,6 +19,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(crashChildEnv); dir != "" {
 		crashChild(dir) // never returns
 	}
+	if dir := os.Getenv(writeOutChildEnv); dir != "" {
+		writeOutChild(dir) // never returns
+	}
 	if dir := os.Getenv(lockChildEnv); dir != "" {
 		_, err := Open(dir, nil)
 		if errors.Is(err, ErrLocked) {

@@ -34,28 +34,32 @@ func (j *Journal) Checkpoint() (Checkpoint, error) {
 
 // checkpoint runs on the writer goroutine after a flush.
 func (j *Journal) checkpoint() checkpointResult {
+	j.wmu.Lock()
 	if err := j.Err(); err != nil {
+		j.wmu.Unlock()
 		return checkpointResult{err: err}
 	}
 	if j.segSize > fileHeaderSize {
 		if err := j.rotate(); err != nil {
-			// The segment may be closed now: appends must be refused, and the owner told,
-			// as after a failed batch.
+			// The segment may be closed now: appends must be refused (before wmu is
+			// released, so that no WriteOut finds it closed), and the owner told, as after
+			// a failed batch.
 			j.mu.Lock()
-			first := j.err == nil
-			if first {
-				j.err = err
-			}
+			j.failLocked(err)
+			report := j.takeUnreportedLocked()
 			j.mu.Unlock()
-			if first {
+			j.wmu.Unlock()
+			if report {
 				j.reportFailure(err)
 			}
 			return checkpointResult{err: err}
 		}
 	}
 	j.mu.Lock()
-	defer j.mu.Unlock()
-	return checkpointResult{cp: Checkpoint{Segment: j.segNum}}
+	cp := Checkpoint{Segment: j.segNum}
+	j.mu.Unlock()
+	j.wmu.Unlock()
+	return checkpointResult{cp: cp}
 }
 
 // WriteSnapshot writes a snapshot that replaces every segment older than cp.Segment, then
