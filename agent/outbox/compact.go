@@ -1,6 +1,9 @@
 package outbox
 
-import "bytes"
+import (
+	"bytes"
+	"fmt"
+)
 
 // maybeCompact starts a compaction when the journal holds many more records than the table
 // has live entries. It runs in the background; the table is locked only while the journal
@@ -24,11 +27,20 @@ func (o *Outbox) maybeCompact() {
 }
 
 // compact writes the live table as a snapshot and lets the journal drop older segments.
+// Payloads in the payload file are read while the snapshot is written, without the lock:
+// the file is pinned meanwhile (no rewrite moves a record), and its buffer was written out
+// first, so every record a snapshot refers to is in the file.
 func (o *Outbox) compact() error {
 	o.mu.Lock()
+	s := o.t.spill // set at Open, cleared by Close only after the compactor returned
+	pinned := false
 	defer func() {
 		o.mu.Lock()
 		o.compacting = false
+		if pinned {
+			s.pins--
+			o.t.maybeRewriteSpill()
+		}
 		o.mu.Unlock()
 	}()
 	if o.closed {
@@ -40,28 +52,48 @@ func (o *Outbox) compact() error {
 		o.mu.Unlock()
 		return err
 	}
+	var f spillFile
+	if s != nil {
+		o.t.flushSpill()
+		s.pins++
+		pinned, f = true, s.f
+	}
 	// Every record appended so far is in segments older than cp; the snapshot must hold
 	// their effect: the table, plus adds that are durable but not applied yet.
-	var recs []*record
-	o.t.snapshotRecords(func(r *record) error {
-		recs = append(recs, r)
+	type snapRecord struct {
+		r   *record
+		ref payRef // where the payload is, when it is in the payload file
+	}
+	var recs []snapRecord
+	o.t.snapshotRecords(func(r *record, ref payRef) error {
+		recs = append(recs, snapRecord{r, ref})
 		return nil
 	})
 	for _, p := range o.pending {
 		c := *p.rec
 		c.Payload = bytes.Clone(p.rec.Payload) // the caller's buffer: it may reuse it once Enqueue returns
-		recs = append(recs, &c)
+		recs = append(recs, snapRecord{r: &c})
 	}
 	o.records = len(recs)
 	o.mu.Unlock()
-	var buf []byte
+	var buf, pay []byte
 	return o.j.WriteSnapshot(cp, func(emit func([]byte) error) error {
-		for _, r := range recs {
+		for _, sr := range recs {
+			r := sr.r
+			if sr.ref != 0 {
+				rec, err := readSpill(f, sr.ref, pay)
+				if err != nil {
+					s.readErrors.Add(1)
+					return fmt.Errorf("message %.64q: %w", r.ID, err)
+				}
+				pay, r.Payload = rec, rec[spillHdr:]
+			}
 			r.Version = recordVersion
 			var err error
 			if buf, err = r.MarshalMsg(buf[:0]); err != nil {
 				return err
 			}
+			r.Payload = nil
 			if err := emit(buf); err != nil {
 				return err
 			}

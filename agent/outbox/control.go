@@ -362,6 +362,11 @@ func (o *Outbox) Stats() Stats {
 			s.Unreported++
 		}
 	}
+	s.PayloadsOnHeap = len(o.t.heapPay)
+	if sp := o.t.spill; sp != nil {
+		s.PayloadFileBytes = sp.size + int64(len(sp.buf))
+		s.PayloadWriteErrors, s.PayloadReadErrors = sp.writeErrors, sp.readErrors.Load()
+	}
 	return s
 }
 

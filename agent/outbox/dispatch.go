@@ -20,6 +20,12 @@ type deviceLive struct {
 	heapIdx      int
 	deadline     int64 // when this device needs the timer; 0: never
 	c            counters
+	// The payload of the command last sent (payItem), kept so that its retries do not
+	// read the payload file again; and after a failed read of a payload, when to try again.
+	payItem    *item
+	pay        []byte
+	payFails   int
+	payRetryAt int64
 }
 
 type counters struct {
@@ -59,7 +65,7 @@ func (o *Outbox) pump(d *device) {
 		return
 	}
 	now := o.now()
-	if !o.online(d, now) || d.live.breakerUntil > now {
+	if !o.online(d, now) || d.live.breakerUntil > now || d.live.payRetryAt > now {
 		return
 	}
 	for len(d.queue) > 0 {
@@ -70,6 +76,10 @@ func (o *Outbox) pump(d *device) {
 		}
 		if it.next > now {
 			return // backing off
+		}
+		payload, ok := o.sendPayload(d, it, now)
+		if !ok {
+			return
 		}
 		ackTimeout := o.settingsFor(d).RetryInterval
 		o.emit(&record{Kind: kindSend, ID: it.id(), Tries: uint32(it.tries) + 1, Next: now + int64(ackTimeout)})
@@ -82,10 +92,32 @@ func (o *Outbox) pump(d *device) {
 		}
 		o.sends = append(o.sends, sendJob{dev: d.id, timeout: ackTimeout, cmd: Command{
 			MessageID: it.id(), TaskID: it.task(), DeviceID: d.id, Op: o.t.opOf(it), PersonID: it.person(),
-			Payload: it.payloadBytes(), Try: int(it.tries),
+			Payload: payload, Try: int(it.tries),
 		}, nonBlocking: o.nonBlock != nil && o.nonBlock.SendsWithoutBlocking(d.id)})
 		return
 	}
+}
+
+// sendPayload returns the payload to send it with: the one kept from its previous send, or
+// read from the payload file. A failed read leaves it queued: the device tries again after
+// a backoff (deadline includes it), and nothing else of the device is sent meanwhile, which
+// would break its FIFO order.
+func (o *Outbox) sendPayload(d *device, it *item, now int64) ([]byte, bool) {
+	if d.live.payItem == it {
+		return d.live.pay, true
+	}
+	p, err := o.t.payload(it)
+	if err != nil {
+		wait := min(time.Second<<min(d.live.payFails, maxReadRetry), time.Minute)
+		d.live.payFails++
+		d.live.payRetryAt = now + int64(wait)
+		o.log.Error("outbox: cannot read a queued command's payload; it stays queued (reopen the outbox to rebuild the payload file from the journal)",
+			"device", d.id, "message", it.id(), "retry_in", wait, "err", err)
+		return nil, false
+	}
+	d.live.payFails, d.live.payRetryAt = 0, 0
+	d.live.payItem, d.live.pay = it, p
+	return p, true
 }
 
 // tryFailed handles a try that got no ack in time (or whose send failed): retry after a
@@ -140,7 +172,7 @@ func (o *Outbox) deadline(d *device) int64 {
 	if len(d.queue) == 0 || d.paused || d.live.down || !o.online(d, o.now()) {
 		return 0
 	}
-	return max(d.queue[0].next, d.live.breakerUntil)
+	return max(d.queue[0].next, d.live.breakerUntil, d.live.payRetryAt)
 }
 
 // touch re-files d in the deadline heap.

@@ -120,6 +120,13 @@
 // restart); TestJournalFixture replays it and checks the exact table. It is never
 // regenerated: a release that changes the format adds journal-v2 beside it.
 //
+// Beside the journal, payloads.cache holds the payloads of the messages in the table (a
+// CRC-32C and the payload, one after another), so that they are not on the heap: an item
+// keeps the offset and length, and the payload is read (pread) when the command is sent.
+// It is a cache of what the journal holds: never fsynced, recreated by the replay at Open,
+// removed by Close, rewritten without its dead bytes once they outnumber the live ones and
+// 1 MiB (spill.go says why this and not segments).
+//
 // # Invariants
 //
 //   - The table is changed only by applying records, live and in replay alike: replaying the
@@ -161,7 +168,15 @@
 //   - Message ids, task ids and person ids are limited to 65535 bytes each (ErrInvalidTask),
 //     and MaxTries to 65535: the table keeps their lengths and the tries in 16 bits, which
 //     keeps a queued command's item at 64 bytes.
-//   - Command.Payload is a view of the table's memory: a Sender must not modify it.
+//   - Command.Payload is shared with the outbox, which keeps it for the command's retries:
+//     a Sender must not modify it.
+//   - Payloads live in payloads.cache (On-disk format): a send reads its payload from there
+//     (page cache: about a microsecond), under the outbox's lock. If the file cannot be
+//     written (disk full, I/O error), payloads stay on the heap, as Stats.PayloadsOnHeap
+//     shows. If a payload cannot be read (I/O error, a damaged file), its command stays
+//     queued and its device tries again after 1 s doubling up to 1 min
+//     (Stats.PayloadReadErrors); reopening the outbox rebuilds the file from the journal. The
+//     disk holds up to twice the live payloads plus 1 MiB more than the journal alone.
 //   - With a NonBlockingSender, the call that decides a send pays for it before it
 //     returns: an EnqueueBatch that finds 64 idle devices publishes 64 commands first (with
 //     the embedded broker, before the back office gets its PUBACK), and an Ack publishes the

@@ -38,6 +38,11 @@ type Options struct {
 	Seed uint64
 	// Logger receives failures and recoveries. Default: discard.
 	Logger *slog.Logger
+
+	// Tests: how the payload file is created, and when it is rewritten (spill.go).
+	createSpill  func(path string) (spillFile, error)
+	spillMinDead int64
+	spillEager   bool
 }
 
 // Outbox is the durable local message table: it stores tasks in a journal before it accepts
@@ -135,6 +140,13 @@ func Open(dir string, sender Sender, opts *Options) (*Outbox, error) {
 		return nil, err
 	}
 	ob.j = j
+	// The payload file is created once the journal holds the directory's lock: no other
+	// process uses this directory now.
+	if ob.t.spill, err = openSpill(dir, o.createSpill, o.spillMinDead, o.Logger); err != nil {
+		o.Logger.Error("outbox: payloads stay in memory", "err", err)
+	} else {
+		ob.t.spill.eager = o.spillEager
+	}
 	var r record
 	err = j.Replay(func(p []byte) error {
 		if err := decodeRecord(p, &r); err != nil {
@@ -145,6 +157,9 @@ func Open(dir string, sender Sender, opts *Options) (*Outbox, error) {
 	})
 	if err != nil {
 		j.Close()
+		if ob.t.spill != nil {
+			ob.t.spill.close()
+		}
 		return nil, err
 	}
 	ob.ctx, ob.cancel = context.WithCancel(context.Background())
@@ -192,7 +207,16 @@ func (o *Outbox) Close() error {
 	o.mu.Unlock()
 	o.cancel()
 	o.wg.Wait()
-	return o.j.Close()
+	err := o.j.Close()
+	o.mu.Lock()
+	if s := o.t.spill; s != nil {
+		// After the compactor (the one reader without the lock) returned. Payloads still
+		// needed after Close (an Enqueue that was waiting for its fsync) go to the heap.
+		s.close()
+		o.t.spill = nil
+	}
+	o.mu.Unlock()
+	return err
 }
 
 // Err returns the journal failure that stopped the outbox, or nil.
@@ -430,6 +454,9 @@ func (d *device) unfinished() int {
 // finishItem makes it terminal and queues its result.
 func (o *Outbox) finishItem(it *item, st Status, reason string) {
 	d := it.dev
+	if d.live.payItem == it { // never sent again
+		d.live.payItem, d.live.pay = nil, nil
+	}
 	seq := o.emit(&record{Kind: kindFinish, ID: it.id(), Status: uint8(st), Err: reason, Done: o.now()})
 	if n := len(o.t.results); n > 0 && o.t.results[n-1].it == it {
 		o.t.results[n-1].seq = seq

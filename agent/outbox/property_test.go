@@ -56,6 +56,9 @@ func runHistory(t *testing.T, seed uint64, steps int) {
 			FailedRetention: time.Minute,
 		},
 		MaxQueuedPerDevice: 8, MaxQueued: 24, CompactAfter: 40, Seed: seed,
+		// Rewrite the payload file often (payloads are a few bytes), also while live
+		// payloads outnumber the dead ones.
+		spillMinDead: 24, spillEager: true,
 	}, seed%2 == 1)
 	devices := []string{"d0", "d1", "d2", "d3"}
 	accepted := map[string]bool{}
@@ -237,6 +240,7 @@ func checkInvariants(t *testing.T, e *env, seed uint64, step int, accepted map[s
 	inFlight := map[*device]int{}
 	failed := map[*device]int{}
 	active := 0
+	checkPayloads(t, o, func(it *item) string { return it.id() }, fmt.Sprintf("seed %d step %d", seed, step))
 	for id, it := range o.t.items.all() {
 		if it.status == Failed {
 			failed[it.dev]++
@@ -354,5 +358,29 @@ func checkInvariants(t *testing.T, e *env, seed uint64, step int, accepted map[s
 				t.Fatalf("seed %d step %d: accepted task %s lost", seed, step, id)
 			}
 		}
+	}
+}
+
+// checkPayloads checks, with o.mu held, that every message's payload reads back as want
+// says, that none is on the heap, and that the payload file's accounting matches the table.
+func checkPayloads(t *testing.T, o *Outbox, want func(*item) string, where string) {
+	t.Helper()
+	s := o.t.spill
+	var live int64
+	for id, it := range o.t.items.all() {
+		p, err := o.t.payload(it)
+		if err != nil || string(p) != want(it) {
+			t.Fatalf("%s: payload of %s: %q, %v; want %q", where, id, p, err, want(it))
+		}
+		if it.pay == 0 && len(p) > 0 {
+			t.Fatalf("%s: payload of %s on the heap", where, id)
+		}
+		if it.pay != 0 {
+			live += it.pay.size()
+		}
+	}
+	if s.live != live || s.dead < 0 || s.size+int64(len(s.buf)) != s.live+s.dead {
+		t.Fatalf("%s: payload file counts live %d (items refer to %d), dead %d, size %d+%d buffered",
+			where, s.live, live, s.dead, s.size, len(s.buf))
 	}
 }

@@ -20,14 +20,18 @@ import (
 // queued task beyond its payload, indexes included): the op is an index into table.ops,
 // the rarely set last error and expiry live in table.errs and table.expires, ids are at
 // most maxFieldLen bytes so their lengths fit 16 bits, tries saturate at 16 bits
-// (Settings.MaxTries is capped below that).
+// (Settings.MaxTries is capped below that). The payload is not here but in the payload
+// file (spill.go); pay says where.
 type item struct {
-	// blob holds id, task id, person id and payload in one allocation; the lengths split it.
-	blob  string
+	// blob points to id, task id and person id in one allocation; the lengths split it. A
+	// pointer rather than a string: the lengths already say where it ends, and the 8 bytes
+	// of a string's length hold pay within the 64.
+	blob  *byte
 	dev   *device
 	ord   uint64
 	added int64 // unix ns
 	next  int64 // Scheduled: earliest next send; InFlight: ack deadline; terminal: finished at
+	pay   payRef
 	// schedN, on the item device.sched holds for its person (the latest Scheduled one), is
 	// how many Scheduled items that person has on the device; 0 on every other item.
 	schedN    uint32
@@ -49,31 +53,30 @@ const maxTries = 0xffff
 
 func triesOf(n uint32) uint16 { return uint16(min(n, maxTries)) }
 
-func newItem(id, task, person string, payload []byte) *item {
+// newItem copies id, task and person into one allocation of the item's own: they may alias
+// a replay buffer, which the journal reuses for the next segment.
+func newItem(id, task, person string) *item {
+	b := make([]byte, len(id)+len(task)+len(person))
+	n := copy(b, id)
+	n += copy(b[n:], task)
+	copy(b[n:], person)
 	return &item{
-		blob:  id + task + person + string(payload), // one allocation for all of them
+		blob:  unsafe.SliceData(b),
 		idLen: uint16(len(id)), taskLen: uint16(len(task)), personLen: uint16(len(person)),
 	}
 }
 
-func (it *item) id() string { return it.blob[:it.idLen] }
-func (it *item) task() string {
-	i := int(it.idLen)
-	return it.blob[i : i+int(it.taskLen)]
-}
-func (it *item) person() string {
-	i := int(it.idLen) + int(it.taskLen)
-	return it.blob[i : i+int(it.personLen)]
+// field returns the n bytes of the blob from i on as a string; the blob is never modified.
+func (it *item) field(i, n int) string {
+	if n == 0 {
+		return ""
+	}
+	return unsafe.String((*byte)(unsafe.Add(unsafe.Pointer(it.blob), i)), n)
 }
 
-// payloadBytes returns the payload as a view of the item's memory: never modify it.
-func (it *item) payloadBytes() []byte {
-	p := it.blob[int(it.idLen)+int(it.taskLen)+int(it.personLen):]
-	if p == "" {
-		return nil
-	}
-	return unsafe.Slice(unsafe.StringData(p), len(p))
-}
+func (it *item) id() string     { return it.field(0, int(it.idLen)) }
+func (it *item) task() string   { return it.field(int(it.idLen), int(it.taskLen)) }
+func (it *item) person() string { return it.field(int(it.idLen)+int(it.taskLen), int(it.personLen)) }
 
 // result is an entry of the results list: a terminal message and the journal record that
 // made it terminal (0 when it came from replay, i.e. is durable).
@@ -186,6 +189,10 @@ type table struct {
 	opIdx   map[string]uint16 // op -> index
 	errs    map[*item]string  // last error of the messages that have one
 	expires map[*item]int64   // Task.ExpiresAt of the messages that have one (unix ns)
+	// spill is the payload file (nil: none, every payload is in heapPay); heapPay holds
+	// the payloads it could not take (item.pay 0), as copies never modified.
+	spill   *spill
+	heapPay map[*item][]byte
 	// outdated holds the messages a later command for the same person on the same device
 	// has made moot: RetryFailed leaves them failed.
 	outdated map[*item]struct{}
@@ -237,7 +244,7 @@ func (t *table) recentIDs() []string {
 
 func newTable() *table {
 	return &table{items: byID(), devices: map[string]*device{}, opIdx: map[string]uint16{}, errs: map[*item]string{},
-		expires: map[*item]int64{}, outdated: map[*item]struct{}{}}
+		expires: map[*item]int64{}, outdated: map[*item]struct{}{}, heapPay: map[*item][]byte{}}
 }
 
 // intern returns op's index in t.ops. Ops are a handful of verbs; past 65535 distinct ones
@@ -276,6 +283,7 @@ func (t *table) forget(it *item) {
 		it.dev.dropRetriable(it)
 	}
 	t.items.del(it.id())
+	t.dropPayload(it)
 	delete(t.errs, it)
 	delete(t.expires, it)
 	delete(t.outdated, it)
@@ -398,13 +406,14 @@ func (t *table) apply(r *record) error {
 		if len(r.ID) > maxFieldLen || len(r.Task) > maxFieldLen || len(r.Person) > maxFieldLen {
 			return fmt.Errorf("outbox: message %.64q: an id, task id or person id is longer than %d bytes", r.ID, maxFieldLen)
 		}
-		it := newItem(r.ID, r.Task, r.Person, r.Payload)
+		it := newItem(r.ID, r.Task, r.Person)
 		it.op, it.dev = t.intern(r.Op), t.device(r.Device)
 		it.ord, it.added = r.Ord, r.Added
 		if r.Expires != 0 {
 			t.expires[it] = r.Expires
 		}
 		t.items.put(it)
+		t.setPayload(it, r.Payload)
 		t.maxOrd = max(t.maxOrd, r.Ord)
 		if r.Outdated {
 			t.outdated[it] = struct{}{}
@@ -520,16 +529,18 @@ func (t *table) trimResults() {
 }
 
 // snapshotRecords lists records that rebuild the table: devices first, then every message.
-// Unreported results come in their finish order so a restart reports them in order.
-func (t *table) snapshotRecords(emit func(*record) error) error {
+// Unreported results come in their finish order so a restart reports them in order. A
+// message whose payload is in the payload file comes with its Payload nil and ref saying
+// where to read it (0 for the others).
+func (t *table) snapshotRecords(emit func(r *record, ref payRef) error) error {
 	if len(t.recent) > 0 {
-		if err := emit(&record{Kind: kindRecent, IDs: t.recentIDs()}); err != nil {
+		if err := emit(&record{Kind: kindRecent, IDs: t.recentIDs()}, 0); err != nil {
 			return err
 		}
 	}
 	for _, d := range t.devices {
 		if d.paused {
-			if err := emit(&record{Kind: kindDevice, Device: d.id, Paused: true}); err != nil {
+			if err := emit(&record{Kind: kindDevice, Device: d.id, Paused: true}, 0); err != nil {
 				return err
 			}
 		}
@@ -540,23 +551,25 @@ func (t *table) snapshotRecords(emit func(*record) error) error {
 	}
 	for _, it := range t.items.all() {
 		if !inResults[it] {
-			if err := emit(t.itemRecord(it)); err != nil {
+			if err := emit(t.itemRecord(it), it.pay); err != nil {
 				return err
 			}
 		}
 	}
 	for _, r := range t.results {
-		if err := emit(t.itemRecord(r.it)); err != nil {
+		if err := emit(t.itemRecord(r.it), r.it.pay); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// itemRecord is the snapshot record of it; its Payload is nil when the payload is in the
+// payload file (it.pay says where).
 func (t *table) itemRecord(it *item) *record {
 	return &record{
 		Kind: kindItem, ID: it.id(), Task: it.task(), Device: it.dev.id, Op: t.opOf(it), Person: it.person(),
-		Payload: it.payloadBytes(), Ord: it.ord, Added: it.added, Expires: t.expiresAt(it), Next: it.next,
+		Payload: t.heapPay[it], Ord: it.ord, Added: it.added, Expires: t.expiresAt(it), Next: it.next,
 		Tries: uint32(it.tries), Status: uint8(it.status), Err: t.lastErr(it), Reported: it.reported,
 		Outdated: t.isOutdated(it),
 	}

@@ -49,7 +49,7 @@ type Command struct {
 	DeviceID  string
 	Op        string
 	PersonID  string
-	Payload   []byte // shared with the table: do not modify
+	Payload   []byte // shared with the outbox (kept for retries): do not modify
 	Try       int    // 1 for the first send; a resend keeps the MessageID
 }
 
@@ -173,4 +173,9 @@ type Stats struct {
 	Unreported int // results not yet marked reported
 	FailedHeld int
 	Devices    int
+	// The payload file (payloads.cache beside the journal; see the package Caveats).
+	PayloadsOnHeap     int    // payloads kept in memory: the file could not take them (or there is none)
+	PayloadFileBytes   int64  // the file's size: live and dead payloads, and the 4-byte checksum of each
+	PayloadWriteErrors uint64 // failed writes since Open (their payloads stayed in memory)
+	PayloadReadErrors  uint64 // failed reads since Open (their commands stayed queued)
 }
