@@ -12,6 +12,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/journal"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
 	"github.com/seed0e69bba5/faceagent/device"
 	"github.com/seed0e69bba5/faceagent/device/face"
@@ -32,6 +33,9 @@ type links struct {
 	// direct handles acks and heartbeats on the goroutine that received them (mqttlink's
 	// Config.Deliver), once the pumps have started; nil before.
 	direct atomic.Pointer[func(device.Event)]
+	// journal is the outbox's journal, set when the outbox opens it (openOutbox): Send
+	// writes out what it has queued before a command leaves.
+	journal atomic.Pointer[journal.Journal]
 }
 
 var _ outbox.NonBlockingSender = (*links)(nil)
@@ -53,7 +57,16 @@ func (l *links) deliver(ev device.Event) bool {
 	return true
 }
 
-// Send implements outbox.Sender: the stored payload is the face.Command in msgp.
+// Send implements outbox.Sender: the stored payload is the face.Command in msgp. Every
+// command to a terminal, over MQTT or serial, first and on a retry alike, passes here.
+//
+// Before the command goes out, every record the outbox's journal has queued is written to
+// the file (no fsync; journal.WriteOut): this command's send record, and the finish of the
+// command the terminal acked before it, which the outbox journals lazily. A SIGKILL keeps
+// what was written, so after a kill of the process each terminal gets again at most the
+// one command it was sent after its last ack: the command in flight. (A power cut can
+// still lose the last LazyDelay of them: only the journal's fsync protects against that.)
+// If the write fails the command is not sent; the error is the failed send's.
 func (l *links) Send(ctx context.Context, deviceID string, cmd outbox.Command) error {
 	link := l.byDevice[deviceID]
 	if link == nil {
@@ -62,6 +75,11 @@ func (l *links) Send(ctx context.Context, deviceID string, cmd outbox.Command) e
 	fc, err := face.ParseCommandMsg(cmd.Payload)
 	if err != nil {
 		return fmt.Errorf("device %s: stored command: %w", deviceID, err)
+	}
+	if j := l.journal.Load(); j != nil {
+		if err := j.WriteOut(); err != nil {
+			return fmt.Errorf("device %s: not sent, journal write-out: %w", deviceID, err)
+		}
 	}
 	return link.Send(ctx, deviceID, fc)
 }
@@ -136,14 +154,20 @@ func (l *links) add(link device.Link, ids []string) {
 	}
 }
 
-// openOutbox opens the message table with [dispatch] and [journal] applied.
+// openOutbox opens the message table with [dispatch] and [journal] applied. When sender
+// is the device links, they get the outbox's journal as it opens (before the outbox's
+// first Send: Open resends what was in flight), to write it out before each send.
 func openOutbox(cfg *config.Config, sender outbox.Sender, log *slog.Logger) (*outbox.Outbox, error) {
 	devs := map[string]outbox.DeviceConfig{}
 	for i := range cfg.Devices {
 		devs[cfg.Devices[i].ID] = deviceConfig(&cfg.Devices[i])
 	}
+	jo := syncOptions(cfg.Journal)
+	if l, ok := sender.(*links); ok {
+		jo.OnOpen = l.journal.Store
+	}
 	return outbox.Open(filepath.Join(cfg.Agent.DataDir, OutboxDir), sender, &outbox.Options{
-		Journal:            syncOptions(cfg.Journal),
+		Journal:            jo,
 		Settings:           settings(cfg.Dispatch),
 		Devices:            devs,
 		MaxQueuedPerDevice: cfg.Dispatch.MaxQueuePerDevice,

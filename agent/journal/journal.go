@@ -67,6 +67,11 @@ type Options struct {
 	// refused meanwhile may return first). OnFailure must not Wait itself: the writer is
 	// busy running it.
 	OnFailure func(error)
+	// OnOpen, when set, is called once by a successful Open with the journal, before Open
+	// returns it. It lets whoever configures a journal that another component opens reach
+	// it: the agent sets it in the outbox's options to WriteOut the outbox's journal before
+	// each command it sends.
+	OnOpen func(*Journal)
 }
 
 func (o *Options) withDefaults() Options {
@@ -192,6 +197,9 @@ func Open(dir string, opts *Options) (*Journal, error) {
 	}
 	j.syncedSize = j.segSize
 	go j.run()
+	if o.OnOpen != nil {
+		o.OnOpen(j)
+	}
 	return j, nil
 }
 
