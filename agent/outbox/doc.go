@@ -143,21 +143,31 @@
 // # Caveats
 //
 //   - Sends, retries, requeues, finishes, reports and retention purges are journalled lazily
-//     (journal.AppendLazy): they are written with the next fsync somebody waits for (an
+//     (journal.AppendLazy): they are fsynced with the next fsync somebody waits for (an
 //     Enqueue, Results, a control command), or within the journal's LazyDelay (50 ms), so
 //     that an ack is followed by the next send in microseconds and a stream of acks costs a
 //     few fsyncs a second (an fsync after every ack cut dispatch to 57% of what the
 //     terminals could take: docs/benchmarks.md).
-//     A crash (power cut or kill) loses those of the last LazyDelay, and only these things
-//     can repeat: a send then is not counted, so the command is sent again with the tries it
-//     had before (a command whose every send kills the process at once, e.g. a panicking
-//     Sender, is therefore resent at each start and never reaches MaxTries); an ack then is
-//     forgotten, so the command is sent again and the terminal acks the duplicate (its result
-//     was not offered yet: Results waits for the finish record); a MarkReported then is
-//     forgotten, so the same result is offered again; a coalescing then is forgotten, so the
-//     superseded command is sent after all, ahead of the one that superseded it; a
-//     retention purge then is forgotten and done again. No accepted task is lost, and intake
-//     and control commands are always waited for.
+//     Process kill: the agent's Sender calls the journal's WriteOut (one write, no fsync)
+//     before it puts a command on the wire (agent/dispatch.go; it gets the journal through
+//     Options.Journal.OnOpen), so the command's send record and the finish of the command
+//     acked before it are in the file first, and a killed process (SIGKILL, a panic, the
+//     OOM killer) keeps what was written. After a kill, each device is sent again at most
+//     the one command it was sent last: the command in flight (its ack, if one came, was
+//     not yet written). No command acked before it is sent again. Lazy records that no
+//     send wrote out since (a MarkReported, a retention purge, the last finish of a device
+//     with nothing more to send) are lost as in a power cut.
+//     Power cut (or kernel crash, or a Sender that does not write out): the lazy records of
+//     the last LazyDelay are lost, and only these things can repeat: a send then is not
+//     counted, so the command is sent again with the tries it had before (a command whose
+//     every send brings the machine down within LazyDelay is therefore resent at each
+//     start and never reaches MaxTries); an ack then is forgotten, so the command is sent
+//     again and the terminal acks the duplicate (its result was not offered yet: Results
+//     waits for the finish record); a MarkReported then is forgotten, so the same result
+//     is offered again; a coalescing then is forgotten, so the superseded command is sent
+//     after all, ahead of the one that superseded it; a retention purge then is forgotten
+//     and done again. No accepted task is lost, and intake and control commands are always
+//     waited for.
 //   - After the journal fails (disk full, I/O error) the outbox stops dispatching and refuses
 //     intake with ErrJournal; Err reports it. Close and Open again once the cause is fixed:
 //     the table is rebuilt from what is on disk.

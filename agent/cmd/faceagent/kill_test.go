@@ -21,8 +21,11 @@ import (
 
 // The intake boundary under SIGKILL (DESIGN.md "Delivery semantics"): a task whose PUBACK
 // the back office received was in the journal, so after the agent is killed and started
-// again every such task reaches its terminal. Terminals are strict: the only repeats
-// allowed are resends of the command in flight at the kill.
+// again every such task reaches its terminal. Terminals are strict, and the only repeat
+// allowed is a resend of the command in flight at the kill: each terminal counts at most
+// one duplicate (the agent writes its journal out before every send: agent/dispatch.go).
+// The retry interval is far above the terminals' 3ms acks, so that a retry under load
+// cannot pass for a repeat.
 func TestSIGKILLLosesNothingAcknowledged(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills and restarts the agent")
@@ -30,7 +33,7 @@ func TestSIGKILLLosesNothingAcknowledged(t *testing.T) {
 	dir := t.TempDir()
 	addr := testutil.FreeAddr(t)
 	ids := []string{"k1", "k2", "k3", "k4"}
-	cfgPath := writeEmbeddedConfig(t, dir, "gw-k", addr, ids, 300*time.Millisecond, "[journal]\nsync = \"always\"\n")
+	cfgPath := writeEmbeddedConfig(t, dir, "gw-k", addr, ids, 3*time.Second, "[journal]\nsync = \"always\"\n")
 
 	p := startAgent(t, cfgPath)
 	p.waitLog(runningRe, 0)
@@ -121,13 +124,16 @@ func TestSIGKILLLosesNothingAcknowledged(t *testing.T) {
 	if code := p.stop(syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM after restart: exit %d\n%s", code, p.log())
 	}
-	t.Logf("%d of %d tasks acknowledged before SIGKILL; all delivered after the restart", n, total)
+	dups := checkOneDuplicatePerKill(t, fleet, 1)
+	t.Logf("%d of %d tasks acknowledged before SIGKILL; all delivered after the restart; %d duplicates", n, total, dups)
 }
 
 // The same boundary with an external broker (Debian's mosquitto): the agent acknowledges a
 // task to the broker only after the journal append (manual acks), its session persists,
 // so after a SIGKILL the broker delivers again what the agent had not acknowledged, and
-// every task the back office got a PUBACK for reaches its terminal.
+// every task the back office got a PUBACK for reaches its terminal. The terminals stay
+// connected to mosquitto throughout; each counts at most one duplicate, the command in
+// flight at the kill (the retry interval is far above their acks, as above).
 func TestSIGKILLExternalUpstream(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills and restarts the agent")
@@ -136,7 +142,7 @@ func TestSIGKILLExternalUpstream(t *testing.T) {
 	dir := t.TempDir()
 	ids := []string{"e1", "e2"}
 	cfg := fmt.Sprintf("[agent]\ngateway_id = \"gw-e\"\ndata_dir = %q\n[upstream]\nurl = %q\nsession_expiry = \"1h\"\nreconnect_max = \"300ms\"\n"+
-		"[store]\nrequest_timeout = \"200ms\"\n[dispatch]\nretry_interval = \"300ms\"\nheartbeat_timeout = \"2s\"\n",
+		"[store]\nrequest_timeout = \"200ms\"\n[dispatch]\nretry_interval = \"3s\"\nheartbeat_timeout = \"2s\"\n",
 		filepath.Join(dir, "data"), m.URL)
 	for _, id := range ids {
 		cfg += fmt.Sprintf("[[devices]]\nid = %q\n", id)
@@ -201,6 +207,22 @@ func TestSIGKILLExternalUpstream(t *testing.T) {
 	if code := p.stop(syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM: exit %d\n%s", code, p.log())
 	}
+	checkOneDuplicatePerKill(t, fleet, 1)
+}
+
+// checkOneDuplicatePerKill fails t for every terminal of fleet that received more
+// duplicates (a messageId it had seen before) than there were kills: a kill may repeat the
+// command in flight, and nothing else. It returns the duplicates of all terminals.
+func checkOneDuplicatePerKill(t *testing.T, fleet *sim.Fleet, kills int) int {
+	t.Helper()
+	total := 0
+	for _, s := range fleet.Stats() {
+		total += s.Duplicates
+		if s.Duplicates > kills {
+			t.Errorf("terminal %s received %d duplicates after %d kills: more than the command in flight at each", s.DeviceID, s.Duplicates, kills)
+		}
+	}
+	return total
 }
 
 // Reports survive a SIGKILL: a back office with a persistent session on the embedded
