@@ -68,6 +68,46 @@ func BenchmarkWriteOut(b *testing.B) {
 			}
 		}
 	})
+	// The same while another goroutine appends durably without pause, so the writer
+	// goroutine writes and fsyncs the same file all the time: what a WriteOut costs when
+	// it meets an fsync in progress (on ext4 a write can wait for the running journal
+	// transaction).
+	b.Run("one-queued-during-fsyncs", func(b *testing.B) {
+		j := open(b)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := j.Append(rec); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+		b.SetBytes(int64(len(rec)))
+		b.ReportAllocs()
+		var worst time.Duration
+		for b.Loop() {
+			if _, err := j.AppendLazy(rec); err != nil {
+				b.Fatal(err)
+			}
+			t0 := time.Now()
+			if err := j.WriteOut(); err != nil {
+				b.Fatal(err)
+			}
+			worst = max(worst, time.Since(t0))
+		}
+		close(stop)
+		wg.Wait()
+		b.ReportMetric(float64(worst.Microseconds()), "worst-µs")
+	})
 	b.Run("one-queued", func(b *testing.B) {
 		j := open(b)
 		b.SetBytes(int64(len(rec)))
