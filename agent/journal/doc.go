@@ -109,6 +109,10 @@
 //   - A disk-full journal does not resume by itself; its owner reopens it once space is free.
 //     This is deliberate: after a failed write the owner's in-memory state may be ahead of
 //     the disk, and replay is the one way back to a state the disk agrees with.
+//   - WriteOut runs write(2) on the caller's goroutine. It never waits for an fsync of its
+//     own, but a write can wait for the filesystem (ext4's journal commit that a running
+//     fsync started, a busy disk): usually microseconds, its worst case milliseconds
+//     (docs/benchmarks.md, "Write-out before send").
 //   - Replay holds one whole file in memory at a time (SegmentSize, 64 MiB by default).
 //   - A torn tail is recognised as damage at the end of the newest segment with no valid frame
 //     after it. A filesystem that, after a power cut, kept a later page of the last write but
