@@ -41,6 +41,15 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		if err := b.AddHook(drops, nil); err != nil {
 			return err
 		}
+		// A client subscribing to configured terminals' command topics only gets a short
+		// queue of pending writes (agent/broker queues.go): 352 bytes instead of 9.5 KB.
+		commands := make(map[string]bool, len(cfg.Devices))
+		for _, d := range cfg.Devices {
+			commands[cfg.Topics.Command(d.ID)] = true
+		}
+		if err := b.SetTerminalTopic(func(topic string) bool { return commands[topic] }); err != nil {
+			return err
+		}
 	}
 	if !external {
 		if err := b.AddHook(&intakeHook{srv: b.Server(), topic: t.tasks, take: take}, nil); err != nil {

@@ -178,6 +178,23 @@
 //     counts them and a warning is logged (at most once a second). An inline
 //     publisher can watch mochi's OnPublishDropped itself (the agent resends
 //     dropped results).
+//   - With Options.TerminalTopic (the agent sets it to its devices' command
+//     topics), a client whose first SUBSCRIBE is for such topics only gets a
+//     queue of TerminalPendingWrites (32) instead: 352 bytes instead of 9.5 KB
+//     a terminal. mochi makes the queue before CONNECT, so queues.go replaces
+//     it (reflect and unsafe on mochi v2.7.9's ClientState, on the client's
+//     writer goroutine; TestClientLayout fails on a mochi upgrade that moves
+//     it, and the broker then logs a warning and keeps full queues). A
+//     terminal that later subscribes to more keeps the short queue; what
+//     overflows it is dropped and counted like any drop.
+//   - mochi v2.7.9 holds a client's lock while its writer goroutine is
+//     blocked on a full socket, and a QoS 1/2 publish to that client waits for
+//     the lock (NextPacketID): up to WriteTimeout, rather than being dropped.
+//   - mochi passes packets (~800 bytes) by value through deep frames, so each
+//     connection costs 24 KiB of goroutine stacks: its reader needs 16 KiB
+//     parked (5 KB in use, too much for the GC to halve it) and grows to 32
+//     KiB for any PUBLISH or SUBSCRIBE until the next GC shrinks it;
+//     its writer stays at 8 KiB. PINGREQ and PUBACK stay within 16 KiB.
 //   - TLS certificates are read once, in New; rotating them needs a restart.
 //   - A bcrypt check runs for every CONNECT with a user name (about 0.1 s at
 //     cost 10 on an ARM gateway); it only delays that client, but a flood of

@@ -23,11 +23,20 @@ import (
 //
 //	go test -run '^$' -bench MemoryPerConnection -benchtime 3x ./agent/broker/
 //
-// The client side's share (64 sockets and their bufio readers in this
-// process) is a few hundred bytes a connection and is counted too.
+// Sub-benchmarks: "terminal-queue" with Options.TerminalTopic set as the agent sets it
+// (the clients get queues of DefaultTerminalPendingWrites), "queue=1024" without (every
+// client gets MaxPendingWrites). The client side's share (64 sockets and their bufio
+// readers in this process) is a few hundred bytes a connection and is counted too.
 func BenchmarkMemoryPerConnection(b *testing.B) {
+	b.Run("queue=1024", func(b *testing.B) { benchmarkMemoryPerConnection(b, Options{}) })
+	b.Run("terminal-queue", func(b *testing.B) {
+		benchmarkMemoryPerConnection(b, Options{TerminalTopic: isCommandTopic})
+	})
+}
+
+func benchmarkMemoryPerConnection(b *testing.B, o Options) {
 	const conns = 64
-	br := startBroker(b, Options{})
+	br := startBroker(b, o)
 	srv := br.Server()
 	idle := srv.Clients.Len() // the broker's own inline clients
 	var heap, stack float64
@@ -94,6 +103,12 @@ type memClient struct {
 
 func memConnect(tb testing.TB, addr, id string) *memClient {
 	tb.Helper()
+	return memConnectTo(tb, addr, id, "dev/face/"+id)
+}
+
+// memConnectTo connects with a clean session and subscribes to filters with QoS 1.
+func memConnectTo(tb testing.TB, addr, id string, filters ...string) *memClient {
+	tb.Helper()
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		tb.Fatal(err)
@@ -106,10 +121,14 @@ func memConnect(tb testing.TB, addr, id string) *memClient {
 			Keepalive: 60, ClientIdentifier: id},
 	})
 	c.expect(tb, packets.Connack)
+	subs := make(packets.Subscriptions, len(filters))
+	for i, f := range filters {
+		subs[i] = packets.Subscription{Filter: f, Qos: 1}
+	}
 	c.write(tb, packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
 		PacketID:    1,
-		Filters:     packets.Subscriptions{{Filter: "dev/face/" + id, Qos: 1}},
+		Filters:     subs,
 	})
 	c.expect(tb, packets.Suback)
 	return c
@@ -181,8 +200,8 @@ func (c *memClient) expect(tb testing.TB, typ byte) []byte {
 	return body
 }
 
-// expectPublishAndAck reads a QoS 1 PUBLISH and answers with PUBACK.
-func (c *memClient) expectPublishAndAck(tb testing.TB) {
+// expectPublishAndAck reads a QoS 1 PUBLISH, answers with PUBACK and returns its payload.
+func (c *memClient) expectPublishAndAck(tb testing.TB) []byte {
 	tb.Helper()
 	body := c.expect(tb, packets.Publish)
 	if len(body) < 2 {
@@ -194,6 +213,34 @@ func (c *memClient) expectPublishAndAck(tb testing.TB) {
 	}
 	id := uint16(body[2+topicLen])<<8 | uint16(body[3+topicLen])
 	c.write(tb, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: id})
+	return publishPayload(tb, body[4+topicLen:])
+}
+
+// expectPublish reads a QoS 0 PUBLISH and returns its payload.
+func (c *memClient) expectPublish(tb testing.TB) []byte {
+	tb.Helper()
+	body := c.expect(tb, packets.Publish)
+	if len(body) < 2 || len(body) < 2+(int(body[0])<<8|int(body[1])) {
+		tb.Fatal("memClient: short PUBLISH")
+	}
+	return publishPayload(tb, body[2+(int(body[0])<<8|int(body[1])):])
+}
+
+// publishPayload returns the payload of a PUBLISH's body from its properties on.
+func publishPayload(tb testing.TB, rest []byte) []byte {
+	tb.Helper()
+	n, shift, i := 0, 0, 0 // MQTT 5 properties length (a variable byte integer)
+	for ; i < len(rest) && i < 4; i++ {
+		n |= int(rest[i]&0x7f) << shift
+		shift += 7
+		if rest[i]&0x80 == 0 {
+			break
+		}
+	}
+	if i >= len(rest) || 1+i+n > len(rest) {
+		tb.Fatal("memClient: PUBLISH with malformed properties")
+	}
+	return rest[1+i+n:]
 }
 
 func (c *memClient) close() { _ = c.conn.Close() }

@@ -1,0 +1,171 @@
+package broker
+
+import (
+	"encoding/binary"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// isCommandTopic is the agent's terminal matcher in these tests: dev/face/{id}, no wildcard.
+func isCommandTopic(topic string) bool {
+	id, ok := strings.CutPrefix(topic, "dev/face/")
+	return ok && id != "" && !strings.ContainsAny(id, "/+#")
+}
+
+// TestClientLayout fails when mochi's ClientState no longer has the fields queues.go
+// replaces (after a mochi upgrade): terminals would keep queues of MaxPendingWrites.
+func TestClientLayout(t *testing.T) {
+	if _, err := findClientLayout(); err != nil {
+		t.Fatalf("mochi's client state changed; update queues.go for this mochi version: %v", err)
+	}
+	b := startBroker(t, Options{})
+	if b.terminals == nil {
+		t.Fatal("the broker runs without its terminal queues hook")
+	}
+	if b.terminals.Provides(mqtt.OnPacketEncode) || b.terminals.Provides(mqtt.OnSubscribe) {
+		t.Fatal("without a terminal matcher the hook must provide nothing (it would cost every write)")
+	}
+}
+
+// TestTerminalQueues: a client whose first SUBSCRIBE is for terminal command topics only
+// gets the short queue; a back office, a terminal that also subscribes to something else,
+// and a terminal's second SUBSCRIBE keep or change nothing.
+func TestTerminalQueues(t *testing.T) {
+	b := startBroker(t, Options{TerminalTopic: isCommandTopic})
+	srv := b.Server()
+	queue := func(id string) int {
+		t.Helper()
+		cl, ok := srv.Clients.Get(id)
+		if !ok {
+			t.Fatalf("no client %s", id)
+		}
+		return b.terminals.pendingWrites(cl)
+	}
+	term := memConnect(t, b.Addr(), "t01")
+	defer term.close()
+	office := memConnectTo(t, b.Addr(), "office", "faceagent/gw/results", "faceagent/gw/devices/+/ack")
+	defer office.close()
+	mixed := memConnectTo(t, b.Addr(), "t02", "dev/face/t02", "dev/face/#")
+	defer mixed.close()
+	if got := queue("t01"); got != DefaultTerminalPendingWrites {
+		t.Errorf("terminal's queue: %d slots, want %d", got, DefaultTerminalPendingWrites)
+	}
+	if got := queue("office"); got != DefaultMaxPendingWrites {
+		t.Errorf("back office's queue: %d slots, want %d", got, DefaultMaxPendingWrites)
+	}
+	if got := queue("t02"); got != DefaultMaxPendingWrites {
+		t.Errorf("queue of a terminal also subscribed to dev/face/#: %d slots, want %d", got, DefaultMaxPendingWrites)
+	}
+	if got := b.terminals.swapped.Load(); got != 1 {
+		t.Errorf("%d queues replaced, want 1", got)
+	}
+
+	// A second SUBSCRIBE (now the client has a subscription) changes nothing.
+	term.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
+		PacketID: 2, Filters: packets.Subscriptions{{Filter: "dev/face/t01", Qos: 1}}})
+	term.expect(t, packets.Suback)
+	if got := b.terminals.swapped.Load(); got != 1 {
+		t.Errorf("%d queues replaced after a second SUBSCRIBE, want 1", got)
+	}
+
+	// Commands, many more than the short queue holds, one after another as the agent
+	// sends them: every one arrives, in order, and nothing is dropped.
+	for i := range 3 * DefaultTerminalPendingWrites {
+		want := []byte{byte(i)}
+		if err := srv.Publish("dev/face/t01", want, false, 1); err != nil {
+			t.Fatal(err)
+		}
+		if got := term.expectPublishAndAck(t); string(got) != string(want) {
+			t.Fatalf("command %d: payload %v, want %v", i, got, want)
+		}
+	}
+	if n := b.DroppedMessages(); n != 0 {
+		t.Fatalf("%d messages dropped", n)
+	}
+}
+
+// dropRecorder records the messages mochi drops, as the agent's drop watch sees them.
+type dropRecorder struct {
+	mqtt.HookBase
+	mu      sync.Mutex
+	dropped []uint64
+}
+
+func (h *dropRecorder) ID() string           { return "test-drop-recorder" }
+func (h *dropRecorder) Provides(b byte) bool { return b == mqtt.OnPublishDropped }
+func (h *dropRecorder) OnPublishDropped(_ *mqtt.Client, pk packets.Packet) {
+	h.mu.Lock()
+	h.dropped = append(h.dropped, binary.BigEndian.Uint64(pk.Payload))
+	h.mu.Unlock()
+}
+
+// TestTerminalQueueLosesNothingSilently: a terminal that stops reading fills its socket and
+// then its short queue. Every message mochi drops beyond it is reported (OnPublishDropped,
+// DroppedMessages), so its publisher can send it again as the agent's drop watch does;
+// everything not reported dropped arrives, and the messages sent again arrive too.
+//
+// QoS 0: mochi v2.7.9 holds the client's lock while its writer is blocked on the socket,
+// and a QoS 1 publish to that client waits for the lock (NextPacketID) until the write
+// ends or times out (WriteTimeout) rather than reaching the full queue.
+func TestTerminalQueueLosesNothingSilently(t *testing.T) {
+	rec := &dropRecorder{}
+	b := startBroker(t, Options{TerminalTopic: isCommandTopic}, rec)
+	srv := b.Server()
+	term := memConnect(t, b.Addr(), "t01")
+	defer term.close()
+
+	payload := make([]byte, 64<<10)
+	publish := func(i uint64) {
+		t.Helper()
+		binary.BigEndian.PutUint64(payload, i)
+		if err := srv.Publish("dev/face/t01", payload, false, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The terminal reads nothing meanwhile: its writer blocks on a full socket, then the
+	// queue fills, then mochi drops.
+	var sent uint64
+	for ; sent < 4096 && b.DroppedMessages() < 3; sent++ {
+		publish(sent)
+	}
+	if b.DroppedMessages() < 3 {
+		t.Fatalf("%d messages of 64 KB to a terminal that reads nothing, %d drops", sent, b.DroppedMessages())
+	}
+	rec.mu.Lock()
+	dropped := append([]uint64(nil), rec.dropped...)
+	rec.mu.Unlock()
+	t.Logf("%d messages of 64 KB sent, %d dropped", sent, len(dropped))
+	if int64(len(dropped)) != b.DroppedMessages() {
+		t.Fatalf("hook saw %d drops, DroppedMessages %d", len(dropped), b.DroppedMessages())
+	}
+	seen := make(map[uint64]int)
+	read := func(n int) {
+		t.Helper()
+		for range n {
+			seen[binary.BigEndian.Uint64(term.expectPublish(t))]++
+		}
+	}
+	read(int(sent) - len(dropped))
+	// The resend, as the drop watch does it once the publish that saw the drop returned.
+	for _, i := range dropped {
+		publish(i)
+	}
+	read(len(dropped))
+	for i := range sent {
+		if seen[i] != 1 {
+			t.Errorf("message %d arrived %d times", i, seen[i])
+		}
+	}
+	if b.DroppedMessages() != int64(len(dropped)) {
+		t.Errorf("more drops during the resend: %d, then %d", len(dropped), b.DroppedMessages())
+	}
+	_ = term.conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if _, err := term.r.ReadByte(); err == nil {
+		t.Error("a message more than was sent")
+	}
+}
