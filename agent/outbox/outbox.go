@@ -207,16 +207,16 @@ func (o *Outbox) Close() error {
 	o.mu.Unlock()
 	o.cancel()
 	o.wg.Wait()
-	err := o.j.Close()
 	o.mu.Lock()
 	if s := o.t.spill; s != nil {
-		// After the compactor (the one reader without the lock) returned. Payloads still
-		// needed after Close (an Enqueue that was waiting for its fsync) go to the heap.
+		// After the compactor (the one reader without the lock) returned, and before the
+		// journal lets the directory go to the next Open. Payloads still needed after
+		// Close (an Enqueue that was waiting for its fsync) go to the heap.
 		s.close()
 		o.t.spill = nil
 	}
 	o.mu.Unlock()
-	return err
+	return o.j.Close()
 }
 
 // Err returns the journal failure that stopped the outbox, or nil.
