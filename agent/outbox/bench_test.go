@@ -445,3 +445,61 @@ func (p *poller) due() [][2]string {
 }
 
 var dispatchSync = journal.SyncAlways
+
+// nbNopSender is a non-blocking Sender that remembers the last command sent: the outbox
+// makes its sends inline, on the goroutine that called Ack.
+type nbNopSender struct{ last Command }
+
+func (s *nbNopSender) Send(_ context.Context, _ string, cmd Command) error {
+	s.last = cmd
+	return nil
+}
+func (*nbNopSender) SendsWithoutBlocking(string) bool { return true }
+
+// BenchmarkAckNext measures an Ack that finishes the command in flight and sends the
+// device's next one (the dispatch hot path), with the next payload read from the payload
+// file (pread, page cache) or, as before the file existed, from the heap.
+func BenchmarkAckNext(b *testing.B) {
+	noFile := func(string) (spillFile, error) { return nil, syscall.ENOSPC }
+	for _, c := range []struct {
+		name   string
+		create func(string) (spillFile, error)
+	}{{"payload-file", nil}, {"heap", noFile}} {
+		b.Run(c.name, func(b *testing.B) {
+			snd := &nbNopSender{}
+			o, err := Open(b.TempDir(), snd, &Options{Journal: journal.Options{Sync: journal.SyncNone},
+				MaxQueued: b.N + 1, MaxQueuedPerDevice: b.N + 1, createSpill: c.create,
+				CompactAfter: 1 << 30}) // the hot path alone: no snapshot competes for the CPU
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer o.Close()
+			tasks := make([]Task, b.N+1)
+			for i := range tasks {
+				tasks[i] = benchTask(i)
+				tasks[i].DeviceID = "dev"
+				tasks[i].PersonID = "" // no coalescing: every task is sent
+			}
+			for i := 0; i < len(tasks); i += 1000 {
+				for _, err := range o.EnqueueBatch(tasks[i:min(i+1000, len(tasks))]) {
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			if st := o.Stats(); (c.create == nil) != (st.PayloadsOnHeap == 0) {
+				b.Fatalf("payloads not where the case says: %+v", st)
+			}
+			o.Heartbeat("dev")
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				id := snd.last.MessageID
+				o.Ack("dev", id, 0, "")
+				if snd.last.MessageID != tasks[i+1].MessageID || len(snd.last.Payload) != len(tasks[i+1].Payload) {
+					b.Fatalf("after acking %s, sent %s", id, snd.last.MessageID)
+				}
+			}
+		})
+	}
+}

@@ -2,7 +2,9 @@ package outbox
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
+	"slices"
 )
 
 // maybeCompact starts a compaction when the journal holds many more records than the table
@@ -52,11 +54,11 @@ func (o *Outbox) compact() error {
 		o.mu.Unlock()
 		return err
 	}
-	var f spillFile
+	var rd spillReader
 	if s != nil {
 		o.t.flushSpill()
 		s.pins++
-		pinned, f = true, s.f
+		pinned, rd = true, spillReader{f: s.f, end: s.size}
 	}
 	// Every record appended so far is in segments older than cp; the snapshot must hold
 	// their effect: the table, plus adds that are durable but not applied yet.
@@ -69,6 +71,11 @@ func (o *Outbox) compact() error {
 		recs = append(recs, snapRecord{r, ref})
 		return nil
 	})
+	// Messages other than results may come in any order: in file order, their payloads are
+	// read a window at a time. Results keep their finish order (a restart reports them in
+	// it) and are read one by one.
+	inFileOrder := len(recs) - len(o.t.results)
+	slices.SortStableFunc(recs[:inFileOrder], func(a, b snapRecord) int { return cmp.Compare(a.ref, b.ref) })
 	for _, p := range o.pending {
 		c := *p.rec
 		c.Payload = bytes.Clone(p.rec.Payload) // the caller's buffer: it may reuse it once Enqueue returns
@@ -78,15 +85,23 @@ func (o *Outbox) compact() error {
 	o.mu.Unlock()
 	var buf, pay []byte
 	return o.j.WriteSnapshot(cp, func(emit func([]byte) error) error {
-		for _, sr := range recs {
+		for i, sr := range recs {
 			r := sr.r
 			if sr.ref != 0 {
-				rec, err := readSpill(f, sr.ref, pay)
+				var rec []byte
+				var err error
+				if i < inFileOrder {
+					if rec, err = rd.record(sr.ref); err == nil {
+						err = checkRecord(sr.ref, rec)
+					}
+				} else if rec, err = readSpill(rd.f, sr.ref, pay); err == nil {
+					pay = rec
+				}
 				if err != nil {
 					s.readErrors.Add(1)
 					return fmt.Errorf("message %.64q: %w", r.ID, err)
 				}
-				pay, r.Payload = rec, rec[spillHdr:]
+				r.Payload = rec[spillHdr:]
 			}
 			r.Version = recordVersion
 			var err error

@@ -176,6 +176,36 @@ func checkRecord(ref payRef, rec []byte) error {
 
 var errSpillChecksum = errors.New("checksum mismatch")
 
+// spillReader reads records in ascending offset order through a window of the file: one
+// pread per spillWindow bytes rather than one per record. Records are not checked.
+type spillReader struct {
+	f   spillFile
+	end int64 // the file's size
+	win []byte
+	off int64 // of win in the file
+}
+
+// record returns the record at ref, valid until the next call.
+func (r *spillReader) record(ref payRef) ([]byte, error) {
+	off, n := ref.off(), ref.size()
+	if off < r.off || off+n > r.off+int64(len(r.win)) {
+		w := min(max(spillWindow, n), r.end-off)
+		if w < n {
+			return nil, fmt.Errorf("outbox: payload file: record at %d runs past its end %d", off, r.end)
+		}
+		r.win = slices.Grow(r.win[:0], int(w))[:w]
+		if got, err := r.f.ReadAt(r.win, off); int64(got) < w {
+			r.win = r.win[:0]
+			if err == nil || err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("outbox: reading the payload file at %d: %w", off, err)
+		}
+		r.off = off
+	}
+	return r.win[off-r.off:][:n], nil
+}
+
 // setPayload stores p as it's payload: in the payload file, or on the heap when there is
 // none, it cannot take p, or writing fails. p may alias a caller's or a replay buffer.
 func (t *table) setPayload(it *item, p []byte) {
@@ -343,25 +373,14 @@ func (t *table) rewriteSpill() error {
 			os.Remove(tmp)
 		}
 	}()
-	var win, out []byte
-	var winOff, outOff, end int64
+	r := spillReader{f: s.f, end: s.size}
+	var out []byte
+	var outOff, end int64
 	for _, it := range live {
-		off, n := it.pay.off(), it.pay.size()
-		if off < winOff || off+n > winOff+int64(len(win)) {
-			w := min(max(spillWindow, n), s.size-off)
-			if w < n {
-				return fmt.Errorf("outbox: payload file: record at %d runs past its end %d", off, s.size)
-			}
-			win = slices.Grow(win[:0], int(w))[:w]
-			if got, err := s.f.ReadAt(win, off); int64(got) < w {
-				if err == nil || err == io.EOF {
-					err = io.ErrUnexpectedEOF
-				}
-				return err
-			}
-			winOff = off
+		rec, err := r.record(it.pay)
+		if err != nil {
+			return err
 		}
-		rec := win[off-winOff:][:n]
 		if len(out)+len(rec) > spillWindow {
 			if _, err := nf.WriteAt(out, outOff); err != nil {
 				return err
@@ -370,7 +389,7 @@ func (t *table) rewriteSpill() error {
 			out = out[:0]
 		}
 		out = append(out, rec...)
-		end += n
+		end += int64(len(rec))
 	}
 	if _, err := nf.WriteAt(out, outOff); err != nil {
 		return err
