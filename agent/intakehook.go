@@ -86,7 +86,7 @@ func (t *taker) accept(ctx context.Context, payload []byte) error {
 		tasks := make([]outbox.Task, len(batch.Tasks))
 		for i := range batch.Tasks {
 			task := &batch.Tasks[i]
-			cmd := task.Command()
+			cmd := batch.Command(i) // the id Parse computed: each task is hashed once
 			p, err := cmd.AppendMsg(nil)
 			if err != nil { // Parse validated the task; this would be a bug in one of them
 				return fmt.Errorf("encoding task %s: %w", task.TaskID, err)

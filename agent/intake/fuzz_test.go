@@ -1,6 +1,7 @@
 package intake
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -53,6 +54,46 @@ func FuzzParse(f *testing.F) {
 			var arr []json.RawMessage
 			if json.Unmarshal(data, &arr) != nil || len(arr) != 0 {
 				t.Fatalf("input %q produced neither tasks nor rejects", data)
+			}
+		}
+	})
+}
+
+// FuzzParseCleanSameAsElementwise: the one-decode path Parse takes for a message with
+// nothing to refuse (parseClean) accepts exactly the messages the element-wise path
+// accepts whole, with the same tasks in the same order and each task's MessageID; and
+// Batch.Command gives what Task.Command gives.
+func FuzzParseCleanSameAsElementwise(f *testing.F) {
+	files, _ := filepath.Glob("testdata/*")
+	for _, p := range files {
+		if b, err := os.ReadFile(p); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Add([]byte(`[]`))
+	f.Add([]byte(`[{"taskId":"a","deviceId":"2042253","op":"DeletePerson","person":{"id":"1"}},null]`))
+	f.Add([]byte(`[{"taskId":"a","deviceId":"2042253","op":"DeletePerson","person":{"id":"1"}},{"taskId":"a","deviceId":"2042253","op":"DeletePerson","person":{"id":"1"}}]`))
+	f.Add([]byte(`{"TASKID":"a","deviceId":"2042253","op":"AddPerson","person":{"id":"1","name":"x\u00e9\ud800"},"taskId":"b"}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		lim := Limits{MaxBatch: 3, KnownDevice: known}
+		trimmed := bytes.TrimSpace(data)
+		clean, ok := parseClean(trimmed, lim)
+		whole := parseElementwise(data, trimmed, lim)
+		if wantOK := len(whole.Rejects) == 0; ok != wantOK {
+			t.Fatalf("parseClean ok=%v, element-wise rejects %d (%+v) for %q", ok, len(whole.Rejects), whole.Rejects, data)
+		}
+		if !ok {
+			return
+		}
+		if len(clean.Tasks) != len(whole.Tasks) || len(clean.ids) != len(clean.Tasks) {
+			t.Fatalf("%d tasks (%d ids) against %d for %q", len(clean.Tasks), len(clean.ids), len(whole.Tasks), data)
+		}
+		for i := range clean.Tasks {
+			if clean.Tasks[i] != whole.Tasks[i] || clean.ids[i] != whole.ids[i] {
+				t.Fatalf("task %d: %+v %s against %+v %s", i, clean.Tasks[i], clean.ids[i], whole.Tasks[i], whole.ids[i])
+			}
+			if clean.Command(i) != clean.Tasks[i].Command() {
+				t.Fatalf("Batch.Command(%d) = %+v, Task.Command = %+v", i, clean.Command(i), clean.Tasks[i].Command())
 			}
 		}
 	})

@@ -64,12 +64,35 @@ func (t *Task) MessageID() string {
 
 // Command is the terminal command for the task.
 func (t *Task) Command() face.Command {
-	return face.Command{MessageID: t.MessageID(), Op: t.Op, Person: t.Person}
+	return t.commandWithID(t.MessageID())
+}
+
+func (t *Task) commandWithID(id string) face.Command {
+	return face.Command{MessageID: id, Op: t.Op, Person: t.Person}
 }
 
 // Validate checks the task's fields; the error text becomes the deadletter reason.
 // It does not know the configured devices: Parse checks those through Limits.
 func (t *Task) Validate() error {
+	_, err := t.validate()
+	return err
+}
+
+// validate is Validate returning the task's MessageID as well (empty on error), so that
+// Parse hashes each task once.
+func (t *Task) validate() (messageID string, err error) {
+	if err := t.validateFields(); err != nil {
+		return "", err
+	}
+	// What reaches the terminal must pass the terminal protocol's own checks.
+	cmd := t.Command()
+	if err := cmd.Validate(); err != nil {
+		return "", err
+	}
+	return cmd.MessageID, nil
+}
+
+func (t *Task) validateFields() error {
 	if err := checkID("taskId", t.TaskID, MaxTaskIDLen); err != nil {
 		return err
 	}
@@ -101,9 +124,7 @@ func (t *Task) Validate() error {
 	if !from.IsZero() && !to.IsZero() && to.Before(from) {
 		return fmt.Errorf("person.validTo: %s is before validFrom %s", p.ValidTo, p.ValidFrom)
 	}
-	// What reaches the terminal must pass the terminal protocol's own checks.
-	cmd := t.Command()
-	return cmd.Validate()
+	return nil
 }
 
 func checkID(field, v string, max int) error {
@@ -151,6 +172,17 @@ type Limits struct {
 type Batch struct {
 	Tasks   []Task
 	Rejects []Reject
+	// ids[i] is Tasks[i].MessageID(), computed by Parse while validating.
+	ids []string
+}
+
+// Command is the terminal command for Tasks[i]: Tasks[i].Command() without hashing the
+// task a second time when Parse already did.
+func (b *Batch) Command(i int) face.Command {
+	if i < len(b.ids) {
+		return b.Tasks[i].commandWithID(b.ids[i])
+	}
+	return b.Tasks[i].Command()
 }
 
 // Parse reads one upstream task message: a task object or a JSON array of them. It never
@@ -165,6 +197,17 @@ func Parse(payload []byte, lim Limits) Batch {
 		return b
 	}
 	trimmed := bytes.TrimSpace(payload)
+	if clean, ok := parseClean(trimmed, lim); ok {
+		return clean
+	}
+	return parseElementwise(payload, trimmed, lim)
+}
+
+// parseElementwise is Parse taking a batch apart element by element, so that each bad
+// task is refused on its own with the reason; trimmed is payload without surrounding
+// space.
+func parseElementwise(payload, trimmed []byte, lim Limits) Batch {
+	var b Batch
 	if len(trimmed) > 0 && trimmed[0] == '[' {
 		var elems []json.RawMessage
 		if err := json.Unmarshal(trimmed, &elems); err != nil {
@@ -210,7 +253,8 @@ func (b *Batch) one(raw json.RawMessage, lim Limits, i int, seen map[string]stru
 		b.reject(raw, where()+"invalid task: "+jsonProblem(err))
 		return
 	}
-	if err := t.Validate(); err != nil {
+	id, err := t.validate()
+	if err != nil {
 		b.reject(raw, where()+"invalid task: "+err.Error())
 		return
 	}
@@ -226,6 +270,61 @@ func (b *Batch) one(raw json.RawMessage, lim Limits, i int, seen map[string]stru
 		seen[t.TaskID] = struct{}{}
 	}
 	b.Tasks = append(b.Tasks, t)
+	b.ids = append(b.ids, id)
+}
+
+// parseClean is Parse for a message with nothing to refuse, the usual case: one
+// json.Unmarshal straight into the tasks instead of splitting a batch into raw elements
+// and decoding each again, and each task hashed once. ok is false as soon as anything
+// would be refused (malformed JSON, a wrong type, a null element, an invalid or duplicate
+// task, an unknown device, a batch over MaxBatch): Parse then starts over on the path
+// that finds and words each reject. Both paths decode with the same encoding/json rules
+// into the same Task, so an accepted message gives the same tasks either way
+// (FuzzParseCleanSameAsElementwise).
+func parseClean(msg []byte, lim Limits) (b Batch, ok bool) {
+	if len(msg) == 0 {
+		return b, false
+	}
+	switch msg[0] {
+	case '{':
+		var t Task
+		if json.Unmarshal(msg, &t) != nil {
+			return b, false
+		}
+		b.Tasks = []Task{t}
+	case '[':
+		if json.Unmarshal(msg, &b.Tasks) != nil {
+			return b, false
+		}
+	default:
+		return b, false
+	}
+	if lim.MaxBatch > 0 && len(b.Tasks) > lim.MaxBatch {
+		return b, false
+	}
+	b.ids = make([]string, len(b.Tasks))
+	var seen map[string]struct{}
+	if len(b.Tasks) > 1 {
+		seen = make(map[string]struct{}, len(b.Tasks))
+	}
+	for i := range b.Tasks {
+		t := &b.Tasks[i]
+		id, err := t.validate()
+		if err != nil || (lim.KnownDevice != nil && !lim.KnownDevice(t.DeviceID)) {
+			return Batch{}, false
+		}
+		if seen != nil {
+			if _, dup := seen[t.TaskID]; dup {
+				return Batch{}, false
+			}
+			seen[t.TaskID] = struct{}{}
+		}
+		b.ids[i] = id
+	}
+	if b.Tasks == nil {
+		b.Tasks = []Task{} // "[]": as the element-wise path returns it
+	}
+	return b, true
 }
 
 func (b *Batch) reject(payload []byte, reason string) {
