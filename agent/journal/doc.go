@@ -30,8 +30,9 @@
 //
 // # Group commit
 //
-// One writer goroutine owns the open segment. Appends frame their record into a shared
-// buffer and kick it; it takes the whole buffer, writes it with one write and one fsync
+// One writer goroutine owns the open segment's fsyncs and rotation (its writes it shares
+// with WriteOut, under a mutex). Appends frame their record into a shared buffer and kick
+// it; it takes the whole buffer, writes it with one write and one fsync
 // (Options.Sync: SyncAlways; SyncBatch first waits Options.BatchWindow to gather more;
 // SyncNone never fsyncs), then wakes every waiter of the batch. Appends arriving during an
 // fsync form the next batch, so N concurrent producers share about one fsync per round; each
