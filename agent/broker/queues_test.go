@@ -169,3 +169,10 @@ func TestTerminalQueueLosesNothingSilently(t *testing.T) {
 		t.Error("a message more than was sent")
 	}
 }
+
+// TestMochiTestTableReleased: the 368 KB table of mochi's own tests is not kept alive.
+func TestMochiTestTableReleased(t *testing.T) {
+	if packets.TPacketData != nil {
+		t.Fatal("packets.TPacketData is still referenced")
+	}
+}
