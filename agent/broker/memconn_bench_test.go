@@ -39,7 +39,7 @@ func benchmarkMemoryPerConnection(b *testing.B, o Options) {
 	br := startBroker(b, o)
 	srv := br.Server()
 	idle := srv.Clients.Len() // the broker's own inline clients
-	var heap, stack float64
+	var heap, live, stack float64
 	for b.Loop() {
 		before := settledMemStats()
 		clients := make([]*memClient, conns)
@@ -63,6 +63,7 @@ func benchmarkMemoryPerConnection(b *testing.B, o Options) {
 		}
 		after := settledMemStats()
 		heap = float64(int64(after.HeapInuse)-int64(before.HeapInuse)) / conns
+		live = float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / conns
 		stack = float64(int64(after.StackInuse)-int64(before.StackInuse)) / conns
 		for _, c := range clients {
 			c.close()
@@ -70,6 +71,7 @@ func benchmarkMemoryPerConnection(b *testing.B, o Options) {
 		waitClients(b, br, idle)
 	}
 	b.ReportMetric(heap, "heap-B/conn")
+	b.ReportMetric(live, "live-B/conn")
 	b.ReportMetric(stack, "stack-B/conn")
 	b.ReportMetric(heap+stack, "B/conn")
 }

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"reflect"
@@ -16,6 +17,11 @@ import (
 // has one command in flight (two while a retry overlaps a slow ack): 32 packets is far
 // beyond what it is sent, and costs 352 bytes instead of the 9.5 KB of a 1,024 queue.
 const DefaultTerminalPendingWrites = 32
+
+// terminalReadBuffer is the read buffer of a terminal's connection (mochi's
+// ClientNetReadBufferSize, 2 KiB, for everyone else). A terminal sends acks and heartbeats
+// of a few hundred bytes; a larger packet is read straight into its own buffer by bufio.
+const terminalReadBuffer = 512
 
 // terminalQueues gives terminals a short queue of pending writes.
 //
@@ -40,6 +46,10 @@ const DefaultTerminalPendingWrites = 32
 // packet type 0 (reserved), which WritePacket refuses to encode: nothing is written.
 // The wait is one goroutine hand-off per terminal connection.
 //
+// The same SUBSCRIBE gives the terminal a read buffer of terminalReadBuffer bytes instead
+// of 2 KiB, on the reader goroutine (the only one that reads ClientConnection.bconn), when
+// nothing is buffered beyond the SUBSCRIBE.
+//
 // A terminal that later subscribes to more than its commands keeps the short queue:
 // messages beyond it are dropped like any client's beyond MaxPendingWrites (counted by
 // dropLog, seen by OnPublishDropped).
@@ -58,9 +68,10 @@ type terminalQueues struct {
 type clientLayout struct {
 	outbound uintptr // offset of ClientState.outbound (chan *packets.Packet)
 	open     uintptr // offset of ClientState.open (context.Context, done when the client stops)
+	bconn    uintptr // offset of ClientConnection.bconn (*bufio.Reader over the connection)
 }
 
-var errClientLayout = errors.New("broker: mochi's ClientState is not laid out as v2.7.9's (outbound, open)")
+var errClientLayout = errors.New("broker: mochi's client is not laid out as v2.7.9's (State.outbound, State.open, Net.bconn)")
 
 // findClientLayout checks that mochi's ClientState has the fields the hook replaces and
 // reads, with the expected types.
@@ -74,7 +85,15 @@ func findClientLayout() (clientLayout, error) {
 	if !ok || open.Type != reflect.TypeFor[context.Context]() {
 		return clientLayout{}, errClientLayout
 	}
-	return clientLayout{outbound: out.Offset, open: open.Offset}, nil
+	bconn, ok := reflect.TypeFor[mqtt.ClientConnection]().FieldByName("bconn")
+	if !ok || bconn.Type != reflect.TypeFor[*bufio.Reader]() {
+		return clientLayout{}, errClientLayout
+	}
+	return clientLayout{outbound: out.Offset, open: open.Offset, bconn: bconn.Offset}, nil
+}
+
+func (l clientLayout) bconnOf(cl *mqtt.Client) **bufio.Reader {
+	return (**bufio.Reader)(unsafe.Add(unsafe.Pointer(&cl.Net), l.bconn))
 }
 
 func (l clientLayout) outboundOf(cl *mqtt.Client) *chan *packets.Packet {
@@ -109,9 +128,22 @@ func (h *terminalQueues) Provides(b byte) bool {
 // shorten): mochi's SUBSCRIBE path is deep already.
 func (h *terminalQueues) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
 	if h.isTerminal(cl, pk.Filters) {
+		h.shortenReads(cl)
 		h.shorten(cl)
 	}
 	return pk
+}
+
+// shortenReads gives cl a smaller read buffer. It runs on cl's reader goroutine between two
+// packets, so nothing else uses the buffer.
+//
+//go:noinline
+func (h *terminalQueues) shortenReads(cl *mqtt.Client) {
+	r := h.layout.bconnOf(cl)
+	if *r == nil || (*r).Size() <= terminalReadBuffer || (*r).Buffered() > 0 {
+		return
+	}
+	*r = bufio.NewReaderSize(cl.Net.Conn, terminalReadBuffer)
 }
 
 // isTerminal reports whether cl subscribes for the first time, to terminal command topics only.
@@ -193,6 +225,12 @@ func (h *terminalQueues) swap(cl *mqtt.Client) {
 	cl.Unlock()
 	h.swapped.Add(1)
 	close(done)
+}
+
+// readBuffer returns the size of cl's read buffer (tests; read it on the reader goroutine,
+// or after it has gone).
+func (h *terminalQueues) readBuffer(cl *mqtt.Client) int {
+	return (*h.layout.bconnOf(cl)).Size()
 }
 
 // pendingWrites returns the capacity of cl's queue of pending writes (tests), under the

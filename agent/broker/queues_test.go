@@ -36,7 +36,9 @@ func TestClientLayout(t *testing.T) {
 // gets the short queue; a back office, a terminal that also subscribes to something else,
 // and a terminal's second SUBSCRIBE keep or change nothing.
 func TestTerminalQueues(t *testing.T) {
-	b := startBroker(t, Options{TerminalTopic: isCommandTopic})
+	reads := &readBuffers{sizes: make(map[string]int)}
+	b := startBroker(t, Options{TerminalTopic: isCommandTopic}, reads)
+	reads.tq = b.terminals
 	srv := b.Server()
 	queue := func(id string) int {
 		t.Helper()
@@ -64,6 +66,12 @@ func TestTerminalQueues(t *testing.T) {
 	if got := b.terminals.swapped.Load(); got != 1 {
 		t.Errorf("%d queues replaced, want 1", got)
 	}
+	if got := reads.size("t01"); got != terminalReadBuffer {
+		t.Errorf("terminal's read buffer: %d bytes, want %d", got, terminalReadBuffer)
+	}
+	if got := reads.size("office"); got != srv.Options.ClientNetReadBufferSize {
+		t.Errorf("back office's read buffer: %d bytes, want %d", got, srv.Options.ClientNetReadBufferSize)
+	}
 
 	// A second SUBSCRIBE (now the client has a subscription) changes nothing.
 	term.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
@@ -87,6 +95,30 @@ func TestTerminalQueues(t *testing.T) {
 	if n := b.DroppedMessages(); n != 0 {
 		t.Fatalf("%d messages dropped", n)
 	}
+}
+
+// readBuffers records each client's read buffer size on its reader goroutine, after its
+// SUBSCRIBE was handled.
+type readBuffers struct {
+	mqtt.HookBase
+	tq    *terminalQueues
+	mu    sync.Mutex
+	sizes map[string]int
+}
+
+func (h *readBuffers) ID() string           { return "test-read-buffers" }
+func (h *readBuffers) Provides(b byte) bool { return b == mqtt.OnSubscribed }
+func (h *readBuffers) OnSubscribed(cl *mqtt.Client, _ packets.Packet, _ []byte) {
+	n := h.tq.readBuffer(cl)
+	h.mu.Lock()
+	h.sizes[cl.ID] = n
+	h.mu.Unlock()
+}
+
+func (h *readBuffers) size(id string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sizes[id]
 }
 
 // dropRecorder records the messages mochi drops, as the agent's drop watch sees them.
