@@ -208,3 +208,29 @@ func TestMochiTestTableReleased(t *testing.T) {
 		t.Fatal("packets.TPacketData is still referenced")
 	}
 }
+
+// BenchmarkCommandRoundTrip: a command published to a terminal and its PUBACK, without
+// and with the terminal queues hook (which sees every packet written, OnPacketEncode), in
+// the same run:
+//
+//	go test -run '^$' -bench CommandRoundTrip -count 4 ./agent/broker/
+func BenchmarkCommandRoundTrip(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		o    Options
+	}{{"no-hook", Options{}}, {"terminal-queues", Options{TerminalTopic: isCommandTopic}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			br := startBroker(b, tc.o)
+			srv := br.Server()
+			c := memConnect(b, br.Addr(), "t01")
+			defer c.close()
+			payload := []byte(`["setUser","1","Ann"]`)
+			for b.Loop() {
+				if err := srv.Publish("dev/face/t01", payload, false, 1); err != nil {
+					b.Fatal(err)
+				}
+				c.expectPublishAndAck(b)
+			}
+		})
+	}
+}
