@@ -503,3 +503,43 @@ func BenchmarkAckNext(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSpillRewrite measures one rewrite of the payload file (made under the outbox's
+// lock) holding 10,000 live payloads of benchTask's size (the first also skips as many dead
+// ones between them).
+func BenchmarkSpillRewrite(b *testing.B) {
+	const n = 10_000
+	o, err := Open(b.TempDir(), nopSender, &Options{Journal: journal.Options{Sync: journal.SyncNone},
+		spillMinDead: 1 << 40}) // no rewrite but the measured ones
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer o.Close()
+	tasks := make([]Task, 2*n)
+	for i := range tasks {
+		tasks[i] = benchTask(i)
+		tasks[i].PersonID = ""
+	}
+	for i := 0; i < len(tasks); i += 1000 {
+		for _, err := range o.EnqueueBatch(tasks[i : i+1000]) {
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i := 0; i < len(tasks); i += 2 { // every other one leaves: dead bytes between live ones
+		it := o.t.items.get(tasks[i].MessageID)
+		o.t.items.del(it.id())
+		o.t.dropPayload(it)
+	}
+	s := o.t.spill
+	b.SetBytes(s.live)
+	b.ResetTimer()
+	for range b.N { // the first finds the dead bytes between the live ones, the others none
+		if err := o.t.rewriteSpill(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -41,9 +41,11 @@ import (
 // alternative; they skip the copy but not compaction: one command waiting long (an offline
 // terminal's queue) pins a whole segment, and with one FIFO per terminal, terminals
 // draining at different speeds leave a few stragglers in most segments. The rewrite runs
-// under the table lock: sequential reads and writes of the live bytes, a few milliseconds
-// for 10,000 queued commands, about once per that many finished. It waits while a snapshot
-// reads the file (spill.pins).
+// under the table lock: sequential reads and writes of the live bytes, 6-10 ms for 10,000
+// queued commands (BenchmarkSpillRewrite), about once per that many finished, so dispatch
+// pauses for about 0.3 % of the time at 3,000 commands/s. It waits while a snapshot reads
+// the file (spill.pins). Copying outside the lock, then adopting under it what did not move
+// meanwhile, would remove the pause at the cost of a goroutine and that reconciliation.
 //
 // Failures: a failed write (disk full, I/O error) keeps the payloads it held on the heap,
 // as before this file existed (Stats.PayloadsOnHeap counts them, PayloadWriteErrors the

@@ -177,5 +177,5 @@ type Stats struct {
 	PayloadsOnHeap     int    // payloads kept in memory: the file could not take them (or there is none)
 	PayloadFileBytes   int64  // the file's size: live and dead payloads, and the 4-byte checksum of each
 	PayloadWriteErrors uint64 // failed writes since Open (their payloads stayed in memory)
-	PayloadReadErrors  uint64 // failed reads since Open (their commands stayed queued)
+	PayloadReadErrors  uint64 // failed reads since Open (a command stayed queued, a snapshot was not written)
 }
