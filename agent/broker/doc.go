@@ -186,7 +186,9 @@
 //     writer goroutine; TestClientLayout fails on a mochi upgrade that moves
 //     it, and the broker then logs a warning and keeps full queues). A
 //     terminal that later subscribes to more keeps the short queue; what
-//     overflows it is dropped and counted like any drop.
+//     overflows it is dropped and counted like any drop. A terminal that
+//     resumes a kept session (its subscriptions inherited, so publishers may
+//     already route to it) keeps the full queue.
 //   - mochi v2.7.9 holds a client's lock while its writer goroutine is
 //     blocked on a full socket, and a QoS 1/2 publish to that client waits for
 //     the lock (NextPacketID): up to WriteTimeout, rather than being dropped.

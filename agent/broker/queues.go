@@ -50,6 +50,9 @@ const terminalReadBuffer = 512
 // of 2 KiB, on the reader goroutine (the only one that reads ClientConnection.bconn), when
 // nothing is buffered beyond the SUBSCRIBE.
 //
+// A terminal that resumes a kept session has its subscriptions already (publishers may be
+// routing to it): it keeps its full queue.
+//
 // A terminal that later subscribes to more than its commands keeps the short queue:
 // messages beyond it are dropped like any client's beyond MaxPendingWrites (counted by
 // dropLog, seen by OnPublishDropped).
