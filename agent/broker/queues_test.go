@@ -1,7 +1,10 @@
 package broker
 
 import (
+	"bufio"
 	"encoding/binary"
+	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -232,5 +235,49 @@ func BenchmarkCommandRoundTrip(b *testing.B) {
 				c.expectPublishAndAck(b)
 			}
 		})
+	}
+}
+
+// TestTerminalQueueSwapWithLeavingClients: terminals that send CONNECT and SUBSCRIBE and
+// hang up at once, and pairs taking each other's client id over, while their queues are
+// being replaced: the broker neither hangs nor leaks a goroutine (goleak in TestMain), and
+// a terminal connecting afterwards gets its short queue and its commands.
+func TestTerminalQueueSwapWithLeavingClients(t *testing.T) {
+	b := startBroker(t, Options{TerminalTopic: isCommandTopic})
+	idle := b.Server().Clients.Len()
+	var wg sync.WaitGroup
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := net.DialTimeout("tcp", b.Addr(), waitFor)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			c := &memClient{conn: conn, r: bufio.NewReader(conn)}
+			id := fmt.Sprintf("t%02d", i/2) // two connections per id: one takes the other over
+			c.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect},
+				Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 60, ClientIdentifier: id}})
+			c.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
+				PacketID: 1, Filters: packets.Subscriptions{{Filter: "dev/face/" + id, Qos: 1}}})
+			c.close()
+		}()
+	}
+	wg.Wait()
+	waitClients(t, b, idle)
+	t.Logf("%d queues replaced for the 32 leaving connections", b.terminals.swapped.Load())
+	term := memConnect(t, b.Addr(), "t99")
+	defer term.close()
+	if err := b.Server().Publish("dev/face/t99", []byte("x"), false, 1); err != nil {
+		t.Fatal(err)
+	}
+	term.expectPublishAndAck(t)
+	cl, ok := b.Server().Clients.Get("t99")
+	if !ok {
+		t.Fatal("no client t99")
+	}
+	if got := b.terminals.pendingWrites(cl); got != DefaultTerminalPendingWrites {
+		t.Fatalf("queue of %d slots, want %d", got, DefaultTerminalPendingWrites)
 	}
 }
