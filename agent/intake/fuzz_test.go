@@ -98,3 +98,27 @@ func FuzzParseCleanSameAsElementwise(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseResultPlain: where the plain decoder takes a result message, encoding/json
+// takes it too and decodes the same Result.
+func FuzzParseResultPlain(f *testing.F) {
+	f.Add([]byte(`{"taskId":"t-1","deviceId":"2042253","messageId":"AddPerson-951-1","status":"succeeded","tries":1,"error":"","durationMs":12}`))
+	f.Add([]byte(` { "taskId" : "t" , "tries" : -0 , "durationMs" : 9223372036854775807 } `))
+	f.Add([]byte(`{"taskId":"t","TaskId":"u","tries":1.5,"error":"a\"b","x":null}`))
+	f.Add([]byte(`{"status":"failed","tries":01,"durationMs":1e3}`))
+	f.Add([]byte("{\"error\":\"\xff\",\"deviceId\":\"\u00e9\"}"))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, ok := parseResultPlain(data)
+		if !ok {
+			return
+		}
+		var want Result
+		if err := json.Unmarshal(data, &want); err != nil {
+			t.Fatalf("plain decoder took %q, encoding/json refuses it: %v", data, err)
+		}
+		if got != want {
+			t.Fatalf("%q: plain %+v, encoding/json %+v", data, got, want)
+		}
+	})
+}

@@ -96,9 +96,12 @@ type Result struct {
 
 // ParseResult reads a result message (for tools and tests) and checks its status.
 func ParseResult(b []byte) (Result, error) {
-	var r Result
-	if err := json.Unmarshal(b, &r); err != nil {
-		return r, fmt.Errorf("result: %s", jsonProblem(err))
+	r, ok := parseResultPlain(b)
+	if !ok {
+		r = Result{}
+		if err := json.Unmarshal(b, &r); err != nil {
+			return r, fmt.Errorf("result: %s", jsonProblem(err))
+		}
 	}
 	switch r.Status {
 	case Succeeded, Failed, Superseded:
