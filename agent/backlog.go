@@ -11,12 +11,36 @@ import (
 // after a failed round it calls failed and waits nextRetryDelay (reset when the round
 // made progress) before the next. It returns when ctx ends.
 func publishBacklog(ctx context.Context, ready <-chan struct{}, drain func(context.Context) (more bool, sent int, err error), failed func(err error, retryIn time.Duration)) {
+	publishBacklogGathered(ctx, ready, 0, drain, failed)
+}
+
+// publishBacklogGathered is publishBacklog that, once poked, lets gather pass before it
+// drains, so that what arrives meanwhile goes out in the same round: one wake of the
+// publisher, one sync and one reported record for a burst instead of one per message,
+// and the subscribers' writers get the burst together (mochi writes queued packets in
+// one call). Each message is delayed by at most gather; an idle backlog costs nothing
+// (the timer runs only after a poke).
+func publishBacklogGathered(ctx context.Context, ready <-chan struct{}, gather time.Duration, drain func(context.Context) (more bool, sent int, err error), failed func(err error, retryIn time.Duration)) {
 	var delay time.Duration
+	var gathering *time.Timer
+	if gather > 0 {
+		gathering = time.NewTimer(gather)
+		gathering.Stop()
+		defer gathering.Stop()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ready:
+		}
+		if gathering != nil {
+			gathering.Reset(gather)
+			select {
+			case <-ctx.Done():
+				return
+			case <-gathering.C:
+			}
 		}
 		for {
 			more, sent, err := drain(ctx)

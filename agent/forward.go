@@ -29,6 +29,12 @@ const (
 	forwardLazyDelay = 50 * time.Millisecond
 	// forwardBatch is how many messages the publisher takes from the backlog per round.
 	forwardBatch = 64
+	// forwardGather is how long the publisher lets acks and heartbeats gather after the
+	// first one before it publishes them: they are information for the back office, not
+	// part of any task's delivery, and a burst of acks (terminals answering together) then
+	// costs one publishing round, one sync and one reported record instead of one each.
+	// Measured at 64 terminals acking after 20 ms: 1.4 acks a round without it.
+	forwardGather = 5 * time.Millisecond
 	// compactForwarded is how many dead records the log tolerates before a snapshot.
 	compactForwarded = 8192
 	// maxForwardDeviceID bounds a device id in a record (config ids are far shorter).
@@ -459,7 +465,7 @@ func (f *forwarder) start(ctx context.Context) {
 	f.wg.Add(2)
 	go func() {
 		defer f.wg.Done()
-		publishBacklog(ctx, f.ready, f.drain, func(err error, retryIn time.Duration) {
+		publishBacklogGathered(ctx, f.ready, forwardGather, f.drain, func(err error, retryIn time.Duration) {
 			f.log.Warn("forwarding to the upstream broker failed; will retry", "in", retryIn, "err", err)
 		})
 	}()
