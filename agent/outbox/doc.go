@@ -187,8 +187,8 @@
 //     I/O error), payloads stay on the heap, as Stats.PayloadsOnHeap shows. If a payload cannot be read (I/O error, a damaged file), its command stays
 //     queued and its device tries again after 1 s doubling up to 1 min
 //     (Stats.PayloadReadErrors); reopening the outbox rebuilds the file from the journal.
-//     Payloads that went to the heap stay there until their message leaves the table or the
-//     outbox is reopened. The disk holds up to twice the live payloads plus 1 MiB more than
+//     Payloads that went to the heap stay there until the file's next rewrite takes them
+//     back, their message leaves the table, or the outbox is reopened. The disk holds up to twice the live payloads plus 1 MiB more than
 //     the journal alone, and each payload is written once more (twice when a rewrite copies
 //     it), unsynced: the page cache may drop a short-lived one before it reaches the
 //     medium. On a data_dir in tmpfs the file is RAM again, outside the process's RSS.

@@ -49,7 +49,7 @@ import (
 //
 // Failures: a failed write (disk full, I/O error) keeps the payloads it held on the heap,
 // as before this file existed (Stats.PayloadsOnHeap counts them, PayloadWriteErrors the
-// failures); the next write tries the file again. A failed read (I/O error, checksum
+// failures); the next write tries the file again, and the next rewrite moves them back. A failed read (I/O error, checksum
 // mismatch) when a command is due leaves the command queued at the head of its device's
 // FIFO; the device tries again after 1 s, doubling up to 1 min, and the error is logged and
 // counted (PayloadReadErrors). A damaged file is rebuilt by reopening the outbox: the
@@ -393,6 +393,25 @@ func (t *table) rewriteSpill() error {
 		out = append(out, rec...)
 		end += int64(len(rec))
 	}
+	// Payloads a failed write left on the heap come back to the file if it takes them now.
+	var back []*item
+	var backBytes int64
+	for it, p := range t.heapPay {
+		if len(p) > maxSpillLen || end+backBytes+spillHdr+int64(len(p)) > maxSpillEnd {
+			continue
+		}
+		if len(out)+spillHdr+len(p) > spillWindow {
+			if _, err := nf.WriteAt(out, outOff); err != nil {
+				return err
+			}
+			outOff += int64(len(out))
+			out = out[:0]
+		}
+		out = binary.LittleEndian.AppendUint32(out, crc32.Checksum(p, castagnoli))
+		out = append(out, p...)
+		back = append(back, it)
+		backBytes += spillHdr + int64(len(p))
+	}
 	if _, err := nf.WriteAt(out, outOff); err != nil {
 		return err
 	}
@@ -408,9 +427,16 @@ func (t *table) rewriteSpill() error {
 		it.pay = makeRef(off, n)
 		off += spillHdr + int64(n)
 	}
+	for _, it := range back {
+		n := len(t.heapPay[it])
+		it.pay = makeRef(off, n)
+		off += spillHdr + int64(n)
+		delete(t.heapPay, it)
+	}
 	if end != s.live {
 		s.log.Error("outbox: payload file accounting was off; corrected by the rewrite", "counted", s.live, "found", end)
 	}
+	end += backBytes
 	s.size, s.live, s.dead, s.retryDead = end, end, 0, 0
 	s.rewrites++
 	return nil

@@ -239,14 +239,38 @@ func TestSpillWriteFailureKeepsPayloadsOnHeap(t *testing.T) {
 	if s := e.o.Stats(); s.PayloadsOnHeap != 0 {
 		t.Fatalf("after a restart every payload is in the file again: %+v", s)
 	}
-	e.o.Heartbeat("d")
-	for _, p := range []string{"a", "b"} {
-		for i := range n {
-			id := p + strconv.Itoa(i)
-			e.expectPayload(id, size)
-			e.o.Ack("d", id, 0, "")
+	sendAll := func(prefixes ...string) {
+		t.Helper()
+		e.o.Heartbeat("d")
+		for _, p := range prefixes {
+			for i := range n {
+				id := p + strconv.Itoa(i)
+				e.expectPayload(id, size)
+				e.o.Ack("d", id, 0, "")
+			}
 		}
 	}
+	sendAll("a", "b")
+
+	// Without a restart, a rewrite brings heap payloads back into the file.
+	e.o.LinkDown("d")
+	faults.failWrite.Store(true)
+	for i := range n {
+		e.enqueueSized("c"+strconv.Itoa(i), "d", size)
+	}
+	faults.failWrite.Store(false)
+	for i := range n {
+		e.enqueueSized("e"+strconv.Itoa(i), "d", size)
+	}
+	onHeap := e.o.Stats().PayloadsOnHeap
+	e.o.mu.Lock()
+	err := e.o.t.rewriteSpill()
+	e.o.mu.Unlock()
+	if s := e.o.Stats(); err != nil || onHeap == 0 || s.PayloadsOnHeap != 0 {
+		t.Fatalf("rewrite: %v; %d payloads on the heap before, %+v after", err, onHeap, s)
+	}
+	e.checkPayloads(func(it *item) string { return string(payloadOf(it.id(), size)) }, "after the rewrite")
+	sendAll("c", "e")
 }
 
 // TestSpillUnavailable: when the payload file cannot be created, the outbox works with
