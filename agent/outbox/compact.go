@@ -43,7 +43,7 @@ func (o *Outbox) compact() error {
 			s.pins--
 			o.t.maybeRewriteSpill()
 		}
-		o.mu.Unlock()
+		o.unlock() // closes a file the rewrite replaced
 	}()
 	if o.closed {
 		o.mu.Unlock()

@@ -54,7 +54,7 @@ func (o *Outbox) Results(n int) ([]Result, error) {
 // not waited for: after a crash a result may be reported twice, never lost.
 func (o *Outbox) MarkReported(ids ...string) error {
 	o.mu.Lock()
-	defer o.mu.Unlock()
+	defer o.unlock() // messages leave: a rewrite of the payload file may leave a file to close
 	if err := o.usable(); err != nil {
 		return err
 	}

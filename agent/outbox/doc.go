@@ -182,7 +182,7 @@
 //     a Sender must not modify it.
 //   - Payloads live in payloads.cache (On-disk format): a send reads its payload from there
 //     (page cache: 1-2 µs), under the outbox's lock, as is the rewrite that reclaims its
-//     dead bytes (BenchmarkSpillRewrite: 6-10 ms with 10,000 queued, a pause for every
+//     dead bytes (BenchmarkSpillRewrite: 4-7 ms with 10,000 queued, a pause for every
 //     device; it comes about once for every as many that left). If the file cannot be written (disk full,
 //     I/O error), payloads stay on the heap, as Stats.PayloadsOnHeap shows. If a payload cannot be read (I/O error, a damaged file), its command stays
 //     queued and its device tries again after 1 s doubling up to 1 min

@@ -69,8 +69,12 @@ func (o *Outbox) startSendsLocked() {
 func (o *Outbox) unlock() {
 	jobs := o.inline
 	o.inline = nil // the next holder of o.mu starts a list of its own
+	retired := o.t.spill.takeRetired()
 	o.mu.Unlock()
 	o.sendInline(jobs)
+	if retired != nil {
+		retired.Close()
+	}
 }
 
 // sendInline makes non-blocking sends on the calling goroutine. A failed one is handled
