@@ -454,7 +454,7 @@ func (d *device) unfinished() int {
 // finishItem makes it terminal and queues its result.
 func (o *Outbox) finishItem(it *item, st Status, reason string) {
 	d := it.dev
-	if d.live.payItem == it { // never sent again
+	if d.live.payItem == it { // done with: only RetryFailed sends it again, reading it anew
 		d.live.payItem, d.live.pay = nil, nil
 	}
 	seq := o.emit(&record{Kind: kindFinish, ID: it.id(), Status: uint8(st), Err: reason, Done: o.now()})
