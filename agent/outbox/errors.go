@@ -31,4 +31,8 @@ var (
 	// ErrUnknownRecord is returned by Open for a journal record of a kind this release does
 	// not know (written by a newer release).
 	ErrUnknownRecord = errors.New("outbox: unknown journal record")
+
+	// errSpillChecksum is wrapped in the error of a payload read from the payload file that
+	// does not match its checksum (a damaged file): the command stays queued.
+	errSpillChecksum = errors.New("checksum mismatch")
 )

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -193,8 +192,6 @@ func checkRecord(ref payRef, rec []byte) error {
 	}
 	return nil
 }
-
-var errSpillChecksum = errors.New("checksum mismatch")
 
 // spillReader reads records in ascending offset order through a window of the file: one
 // pread per spillWindow bytes rather than one per record. Records are not checked.
