@@ -348,6 +348,12 @@ func TestSpillReadFailureKeepsCommandQueued(t *testing.T) {
 	if st := e.status("d"); st.InFlight != "" || e.o.Stats().PayloadReadErrors != before+1 {
 		t.Fatalf("a damaged payload must not be sent: %+v", st)
 	}
+	e.o.mu.Lock()
+	_, err = e.o.t.payload(e.o.t.items.get("m3"))
+	e.o.mu.Unlock()
+	if !errors.Is(err, errSpillChecksum) {
+		t.Fatalf("reading a damaged payload: %v, want the checksum error", err)
+	}
 	e.restart() // rebuilds the file from the journal
 	e.o.Heartbeat("d")
 	e.expectPayload("m3", big)
