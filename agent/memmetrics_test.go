@@ -1,9 +1,14 @@
 package agent
 
 import (
+	"context"
+	"io"
+	"net/http"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 )
@@ -51,5 +56,49 @@ func TestMemoryMetricsExported(t *testing.T) {
 	}
 	if strings.Contains(exp.String(), `faceagent_go_memory_bytes{class="heap_objects"} 0`+"\n") {
 		t.Error("heap_objects reads 0: the runtime metric name is wrong")
+	}
+}
+
+// TestMetricsScrapeMemoryAndPayloads scrapes a running agent with a terminal configured:
+// the memory series and the outbox's payload file series are served.
+func TestMetricsScrapeMemoryAndPayloads(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "d")
+	cfg := parse(t, "[agent]\ngateway_id = \"mm\"\ndata_dir = \""+dir+"\"\n[broker]\nlisten = \"127.0.0.1:0\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n[[devices]]\nid = \"t1\"\n")
+	a, err := New(&Options{Config: cfg, Version: "mm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	}()
+	select {
+	case <-a.Ready():
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("not ready")
+	}
+	resp, err := http.Get("http://" + a.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		"process_resident_memory_bytes ",
+		`faceagent_go_memory_bytes{class="stacks"} `,
+		"faceagent_outbox_payload_file_bytes ",
+		"faceagent_outbox_payloads_on_heap 0\n",
+		`faceagent_outbox_payload_errors_total{op="read"} 0`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 }

@@ -29,6 +29,11 @@ type agentMetrics struct {
 	journalBatches   *metrics.Counter
 	journalSegments  *metrics.Gauge
 
+	// The outbox's payload file (queued commands' payloads kept off the heap).
+	payloadFileBytes *metrics.Gauge
+	payloadsOnHeap   *metrics.Gauge
+	payloadErrors    *metrics.CounterVec // by op: write, read
+
 	deadLetterBacklog    *metrics.Gauge
 	deadLettersPublished *metrics.Counter
 	deadLettersRefused   *metrics.Counter
@@ -83,6 +88,13 @@ func (a *Agent) registerMetrics() {
 		journalBatches:   r.NewCounter("faceagent_journal_fsyncs_total", "Write+fsync rounds of the journal (records/fsyncs is the group-commit factor)."),
 		journalSegments:  r.NewGauge("faceagent_journal_segments", "Live journal segment files."),
 
+		payloadFileBytes: r.NewGauge("faceagent_outbox_payload_file_bytes",
+			"Size of the outbox's payload file (queued commands' payloads, kept off the heap; rebuilt from the journal at start)."),
+		payloadsOnHeap: r.NewGauge("faceagent_outbox_payloads_on_heap",
+			"Queued payloads kept on the heap because the payload file could not be written (0 normally)."),
+		payloadErrors: r.NewCounterVec("faceagent_outbox_payload_errors_total",
+			"Payload file failures, by op: write (the payload stays on the heap), read (the command waits and is retried).", "op"),
+
 		deadLetterBacklog:    r.NewGauge("faceagent_deadletter_backlog", "Deadletters journalled and not yet accepted by the upstream broker."),
 		deadLettersPublished: r.NewCounter("faceagent_deadletters_published_total", "Deadletters the upstream broker accepted."),
 		deadLettersRefused: r.NewCounter("faceagent_deadletter_backlog_refusals_total",
@@ -122,6 +134,11 @@ func (a *Agent) scrapeOutbox() {
 	a.m.journalBytes.Set(js.Bytes)
 	a.m.journalBatches.Set(js.Batches)
 	a.m.journalSegments.Set(float64(js.Segments))
+	ps := ob.Stats()
+	a.m.payloadFileBytes.Set(float64(ps.PayloadFileBytes))
+	a.m.payloadsOnHeap.Set(float64(ps.PayloadsOnHeap))
+	a.m.payloadErrors.With("write").Set(ps.PayloadWriteErrors)
+	a.m.payloadErrors.With("read").Set(ps.PayloadReadErrors)
 	for _, st := range ob.Status() {
 		m, id := a.m, st.DeviceID
 		m.queued.With(id).Set(float64(st.Queued))
