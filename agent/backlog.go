@@ -11,22 +11,31 @@ import (
 // after a failed round it calls failed and waits nextRetryDelay (reset when the round
 // made progress) before the next. It returns when ctx ends.
 func publishBacklog(ctx context.Context, ready <-chan struct{}, drain func(context.Context) (more bool, sent int, err error), failed func(err error, retryIn time.Duration)) {
-	publishBacklogGathered(ctx, ready, 0, drain, failed)
+	publishBacklogGathered(ctx, ready, gathering{}, drain, failed)
 }
 
-// publishBacklogGathered is publishBacklog that, once poked, lets gather pass before it
-// drains, so that what arrives meanwhile goes out in the same round: one wake of the
-// publisher, one sync and one reported record for a burst instead of one per message,
-// and the subscribers' writers get the burst together (mochi writes queued packets in
-// one call). Each message is delayed by at most gather; an idle backlog costs nothing
-// (the timer runs only after a poke).
-func publishBacklogGathered(ctx context.Context, ready <-chan struct{}, gather time.Duration, drain func(context.Context) (more bool, sent int, err error), failed func(err error, retryIn time.Duration)) {
+// gathering is how long a backlog's publisher lets messages gather after a poke before it
+// drains (zero: it drains at once). settled, if set, is asked at the poke and at every
+// poke during the wait: true ends the wait early (nothing more is on its way, so waiting
+// would only delay what is there).
+type gathering struct {
+	wait    time.Duration
+	settled func() bool
+}
+
+// publishBacklogGathered is publishBacklog that, once poked, lets g.wait pass before it
+// drains (unless g.settled says nothing more is coming), so that what arrives meanwhile
+// goes out in the same round: one wake of the publisher, one sync and one reported record
+// for a burst instead of one per message, and the subscribers' writers get the burst
+// together (mochi writes queued packets in one call). Each message is delayed by at most
+// g.wait; an idle backlog costs nothing (the timer runs only after a poke).
+func publishBacklogGathered(ctx context.Context, ready <-chan struct{}, g gathering, drain func(context.Context) (more bool, sent int, err error), failed func(err error, retryIn time.Duration)) {
 	var delay time.Duration
-	var gathering *time.Timer
-	if gather > 0 {
-		gathering = time.NewTimer(gather)
-		gathering.Stop()
-		defer gathering.Stop()
+	var timer *time.Timer
+	if g.wait > 0 {
+		timer = time.NewTimer(g.wait)
+		timer.Stop()
+		defer timer.Stop()
 	}
 	for {
 		select {
@@ -34,12 +43,21 @@ func publishBacklogGathered(ctx context.Context, ready <-chan struct{}, gather t
 			return
 		case <-ready:
 		}
-		if gathering != nil {
-			gathering.Reset(gather)
-			select {
-			case <-ctx.Done():
-				return
-			case <-gathering.C:
+		if timer != nil && !g.isSettled() {
+			timer.Reset(g.wait)
+		gather:
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-timer.C:
+					break gather
+				case <-ready:
+					if g.isSettled() {
+						timer.Stop()
+						break gather
+					}
+				}
 			}
 		}
 		for {
@@ -67,6 +85,8 @@ func publishBacklogGathered(ctx context.Context, ready <-chan struct{}, gather t
 		}
 	}
 }
+
+func (g gathering) isSettled() bool { return g.settled != nil && g.settled() }
 
 // nextRetryDelay backs off from 100ms to 30s: a broker that is away, or a subscriber whose
 // queue is full, is asked again soon but not hammered. With the embedded broker every

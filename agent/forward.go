@@ -465,7 +465,7 @@ func (f *forwarder) start(ctx context.Context) {
 	f.wg.Add(2)
 	go func() {
 		defer f.wg.Done()
-		publishBacklogGathered(ctx, f.ready, forwardGather, f.drain, func(err error, retryIn time.Duration) {
+		publishBacklogGathered(ctx, f.ready, gathering{wait: forwardGather}, f.drain, func(err error, retryIn time.Duration) {
 			f.log.Warn("forwarding to the upstream broker failed; will retry", "in", retryIn, "err", err)
 		})
 	}()

@@ -160,12 +160,21 @@ type reporter struct {
 
 const reportBatch = 256
 
+// reportGather is how long the reporter lets results gather after the first one while
+// other tasks are still unfinished. Every round of the reporter waits for an fsync of the
+// outbox journal (Results offers a result only once its finish record is durable), and
+// an fsync costs 0.2–0.3 ms of CPU here: at 64 terminals acking after 20 ms, rounds of
+// ~9 results meant ~280 fsyncs a second, about a twentieth of the whole process's CPU.
+// When nothing is left unfinished (the last result of a job) it publishes at once.
+const reportGather = 10 * time.Millisecond
+
 func (r *reporter) start(ctx context.Context) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
+		g := gathering{wait: reportGather, settled: func() bool { return r.ob.Stats().Queued == 0 }}
 		// drain logs its own failures: they differ by stage (publish, sync, post).
-		publishBacklog(ctx, r.ob.ResultsReady(), r.drain, func(error, time.Duration) {})
+		publishBacklogGathered(ctx, r.ob.ResultsReady(), g, r.drain, func(error, time.Duration) {})
 	}()
 }
 
