@@ -10,9 +10,9 @@
 //		MaxMessageSize: int(cfg.Intake.MaxMessageSize),
 //		KnownDevice:    func(id string) bool { return cfg.Device(id) != nil },
 //	})
-//	for _, t := range batch.Tasks {
-//		cmd := t.Command() // face.Command with t.MessageID()
-//		_ = cmd            // journal it, then acknowledge the message upstream
+//	for i := range batch.Tasks {
+//		cmd := batch.Command(i) // face.Command with the task's MessageID (hashed once, by Parse)
+//		_ = cmd                 // journal it, then acknowledge the message upstream
 //	}
 //	for _, r := range batch.Rejects {
 //		dl, _ := json.Marshal(r) // {"reason":"…","payload":…} for faceagent/{gw}/deadletter
@@ -35,6 +35,11 @@
 //   - MessageID hashes every field of the task: it is stable for the task, not for the
 //     person. It is pinned by a test; changing the scheme would make terminals see resent
 //     commands as new after an upgrade.
+//   - Parse decodes a message with nothing to refuse in one pass; a message with any
+//     reject is decoded again element by element to word each reason, so a bad message
+//     costs about twice a good one.
+//   - ParseResult reads the agent's own result form by hand and leaves any other spelling
+//     of it (escapes, other key case, floats) to encoding/json: both give the same Result.
 //   - Deadletter payloads that are not JSON are kept as a string of at most
 //     MaxDeadLetterPayload bytes.
 package intake
