@@ -31,11 +31,11 @@ type gathering struct {
 // g.wait; an idle backlog costs nothing (the timer runs only after a poke).
 func publishBacklogGathered(ctx context.Context, ready <-chan struct{}, g gathering, drain func(context.Context) (more bool, sent int, err error), failed func(err error, retryIn time.Duration)) {
 	var delay time.Duration
-	var timer *time.Timer
+	var timer, recheck *time.Timer // stopped between gatherings
 	if g.wait > 0 {
-		timer = time.NewTimer(g.wait)
+		timer, recheck = time.NewTimer(g.wait), time.NewTimer(settleEvery)
 		timer.Stop()
-		defer timer.Stop()
+		recheck.Stop()
 	}
 	for {
 		select {
@@ -43,22 +43,8 @@ func publishBacklogGathered(ctx context.Context, ready <-chan struct{}, g gather
 			return
 		case <-ready:
 		}
-		if timer != nil && !g.isSettled() {
-			timer.Reset(g.wait)
-		gather:
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-timer.C:
-					break gather
-				case <-ready:
-					if g.isSettled() {
-						timer.Stop()
-						break gather
-					}
-				}
-			}
+		if timer != nil && !g.gather(ctx, ready, timer, recheck) {
+			return
 		}
 		for {
 			more, sent, err := drain(ctx)
@@ -87,6 +73,47 @@ func publishBacklogGathered(ctx context.Context, ready <-chan struct{}, g gather
 }
 
 func (g gathering) isSettled() bool { return g.settled != nil && g.settled() }
+
+// settleEvery bounds how often a gathering asks settled (the reporter's walks the
+// outbox's results): a poke sooner after the last question is answered by one asked when
+// settleEvery has passed.
+const settleEvery = time.Millisecond
+
+// gather waits out one gathering after a poke; false when ctx ended. timer and recheck
+// are stopped when it returns.
+func (g gathering) gather(ctx context.Context, ready <-chan struct{}, timer, recheck *time.Timer) bool {
+	if g.isSettled() {
+		return true
+	}
+	asked := time.Now()
+	timer.Reset(g.wait)
+	defer timer.Stop()
+	defer recheck.Stop()
+	var recheckC <-chan time.Time // nil: no question pending (or no settled to ask)
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-timer.C:
+			return true
+		case <-ready:
+			if g.settled == nil || recheckC != nil {
+				continue
+			}
+			if since := time.Since(asked); since < settleEvery {
+				recheck.Reset(settleEvery - since)
+				recheckC = recheck.C
+				continue
+			}
+		case <-recheckC:
+			recheckC = nil
+		}
+		asked = time.Now()
+		if g.settled() {
+			return true
+		}
+	}
+}
 
 // nextRetryDelay backs off from 100ms to 30s: a broker that is away, or a subscriber whose
 // queue is full, is asked again soon but not hammered. With the embedded broker every

@@ -1,0 +1,101 @@
+package agent
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// gatherRig runs publishBacklogGathered with a drain that takes everything added so far.
+type gatherRig struct {
+	ready   chan struct{}
+	mu      sync.Mutex
+	pending int
+	drained chan int // each drain's count
+	stop    func()
+}
+
+func startGatherRig(t *testing.T, g gathering) *gatherRig {
+	t.Helper()
+	r := &gatherRig{ready: make(chan struct{}, 1), drained: make(chan int, 16)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		publishBacklogGathered(ctx, r.ready, g, func(context.Context) (bool, int, error) {
+			r.mu.Lock()
+			n := r.pending
+			r.pending = 0
+			r.mu.Unlock()
+			r.drained <- n
+			return false, n, nil
+		}, func(error, time.Duration) {})
+	}()
+	r.stop = func() { cancel(); <-done }
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *gatherRig) add() {
+	r.mu.Lock()
+	r.pending++
+	r.mu.Unlock()
+	poke(r.ready)
+}
+
+func (r *gatherRig) nextDrain(t *testing.T) int {
+	t.Helper()
+	select {
+	case n := <-r.drained:
+		return n
+	case <-time.After(10 * time.Second):
+		t.Fatal("no drain within 10 s")
+		return 0
+	}
+}
+
+// TestGatheringEndsWhenSettled: with an hour to gather, messages added meanwhile wait;
+// the poke after settled turns true drains them all in one round.
+func TestGatheringEndsWhenSettled(t *testing.T) {
+	var settled atomic.Bool
+	r := startGatherRig(t, gathering{wait: time.Hour, settled: settled.Load})
+	for range 5 {
+		r.add()
+	}
+	select {
+	case n := <-r.drained:
+		t.Fatalf("drained %d while gathering and not settled", n)
+	default:
+	}
+	settled.Store(true)
+	r.add()
+	if n := r.nextDrain(t); n != 6 {
+		t.Fatalf("drained %d, want the 6 added", n)
+	}
+	// Settled at the poke: no gathering at all.
+	r.add()
+	if n := r.nextDrain(t); n != 1 {
+		t.Fatalf("drained %d, want 1", n)
+	}
+}
+
+// TestGatheringWaitsItsTime: without settled, a gathering ends when its wait has passed,
+// with what came meanwhile.
+func TestGatheringWaitsItsTime(t *testing.T) {
+	r := startGatherRig(t, gathering{wait: 20 * time.Millisecond})
+	r.add()
+	r.add()
+	if n := r.nextDrain(t); n < 1 || n > 2 {
+		t.Fatalf("drained %d, want 1 or 2", n)
+	}
+}
+
+// TestGatheringStopsWithContext: a publisher gathering for an hour returns when its
+// context ends.
+func TestGatheringStopsWithContext(t *testing.T) {
+	r := startGatherRig(t, gathering{wait: time.Hour, settled: func() bool { return false }})
+	r.add()
+	r.stop() // returns only once publishBacklogGathered did
+}
