@@ -1,14 +1,12 @@
 package agent
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 )
@@ -64,26 +62,8 @@ func TestMemoryMetricsExported(t *testing.T) {
 func TestMetricsScrapeMemoryAndPayloads(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "d")
 	cfg := parse(t, "[agent]\ngateway_id = \"mm\"\ndata_dir = \""+dir+"\"\n[broker]\nlisten = \"127.0.0.1:0\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n[[devices]]\nid = \"t1\"\n")
-	a, err := New(&Options{Config: cfg, Version: "mm"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	}()
-	select {
-	case <-a.Ready():
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("not ready")
-	}
+	_, a, stop := startAgentFull(t, cfg)
+	defer stop()
 	resp, err := http.Get("http://" + a.MetricsAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
