@@ -156,10 +156,10 @@ func Open(dir string, sender Sender, opts *Options) (*Outbox, error) {
 		return ob.t.apply(&r)
 	})
 	if err != nil {
-		j.Close()
 		if ob.t.spill != nil {
-			ob.t.spill.close()
+			ob.t.spill.close() // before the journal lets the directory go, as in Close
 		}
+		j.Close()
 		return nil, err
 	}
 	ob.ctx, ob.cancel = context.WithCancel(context.Background())

@@ -358,3 +358,70 @@ func TestSpillReadFailureKeepsCommandQueued(t *testing.T) {
 	e.o.Heartbeat("d")
 	e.expectPayload("m3", big)
 }
+
+// lockCheckingSpill is a payload file that, when closed, checks that the journal still
+// holds the directory's lock: otherwise another Open could have made its own payload file
+// by then, and the remove that follows the close would take it away.
+type lockCheckingSpill struct {
+	spillFile
+	t   *testing.T
+	dir string
+}
+
+func (f lockCheckingSpill) Close() error {
+	if j, err := journal.Open(f.dir, nil); err == nil {
+		j.Close()
+		f.t.Error("the payload file was closed after the journal let the directory go")
+	} else if !errors.Is(err, journal.ErrLocked) {
+		f.t.Errorf("journal.Open while the outbox closes: %v, want ErrLocked", err)
+	}
+	return f.spillFile.Close()
+}
+
+// TestSpillRemovedBeforeUnlock: an Open whose replay fails, and Close, remove the payload
+// file while the journal still holds the directory's lock.
+func TestSpillRemovedBeforeUnlock(t *testing.T) {
+	dir := t.TempDir()
+	j, err := journal.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Append([]byte("not a record")); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	made := false
+	create := func(path string) (spillFile, error) {
+		f, err := createSpillFile(path)
+		if err != nil {
+			return nil, err
+		}
+		made = true
+		return lockCheckingSpill{f, t, dir}, nil
+	}
+	if o, err := Open(dir, newRecSender(), &Options{createSpill: create}); err == nil {
+		o.Close()
+		t.Fatal("Open replayed a journal record that is not one")
+	}
+	if !made {
+		t.Fatal("the payload file was never made: the test checks nothing")
+	}
+	if _, err := os.Stat(filepath.Join(dir, spillName)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the payload file outlived the failed Open: %v", err)
+	}
+
+	// Close too.
+	dir = t.TempDir()
+	o, err := Open(dir, newRecSender(), &Options{createSpill: func(path string) (spillFile, error) {
+		f, err := createSpillFile(path)
+		return lockCheckingSpill{f, t, dir}, err
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
