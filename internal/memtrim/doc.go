@@ -25,7 +25,10 @@
 // every two minutes arms it once, and the release is skipped when there is nothing to give
 // back).
 //
-// Caveats: ReleaseImage is Linux-only (elsewhere it does nothing and reports 0). The pages
+// Caveats: ReleaseImage is Linux-only (elsewhere it does nothing and reports 0). It
+// reads /proc/self/smaps and leaves alone any read-only segment holding copy-on-write
+// pages (RELRO data a PIE or cgo build relocated at start-up): dropping those would bring
+// back unrelocated bytes. The pages
 // it drops stay in the page cache, shared and clean, until the kernel needs the memory;
 // what it changes is that they are no longer mapped by this process, so the kernel may
 // reclaim them first and RSS counts only code in use. FreeOSMemory runs a full collection

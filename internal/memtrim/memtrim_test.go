@@ -2,6 +2,8 @@ package memtrim
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/metrics"
 	"strconv"
@@ -11,31 +13,64 @@ import (
 )
 
 func TestReadOnlySegments(t *testing.T) {
-	maps := `00400000-0089f000 r-xp 00000000 fe:00 10149964                           /opt/fa gent
+	smaps := `00400000-0089f000 r-xp 00000000 fe:00 10149964                           /opt/fa gent
+Size:               4732 kB
+Anonymous:             0 kB
+VmFlags: rd ex mr mw me
 0089f000-00d6e000 r--p 0049f000 fe:00 10149964                           /opt/fa gent
-00d6e000-00dd0000 rw-p 0096e000 fe:00 10149964                           /opt/fa gent
+Anonymous:             0 kB
+00d6e000-00d70000 r--p 0096e000 fe:00 10149964                           /opt/fa gent
+Size:                  8 kB
+Anonymous:             8 kB
+00d70000-00dd0000 rw-p 00970000 fe:00 10149964                           /opt/fa gent
+Anonymous:             0 kB
 00e00000-00e10000 r--s 00000000 fe:00 10149964                           /opt/fa gent
+Anonymous:             0 kB
+00f00000-00f10000 r--p 00000000 fe:00 10149964                           /opt/fa gent
+Size:                 64 kB
 7f0000000000-7f0000001000 r--p 00000000 fe:00 1                          /usr/lib/other.so
+Anonymous:             0 kB
 7ffd000-7ffe000 rw-p 00000000 00:00 0                                    [stack]
+Anonymous:             4 kB
 `
-	got, err := readOnlySegments(strings.NewReader(maps), "/opt/fa gent")
+	got, err := readOnlySegments(strings.NewReader(smaps), "/opt/fa gent")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []segment{{0x400000, 0x89f000}, {0x89f000, 0xd6e000}}
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
-		t.Fatalf("segments = %x, want %x (writable, shared and other files left out)", got, want)
+		t.Fatalf("segments = %x, want %x (relocated, writable, shared, unknown and other files left out)", got, want)
 	}
 	if _, err := readOnlySegments(strings.NewReader("zz-yy r-xp 0 0:0 1 /x\n"), "/x"); err == nil {
 		t.Fatal("a bad range was accepted")
 	}
 }
 
+// TestReleaseImagePIE runs TestReleaseImage in a position-independent build of this test
+// binary: its RELRO pages were relocated at start-up, and dropping them crashed it.
+func TestReleaseImagePIE(t *testing.T) {
+	if runtime.GOOS != "linux" || testing.Short() {
+		t.Skip("Linux only; builds a binary")
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command:", err)
+	}
+	bin := filepath.Join(t.TempDir(), "memtrim-pie.test")
+	if out, err := exec.Command(gobin, "test", "-c", "-buildmode=pie", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Skipf("no PIE build here: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "-test.run=^TestReleaseImage$", "-test.count=1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("TestReleaseImage in a PIE build: %v\n%.2000s", err, out)
+	}
+}
+
 func FuzzReadOnlySegments(f *testing.F) {
-	f.Add("00400000-0089f000 r-xp 00000000 fe:00 1 /x\n")
+	f.Add("00400000-0089f000 r-xp 00000000 fe:00 1 /x\nAnonymous: 0 kB\n")
 	f.Add("1-0 r--p 0 0:0 1 /x\n")
-	f.Fuzz(func(t *testing.T, maps string) {
-		segs, err := readOnlySegments(strings.NewReader(maps), "/x")
+	f.Fuzz(func(t *testing.T, smaps string) {
+		segs, err := readOnlySegments(strings.NewReader(smaps), "/x")
 		if err != nil {
 			return
 		}
