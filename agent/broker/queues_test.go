@@ -281,3 +281,37 @@ func TestTerminalQueueSwapWithLeavingClients(t *testing.T) {
 		t.Fatalf("queue of %d slots, want %d", got, DefaultTerminalPendingWrites)
 	}
 }
+
+// TestTerminalQueueSwapKeepsARacingPublish: a message queued behind the marker, by a
+// publisher routing on a stale subscriber list (mochi routes by client id: a client
+// taking a clean session over gets deliveries meant for the one it replaced) between
+// shorten's check and the swap, is written, not left in the replaced queue where no one
+// reads it and no drop is reported.
+func TestTerminalQueueSwapKeepsARacingPublish(t *testing.T) {
+	b := startBroker(t, Options{TerminalTopic: isCommandTopic})
+	srv := b.Server()
+	conn, peer := net.Pipe()
+	defer peer.Close()
+	cl := srv.NewClient(conn, "test", "t01", false)
+	cl.Properties.ProtocolVersion = 5
+	defer cl.Stop(nil)
+	old := *b.terminals.layout.outboundOf(cl)
+	shortened := make(chan struct{})
+	go func() { // the reader goroutine, in OnSubscribe; the writer is not running yet
+		defer close(shortened)
+		b.terminals.shorten(cl)
+	}()
+	eventually(t, "the marker queued", func() bool { return len(old) == 1 })
+	// The racing publisher, as publishToClient queues.
+	old <- &packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish}, TopicName: "dev/face/t01", Payload: []byte("cmd")}
+	go cl.WriteLoop()
+	term := &memClient{conn: peer, r: bufio.NewReader(peer)}
+	if got := term.expectPublish(t); string(got) != "cmd" {
+		t.Fatalf("payload %q, want cmd", got)
+	}
+	select {
+	case <-shortened:
+	case <-time.After(waitFor):
+		t.Fatal("shorten still waits for the writer")
+	}
+}
