@@ -217,7 +217,7 @@ func (o *Outbox) retryFailedLocked(deviceID string) (int, journal.Seq, error) {
 func (o *Outbox) PurgeFailed(deviceID string) (int, error) {
 	o.mu.Lock()
 	n, seq, err := o.purgeFailedLocked(deviceID)
-	o.mu.Unlock()
+	o.unlock() // messages leave: a rewrite of the payload file may leave a file to close
 	if err := o.waitDurable(seq, err); err != nil {
 		return 0, err
 	}

@@ -425,3 +425,29 @@ func TestSpillRemovedBeforeUnlock(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSpillRewriteByPurgeFailedClosesReplacedFile: a purge that rewrites the payload file
+// closes the file it replaced once it released the lock, as every unlock does, rather than
+// leaving it open (its dead bytes still on disk) until some later call.
+func TestSpillRewriteByPurgeFailedClosesReplacedFile(t *testing.T) {
+	e := newEnv(t, Options{spillMinDead: 1, spillEager: true})
+	e.o.Heartbeat("d")
+	e.enqueueSized("m1", "d", 100)
+	e.expectPayload("m1", 100)
+	e.o.Ack("d", "m1", 1, "busy") // failed, held
+	e.o.LinkDown("d")
+	e.enqueueSized("m2", "d", 100) // live: the rewrite copies it into a new file
+	_, _, _, before := e.spillState()
+	if n, err := e.o.PurgeFailed("d"); err != nil || n != 1 {
+		t.Fatalf("PurgeFailed: %d, %v", n, err)
+	}
+	e.o.mu.Lock()
+	rewrites, retired := e.o.t.spill.rewrites, e.o.t.spill.retired
+	e.o.mu.Unlock()
+	if rewrites == before {
+		t.Fatal("the purge did not rewrite the payload file: the test checks nothing")
+	}
+	if retired != nil {
+		t.Fatal("PurgeFailed left the replaced payload file open")
+	}
+}
