@@ -91,7 +91,10 @@
 //   - Records replay in the order AppendAsync was called. While the process runs, the
 //     segment files hold a prefix of the appends: a record reaches the file only after
 //     every record appended before it.
-//   - After WriteOut returned nil, every record appended before the call is in the file.
+//   - After WriteOut returned nil, every record appended before the call is in the file,
+//     unless a later fsync fails: the journal then cuts the file back to what the last
+//     good fsync covered (the kernel's view of the rest is unknown), records WriteOut wrote
+//     included, so after Close and Open they are lost as in a power cut.
 //   - The log only ever loses a torn tail: damage at the end of the newest segment with no
 //     valid frame after it (the last batch of a crash, whose appends never returned).
 //     Damage anywhere else is a *CorruptError naming the file and offset; Options.SkipCorrupt
@@ -113,7 +116,9 @@
 //   - WriteOut runs write(2) on the caller's goroutine. It never waits for an fsync of its
 //     own, but a write can wait for the filesystem (ext4's journal commit that a running
 //     fsync started, a busy disk): usually microseconds, its worst case milliseconds
-//     (docs/benchmarks.md, "Write-out before send").
+//     (docs/benchmarks.md, "Write-out before send"). It also waits for a segment rotation
+//     in progress, which holds the write mutex through its fsyncs (the sealed segment, the
+//     new one, the directory): once per SegmentSize written and once per Checkpoint.
 //   - Replay holds one whole file in memory at a time (SegmentSize, 64 MiB by default).
 //   - A torn tail is recognised as damage at the end of the newest segment with no valid frame
 //     after it. A filesystem that, after a power cut, kept a later page of the last write but

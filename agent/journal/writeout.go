@@ -16,11 +16,13 @@ package journal
 // caller whose records somebody else wrote meanwhile returns without a write of its own.
 // The records go to the file in the order they were appended, after those of the batch the
 // writer goroutine may be writing at the time (WriteOut waits for that write, not for its
-// fsync).
+// fsync; but for a segment rotation in progress, fsyncs included).
 //
-// WriteOut returns the error with which the journal refuses appends (its records are not
-// all in the file, and never will be), ErrClosed once Close began and something is still
-// queued, or nil.
+// WriteOut returns the error with which the journal refuses appends (its records may not
+// all be in the file, and the journal writes nothing more), ErrClosed once Close began and
+// something is still queued, or nil. A nil holds until the file is cut: a later failed
+// fsync makes the journal cut the file back to what the last good fsync covered, records
+// written out since included (package doc, "Invariants").
 func (j *Journal) WriteOut() error {
 	if p := j.failed.Load(); p != nil {
 		return *p
