@@ -358,11 +358,12 @@ func (t *table) maybeRewriteSpill() {
 }
 
 // rewriteSpill copies the live records, in file order, into a fresh file that replaces
-// the old one; when none is live it truncates the file.
+// the old one, with the payloads a failed write left on the heap after them; when there
+// are neither, it truncates the file.
 func (t *table) rewriteSpill() error {
 	s := t.spill
 	t.flushSpill()
-	if s.live == 0 {
+	if s.live == 0 && len(t.heapPay) == 0 {
 		if err := s.f.Truncate(0); err != nil {
 			return err
 		}

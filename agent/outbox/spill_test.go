@@ -451,3 +451,35 @@ func TestSpillRewriteByPurgeFailedClosesReplacedFile(t *testing.T) {
 		t.Fatal("PurgeFailed left the replaced payload file open")
 	}
 }
+
+// TestSpillRewriteOfEmptyFileTakesHeapPayloadsBack: when no payload in the file is live,
+// the rewrite that reclaims its dead bytes still takes back the payloads a failed write
+// left on the heap, as a rewrite with live payloads does.
+func TestSpillRewriteOfEmptyFileTakesHeapPayloadsBack(t *testing.T) {
+	var faults spillFaults
+	e := newEnv(t, Options{createSpill: faults.create, spillMinDead: 1})
+	big := spillBufSize + 10 // written at once, not buffered
+	faults.failWrite.Store(true)
+	e.enqueueSized("a1", "offline", big)
+	faults.failWrite.Store(false)
+	if s := e.o.Stats(); s.PayloadsOnHeap != 1 {
+		t.Fatalf("a refused write should leave its payload on the heap: %+v", s)
+	}
+	e.o.Heartbeat("d")
+	e.enqueueSized("b1", "d", big)
+	e.expectPayload("b1", big)
+	e.o.Ack("d", "b1", 0, "")
+	_, _, _, before := e.spillState()
+	if err := e.o.MarkReported("b1"); err != nil { // b1 leaves: the file holds no live payload
+		t.Fatal(err)
+	}
+	if _, _, _, n := e.spillState(); n == before {
+		t.Fatal("the payload file was not rewritten: the test checks nothing")
+	}
+	if s := e.o.Stats(); s.PayloadsOnHeap != 0 {
+		t.Fatalf("the rewrite left a payload on the heap: %+v", s)
+	}
+	e.checkPayloads(func(it *item) string { return string(payloadOf(it.id(), big)) }, "after the rewrite")
+	e.o.Heartbeat("offline")
+	e.expectPayload("a1", big)
+}
