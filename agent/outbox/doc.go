@@ -183,15 +183,18 @@
 //   - Payloads live in payloads.cache (On-disk format): a send reads its payload from there
 //     (page cache: 1-2 µs), under the outbox's lock, as is the rewrite that reclaims its
 //     dead bytes (BenchmarkSpillRewrite: 4-7 ms with 10,000 queued, a pause for every
-//     device; it comes about once for every as many that left). If the file cannot be written (disk full,
-//     I/O error), payloads stay on the heap, as Stats.PayloadsOnHeap shows. If a payload cannot be read (I/O error, a damaged file), its command stays
-//     queued and its device tries again after 1 s doubling up to 1 min
-//     (Stats.PayloadReadErrors); reopening the outbox rebuilds the file from the journal.
-//     Payloads that went to the heap stay there until the file's next rewrite takes them
-//     back, their message leaves the table, or the outbox is reopened. The disk holds up to twice the live payloads plus 1 MiB more than
-//     the journal alone, and each payload is written once more (twice when a rewrite copies
-//     it), unsynced: the page cache may drop a short-lived one before it reaches the
-//     medium. On a data_dir in tmpfs the file is RAM again, outside the process's RSS.
+//     device; it comes about once for every as many that left). If the file cannot be
+//     written (disk full, I/O error), payloads stay on the heap, as Stats.PayloadsOnHeap
+//     shows; they stay there until the file's next rewrite takes them back, their message
+//     leaves the table, or the outbox is reopened. If a payload cannot be read (I/O error,
+//     a damaged file), its command stays queued and its device tries again after 1 s
+//     doubling up to 1 min (Stats.PayloadReadErrors); while it cannot be read, its device
+//     sends nothing and every compaction fails (the journal grows). Nothing repairs the
+//     file but reopening the outbox, which rebuilds it from the journal. The disk holds up
+//     to twice the live payloads plus 1 MiB more than the journal alone, and each payload
+//     is written once more (twice when a rewrite copies it), unsynced: the page cache may
+//     drop a short-lived one before it reaches the medium. On a data_dir in tmpfs the file
+//     is RAM again, outside the process's RSS.
 //   - With a NonBlockingSender, the call that decides a send pays for it before it
 //     returns: an EnqueueBatch that finds 64 idle devices publishes 64 commands first (with
 //     the embedded broker, before the back office gets its PUBACK), and an Ack publishes the

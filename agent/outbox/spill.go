@@ -49,12 +49,13 @@ import (
 //
 // Failures: a failed write (disk full, I/O error) keeps the payloads it held on the heap,
 // as before this file existed (Stats.PayloadsOnHeap counts them, PayloadWriteErrors the
-// failures); the next write tries the file again, and the next rewrite moves them back. A failed read (I/O error, checksum
-// mismatch) when a command is due leaves the command queued at the head of its device's
-// FIFO; the device tries again after 1 s, doubling up to 1 min, and the error is logged and
-// counted (PayloadReadErrors). A damaged file is rebuilt by reopening the outbox: the
-// replay writes it again from the journal. A snapshot that cannot read a payload is not
-// written; the journal keeps its segments until the next compaction.
+// failures); the next write tries the file again, and the next rewrite moves them back.
+// A failed read (I/O error, checksum mismatch) when a command is due leaves the command
+// queued at the head of its device's FIFO; the device tries again after 1 s, doubling up
+// to 1 min, and the error is logged and counted (PayloadReadErrors). A damaged file is
+// rebuilt by reopening the outbox: the replay writes it again from the journal. A snapshot
+// that cannot read a payload is not written; the journal keeps its segments until the
+// next compaction.
 
 const (
 	spillName    = "payloads.cache"
