@@ -142,7 +142,7 @@ func TestSIGKILLExternalUpstream(t *testing.T) {
 	dir := t.TempDir()
 	ids := []string{"e1", "e2"}
 	cfg := fmt.Sprintf("[agent]\ngateway_id = \"gw-e\"\ndata_dir = %q\n[upstream]\nurl = %q\nsession_expiry = \"1h\"\nreconnect_max = \"300ms\"\n"+
-		"[store]\nrequest_timeout = \"200ms\"\n[dispatch]\nretry_interval = \"3s\"\nheartbeat_timeout = \"2s\"\n",
+		"[store]\nrequest_timeout = \"200ms\"\n[dispatch]\nretry_interval = \"3s\"\nheartbeat_timeout = \"10s\"\n",
 		filepath.Join(dir, "data"), m.URL)
 	for _, id := range ids {
 		cfg += fmt.Sprintf("[[devices]]\nid = %q\n", id)
@@ -327,13 +327,15 @@ func TestResultsSurviveSIGKILL(t *testing.T) {
 }
 
 // writeEmbeddedConfig writes dir/agent.toml for the SIGKILL tests on the embedded broker:
-// gateway gw, broker on addr, data in dir/data, the given retry interval, a 2s heartbeat
+// gateway gw, broker on addr, data in dir/data, the given retry interval, a 10s heartbeat
 // timeout, extra (more sections, or "") and one [[devices]] entry per id. It returns the
-// path.
+// path. The terminals heartbeat every 100 ms; the long timeout keeps a stall of the loaded
+// machine from taking a terminal offline, which would put its command back in the queue and
+// send it again in the same life: a repeat the strict kill rule would blame on the kill.
 func writeEmbeddedConfig(t *testing.T, dir, gw, addr string, ids []string, retry time.Duration, extra string) string {
 	t.Helper()
 	cfg := fmt.Sprintf("[agent]\ngateway_id = %q\ndata_dir = %q\n[broker]\nlisten = %q\n"+
-		"[dispatch]\nretry_interval = %q\nheartbeat_timeout = \"2s\"\n",
+		"[dispatch]\nretry_interval = %q\nheartbeat_timeout = \"10s\"\n",
 		gw, filepath.Join(dir, "data"), addr, retry.String())
 	cfg += extra
 	for _, id := range ids {
