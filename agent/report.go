@@ -173,7 +173,7 @@ func (r *reporter) start(ctx context.Context) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		g := gathering{wait: reportGather, settled: func() bool { return r.ob.Stats().Queued == 0 }}
+		g := gathering{wait: reportGather, settled: func() bool { return r.ob.Unfinished() == 0 }}
 		// drain logs its own failures: they differ by stage (publish, sync, post).
 		publishBacklogGathered(ctx, r.ob.ResultsReady(), g, r.drain, func(error, time.Duration) {})
 	}()

@@ -346,6 +346,14 @@ func (o *Outbox) status(d *device, now int64) DeviceStatus {
 	return st
 }
 
+// Unfinished is how many commands are scheduled or in flight: Stats().Queued without the
+// walk over devices and results that Stats makes, for callers that ask often.
+func (o *Outbox) Unfinished() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.t.active
+}
+
 // Stats returns table-wide figures.
 func (o *Outbox) Stats() Stats {
 	o.mu.Lock()

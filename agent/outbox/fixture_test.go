@@ -460,6 +460,9 @@ func checkFixtureKinds(t *testing.T, dir string) {
 func tableStats(t *testing.T, o *Outbox) Stats {
 	t.Helper()
 	s := o.Stats()
+	if u := o.Unfinished(); u != s.Queued {
+		t.Fatalf("Unfinished() = %d, Stats().Queued = %d", u, s.Queued)
+	}
 	if s.PayloadsOnHeap != 0 || s.PayloadFileBytes == 0 || s.PayloadWriteErrors != 0 || s.PayloadReadErrors != 0 {
 		t.Fatalf("payload file: %+v", s)
 	}
