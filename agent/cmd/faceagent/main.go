@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -160,9 +161,9 @@ func serve(cfg *config.Config, path string, stderr io.Writer) int {
 		select {
 		case <-ready:
 			ready = nil
-			releaseStartupMemory(log)
 			_ = notifier.Ready()
 			_ = notifier.Status("running")
+			releaseStartupMemory(log) // after READY: reading smaps need not delay it
 			if every, ok := sdnotify.WatchdogInterval(); ok {
 				watchdogDone = make(chan struct{})
 				go func() {
@@ -203,6 +204,10 @@ const quietRelease = 5 * time.Second
 // initialisation, config parsing); what the running agent needs faults back in.
 func releaseStartupMemory(log *slog.Logger) {
 	n, err := memtrim.ReleaseImage()
+	if errors.Is(err, fs.ErrNotExist) {
+		log.Debug("start-up pages not released: no /proc", "err", err)
+		return
+	}
 	if err != nil {
 		log.Warn("start-up pages not released", "err", err)
 		return
