@@ -85,6 +85,19 @@
 // /metrics (Prometheus text, package agent/metrics) and /healthz are served on
 // metrics.listen when it is set.
 //
+// # Memory
+//
+// A queued command costs the heap about 170 bytes (its outbox entry and ids); its payload
+// waits in the outbox's payload file beside the journal (payloads.cache, read back with
+// pread when the command is sent). A connected terminal costs two mochi goroutines (16–32
+// KiB of stack: mochi passes packets by value) and ~5 KB of heap: terminals, recognised by
+// their first SUBSCRIBE, get a 32-message write queue and a 512-byte read buffer instead
+// of the broker's defaults. The daemon (agent/cmd/faceagent, internal/memtrim) unmaps the
+// start-up-only pages of its binary once ready and returns free heap to the kernel after
+// 5 s without a garbage collection, so a burst's memory does not stay resident. /metrics
+// has process_resident_memory_bytes, faceagent_go_memory_bytes{class} and the payload
+// file's size and errors. docs/benchmarks.md has the figures (tools/bench/rss.sh).
+//
 // # Forwarded acks and heartbeats
 //
 // Every ack and heartbeat a terminal sends is copied to faceagent/{gw}/devices/{id}/ack
@@ -157,6 +170,6 @@
 //     journal. The inflight counter is broker-wide: another message's drop during a
 //     result's publish also counts (one more duplicate). Drops are in /metrics:
 //     faceagent_broker_dropped_total{reason}, faceagent_reports_dropped_total{kind}.
-//     The pending-writes queue, allocated per client, is most of the memory a connected
-//     terminal costs; see docs/benchmarks.md.
+//     A terminal's pending-writes queue is 32 messages (see "Memory"): it holds one
+//     command at a time, so a full queue means a terminal that stopped reading.
 package agent
