@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/eclipse/paho.golang/autopaho"
@@ -24,6 +25,11 @@ type mqttTerm struct {
 	cmdTopic, ackTopic, hbTopic string
 	ready                       chan struct{} // closed after the first subscription
 	readyOnce                   sync.Once
+	// subscribed is true once the current connection's SUBSCRIBE was acknowledged. A
+	// terminal announces itself only then: a heartbeat sent between CONNACK and SUBACK
+	// after a reconnect would have the agent send a command that the broker drops for
+	// want of a subscription (and resend it a retry interval later).
+	subscribed atomic.Bool
 
 	mu     sync.Mutex
 	cm     *autopaho.ConnectionManager // nil while offline
@@ -44,6 +50,7 @@ func (m *mqttTerm) connect() error {
 		ReconnectBackoff:              autopaho.NewConstantBackoff(200 * time.Millisecond),
 		ConnectTimeout:                5 * time.Second,
 		OnConnectionUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) {
+			m.subscribed.Store(false)
 			m.g.run(func() { // OnConnectionUp must not block
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
@@ -51,9 +58,14 @@ func (m *mqttTerm) connect() error {
 					m.t.opts.Logger.Warn("terminal subscribe failed", "device", m.t.id, "err", err)
 					return
 				}
+				m.subscribed.Store(true)
 				m.readyOnce.Do(func() { close(m.ready) })
 				m.t.heartbeat()
 			})
+		},
+		OnConnectionDown: func() bool {
+			m.subscribed.Store(false)
+			return true // reconnect
 		},
 		ClientConfig: paho.ClientConfig{
 			ClientID:          "facesim-" + m.t.id,
@@ -121,6 +133,9 @@ func (m *mqttTerm) sendAck(a *face.Ack) error {
 }
 
 func (m *mqttTerm) sendHeartbeat(h *face.Heartbeat) error {
+	if !m.subscribed.Load() {
+		return nil // not announced until subscribed on this connection
+	}
 	b, err := h.AppendJSON(nil)
 	if err != nil {
 		return err
