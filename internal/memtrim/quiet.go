@@ -3,7 +3,6 @@ package memtrim
 import (
 	"runtime"
 	"runtime/debug"
-	"runtime/metrics"
 	"sync"
 	"time"
 )
@@ -27,10 +26,6 @@ type QuietRelease struct {
 	mu      sync.Mutex
 	stopped bool
 	timer   *time.Timer
-	// ownCycle is the GC count right after the last release: the collection that
-	// FreeOSMemory runs must not arm the timer again.
-	ownCycle uint64
-	samples  []metrics.Sample
 }
 
 // StartQuietRelease starts watching garbage collections: once after seconds pass without
@@ -40,11 +35,6 @@ func StartQuietRelease(after time.Duration, onRelease func(Release)) *QuietRelea
 	q := &QuietRelease{
 		after:     after,
 		onRelease: onRelease,
-		samples: []metrics.Sample{
-			{Name: "/gc/cycles/total:gc-cycles"},
-			{Name: "/memory/classes/heap/free:bytes"},
-			{Name: "/memory/classes/heap/released:bytes"},
-		},
 	}
 	q.timer = time.AfterFunc(time.Hour, q.release)
 	q.timer.Stop()
@@ -70,7 +60,9 @@ func (q *QuietRelease) watch() {
 	runtime.AddCleanup(s, func(q *QuietRelease) { q.collected() }, q)
 }
 
-// collected runs after each garbage collection, on the runtime's cleanup goroutine.
+// collected runs after each garbage collection, on the runtime's cleanup goroutine. The
+// collection a release runs arms the timer too; the release after it finds nothing free
+// and does nothing, so a release does not set off another.
 func (q *QuietRelease) collected() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -78,40 +70,30 @@ func (q *QuietRelease) collected() {
 		return
 	}
 	q.watch()
-	metrics.Read(q.samples[:1])
-	if q.samples[0].Value.Uint64() > q.ownCycle {
-		q.timer.Reset(q.after)
-	}
+	q.timer.Reset(q.after)
 }
 
+// release reads the heap with runtime.ReadMemStats, not runtime/metrics: that package's
+// tables cost the ARM binary 65 KB, and this runs at most once per quiet spell.
 func (q *QuietRelease) release() {
 	q.mu.Lock()
-	if q.stopped {
-		q.mu.Unlock()
+	stopped := q.stopped
+	q.mu.Unlock()
+	if stopped {
 		return
 	}
-	metrics.Read(q.samples)
-	free, releasedBefore := q.samples[1].Value.Uint64(), q.samples[2].Value.Uint64()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	free, releasedBefore := m.HeapIdle-m.HeapReleased, m.HeapReleased
 	if free < minFree {
-		q.mu.Unlock()
 		return
 	}
-	// The collection FreeOSMemory runs is the next one at the earliest; its cleanup may run
-	// before FreeOSMemory returns.
-	q.ownCycle = q.samples[0].Value.Uint64() + 1
-	q.mu.Unlock()
-
 	debug.FreeOSMemory()
-
-	q.mu.Lock()
-	metrics.Read(q.samples)
-	q.ownCycle = q.samples[0].Value.Uint64()
-	releasedAfter := q.samples[2].Value.Uint64()
-	q.mu.Unlock()
+	runtime.ReadMemStats(&m)
 	if q.onRelease != nil {
 		var gained uint64
-		if releasedAfter > releasedBefore {
-			gained = releasedAfter - releasedBefore
+		if m.HeapReleased > releasedBefore {
+			gained = m.HeapReleased - releasedBefore
 		}
 		q.onRelease(Release{Free: free, Released: gained})
 	}
