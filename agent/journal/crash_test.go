@@ -19,8 +19,32 @@ const crashChildEnv = "FAJOURNAL_CRASH_CHILD_DIR"
 // as it can, compacting now and then, and prints the id of every record whose Append has
 // returned. The parent kills it with SIGKILL at a random moment.
 func crashChild(dir string) {
+	appendChild(dir, childSpec{
+		opts: &Options{SegmentSize: 32 << 10}, pad: "x", padBase: 10, padStep: 13, compactEvery: 3 * time.Millisecond,
+		queue: (*Journal).AppendAsync,
+		done:  (*Journal).Wait,
+	})
+}
+
+// childSpec is how one kind of crash child appends: queue puts a record in (under the
+// compactor's read lock, so a checkpoint sees it in the state or in the journal after it),
+// done makes it as durable as the test claims (outside that lock) before its id is printed.
+type childSpec struct {
+	opts             *Options
+	pad              string
+	padBase, padStep int
+	compactEvery     time.Duration
+	queue            func(j *Journal, rec []byte) (Seq, error)
+	done             func(j *Journal, seq Seq) error
+}
+
+// appendChild runs a crash child: eight goroutines append records "iter/g/i/pad" (pads of
+// different lengths) and print "iter/g/i" once done returned, while the main goroutine
+// checkpoints and writes a snapshot of every record so far every compactEvery. It never
+// returns; the parent SIGKILLs it.
+func appendChild(dir string, c childSpec) {
 	iter := os.Getenv("FAJOURNAL_CRASH_ITER")
-	j, err := Open(dir, &Options{SegmentSize: 32 << 10})
+	j, err := Open(dir, c.opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child open:", err)
 		os.Exit(3)
@@ -38,17 +62,17 @@ func crashChild(dir string) {
 	fmt.Println("ready")
 	for g := range 8 {
 		go func() {
-			pad := strings.Repeat("x", 10+g*13)
+			pad := strings.Repeat(c.pad, c.padBase+g*c.padStep)
 			for i := 0; ; i++ {
 				rec := fmt.Appendf(nil, "%s/%d/%d/%s", iter, g, i, pad)
 				mu.RLock()
-				seq, err := j.AppendAsync(rec)
+				seq, err := c.queue(j, rec)
 				liveMu.Lock()
 				live = append(live, rec)
 				liveMu.Unlock()
 				mu.RUnlock()
 				if err == nil {
-					err = j.Wait(seq)
+					err = c.done(j, seq)
 				}
 				if err != nil {
 					fmt.Fprintln(os.Stderr, "child append:", err)
@@ -61,7 +85,7 @@ func crashChild(dir string) {
 		}()
 	}
 	for {
-		time.Sleep(3 * time.Millisecond)
+		time.Sleep(c.compactEvery)
 		mu.Lock()
 		cp, err := j.Checkpoint()
 		liveMu.Lock()

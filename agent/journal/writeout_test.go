@@ -25,71 +25,11 @@ const writeOutChildEnv = "FAJOURNAL_WRITEOUT_CHILD_DIR"
 // Waits, so only WriteOut (and a Checkpoint's flush) puts records into the file. The
 // parent kills it with SIGKILL at a random moment.
 func writeOutChild(dir string) {
-	iter := os.Getenv("FAJOURNAL_CRASH_ITER")
-	j, err := Open(dir, &Options{SegmentSize: 16 << 10, LazyDelay: time.Hour})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child open:", err)
-		os.Exit(3)
-	}
-	var (
-		mu     sync.RWMutex // orders appends against the compactor's checkpoint
-		live   [][]byte
-		liveMu sync.Mutex
-		outMu  sync.Mutex
-	)
-	if err := j.Replay(func(p []byte) error { live = append(live, append([]byte(nil), p...)); return nil }); err != nil {
-		fmt.Fprintln(os.Stderr, "child replay:", err)
-		os.Exit(3)
-	}
-	fmt.Println("ready")
-	for g := range 8 {
-		go func() {
-			pad := strings.Repeat("w", 5+g*11)
-			for i := 0; ; i++ {
-				rec := fmt.Appendf(nil, "%s/%d/%d/%s", iter, g, i, pad)
-				mu.RLock()
-				_, err := j.AppendLazy(rec)
-				liveMu.Lock()
-				live = append(live, rec)
-				liveMu.Unlock()
-				mu.RUnlock()
-				if err == nil {
-					err = j.WriteOut()
-				}
-				if err != nil {
-					fmt.Fprintln(os.Stderr, "child append:", err)
-					os.Exit(3)
-				}
-				outMu.Lock()
-				fmt.Printf("%s/%d/%d\n", iter, g, i)
-				outMu.Unlock()
-			}
-		}()
-	}
-	for {
-		time.Sleep(5 * time.Millisecond)
-		mu.Lock()
-		cp, err := j.Checkpoint()
-		liveMu.Lock()
-		state := append([][]byte(nil), live...)
-		liveMu.Unlock()
-		mu.Unlock()
-		if err != nil {
-			os.Exit(3)
-		}
-		err = j.WriteSnapshot(cp, func(emit func([]byte) error) error {
-			for _, r := range state {
-				if err := emit(r); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "child snapshot:", err)
-			os.Exit(3)
-		}
-	}
+	appendChild(dir, childSpec{
+		opts: &Options{SegmentSize: 16 << 10, LazyDelay: time.Hour}, pad: "w", padBase: 5, padStep: 11, compactEvery: 5 * time.Millisecond,
+		queue: (*Journal).AppendLazy,
+		done:  func(j *Journal, _ Seq) error { return j.WriteOut() },
+	})
 }
 
 // TestWriteOutSurvivesKill: a lazy record whose WriteOut returned is replayed after a
