@@ -5,8 +5,8 @@
 #
 #   idle        started, nothing connected, nothing queued
 #   queued      10,000 tasks submitted, no terminal connected (all stay queued)
-#   steady      the same 12 s later: the agent has been quiet for more than 5 s and has
-#               returned its free heap to the kernel (internal/memtrim)
+#   steady      the same 12 s later (20 s under qemu): the agent has been quiet for more
+#               than 5 s and has returned its free heap to the kernel (internal/memtrim)
 #   connected   64 facesim terminals connected that ack after 30 s (retry_interval 1m), so about 10,000 - 64
 #               tasks stay queued while every terminal has one command in flight
 #
@@ -39,9 +39,12 @@ trap cleanup EXIT INT TERM
 # The daemon as released (make cross): static, stripped.
 arch=${RSS_ARCH:-}
 case "$arch" in
-"") runner="" startwait=2 ;;
-arm) runner=qemu-arm-static startwait=6 ;; # emulated start-up is slower
-arm64) runner=qemu-aarch64-static startwait=6 ;;
+# Emulation is slower: start-up takes longer, and so does the intake of the burst, after which
+# the agent must be quiet for 5 s before it returns its free heap. The steady sample must come
+# before the terminals' first acks (30 s after their first commands) start the next round.
+"") runner="" startwait=2 steadywait=9 ;;
+arm) runner=qemu-arm-static startwait=6 steadywait=17 ;;
+arm64) runner=qemu-aarch64-static startwait=6 steadywait=17 ;;
 *) echo "rss.sh: RSS_ARCH must be arm or arm64" >&2; exit 2 ;;
 esac
 CGO_ENABLED=0 GOOS=linux GOARCH=${arch:-$(go env GOARCH)} GOARM=7 go build -trimpath -ldflags '-s -w' -o "$tmp/faceagent" ./agent/cmd/faceagent
@@ -101,8 +104,8 @@ run() { # uses $label and $connect (yes: start the 64 terminals)
 		-device-prefix t -no-follow >/dev/null
 	sleep 3
 	echo "$label queued (terminals connected: $connect): $(rss $agent_pid)"
-	sleep 9
-	echo "$label steady, 12 s later: $(rss $agent_pid)"
+	sleep "$steadywait"
+	echo "$label steady, $((steadywait + 3)) s later: $(rss $agent_pid)"
 	echo "$label Go memory classes (MB): $(classes | awk '{printf "%s %.2f  ", $1, $2/1048576}')"
 	[ -n "$sim_pid" ] && kill "$sim_pid" && wait "$sim_pid" 2>/dev/null || true
 	sim_pid=""
