@@ -107,9 +107,12 @@ func openLinks(cfg *config.Config, srv *mqtt.Server, brokerURL string, log *slog
 			AckTopic:       cfg.Topics.DeviceAck,
 			HeartbeatTopic: cfg.Topics.DeviceHeartbeat,
 			Devices:        mqttIDs,
-			EventBuffer:    1024,
-			Deliver:        l.deliver,
-			Logger:         log.With("part", "mqttlink"),
+			// Acks and heartbeats go to Deliver; Events carries connection changes and what
+			// arrives before the pump installs Deliver's handler, and a full buffer only makes
+			// a terminal's delivery wait for the pump. 64 events are 10 KB, 1,024 were 164 KB.
+			EventBuffer: 64,
+			Deliver:     l.deliver,
+			Logger:      log.With("part", "mqttlink"),
 		}
 		if srv != nil {
 			lc.Server = srv
