@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
@@ -98,6 +99,11 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	*stops = append(*stops, func(context.Context) error { take.ob.Store(nil); return nil })
 
 	rctx, cancel := context.WithCancel(ctx)
+	// cancelAndWait stops a part running on rctx: cancel (shared, harmless to repeat)
+	// and wait for its goroutines.
+	cancelAndWait := func(wg *sync.WaitGroup) func(context.Context) error {
+		return func(context.Context) error { cancel(); wg.Wait(); return nil }
+	}
 	var results publisher
 	clock := hlc.NewClock("faceagent-" + cfg.Agent.GatewayID)
 	var setter func(context.Context, string, []byte, time.Duration) error
@@ -132,13 +138,13 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	}
 	dead.pub = results
 	dead.start(rctx)
-	*stops = append(*stops, func(context.Context) error { cancel(); dead.wg.Wait(); return nil })
+	*stops = append(*stops, cancelAndWait(&dead.wg))
 	// Forwarded acks and heartbeats are published on their own goroutine (routed inline
 	// on the device event path they would cost it most of its time per ack), with QoS 1,
 	// watched for drops like results.
 	fwd.pub = results
 	fwd.start(rctx)
-	*stops = append(*stops, func(context.Context) error { cancel(); fwd.wg.Wait(); return nil })
+	*stops = append(*stops, cancelAndWait(&fwd.wg))
 	a.fwd = fwd
 
 	ids := make([]string, len(cfg.Devices))
@@ -161,19 +167,19 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		hi := newHTTPIntake(h, take, a.log.With("part", "http-intake"))
 		a.httpIntake = hi
 		hi.start(rctx)
-		*stops = append(*stops, func(context.Context) error { cancel(); hi.wg.Wait(); return nil })
+		*stops = append(*stops, cancelAndWait(&hi.wg))
 	}
 	rep.start(rctx)
-	*stops = append(*stops, func(context.Context) error { cancel(); rep.wg.Wait(); return nil })
+	*stops = append(*stops, cancelAndWait(&rep.wg))
 	sw.start(rctx)
-	*stops = append(*stops, func(context.Context) error { cancel(); sw.wg.Wait(); return nil })
+	*stops = append(*stops, cancelAndWait(&sw.wg))
 
 	// Remote management: faceagent/{gw}/config and …/control, watched with KEYNOTIFY.
 	a.take = take
 	rem := &remote{keys: keys, a: a, ob: ob, take: take, prefix: "faceagent/" + cfg.Agent.GatewayID + "/",
 		doneLog: filepath.Join(cfg.Agent.DataDir, "control-done.json"), log: a.log.With("part", "remote")}
 	rem.start(rctx)
-	*stops = append(*stops, func(context.Context) error { cancel(); rem.wg.Wait(); return nil })
+	*stops = append(*stops, cancelAndWait(&rem.wg))
 	return nil
 }
 
