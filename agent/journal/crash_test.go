@@ -111,6 +111,15 @@ func appendChild(dir string, c childSpec) {
 }
 
 func TestCrashKillsLoseNoAcknowledgedAppend(t *testing.T) {
+	killAndReplay(t, crashChildEnv, 24, 0, 30, false, "acknowledged append")
+}
+
+// killAndReplay runs the crash child named by childEnv kills times in dir, SIGKILLing it
+// after 2 to 2+maxDelayMs ms, and after each kill replays the journal: no record twice,
+// every record the child printed (done) still there, and with inOrder each goroutine's
+// records a gap-free prefix 0, 1, …, n. stream picks the seed's random stream; what names a
+// printed record in failures.
+func killAndReplay(t *testing.T, childEnv string, kills int, stream uint64, maxDelayMs int, inOrder bool, what string) {
 	if testing.Short() {
 		t.Skip("re-executes the test binary")
 	}
@@ -119,37 +128,45 @@ func TestCrashKillsLoseNoAcknowledgedAppend(t *testing.T) {
 		seed, _ = strconv.ParseInt(s, 10, 64)
 	}
 	t.Logf("seed %d (JOURNAL_CRASH_SEED to repeat)", seed)
-	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	rng := rand.New(rand.NewPCG(uint64(seed), stream))
 	dir := t.TempDir()
-	acked := map[string]bool{}
-	const kills = 24
+	done := map[string]bool{}
 	for iter := range kills {
-		n := testutil.CrashChild(t, []string{crashChildEnv + "=" + dir, "FAJOURNAL_CRASH_ITER=" + strconv.Itoa(iter)},
-			10*time.Second, time.Duration(2+rng.IntN(30))*time.Millisecond, func(id string) { acked[id] = true })
+		n := testutil.CrashChild(t, []string{childEnv + "=" + dir, "FAJOURNAL_CRASH_ITER=" + strconv.Itoa(iter)},
+			10*time.Second, time.Duration(2+rng.IntN(maxDelayMs))*time.Millisecond, func(id string) { done[id] = true })
 
 		j, err := Open(dir, nil)
 		if err != nil {
 			t.Fatalf("iteration %d: reopen after SIGKILL: %v", iter, err)
 		}
 		found := map[string]bool{}
+		nextOf := map[string]int{} // "iter/g" → the next i expected
 		err = j.Replay(func(p []byte) error {
-			s := string(p)
-			k := s[:strings.LastIndexByte(s, '/')]
+			f := strings.SplitN(string(p), "/", 4)
+			k := f[0] + "/" + f[1] + "/" + f[2]
 			if found[k] {
 				return fmt.Errorf("record %s replayed twice", k)
 			}
 			found[k] = true
+			if inOrder {
+				i, _ := strconv.Atoi(f[2])
+				g := f[0] + "/" + f[1]
+				if i != nextOf[g] {
+					return fmt.Errorf("record %s follows %s/%d: the file is not a prefix of the appends", k, g, nextOf[g]-1)
+				}
+				nextOf[g] = i + 1
+			}
 			return nil
 		})
 		j.Close()
 		if err != nil {
-			t.Fatalf("iteration %d: %v", iter, err)
+			t.Fatalf("iteration %d: %v (seed %d)", iter, err, seed)
 		}
-		for id := range acked {
+		for id := range done {
 			if !found[id] {
-				t.Fatalf("iteration %d: acknowledged append %s lost (seed %d)", iter, id, seed)
+				t.Fatalf("iteration %d: %s %s lost (seed %d)", iter, what, id, seed)
 			}
 		}
-		t.Logf("kill %d: %d acked this run, %d acked in all, %d records on disk", iter, n, len(acked), len(found))
+		t.Logf("kill %d: %d done this run, %d in all, %d records on disk", iter, n, len(done), len(found))
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,8 +12,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
 const writeOutChildEnv = "FAJOURNAL_WRITEOUT_CHILD_DIR"
@@ -38,54 +35,7 @@ func writeOutChild(dir string) {
 // Without WriteOut nothing of a run would reach the file (LazyDelay is an hour) but what
 // a compaction's Checkpoint flushed.
 func TestWriteOutSurvivesKill(t *testing.T) {
-	if testing.Short() {
-		t.Skip("re-executes the test binary")
-	}
-	seed := time.Now().UnixNano()
-	if s := os.Getenv("JOURNAL_CRASH_SEED"); s != "" {
-		seed, _ = strconv.ParseInt(s, 10, 64)
-	}
-	t.Logf("seed %d (JOURNAL_CRASH_SEED to repeat)", seed)
-	rng := rand.New(rand.NewPCG(uint64(seed), 1))
-	dir := t.TempDir()
-	acked := map[string]bool{}
-	const kills = 12
-	for iter := range kills {
-		n := testutil.CrashChild(t, []string{writeOutChildEnv + "=" + dir, "FAJOURNAL_CRASH_ITER=" + strconv.Itoa(iter)},
-			10*time.Second, time.Duration(2+rng.IntN(40))*time.Millisecond, func(id string) { acked[id] = true })
-
-		j, err := Open(dir, nil)
-		if err != nil {
-			t.Fatalf("iteration %d: reopen after SIGKILL: %v", iter, err)
-		}
-		found := map[string]bool{}
-		nextOf := map[string]int{} // "iter/g" → the next i expected
-		err = j.Replay(func(p []byte) error {
-			f := strings.SplitN(string(p), "/", 4)
-			k := f[0] + "/" + f[1] + "/" + f[2]
-			if found[k] {
-				return fmt.Errorf("record %s replayed twice", k)
-			}
-			found[k] = true
-			i, _ := strconv.Atoi(f[2])
-			g := f[0] + "/" + f[1]
-			if i != nextOf[g] {
-				return fmt.Errorf("record %s follows %s/%d: the file is not a prefix of the appends", k, g, nextOf[g]-1)
-			}
-			nextOf[g] = i + 1
-			return nil
-		})
-		j.Close()
-		if err != nil {
-			t.Fatalf("iteration %d: %v (seed %d)", iter, err, seed)
-		}
-		for id := range acked {
-			if !found[id] {
-				t.Fatalf("iteration %d: record %s was written out but is lost (seed %d)", iter, id, seed)
-			}
-		}
-		t.Logf("kill %d: %d written out this run, %d in all, %d records on disk", iter, n, len(acked), len(found))
-	}
+	killAndReplay(t, writeOutChildEnv, 12, 1, 40, true, "written-out record")
 }
 
 // WriteOut puts queued lazy records into the file with a write and no fsync; with nothing
