@@ -146,15 +146,7 @@ func dialRawSubscriber(t *testing.T, addr, clientID, filter string) *rawSubscrib
 
 func (s *rawSubscriber) write(t *testing.T, pk packets.Packet) {
 	var buf bytes.Buffer
-	var err error
-	switch pk.FixedHeader.Type {
-	case packets.Connect:
-		err = pk.ConnectEncode(&buf)
-	case packets.Subscribe:
-		err = pk.SubscribeEncode(&buf)
-	case packets.Puback:
-		err = pk.PubackEncode(&buf)
-	}
+	err := testutil.EncodeClientPacket(&buf, pk)
 	if err == nil {
 		_, err = s.conn.Write(buf.Bytes())
 	}

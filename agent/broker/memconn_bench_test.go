@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
 // BenchmarkMemoryPerConnection measures what one connected terminal costs the
@@ -140,21 +142,7 @@ func (c *memClient) write(tb testing.TB, pk packets.Packet) {
 	tb.Helper()
 	pk.ProtocolVersion = 5
 	var buf bytes.Buffer
-	var err error
-	switch pk.FixedHeader.Type {
-	case packets.Connect:
-		err = pk.ConnectEncode(&buf)
-	case packets.Subscribe:
-		err = pk.SubscribeEncode(&buf)
-	case packets.Publish:
-		err = pk.PublishEncode(&buf)
-	case packets.Puback:
-		err = pk.PubackEncode(&buf)
-	case packets.Pingreq:
-		err = pk.PingreqEncode(&buf)
-	default:
-		err = fmt.Errorf("memClient: cannot encode packet type %d", pk.FixedHeader.Type)
-	}
+	err := testutil.EncodeClientPacket(&buf, pk)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	mp "github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
 // rawClient is an MQTT 5 client written packet by packet, so that a test
@@ -47,19 +49,7 @@ func (c *rawClient) send(pk mp.Packet) {
 	pk.ProtocolVersion = 5
 	pk.Mods.AllowResponseInfo = true // mochi drops the Response Topic without it
 	var buf bytes.Buffer
-	var err error
-	switch pk.FixedHeader.Type {
-	case mp.Connect:
-		err = pk.ConnectEncode(&buf)
-	case mp.Publish:
-		err = pk.PublishEncode(&buf)
-	case mp.Puback:
-		err = pk.PubackEncode(&buf)
-	case mp.Pingreq:
-		err = pk.PingreqEncode(&buf)
-	default:
-		err = fmt.Errorf("cannot send packet type %d", pk.FixedHeader.Type)
-	}
+	err := testutil.EncodeClientPacket(&buf, pk)
 	if err == nil {
 		_, err = c.conn.Write(buf.Bytes())
 	}
