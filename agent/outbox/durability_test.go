@@ -221,15 +221,23 @@ func (f *gateFile) Sync() error {
 	return f.File.Sync()
 }
 
-// Control commands are answered only once their record is on disk: "the pause survives a
-// restart" must hold from the moment Pause returns.
-func TestControlCommandsWaitForTheDisk(t *testing.T) {
+// gatedEnvWithM1InFlight is an outbox whose fsyncs a gateFS can hold (open until closed),
+// with command m1 sent to device d.
+func gatedEnvWithM1InFlight(t *testing.T) (*env, *gateFS) {
+	t.Helper()
 	g := &gateFS{entered: make(chan struct{}, 1)}
 	e := newEnv(t, Options{Journal: journal.Options{Sync: journal.SyncAlways, FS: g}})
 	t.Cleanup(g.open)
 	e.enqueue("m1", "d", "p")
 	e.o.Heartbeat("d")
 	e.expectSend("m1", 1)
+	return e, g
+}
+
+// Control commands are answered only once their record is on disk: "the pause survives a
+// restart" must hold from the moment Pause returns.
+func TestControlCommandsWaitForTheDisk(t *testing.T) {
+	e, g := gatedEnvWithM1InFlight(t)
 	e.o.Ack("d", "m1", 7, "no such person") // refused: Failed, for RetryFailed below
 
 	calls := map[string]func() error{
@@ -273,12 +281,7 @@ func TestControlCommandsWaitForTheDisk(t *testing.T) {
 // otherwise a crash could forget an outcome that was already reported, and the resend could
 // report a different one.
 func TestResultsWaitForTheFinishRecord(t *testing.T) {
-	g := &gateFS{entered: make(chan struct{}, 1)}
-	e := newEnv(t, Options{Journal: journal.Options{Sync: journal.SyncAlways, FS: g}})
-	t.Cleanup(g.open)
-	e.enqueue("m1", "d", "p")
-	e.o.Heartbeat("d")
-	e.expectSend("m1", 1)
+	e, g := gatedEnvWithM1InFlight(t)
 	g.close()
 	e.o.Ack("d", "m1", 0, "")
 	done := make(chan []Result, 1)
