@@ -1,0 +1,247 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+func readRecordsT(t *testing.T, j *Journal) ([]string, []Loss) {
+	t.Helper()
+	var out []string
+	losses, err := j.ReadRecords(func(p []byte) error { out = append(out, string(p)); return nil })
+	if err != nil {
+		t.Fatalf("ReadRecords: %v", err)
+	}
+	return out, losses
+}
+
+// TestReadRecordsWhileRunning: after appends, a snapshot and appends written out without
+// fsync, ReadRecords (unlike Replay) reads them all, in order, and the journal goes on.
+func TestReadRecordsWhileRunning(t *testing.T) {
+	j := openT(t, t.TempDir(), &Options{SegmentSize: 256, LazyDelay: 1 << 40})
+	defer j.Close()
+	var want []string
+	add := func(n int, prefix string) {
+		for i := range n {
+			rec := fmt.Sprintf("%s-%02d", prefix, i)
+			want = append(want, rec)
+			if err := j.Append([]byte(rec)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	add(30, "old")
+	cp, err := j.Checkpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	add(5, "after-checkpoint")
+	if err := j.WriteSnapshot(cp, func(emit func([]byte) error) error { return emit([]byte("state")) }); err != nil {
+		t.Fatal(err)
+	}
+	want = append([]string{"state"}, want[30:]...)
+	add(20, "new")
+	if _, err := j.AppendLazy([]byte("lazy")); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.WriteOut(); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, "lazy")
+	got, losses := readRecordsT(t, j)
+	if !slices.Equal(got, want) || len(losses) != 0 {
+		t.Fatalf("ReadRecords: %q, losses %v\nwant %q", got, losses, want)
+	}
+	if st := j.Stats(); st.Segments < 2 {
+		t.Fatalf("the test wants several segments: %+v", st)
+	}
+	if err := j.Append([]byte("more")); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := readRecordsT(t, j); got[len(got)-1] != "more" {
+		t.Fatalf("last record read %q, want %q", got[len(got)-1], "more")
+	}
+	stop := errors.New("stop")
+	n := 0
+	if _, err := j.ReadRecords(func([]byte) error { n++; return stop }); err != stop || n != 1 {
+		t.Fatalf("fn's error: %v after %d records, want it after 1", err, n)
+	}
+	j.Close()
+	if _, err := j.ReadRecords(func([]byte) error { return nil }); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestReadRecordsSkipsDamage: a flipped byte in a sealed segment, in the open one and in
+// a sealed segment's header costs the damaged record only (the header: nothing); each is
+// reported with its file and offset, and the other records are read.
+func TestReadRecordsSkipsDamage(t *testing.T) {
+	dir := t.TempDir()
+	j := openT(t, dir, &Options{SegmentSize: 200})
+	defer j.Close()
+	var want []string
+	for i := range 30 {
+		rec := fmt.Sprintf("record-%02d", i)
+		want = append(want, rec)
+		if err := j.Append([]byte(rec)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	segs := segFiles(t, dir)
+	if len(segs) < 3 {
+		t.Fatalf("want 3 segments or more, have %v", segs)
+	}
+	frame := int64(frameHeaderSize + len(want[0]))
+	flip := func(path string, off int64) {
+		t.Helper()
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		b := make([]byte, 1)
+		if _, err := f.ReadAt(b, off); err != nil {
+			t.Fatal(err)
+		}
+		b[0] ^= 0x40
+		if _, err := f.WriteAt(b, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	perSeg := func(path string) int {
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int((st.Size() - fileHeaderSize) / frame)
+	}
+	first, last := segs[0], segs[len(segs)-1]
+	// The second record of the first segment; the first record of the open one.
+	flip(first, fileHeaderSize+frame+frameHeaderSize+3)
+	flip(last, fileHeaderSize+5)
+	flip(segs[1], 2) // the magic
+	got, losses := readRecordsT(t, j)
+	lastFirst := len(want) - perSeg(last)
+	wantGot := slices.Concat(want[:1], want[2:lastFirst], want[lastFirst+1:])
+	if !slices.Equal(got, wantGot) {
+		t.Fatalf("read %q\nwant %q", got, wantGot)
+	}
+	wantLoss := []Loss{
+		{File: first, Offset: fileHeaderSize + frame, Bytes: frame, Err: ErrChecksum},
+		{File: segs[1], Offset: 0, Bytes: fileHeaderSize},
+		{File: last, Offset: fileHeaderSize, Bytes: frame, Err: ErrChecksum},
+	}
+	if len(losses) != len(wantLoss) {
+		t.Fatalf("losses %v, want %v", losses, wantLoss)
+	}
+	for i, l := range losses {
+		w := wantLoss[i]
+		if l.File != w.File || l.Offset != w.Offset || l.Bytes != w.Bytes || (w.Err != nil && !errors.Is(l.Err, w.Err)) ||
+			(w.Err == nil && !errors.Is(l.Err, ErrBadFormat)) {
+			t.Fatalf("loss %d: %+v, want %+v", i, l, w)
+		}
+	}
+	// Damage up to the end of a file: the rest of it is lost, the next file is read.
+	st, _ := os.Stat(first)
+	flip(first, st.Size()-1)
+	got, losses = readRecordsT(t, j)
+	if n := perSeg(first); len(losses) != 4 || losses[1].File != first || losses[1].Offset != fileHeaderSize+int64(n-1)*frame || got[0] != want[0] || got[1] != want[2] || got[n-2] != want[n] {
+		t.Fatalf("a damaged last record of a sealed segment: read %q, losses %v", got, losses)
+	}
+}
+
+// TestReadRecordsDuringAppendsAndCompactions reads the journal over and over while one
+// goroutine appends and another compacts (a snapshot holding every record so far): every
+// read is the log's records in order, with at least every record durable before it began,
+// though the files it began with are replaced meanwhile.
+func TestReadRecordsDuringAppendsAndCompactions(t *testing.T) {
+	j := openT(t, t.TempDir(), &Options{Sync: SyncNone, SegmentSize: 512})
+	defer j.Close()
+	var (
+		mu      sync.Mutex // orders appends with checkpoints, as the outbox's lock does
+		log     []string
+		durable atomic.Int64
+		stop    atomic.Bool
+		wg      sync.WaitGroup
+		snaps   atomic.Int64
+	)
+	const total = 3000
+	errc := make(chan error, 2)
+	wg.Add(2)
+	go func() { // the appender
+		defer wg.Done()
+		for i := range total {
+			rec := fmt.Sprintf("r-%04d", i)
+			mu.Lock()
+			seq, err := j.AppendAsync([]byte(rec))
+			log = append(log, rec)
+			mu.Unlock()
+			if err == nil {
+				err = j.Wait(seq)
+			}
+			if err != nil {
+				errc <- err
+				return
+			}
+			durable.Store(int64(i + 1))
+		}
+	}()
+	go func() { // the compactor
+		defer wg.Done()
+		for !stop.Load() {
+			mu.Lock()
+			cp, err := j.Checkpoint()
+			state := slices.Clone(log)
+			mu.Unlock()
+			if err == nil {
+				err = j.WriteSnapshot(cp, func(emit func([]byte) error) error {
+					for _, r := range state {
+						if err := emit([]byte(r)); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			}
+			if err != nil {
+				errc <- err
+				return
+			}
+			snaps.Add(1)
+		}
+	}()
+	reads := 0
+	for durable.Load() < total && len(errc) == 0 {
+		before := int(durable.Load())
+		got, losses := readRecordsT(t, j)
+		if len(losses) != 0 || len(got) < before {
+			t.Fatalf("read %d records (losses %v); %d were durable before", len(got), losses, before)
+		}
+		for i, r := range got {
+			if want := fmt.Sprintf("r-%04d", i); r != want {
+				t.Fatalf("record %d is %q, want %q", i, r, want)
+			}
+		}
+		reads++
+	}
+	stop.Store(true)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		t.Fatal(err)
+	default:
+	}
+	if reads < 5 || snaps.Load() < 5 {
+		t.Fatalf("%d reads, %d snapshots: too few to have raced", reads, snaps.Load())
+	}
+	t.Logf("%d reads, %d snapshots", reads, snaps.Load())
+	if m, _ := filepath.Glob(filepath.Join(j.Dir(), "*.snap")); len(m) != 1 {
+		t.Fatalf("snapshots left: %v", m)
+	}
+}
