@@ -28,3 +28,5 @@ require (
 )
 
 tool github.com/tinylib/msgp
+
+replace github.com/mochi-mqtt/server/v2 => ./third_party/mochi
