@@ -205,13 +205,6 @@ func TestTerminalQueueLosesNothingSilently(t *testing.T) {
 	}
 }
 
-// TestMochiTestTableReleased: the 368 KB table of mochi's own tests is not kept alive.
-func TestMochiTestTableReleased(t *testing.T) {
-	if packets.TPacketData != nil {
-		t.Fatal("packets.TPacketData is still referenced")
-	}
-}
-
 // BenchmarkCommandRoundTrip: a command published to a terminal and its PUBACK, without
 // and with the terminal queues hook (which sees every packet written, OnPacketEncode), in
 // the same run:

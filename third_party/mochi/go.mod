@@ -2,7 +2,4 @@ module github.com/mochi-mqtt/server/v2
 
 go 1.21
 
-require (
-	github.com/gorilla/websocket v1.5.3
-	github.com/rs/xid v1.4.0
-)
+require github.com/rs/xid v1.4.0

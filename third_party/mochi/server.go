@@ -303,22 +303,17 @@ func (s *Server) AddListener(l listeners.Listener) error {
 
 // AddListenersFromConfig adds listeners to the server which were specified in the listeners config (usually from a config file).
 // New built-in listeners should be added to this list.
+//
+// faceagent patch (size): only the TCP and unix listeners; naming the websocket and HTTP
+// listeners here linked them (and gorilla/websocket) into every binary.
 func (s *Server) AddListenersFromConfig(configs []listeners.Config) error {
 	for _, conf := range configs {
 		var l listeners.Listener
 		switch strings.ToLower(conf.Type) {
 		case listeners.TypeTCP:
 			l = listeners.NewTCP(conf)
-		case listeners.TypeWS:
-			l = listeners.NewWebsocket(conf)
 		case listeners.TypeUnix:
 			l = listeners.NewUnixSock(conf)
-		case listeners.TypeHealthCheck:
-			l = listeners.NewHTTPHealthCheck(conf)
-		case listeners.TypeSysInfo:
-			l = listeners.NewHTTPStats(conf, s.Info)
-		case listeners.TypeMock:
-			l = listeners.NewMockListener(conf.ID, conf.Address)
 		default:
 			s.Log.Error("listener type unavailable by config", "listener", conf.Type)
 			continue
