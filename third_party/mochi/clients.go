@@ -195,14 +195,23 @@ func (cl *Client) WriteLoop() {
 	for {
 		select {
 		case pk := <-cl.State.outbound:
-			if err := cl.WritePacket(*pk); err != nil {
-				// TODO : Figure out what to do with error
-				cl.ops.log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", pk)
-			}
+			cl.writeOutbound(pk)
 			atomic.AddInt32(&cl.State.outboundQty, -1)
 		case <-cl.State.open.Done():
 			return
 		}
+	}
+}
+
+// writeOutbound writes one packet for WriteLoop. faceagent patch (stack): the copy of the
+// packet that WritePacket takes by value lives in this frame, not in WriteLoop's, so a
+// writer parked between packets holds a small stack that the GC can shrink to its minimum.
+//
+//go:noinline
+func (cl *Client) writeOutbound(pk *packets.Packet) {
+	if err := cl.WritePacket(*pk); err != nil {
+		// TODO : Figure out what to do with error
+		cl.ops.log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", pk)
 	}
 }
 
@@ -377,16 +386,24 @@ func (cl *Client) Read(packetHandler ReadFn) error {
 			return err
 		}
 
-		pk, err := cl.ReadPacket(fh)
-		if err != nil {
-			return err
-		}
-
-		err = packetHandler(cl, pk) // Process inbound packet.
+		err = cl.readAndHandle(fh, packetHandler)
 		if err != nil {
 			return err
 		}
 	}
+}
+
+// readAndHandle reads the packet fh starts and hands it to packetHandler. faceagent patch
+// (stack): the packet, passed by value, lives in this frame, not in Read's, so a reader
+// parked waiting for the next fixed header holds a small stack that the GC can shrink.
+//
+//go:noinline
+func (cl *Client) readAndHandle(fh *packets.FixedHeader, packetHandler ReadFn) error {
+	pk, err := cl.ReadPacket(fh)
+	if err != nil {
+		return err
+	}
+	return packetHandler(cl, pk) // Process inbound packet.
 }
 
 // Stop instructs the client to shut down all processing goroutines and disconnect.
