@@ -132,7 +132,7 @@
 //     So a crash of the process loses at most the batch not yet written: those
 //     forwarded in the last 50 ms plus the duration of one journal write (and fsync); a
 //     power cut also the batch whose fsync had not returned (journal.sync = "batch"
-//     adds batch_window; with "none" whatever the OS had not flushed). A crash between
+//     adds up to batch_window; with "none" whatever the OS had not flushed). A crash between
 //     the broker's PUBACK and the lazy reported record sends some twice. Results are
 //     not affected: they come from the outbox's journal, not from this log.
 //   - Heartbeats coalesce while they wait: after an outage the back office gets each

@@ -125,9 +125,11 @@ type Dispatch struct {
 // Journal is the [journal] section: when the on-disk journal fsyncs. Board profiles set
 // it to suit their storage (eMMC "always", SD cards "batch").
 type Journal struct {
-	// Sync is "always" (fsync before an append returns), "batch" (appends within
-	// batch_window share one fsync; each still returns only after it) or "none" (never
-	// fsync: tmpfs and tests only — a power cut loses acknowledged tasks).
+	// Sync is "always" (fsync before an append returns), "batch" (the same, with a pause
+	// of batch_window between one fsync and the next batch, so that appends gather and
+	// share one fsync; each still returns only after it; an append after a quiet spell is
+	// not delayed) or "none" (never fsync: tmpfs and tests only — a power cut loses
+	// acknowledged tasks).
 	Sync        string   `toml:"sync"`
 	BatchWindow Duration `toml:"batch_window"`
 }

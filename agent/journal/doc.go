@@ -33,13 +33,16 @@
 // One writer goroutine owns the open segment's fsyncs and rotation (its writes it shares
 // with WriteOut, under a mutex). Appends frame their record into a shared buffer and kick
 // it; it takes the whole buffer, writes it with one write and one fsync
-// (Options.Sync: SyncAlways; SyncBatch first waits Options.BatchWindow to gather more;
-// SyncNone never fsyncs), then wakes every waiter of the batch. Appends arriving during an
-// fsync form the next batch, so N concurrent producers share about one fsync per round; each
-// batch has its own done channel, so an fsync wakes only the appends it covered. AppendLazy
-// records do not kick the writer: they ride with the next batch, or go after
-// Options.LazyDelay (50 ms). An idle journal has no timer armed: the writer sleeps on a
-// channel, and the lazy timer exists only while lazy records wait.
+// (Options.Sync: SyncAlways; SyncBatch the same, but a batch starts no sooner than
+// Options.BatchWindow after the previous fsync ended; SyncNone never fsyncs), then wakes
+// every waiter of the batch. Appends arriving during an fsync form the next batch, so N
+// concurrent producers share about one fsync per round. The first append after a quiet
+// spell is not delayed: its write and fsync start at once, under either policy; SyncBatch's
+// window only spaces out the batches of a stream of appends. Each batch has its own done
+// channel, so an fsync wakes only the appends it covered. AppendLazy records do not kick
+// the writer: they ride with the next batch, or go after Options.LazyDelay (50 ms). An
+// idle journal has no timer armed: the writer sleeps on a channel, and the lazy timer (or
+// SyncBatch's pause) exists only while records wait.
 //
 // # Process death and power loss
 //

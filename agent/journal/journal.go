@@ -20,9 +20,12 @@ const (
 	// SyncAlways fsyncs every batch: Append returns once its record is on stable storage.
 	// Appends that arrive while an fsync runs share the next one (group commit).
 	SyncAlways SyncPolicy = iota
-	// SyncBatch waits Options.BatchWindow after the first pending record to gather more,
-	// then writes and fsyncs them together. Append still returns only when durable; the
-	// window trades latency for fewer fsyncs on slow flash.
+	// SyncBatch is SyncAlways with a pause of Options.BatchWindow between batches: a batch
+	// starts at least BatchWindow after the previous one's fsync ended, so what arrives
+	// meanwhile gathers into it. A record that finds the writer idle for BatchWindow or
+	// longer is written and fsynced at once, not held for company. Append still returns
+	// only when durable; under a stream of appends the pause trades latency for fewer
+	// fsyncs on slow flash (at most one per BatchWindow plus the fsync's own time).
 	SyncBatch
 	// SyncNone writes to the OS but never fsyncs: records survive a process crash, not a
 	// power cut. For tests and benchmarks.
@@ -44,7 +47,9 @@ func (p SyncPolicy) String() string {
 // Options configure a Journal. The zero value (and nil) means the defaults.
 type Options struct {
 	Sync SyncPolicy
-	// BatchWindow is how long SyncBatch gathers records before an fsync. Default 2ms.
+	// BatchWindow is SyncBatch's least pause between the end of one batch's fsync and the
+	// start of the next batch: records gather during it. A record arriving after a longer
+	// quiet spell does not wait. Default 2ms.
 	BatchWindow time.Duration
 	// SegmentSize is the size past which the journal starts a new segment. Default 64 MiB.
 	SegmentSize int64

@@ -14,7 +14,13 @@ import (
 // run is the writer goroutine: it owns the open segment. Every append kicks it; it takes
 // everything queued, writes it with one write and one fsync, and wakes the waiters. Appends
 // that arrive during the fsync form the next batch: that is the group commit.
+//
+// SyncBatch adds a pause between batches, not before the first: a batch starts at least
+// BatchWindow after the previous one ended. An append that finds the writer idle for that
+// long goes at once; under a stream of appends the batches are as few as before (one per
+// BatchWindow plus one write and fsync).
 func (j *Journal) run() {
+	var lastEnd time.Time // when the last batch's write and fsync ended (zero: none yet)
 	defer func() {
 		j.mu.Lock()
 		if b := j.open; b != nil { // cannot happen: Close flushes; never strand a waiter
@@ -46,16 +52,20 @@ func (j *Journal) run() {
 			}
 			t.Stop()
 		}
-		if reply == nil && !quitting && j.opts.Sync == SyncBatch {
-			t := time.NewTimer(j.opts.BatchWindow)
-			select {
-			case <-t.C:
-			case <-j.quit:
-				quitting = true
+		if reply == nil && !quitting && j.opts.Sync == SyncBatch && !lastEnd.IsZero() {
+			if pause := j.opts.BatchWindow - time.Since(lastEnd); pause > 0 {
+				t := time.NewTimer(pause)
+				select {
+				case <-t.C:
+				case <-j.quit:
+					quitting = true
+				}
+				t.Stop()
 			}
-			t.Stop()
 		}
-		j.flush()
+		if j.flush() {
+			lastEnd = time.Now()
+		}
 		if reply != nil {
 			reply <- j.checkpoint()
 		}
@@ -65,7 +75,9 @@ func (j *Journal) run() {
 	}
 }
 
-func (j *Journal) flush() {
+// flush writes and fsyncs the open batch, if any, and wakes its waiters. It reports
+// whether there was a batch.
+func (j *Journal) flush() bool {
 	j.wmu.Lock()
 	j.mu.Lock()
 	bt := j.open
@@ -87,12 +99,12 @@ func (j *Journal) flush() {
 		j.mu.Lock()
 		j.flushing = nil
 		j.mu.Unlock()
-		return
+		return bt != nil
 	}
 	if bt == nil {
 		j.mu.Unlock()
 		j.wmu.Unlock()
-		return
+		return false
 	}
 	j.open, j.flushing = nil, bt
 	b, n := j.buf, bt.last-j.durable
@@ -128,7 +140,7 @@ func (j *Journal) flush() {
 		j.flushing = nil
 		j.mu.Unlock()
 		close(bt.done)
-		return
+		return true
 	}
 	ferr := j.err
 	j.mu.Unlock()
@@ -140,6 +152,7 @@ func (j *Journal) flush() {
 	j.mu.Lock()
 	j.flushing = nil
 	j.mu.Unlock()
+	return true
 }
 
 // failLocked makes err the error with which the journal refuses appends, unless it has one
