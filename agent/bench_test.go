@@ -107,23 +107,26 @@ func benchAgentThroughput(b *testing.B, persist bool, backOfficeSessionExpiry ..
 	if len(backOfficeSessionExpiry) > 0 {
 		expiry = backOfficeSessionExpiry[0]
 	}
-	round := startAgentRig(b, persist, expiry)
+	round, fsyncs := startAgentRig(b, persist, expiry)
 	round(benchTerminals) // warm-up: every terminal online and one command through
 	b.ReportAllocs()
 	b.ResetTimer()
-	start, cpu0 := time.Now(), cpuTime()
+	start, cpu0, fsyncs0 := time.Now(), cpuTime(), fsyncs()
 	for range b.N {
 		round(benchTerminals * perTerminal)
 	}
 	elapsed, cpu := time.Since(start), cpuTime()-cpu0
 	b.StopTimer()
-	reportThroughput(b, b.N*benchTerminals*perTerminal, elapsed, cpu)
+	tasks := b.N * benchTerminals * perTerminal
+	reportThroughput(b, tasks, elapsed, cpu)
+	b.ReportMetric(float64(fsyncs()-fsyncs0)/float64(tasks), "fsyncs/task")
 }
 
 // startAgentRig starts the agent, its 64 simulated terminals and a back office, all
 // stopped by b's cleanup, and returns round: submit n tasks (batches of 64, spread over the
-// terminals) and wait for their results.
-func startAgentRig(b *testing.B, persist bool, backOfficeSessionExpiry uint32) (round func(n int)) {
+// terminals) and wait for their results; and fsyncs: the write+fsync rounds of the outbox's
+// journal so far (the journal that intake and results wait for).
+func startAgentRig(b *testing.B, persist bool, backOfficeSessionExpiry uint32) (round func(n int), fsyncs func() uint64) {
 	ids := make([]string, benchTerminals)
 	src := fmt.Sprintf("[agent]\ngateway_id = \"gw-b\"\ndata_dir = %q\n[broker]\nlisten = \"127.0.0.1:0\"\npersist = %v\n[journal]\nsync = \"batch\"\n[dispatch]\nretry_interval = \"2s\"\n[log]\nlevel = \"error\"\n", b.TempDir(), persist)
 	for i := range ids {
@@ -134,7 +137,7 @@ func startAgentRig(b *testing.B, persist bool, backOfficeSessionExpiry uint32) (
 	if err != nil {
 		b.Fatal(err)
 	}
-	addr, _ := startAgent(b, cfg) // stopped by b's cleanup
+	addr, a, _ := startAgentFull(b, cfg) // stopped by b's cleanup
 	fleet, err := sim.StartMQTT("mqtt://"+addr, ids, sim.Options{Seed: 1, AckLatency: benchAckLatency(), HeartbeatInterval: time.Second})
 	if err != nil {
 		b.Fatal(err)
@@ -147,6 +150,7 @@ func startAgentRig(b *testing.B, persist bool, backOfficeSessionExpiry uint32) (
 	}
 	bo := connectBackOfficeSession(b, addr, "gw-b", backOfficeSessionExpiry)
 	seq := 0
+	fsyncs = func() uint64 { return a.outbox.Load().JournalStats().Batches }
 	return func(n int) {
 		var batch []intake.Task
 		for i := range n {
@@ -160,7 +164,7 @@ func startAgentRig(b *testing.B, persist bool, backOfficeSessionExpiry uint32) (
 			}
 		}
 		bo.waitFor("results", 2*time.Minute, func() bool { return len(bo.results) == seq })
-	}
+	}, fsyncs
 }
 
 // benchPollThroughput simulates the field report's gateway: a 500 ms polling loop that
@@ -266,9 +270,10 @@ func benchCeiling(b *testing.B) {
 func benchAgentVsCeiling(b *testing.B) {
 	perTerminal := benchPerTerminal()
 	ceiling := startCeilingRig(b)
-	agent := startAgentRig(b, false, 0)
+	agent, fsyncs := startAgentRig(b, false, 0)
 	ceiling(1)
 	agent(benchTerminals)
+	fsyncs0 := fsyncs()
 	b.ResetTimer()
 	var inCeiling, inAgent time.Duration
 	for range b.N {
@@ -285,6 +290,7 @@ func benchAgentVsCeiling(b *testing.B) {
 	b.ReportMetric(ceilRate, "ceiling-tasks/s")
 	b.ReportMetric(100*rate/ceilRate, "pct-ceiling")
 	b.ReportMetric(100*rate/(float64(benchTerminals)/benchAck.Seconds()), "pct-theory")
+	b.ReportMetric(float64(fsyncs()-fsyncs0)/tasks, "fsyncs/task")
 }
 
 // startCeilingRig starts an embedded broker, 64 simulated terminals and the minimal driver
