@@ -10,7 +10,9 @@
 //   - Heap the runtime keeps after a burst. The Go runtime returns free heap to the kernel
 //     slowly, and a burst (10,000 tasks arriving at once) leaves megabytes free but
 //     resident. QuietRelease watches garbage collections; when none has happened for a
-//     while after one did, the process has gone quiet, and it runs debug.FreeOSMemory once.
+//     while after one did, the process has gone quiet, and it runs debug.FreeOSMemory,
+//     again while that still shrinks goroutine stacks (a collection halves a stack at most
+//     once, so a stack a burst grew to 32 KiB takes two or three to come back down).
 //
 // Tutorial:
 //
@@ -32,6 +34,6 @@
 // it drops stay in the page cache, shared and clean, until the kernel needs the memory;
 // what it changes is that they are no longer mapped by this process, so the kernel may
 // reclaim them first and RSS counts only code in use. FreeOSMemory runs a full collection
-// (milliseconds for a heap of this size); QuietRelease runs it at most once per quiet
+// (milliseconds for a heap of this size); QuietRelease runs it at most five times per quiet
 // spell, never under load.
 package memtrim

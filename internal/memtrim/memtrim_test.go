@@ -8,6 +8,7 @@ import (
 	"runtime/metrics"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -180,4 +181,70 @@ func TestQuietReleaseStop(t *testing.T) {
 		t.Fatalf("released after Stop: %+v", r)
 	case <-time.After(300 * time.Millisecond):
 	}
+}
+
+// growStack recurses through depth frames of about 1 KiB each, so the goroutine's stack
+// grows to fit them; the stack keeps that size after the calls return, until a collection
+// shrinks it.
+//
+//go:noinline
+func growStack(depth int) byte {
+	var pad [1000]byte
+	pad[depth%len(pad)] = byte(depth)
+	if depth == 0 {
+		return pad[0]
+	}
+	return growStack(depth-1) + pad[(depth*7)%len(pad)]
+}
+
+// TestQuietReleaseShrinksStacks: stacks grown while the process was busy are brought back
+// to what their parked goroutines use, not only halved once as a single collection would.
+func TestQuietReleaseShrinksStacks(t *testing.T) {
+	released := make(chan Release, 4)
+	q := StartQuietRelease(200*time.Millisecond, func(r Release) { released <- r })
+	defer q.Stop()
+	// A burst leaves free heap to release; its collections arm the release.
+	for range 1024 {
+		sink = append(sink, make([]byte, 4096))
+	}
+	sink = nil
+	runtime.GC()
+
+	// Then, without allocating enough to start another collection, 64 goroutines grow
+	// their stacks to 64 KiB and park: only the release's collections can shrink them.
+	const goroutines = 64
+	park := make(chan struct{})
+	var grown, done sync.WaitGroup
+	grown.Add(goroutines)
+	done.Add(goroutines)
+	for range goroutines {
+		go func() {
+			defer done.Done()
+			growStack(56)
+			grown.Done()
+			<-park
+		}()
+	}
+	defer func() {
+		close(park)
+		done.Wait()
+	}()
+	grown.Wait()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	grownInuse := m.StackInuse
+
+	select {
+	case <-released:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no release within 10 s after a 4 MiB burst went quiet")
+	}
+	runtime.ReadMemStats(&m)
+	// One collection halves each stack to 32 KiB, two to 16 KiB; the parked goroutines
+	// need a few KiB each.
+	if limit := uint64(goroutines * 16 << 10); m.StackInuse > limit {
+		t.Fatalf("stacks in use: %d KiB grown, %d KiB after the release (want at most %d KiB)",
+			grownInuse>>10, m.StackInuse>>10, limit>>10)
+	}
+	t.Logf("stacks in use: %d KiB grown, %d KiB after the release", grownInuse>>10, m.StackInuse>>10)
 }

@@ -11,6 +11,10 @@ import (
 // collection.
 const minFree = 256 << 10
 
+// maxStackRounds bounds the extra collections a release runs while they still shrink
+// goroutine stacks: a stack grown to 64 KiB needs five halvings to reach 2 KiB.
+const maxStackRounds = 4
+
 // Release describes one release by QuietRelease.
 type Release struct {
 	Free     uint64 // free heap still resident before the release
@@ -90,6 +94,17 @@ func (q *QuietRelease) release() {
 	}
 	debug.FreeOSMemory()
 	runtime.ReadMemStats(&m)
+	// A collection halves a goroutine's stack at most once, so stacks a burst grew to 32
+	// KiB need more rounds to come back to what their parked goroutines use. Stop as soon
+	// as a round gains nothing: each is a full collection.
+	for range maxStackRounds {
+		before := m.StackInuse
+		debug.FreeOSMemory()
+		runtime.ReadMemStats(&m)
+		if m.StackInuse >= before {
+			break
+		}
+	}
 	if q.onRelease != nil {
 		var gained uint64
 		if m.HeapReleased > releasedBefore {
