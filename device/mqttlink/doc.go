@@ -32,6 +32,11 @@
 //   - Send's nil means the broker accepted the command (PUBACK for QoS 1 over URL; the inline
 //     publish has no PUBACK and returns once mochi queued it for the subscribers). A terminal
 //     that is offline with a clean session never gets it: the agent's retry covers that.
+//   - Inline mode holds the first command after a terminal's heartbeat on a new connection
+//     when nobody is subscribed to its topic yet (a terminal that announces itself before
+//     its SUBSCRIBE), and publishes it when a SUBSCRIBE gives the topic a subscriber. Send
+//     returns nil for it all the same; a held command superseded by a newer Send, or never
+//     subscribed for, is dropped, and the agent's retry covers it as before.
 //   - Malformed acks and heartbeats, and messages from terminals outside Config.Devices, are
 //     Error events with the device id and topic, never dropped silently.
 //   - Inline mode ignores messages published by mochi inline clients (including our own

@@ -449,3 +449,73 @@ func TestDeliverTakesAcksBeforeEvents(t *testing.T) {
 		})
 	}
 }
+
+// TestInlineHoldsACommandUntilItsTerminalSubscribes: a terminal that heartbeats on a new
+// connection before subscribing (as after a broker restart) is sent its command as soon as
+// its SUBSCRIBE is handled, not a retry interval later; mochi would have dropped it.
+func TestInlineHoldsACommandUntilItsTerminalSubscribes(t *testing.T) {
+	srv, burl := startMochi(t)
+	beats := make(chan device.Event, 4)
+	l := newLink(t, Config{Server: srv, Devices: []string{"t1", "t2"}, Deliver: func(ev device.Event) bool {
+		if ev.Kind == device.Heartbeat {
+			beats <- ev
+		}
+		return true
+	}})
+	got := make(chan paho.PublishReceived, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cm, err := autopaho.NewConnection(ctx, autopaho.ClientConfig{
+		ServerUrls: []*url.URL{mustURL(t, burl)}, KeepAlive: 10, CleanStartOnInitialConnection: true,
+		ClientConfig: paho.ClientConfig{ClientID: "term-t1", OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+			func(pr paho.PublishReceived) (bool, error) { got <- pr; return true, nil }}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cm.Disconnect(context.Background())
+	if err := cm.AwaitConnection(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cm.Publish(ctx, &paho.Publish{Topic: "dev/face/t1/heartbeat", QoS: 1, Payload: []byte(`{"deviceId":"t1"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-beats:
+	case <-ctx.Done():
+		t.Fatal("heartbeat not delivered")
+	}
+	cmd := add("m1", "p1")
+	if err := l.Send(ctx, "t1", cmd); err != nil {
+		t.Fatal(err)
+	}
+	// A terminal with no heartbeat on a new connection is not checked: its command goes
+	// out at once, to nobody, as before.
+	if err := l.Send(ctx, "t2", add("m2", "p2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "dev/face/t1", QoS: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case pr := <-got:
+		if c, err := face.ParseCommandJSON(pr.Packet.Payload); err != nil || c != cmd || pr.Packet.Topic != "dev/face/t1" {
+			t.Fatalf("got %s on %s: %v", pr.Packet.Payload, pr.Packet.Topic, err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the held command was not published after the SUBSCRIBE")
+	}
+	// Now subscribed: the next command goes out directly.
+	next := add("m3", "p3")
+	if err := l.Send(ctx, "t1", next); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case pr := <-got:
+		if c, err := face.ParseCommandJSON(pr.Packet.Payload); err != nil || c != next {
+			t.Fatalf("got %s: %v", pr.Packet.Payload, err)
+		}
+	case <-ctx.Done():
+		t.Fatal("a command to a subscribed terminal was not delivered")
+	}
+}
