@@ -158,7 +158,7 @@ func (w *fileWindow) at(off int64, n int) ([]byte, error) {
 		return nil, err
 	}
 	w.off = off
-	return w.buf, nil
+	return w.buf[:n], nil
 }
 
 // frame checks the frame at off and returns its payload and the offset after it. Damage

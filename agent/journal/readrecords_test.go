@@ -1,8 +1,10 @@
 package journal
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -78,6 +80,78 @@ func TestReadRecordsWhileRunning(t *testing.T) {
 	}
 }
 
+// TestReadRecordsOfEverySize: records from one byte to several times the read window,
+// in a mix that puts every kind of them across window boundaries, come back whole, damage
+// in a big one included.
+func TestReadRecordsOfEverySize(t *testing.T) {
+	dir := t.TempDir()
+	j := openT(t, dir, &Options{Sync: SyncNone})
+	defer j.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	var want [][]byte
+	var offsets []int64
+	off := int64(fileHeaderSize)
+	for i := range 200 {
+		n := 1 + rng.IntN(300)
+		if i%9 == 4 {
+			n = 1000 + rng.IntN(3*readWindow)
+		}
+		rec := make([]byte, n)
+		for k := range rec {
+			rec[k] = byte(rng.Uint32())
+		}
+		want = append(want, rec)
+		offsets = append(offsets, off)
+		off += int64(frameHeaderSize + n)
+		if _, err := j.AppendAsync(rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := j.WriteOut(); err != nil {
+		t.Fatal(err)
+	}
+	check := func(skip int) {
+		t.Helper()
+		var got [][]byte
+		losses, err := j.ReadRecords(func(p []byte) error { got = append(got, bytes.Clone(p)); return nil })
+		exp := want
+		if skip >= 0 {
+			exp = slices.Concat(want[:skip], want[skip+1:])
+		}
+		if err != nil || len(got) != len(exp) {
+			t.Fatalf("ReadRecords: %d records, %v (losses %v); want %d", len(got), err, losses, len(exp))
+		}
+		for i := range got {
+			if !bytes.Equal(got[i], exp[i]) {
+				t.Fatalf("record %d differs (%d bytes, want %d)", i, len(got[i]), len(exp[i]))
+			}
+		}
+		if (skip >= 0) != (len(losses) == 1) || (skip >= 0 && (losses[0].Offset != offsets[skip] || losses[0].Bytes != int64(frameHeaderSize+len(want[skip])))) {
+			t.Fatalf("losses %v, want record %d at %d", losses, skip, offsets[skip])
+		}
+	}
+	check(-1)
+	flipByteAt(t, segFiles(t, dir)[0], offsets[103]+frameHeaderSize+int64(len(want[103])/2))
+	check(103)
+}
+
+func flipByteAt(t *testing.T, path string, off int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0x40
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestReadRecordsSkipsDamage: a flipped byte in a sealed segment, in the open one and in
 // a sealed segment's header costs the damaged record only (the header: nothing); each is
 // reported with its file and offset, and the other records are read.
@@ -98,22 +172,7 @@ func TestReadRecordsSkipsDamage(t *testing.T) {
 		t.Fatalf("want 3 segments or more, have %v", segs)
 	}
 	frame := int64(frameHeaderSize + len(want[0]))
-	flip := func(path string, off int64) {
-		t.Helper()
-		f, err := os.OpenFile(path, os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		b := make([]byte, 1)
-		if _, err := f.ReadAt(b, off); err != nil {
-			t.Fatal(err)
-		}
-		b[0] ^= 0x40
-		if _, err := f.WriteAt(b, off); err != nil {
-			t.Fatal(err)
-		}
-	}
+	flip := func(path string, off int64) { t.Helper(); flipByteAt(t, path, off) }
 	perSeg := func(path string) int {
 		st, err := os.Stat(path)
 		if err != nil {
