@@ -18,12 +18,22 @@ func (o *Outbox) maybeCompact() {
 	if dead := o.records - live; dead < o.compactN || dead < live {
 		return
 	}
+	o.startCompaction()
+}
+
+// startCompaction runs a compaction in the background. Called with o.mu held, when none
+// runs and the outbox is open.
+func (o *Outbox) startCompaction() {
 	o.compacting = true
 	o.wg.Add(1)
 	go func() {
 		defer o.wg.Done()
-		if err := o.compact(); err != nil {
+		err := o.compact()
+		if err != nil {
 			o.log.Error("outbox: compaction failed; the journal keeps growing until the next try", "err", err)
+		}
+		if o.afterCompact != nil {
+			o.afterCompact(err)
 		}
 	}()
 }
@@ -36,9 +46,17 @@ func (o *Outbox) compact() error {
 	o.mu.Lock()
 	s := o.t.spill // set at Open, cleared by Close only after the compactor returned
 	pinned := false
+	var bad *snapRecord // the message whose payload could not be read
+	var snapErr error
 	defer func() {
 		o.mu.Lock()
 		o.compacting = false
+		if bad != nil && !o.closed {
+			// Before unpinning: until then only a repair changes bad's record.
+			o.compactAfterRepair(bad.r.ID, bad.r.Ord, bad.ref)
+		} else if snapErr == nil {
+			o.repair.compact = false
+		}
 		if pinned {
 			s.pins--
 			o.t.maybeRewriteSpill()
@@ -62,10 +80,6 @@ func (o *Outbox) compact() error {
 	}
 	// Every record appended so far is in segments older than cp; the snapshot must hold
 	// their effect: the table, plus adds that are durable but not applied yet.
-	type snapRecord struct {
-		r   *record
-		ref payRef // where the payload is, when it is in the payload file
-	}
 	var recs []snapRecord
 	o.t.snapshotRecords(func(r *record, ref payRef) error {
 		recs = append(recs, snapRecord{r, ref})
@@ -84,7 +98,7 @@ func (o *Outbox) compact() error {
 	o.records = len(recs)
 	o.mu.Unlock()
 	var buf, pay []byte
-	return o.j.WriteSnapshot(cp, func(emit func([]byte) error) error {
+	snapErr = o.j.WriteSnapshot(cp, func(emit func([]byte) error) error {
 		for i, sr := range recs {
 			r := sr.r
 			if sr.ref != 0 {
@@ -99,6 +113,7 @@ func (o *Outbox) compact() error {
 				}
 				if err != nil {
 					s.readErrors.Add(1)
+					bad = &recs[i]
 					return fmt.Errorf("message %.64q: %w", r.ID, err)
 				}
 				r.Payload = rec[spillHdr:]
@@ -115,4 +130,23 @@ func (o *Outbox) compact() error {
 		}
 		return nil
 	})
+	return snapErr
+}
+
+type snapRecord struct {
+	r   *record
+	ref payRef // where the payload is, when it is in the payload file
+}
+
+// compactAfterRepair handles a snapshot that could not read message id's payload at ref:
+// the payload is repaired from the journal (repair.go) and the outbox compacts again
+// after that; if a repair already replaced the record, or the message left, at once.
+func (o *Outbox) compactAfterRepair(id string, ord uint64, ref payRef) {
+	o.repair.compact = true
+	if it := o.t.items.get(id); it != nil && it.ord == ord && it.pay == ref {
+		o.requestRepair(it)
+		return
+	}
+	o.repair.compact = false
+	o.startCompaction()
 }

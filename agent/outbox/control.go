@@ -375,6 +375,7 @@ func (o *Outbox) Stats() Stats {
 		s.PayloadFileBytes = sp.size + int64(len(sp.buf))
 		s.PayloadWriteErrors, s.PayloadReadErrors = sp.writeErrors, sp.readErrors.Load()
 	}
+	s.PayloadRepairs, s.PayloadRepairFailures = o.repair.repaired, o.repair.failed
 	return s
 }
 

@@ -99,9 +99,10 @@ func (o *Outbox) pump(d *device) {
 }
 
 // sendPayload returns the payload to send it with: the one kept from its previous send, or
-// read from the payload file. A failed read leaves it queued: the device tries again after
-// a backoff (deadline includes it), and nothing else of the device is sent meanwhile, which
-// would break its FIFO order.
+// read from the payload file. A failed read leaves it queued and asks for the payload
+// from the journal (repair.go), whose success pumps the device at once; until then the
+// device tries again after a backoff (deadline includes it), and nothing else of the
+// device is sent meanwhile, which would break its FIFO order.
 func (o *Outbox) sendPayload(d *device, it *item, now int64) ([]byte, bool) {
 	if d.live.payItem == it {
 		return d.live.pay, true
@@ -111,8 +112,9 @@ func (o *Outbox) sendPayload(d *device, it *item, now int64) ([]byte, bool) {
 		wait := min(time.Second<<min(d.live.payFails, maxReadRetry), time.Minute)
 		d.live.payFails++
 		d.live.payRetryAt = now + int64(wait)
-		o.log.Error("outbox: cannot read a queued command's payload; it stays queued (reopen the outbox to rebuild the payload file from the journal)",
+		o.log.Error("outbox: cannot read a queued command's payload; it stays queued and is read again from the journal",
 			"device", d.id, "message", it.id(), "retry_in", wait, "err", err)
+		o.requestRepair(it)
 		return nil, false
 	}
 	d.live.payFails, d.live.payRetryAt = 0, 0

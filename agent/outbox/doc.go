@@ -186,15 +186,33 @@
 //     device; it comes about once for every as many that left). If the file cannot be
 //     written (disk full, I/O error), payloads stay on the heap, as Stats.PayloadsOnHeap
 //     shows; they stay there until the file's next rewrite takes them back, their message
-//     leaves the table, or the outbox is reopened. If a payload cannot be read (I/O error,
-//     a damaged file), its command stays queued and its device tries again after 1 s
-//     doubling up to 1 min (Stats.PayloadReadErrors); while it cannot be read, its device
-//     sends nothing and every compaction fails (the journal grows). Nothing repairs the
-//     file but reopening the outbox, which rebuilds it from the journal. The disk holds up
-//     to twice the live payloads plus 1 MiB more than the journal alone, and each payload
-//     is written once more (twice when a rewrite copies it), unsynced: the page cache may
-//     drop a short-lived one before it reaches the medium. On a data_dir in tmpfs the file
-//     is RAM again, outside the process's RSS.
+//     leaves the table, or the outbox is reopened. The disk holds up to twice the live
+//     payloads plus 1 MiB more than the journal alone, and each payload is written once
+//     more (twice when a rewrite copies it), unsynced: the page cache may drop a
+//     short-lived one before it reaches the medium. On a data_dir in tmpfs the file is RAM
+//     again, outside the process's RSS.
+//   - A payload that cannot be read from payloads.cache (its checksum fails, the file was
+//     truncated, an I/O error) is read again from the journal while the outbox runs
+//     (repair.go): the read that failed (a send's or a snapshot's) asks for it, and one
+//     goroutine checks every live record of the file, then reads the journal once for all
+//     the damaged ones (journal.ReadRecords: every segment and the snapshot, through a
+//     64 KiB window, without the outbox's lock; a compaction waits meanwhile). The command
+//     is sent as soon as that is done (TestPayloadRepairAfterTruncation: 200 commands
+//     whose file was cut to nothing, one read of the journal), and a snapshot that failed
+//     on it is tried again at once. Stats.PayloadReadErrors counts the failed reads,
+//     PayloadRepairs the payloads read again; these stay on the heap (PayloadsOnHeap)
+//     until the file's next rewrite takes them back, due at once when much was damaged.
+//     A damaged journal is not a cache: if the command's journal record is damaged too,
+//     the command is neither sent nor dropped. An error names its task,
+//     Stats.PayloadRepairFailures counts it, and it stays at the head of its device's
+//     FIFO (its device sends nothing else; it reads again after 1 s doubling up to 1 min,
+//     without reading the journal again), every snapshot fails (the journal grows), and
+//     the next Open meets the damaged record and applies the journal's rules: a
+//     journal.CorruptError; with Options.Journal.SkipCorrupt the record is skipped (listed
+//     in Recovery) and its command is gone; and damage in the last record of the newest
+//     segment is taken for a torn tail and cut, with a warning (the journal cannot tell
+//     the two apart). A journal that cannot be read (an I/O error) leaves the command
+//     waiting for its next failed read to ask again.
 //   - With a NonBlockingSender, the call that decides a send pays for it before it
 //     returns: an EnqueueBatch that finds 64 idle devices publishes 64 commands first (with
 //     the embedded broker, before the back office gets its PUBACK), and an Ack publishes the

@@ -43,6 +43,9 @@ type Options struct {
 	createSpill  func(path string) (spillFile, error)
 	spillMinDead int64
 	spillEager   bool
+	// Tests: run after each round of payload repairs, and after each background compaction.
+	afterRepair  func()
+	afterCompact func(error)
 }
 
 // Outbox is the durable local message table: it stores tasks in a journal before it accepts
@@ -82,8 +85,11 @@ type Outbox struct {
 	compacting bool
 	closed     bool
 	resultsC   chan struct{}
+	repair     payloadRepair // damaged payloads read again from the journal (repair.go)
 
 	afterSendFailed func() // test hook: runs after a Send error was handled
+	afterRepair     func() // test hooks: Options.afterRepair, afterCompact
+	afterCompact    func(error)
 }
 
 type pendingAdd struct {
@@ -127,6 +133,8 @@ func Open(dir string, sender Sender, opts *Options) (*Outbox, error) {
 		rng:      rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		pending:  map[string]pendingAdd{},
 		resultsC: make(chan struct{}, 1),
+
+		afterRepair: o.afterRepair, afterCompact: o.afterCompact,
 	}
 	for id, c := range o.Devices {
 		ob.configs[id] = c

@@ -51,11 +51,12 @@ import (
 // as before this file existed (Stats.PayloadsOnHeap counts them, PayloadWriteErrors the
 // failures); the next write tries the file again, and the next rewrite moves them back.
 // A failed read (I/O error, checksum mismatch) when a command is due leaves the command
-// queued at the head of its device's FIFO; the device tries again after 1 s, doubling up
-// to 1 min, and the error is logged and counted (PayloadReadErrors). A damaged file is
-// rebuilt by reopening the outbox: the replay writes it again from the journal. A snapshot
-// that cannot read a payload is not written; the journal keeps its segments until the
-// next compaction.
+// queued at the head of its device's FIFO, counts (PayloadReadErrors) and asks for the
+// payload from the journal (repair.go), which sends the command once it is back; until
+// then, or for good if the journal's copy is damaged too, the device tries again after
+// 1 s, doubling up to 1 min. A snapshot that cannot read a payload is not written (the
+// journal keeps its segments); it asks for the repair too, and is tried again after it.
+// Reopening the outbox rebuilds the whole file from the journal.
 
 const (
 	spillName    = "payloads.cache"

@@ -178,4 +178,9 @@ type Stats struct {
 	PayloadFileBytes   int64  // the file's size: live and dead payloads, and the 4-byte checksum of each
 	PayloadWriteErrors uint64 // failed writes since Open (their payloads stayed in memory)
 	PayloadReadErrors  uint64 // failed reads since Open (a command stayed queued, a snapshot was not written)
+	// Payloads whose record in the file failed its check (or could not be read), read
+	// again from the journal since Open, and those the journal could not give back (its
+	// record damaged too, or the journal unreadable): the command waits.
+	PayloadRepairs        uint64
+	PayloadRepairFailures uint64
 }

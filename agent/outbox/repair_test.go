@@ -1,0 +1,325 @@
+package outbox
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seed0e69bba5/faceagent/agent/journal"
+)
+
+// logBuf collects log output from several goroutines.
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// repairWatch tells a test when the outbox finished a round of payload repairs or a
+// background compaction, and what it logged.
+type repairWatch struct {
+	rounds   chan struct{}
+	compacts chan error
+	log      *logBuf
+}
+
+// newRepairEnv opens an outbox that reports its repair rounds and background compactions
+// to the returned watch. Compactions run only when the test calls for one (or a repair
+// does), unless opts says otherwise.
+func newRepairEnv(t *testing.T, opts Options) (*env, *repairWatch) {
+	w := &repairWatch{rounds: make(chan struct{}, 10_000), compacts: make(chan error, 100), log: &logBuf{}}
+	opts.afterRepair = func() { w.rounds <- struct{}{} }
+	opts.afterCompact = func(err error) { w.compacts <- err }
+	opts.Logger = slog.New(slog.NewTextHandler(w.log, nil))
+	if opts.CompactAfter == 0 {
+		opts.CompactAfter = 1 << 30
+	}
+	if opts.Settings.HeartbeatTimeout == 0 {
+		opts.Settings.HeartbeatTimeout = time.Hour
+	}
+	e := newEnv(t, opts)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the outbox's log:\n%s", w.log)
+		}
+	})
+	return e, w
+}
+
+func (w *repairWatch) round(t *testing.T) {
+	t.Helper()
+	select {
+	case <-w.rounds:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no round of payload repairs ended")
+	}
+}
+
+func (w *repairWatch) compaction(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-w.compacts:
+		return err
+	case <-time.After(5 * time.Second):
+		t.Fatal("no background compaction ended")
+		return nil
+	}
+}
+
+// flipByte flips one bit of the byte at off in path, as a failing medium would.
+func flipByte(t *testing.T, path string, off int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0x04
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// damageSpill flips a byte of id's record in payloads.cache on disk, at offset at of the
+// record (0: its checksum; spillHdr on: its payload), after writing the buffer out.
+func (e *env) damageSpill(id string, at int64) {
+	e.t.Helper()
+	e.o.mu.Lock()
+	e.o.t.flushSpill()
+	ref := e.o.t.items.get(id).pay
+	e.o.mu.Unlock()
+	if ref == 0 {
+		e.t.Fatalf("%s's payload is not in the payload file", id)
+	}
+	flipByte(e.t, filepath.Join(e.dir, spillName), ref.off()+at)
+}
+
+func (e *env) repairState() (running bool, lost int, scans uint64) {
+	e.o.mu.Lock()
+	defer e.o.mu.Unlock()
+	return e.o.repair.running, len(e.o.repair.lost), e.o.repair.scans.Load()
+}
+
+// TestPayloadRepairedFromJournalWhileRunning: a flipped byte in a queued command's
+// record of payloads.cache no longer stalls its terminal until a restart: the payload is
+// read again from the journal and the command sent with it at once. A snapshot that meets
+// a damaged record gets it repaired the same way and compacts again by itself.
+func TestPayloadRepairedFromJournalWhileRunning(t *testing.T) {
+	e, w := newRepairEnv(t, Options{})
+	e.enqueueSized("m1", "d", 300)
+	e.enqueueSized("m2", "d", 300)
+	e.enqueueSized("m3", "d2", spillBufSize+100) // written to the file at once
+	e.damageSpill("m1", spillHdr+7)
+	e.o.Heartbeat("d")
+	e.expectPayload("m1", 300) // no backoff, no restart
+	w.round(t)
+	s := e.o.Stats()
+	if s.PayloadReadErrors != 1 || s.PayloadRepairs != 1 || s.PayloadRepairFailures != 0 {
+		t.Fatalf("after one repair: %+v", s)
+	}
+	e.o.Ack("d", "m1", 0, "")
+	e.expectPayload("m2", 300)
+	e.o.Ack("d", "m2", 0, "")
+	e.o.mu.Lock()
+	onHeap, err := len(e.o.t.heapPay), e.o.t.rewriteSpill() // takes m1's payload back
+	e.o.mu.Unlock()
+	if onHeap != 1 || err != nil {
+		t.Fatalf("%d payloads on the heap after the repair, want m1's; rewrite: %v", onHeap, err)
+	}
+	e.checkPayloads(func(it *item) string {
+		return map[string]string{"m1": string(payloadOf("m1", 300)), "m2": string(payloadOf("m2", 300)),
+			"m3": string(payloadOf("m3", spillBufSize+100))}[it.id()]
+	}, "after the repair")
+	if !strings.Contains(w.log.String(), "first_task=t-m1") {
+		t.Errorf("the repair was not logged with its task id:\n%s", w.log)
+	}
+
+	// A snapshot meets a damaged record (m3, queued for a terminal that is offline).
+	e.damageSpill("m3", 0)
+	if err := e.o.compact(); err == nil {
+		t.Fatal("a snapshot was written with a payload it could not read")
+	}
+	w.round(t) // the repair the snapshot asked for, then a compaction of its own
+	if err := w.compaction(t); err != nil {
+		t.Fatalf("the compaction after the repair: %v", err)
+	}
+	s = e.o.Stats()
+	if js := e.o.JournalStats(); js.Snapshots != 1 || s.PayloadRepairs != 2 || s.PayloadReadErrors != 2 {
+		t.Fatalf("after the snapshot's repair: %+v, journal %+v", s, js)
+	}
+	e.o.Heartbeat("d2")
+	e.expectPayload("m3", spillBufSize+100)
+	e.restart() // m3 comes back from the snapshot, in flight: it is sent again
+	e.o.Heartbeat("d2")
+	c := e.snd.next(t)
+	if c.MessageID != "m3" || !bytes.Equal(c.Payload, payloadOf("m3", spillBufSize+100)) {
+		t.Fatalf("after the restart: sent %s with %d bytes (right: %v)", c.MessageID, len(c.Payload), bytes.Equal(c.Payload, payloadOf("m3", spillBufSize+100)))
+	}
+}
+
+// TestPayloadRepairAfterTruncation: a payload file cut to nothing under a running outbox
+// (every record of 200 commands on four terminals damaged at once) costs one read of the
+// journal, not one per command; every command is delivered with its payload, in order;
+// the file's rewrite takes the payloads back from the heap.
+func TestPayloadRepairAfterTruncation(t *testing.T) {
+	e, w := newRepairEnv(t, Options{spillMinDead: 1})
+	const perDevice = 50
+	devices := []string{"d0", "d1", "d2", "d3"}
+	size := func(i int) int {
+		if i%17 == 3 {
+			return spillBufSize + i
+		}
+		return 1 + i%7*90
+	}
+	for i := range perDevice {
+		for _, d := range devices {
+			e.enqueueSized(d+"-"+strconv.Itoa(i), d, size(i))
+		}
+	}
+	e.o.mu.Lock()
+	e.o.t.flushSpill()
+	e.o.mu.Unlock()
+	if err := os.Truncate(filepath.Join(e.dir, spillName), 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range devices {
+		e.o.Heartbeat(d)
+	}
+	next := map[string]int{}
+	for range perDevice * len(devices) {
+		c := e.snd.next(t)
+		i := next[c.DeviceID]
+		if want := c.DeviceID + "-" + strconv.Itoa(i); c.MessageID != want || !bytes.Equal(c.Payload, payloadOf(want, size(i))) {
+			t.Fatalf("sent %s with %d bytes; want %s with its %d\n%s", c.MessageID, len(c.Payload), want, size(i), w.log)
+		}
+		next[c.DeviceID]++
+		e.o.Ack(c.DeviceID, c.MessageID, 0, "")
+	}
+	// Rounds after the first find nothing damaged: they only pump the devices that asked.
+	for running, _, _ := e.repairState(); running; running, _, _ = e.repairState() {
+		w.round(t)
+	}
+	s := e.o.Stats()
+	if _, _, scans := e.repairState(); scans != 1 || s.PayloadRepairs != perDevice*uint64(len(devices)) || s.PayloadRepairFailures != 0 {
+		t.Fatalf("%d journal reads, %+v; want one read and every payload repaired", scans, s)
+	}
+	if s.PayloadsOnHeap != 0 {
+		t.Fatalf("the rewrite left %d repaired payloads on the heap", s.PayloadsOnHeap)
+	}
+	e.checkPayloads(func(it *item) string {
+		i, _ := strconv.Atoi(it.id()[strings.IndexByte(it.id(), '-')+1:])
+		return string(payloadOf(it.id(), size(i)))
+	}, "after the repair")
+	if err := e.o.compact(); err != nil {
+		t.Fatalf("compaction after the repair: %v", err)
+	}
+}
+
+// TestPayloadRepairFromIOError: a payload file whose reads fail (EIO) and keep failing:
+// the payloads are read from the journal and kept on the heap, so the commands are sent
+// (not held for a backoff, and not sent back to the repair by the next read); once the
+// file reads again its next rewrite takes them back.
+func TestPayloadRepairFromIOError(t *testing.T) {
+	var faults spillFaults
+	e, w := newRepairEnv(t, Options{createSpill: faults.create})
+	big := spillBufSize + 10 // written at once: read from the file, not the buffer
+	e.enqueueSized("m1", "d", big)
+	e.enqueueSized("m2", "d", 10)
+	faults.failRead.Store(true)
+	e.o.Heartbeat("d")
+	e.expectPayload("m1", big)
+	w.round(t)
+	e.o.Ack("d", "m1", 0, "")
+	e.expectPayload("m2", 10) // in the buffer when m1 failed; the round wrote it out, and found it unreadable
+	e.o.Ack("d", "m2", 0, "")
+	if s := e.o.Stats(); s.PayloadRepairs != 2 || s.PayloadsOnHeap != 2 || s.PayloadReadErrors != 1 {
+		t.Fatalf("%+v: want both payloads repaired, on the heap, after one failed read", s)
+	}
+	if _, _, scans := e.repairState(); scans != 1 {
+		t.Fatalf("%d journal reads, want 1", scans)
+	}
+	faults.failRead.Store(false)
+	e.o.mu.Lock()
+	err := e.o.t.rewriteSpill()
+	e.o.mu.Unlock()
+	if s := e.o.Stats(); err != nil || s.PayloadsOnHeap != 0 {
+		t.Fatalf("rewrite: %v, %+v", err, s)
+	}
+	e.checkPayloads(func(it *item) string {
+		return map[string]string{"m1": string(payloadOf("m1", big)), "m2": string(payloadOf("m2", 10))}[it.id()]
+	}, "after the rewrite")
+}
+
+// TestPayloadRepairJournalRecordDamaged: when the journal's record of the command is
+// damaged too, the command is not lost and not sent: an error names its task, the failure
+// is counted, it stays queued, later reads (after the backoff) and snapshots do not read
+// the journal again, and Open then refuses the damaged journal as it always does.
+func TestPayloadRepairJournalRecordDamaged(t *testing.T) {
+	e, w := newRepairEnv(t, Options{})
+	e.enqueueSized("m1", "d", 400)
+	e.enqueueSized("m2", "d", 400) // after m1: its damage is not a torn tail
+	e.damageSpill("m1", spillHdr+1)
+	segs, err := filepath.Glob(filepath.Join(e.dir, "*.wal"))
+	if err != nil || len(segs) != 1 {
+		t.Fatalf("segments %v, %v", segs, err)
+	}
+	data, err := os.ReadFile(segs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := bytes.Index(data, payloadOf("m1", 400))
+	if at < 0 {
+		t.Fatal("m1's payload is not in the journal")
+	}
+	flipByte(t, segs[0], int64(at)+10)
+
+	e.o.Heartbeat("d")
+	w.round(t)
+	s := e.o.Stats()
+	if st := e.status("d"); st.InFlight != "" || st.Queued != 2 || s.PayloadRepairFailures != 1 || s.PayloadRepairs != 0 {
+		t.Fatalf("a command whose payload nothing holds intact was sent or dropped: %+v, %+v", st, s)
+	}
+	if log := w.log.String(); !strings.Contains(log, "task=t-m1") || !strings.Contains(log, "journal damaged in "+segs[0]) {
+		t.Fatalf("the log does not name the task and the damage:\n%s", log)
+	}
+	e.clock.Advance(1100 * time.Millisecond) // the device reads again: no repair for it now
+	if running, lost, scans := e.repairState(); running || lost != 1 || scans != 1 || e.o.Stats().PayloadReadErrors != 2 {
+		t.Fatalf("after the backoff: repair running %v, %d lost, %d journal reads, %+v", running, lost, scans, e.o.Stats())
+	}
+	if err := e.o.compact(); err == nil {
+		t.Fatal("a snapshot was written without m1's payload")
+	}
+	if running, _, scans := e.repairState(); running || scans != 1 {
+		t.Fatalf("the failed snapshot read the journal again (%d reads, running %v)", scans, running)
+	}
+	if err := e.o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(e.dir, newRecSender(), &Options{Clock: e.clock})
+	var ce *journal.CorruptError
+	if !errors.As(err, &ce) || ce.File != segs[0] {
+		t.Fatalf("Open over the damaged journal: %v, want a *journal.CorruptError in %s", err, segs[0])
+	}
+}
