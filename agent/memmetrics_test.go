@@ -76,6 +76,8 @@ func TestMetricsScrapeMemoryAndPayloads(t *testing.T) {
 		"faceagent_outbox_payload_file_bytes ",
 		"faceagent_outbox_payloads_on_heap 0\n",
 		`faceagent_outbox_payload_errors_total{op="read"} 0`,
+		`faceagent_outbox_payload_errors_total{op="repair"} 0`,
+		"faceagent_outbox_payload_repairs_total 0\n",
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)

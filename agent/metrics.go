@@ -32,7 +32,8 @@ type agentMetrics struct {
 	// The outbox's payload file (queued commands' payloads kept off the heap).
 	payloadFileBytes *metrics.Gauge
 	payloadsOnHeap   *metrics.Gauge
-	payloadErrors    *metrics.CounterVec // by op: write, read
+	payloadErrors    *metrics.CounterVec // by op: write, read, repair
+	payloadRepairs   *metrics.Counter
 
 	deadLetterBacklog    *metrics.Gauge
 	deadLettersPublished *metrics.Counter
@@ -93,7 +94,9 @@ func (a *Agent) registerMetrics() {
 		payloadsOnHeap: r.NewGauge("faceagent_outbox_payloads_on_heap",
 			"Queued payloads kept on the heap because the payload file could not be written (0 normally)."),
 		payloadErrors: r.NewCounterVec("faceagent_outbox_payload_errors_total",
-			"Payload file failures, by op: write (the payload stays on the heap), read (the command waits and is retried).", "op"),
+			"Payload file failures, by op: write (the payload stays on the heap), read (the payload is read again from the journal), repair (the journal could not give it back either: the command waits).", "op"),
+		payloadRepairs: r.NewCounter("faceagent_outbox_payload_repairs_total",
+			"Payloads the payload file failed to give back, read again from the journal while running."),
 
 		deadLetterBacklog:    r.NewGauge("faceagent_deadletter_backlog", "Deadletters journalled and not yet accepted by the upstream broker."),
 		deadLettersPublished: r.NewCounter("faceagent_deadletters_published_total", "Deadletters the upstream broker accepted."),
@@ -139,6 +142,8 @@ func (a *Agent) scrapeOutbox() {
 	a.m.payloadsOnHeap.Set(float64(ps.PayloadsOnHeap))
 	a.m.payloadErrors.With("write").Set(ps.PayloadWriteErrors)
 	a.m.payloadErrors.With("read").Set(ps.PayloadReadErrors)
+	a.m.payloadErrors.With("repair").Set(ps.PayloadRepairFailures)
+	a.m.payloadRepairs.Set(ps.PayloadRepairs)
 	for _, st := range ob.Status() {
 		m, id := a.m, st.DeviceID
 		m.queued.With(id).Set(float64(st.Queued))
