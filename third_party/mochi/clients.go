@@ -152,6 +152,7 @@ type ClientState struct {
 	endOnce         sync.Once            // only end once
 	isTakenOver     atomic.Bool          // used to identify orphaned clients
 	packetID        uint32               // the current highest packetID
+	packetIDMu      sync.Mutex           // faceagent patch (wedged peer): serialises NextPacketID, apart from the client's lock
 	open            context.Context      // indicate that the client is open for packet exchange
 	cancelOpen      context.CancelFunc   // cancel function for open context
 	outboundQty     int32                // number of messages currently in the outbound queue
@@ -282,9 +283,16 @@ func (cl *Client) refreshDeadline(keepalive uint16) {
 // NextPacketID returns the next available (unused) packet id for the client.
 // If no unused packet ids are available, an error is returned and the client
 // should be disconnected.
+//
+// faceagent patch (wedged peer): the ids have a mutex of their own. They took the
+// client's lock, which WritePacket holds while it writes to the socket: with a peer that
+// stopped reading, every QoS 1/2 publish routed to it (publishToClient, on the
+// publisher's goroutine) waited up to the write timeout. The mutex keeps what the lock
+// gave: one caller at a time advances packetID, so concurrent callers get different ids,
+// each not in flight when it was taken.
 func (cl *Client) NextPacketID() (i uint32, err error) {
-	cl.Lock()
-	defer cl.Unlock()
+	cl.State.packetIDMu.Lock()
+	defer cl.State.packetIDMu.Unlock()
 
 	i = atomic.LoadUint32(&cl.State.packetID)
 	started := i
