@@ -72,6 +72,10 @@ func (m *mqttTerm) connect() error {
 			OnPublishReceived: []func(paho.PublishReceived) (bool, error){m.onPublish},
 		},
 	}
+	switch strings.ToLower(m.server.Scheme) {
+	case "mqtt", "tcp", "":
+		cfg.AttemptConnection = dialPacketConn // buffered reads; other schemes: autopaho's own
+	}
 	// Under m.mu, so that a reconnect racing with close (a terminal's "back online" timer
 	// firing as the fleet closes) either starts before close, which then stops it, or not
 	// at all. A connection started after close would outlive the fleet, and its reconnects
@@ -111,15 +115,9 @@ func (m *mqttTerm) publish(topic string, qos byte, payload []byte) error {
 	if cm == nil {
 		return errors.New("offline")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// Bounded, and cut short when the fleet closes (g.ctx ends then).
+	ctx, cancel := context.WithTimeout(m.g.ctx, 5*time.Second)
 	defer cancel()
-	go func() {
-		select {
-		case <-m.g.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	_, err := cm.Publish(ctx, &paho.Publish{Topic: topic, QoS: qos, Payload: payload})
 	return err
 }

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -361,9 +362,15 @@ type group struct {
 	closed bool
 	wg     sync.WaitGroup
 	done   chan struct{}
+	// ctx ends when closing begins: the context of the group's requests (publishes).
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
-func newGroup() *group { return &group{done: make(chan struct{})} }
+func newGroup() *group {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &group{done: make(chan struct{}), ctx: ctx, cancel: cancel}
+}
 
 // run starts f in a goroutine unless the group is closing; it reports whether it did.
 func (g *group) run(f func()) bool {
@@ -401,5 +408,6 @@ func (g *group) beginClose() {
 	if !g.closed {
 		g.closed = true
 		close(g.done)
+		g.cancel()
 	}
 }
