@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sync/atomic"
 )
@@ -15,8 +16,9 @@ import (
 // (its add, or the snapshot's item record), while the outbox runs.
 //
 // A failed read (a send, or a snapshot) asks for a repair; one goroutine at a time does
-// it, in rounds. A round first checks every live record of the file (one pread each,
-// without the outbox's lock, the file pinned so that no rewrite moves them), so that one
+// it, in rounds. A round first checks every live record of the file (in file order, a
+// 64 KiB window at a time, without the outbox's lock, the file pinned so that no rewrite
+// moves them), so that one
 // damage found (a truncated file: thousands of records) costs one journal scan, not one per
 // command as each comes due; then it reads the journal once (journal.ReadRecords: every
 // file, a 64 KiB window, no lock of the outbox held) for the damaged messages' records,
@@ -110,7 +112,7 @@ func (o *Outbox) repairRound() bool {
 	t := o.t
 	t.flushSpill() // every record checked below is in the file
 	s.pins++
-	f := s.f
+	rd := spillReader{f: s.f, end: s.size}
 	live := make([]damagedPayload, 0, t.items.len())
 	for _, it := range t.items.all() {
 		if _, lost := o.repair.lost[it]; it.pay != 0 && !lost {
@@ -123,14 +125,21 @@ func (o *Outbox) repairRound() bool {
 	// passed, or a round before this one repaired it) only needs its device pumped.
 	slices.SortFunc(live, func(a, b damagedPayload) int { return cmp.Compare(a.ref, b.ref) })
 	var damaged, readable []damagedPayload
-	var buf []byte
+	pastEnd := false // a record ran past the file's end: so do the ones after it
 	for _, l := range live {
-		rec, err := readSpill(f, l.ref, buf)
-		if err != nil {
+		if pastEnd {
 			damaged = append(damaged, l)
 			continue
 		}
-		buf = rec
+		rec, err := rd.record(l.ref) // a window at a time
+		if err == nil {
+			err = checkRecord(l.ref, rec)
+		}
+		if err != nil {
+			pastEnd = errors.Is(err, io.ErrUnexpectedEOF)
+			damaged = append(damaged, l)
+			continue
+		}
 		if _, asked := want[l.it]; asked {
 			readable = append(readable, l)
 		}

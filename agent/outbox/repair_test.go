@@ -87,17 +87,7 @@ func (w *repairWatch) compaction(t *testing.T) error {
 // flipByte flips one bit of the byte at off in path, as a failing medium would.
 func flipByte(t *testing.T, path string, off int64) {
 	t.Helper()
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	b := make([]byte, 1)
-	if _, err := f.ReadAt(b, off); err != nil {
-		t.Fatal(err)
-	}
-	b[0] ^= 0x04
-	if _, err := f.WriteAt(b, off); err != nil {
+	if err := flipOne(path, off); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -179,12 +169,12 @@ func TestPayloadRepairedFromJournalWhileRunning(t *testing.T) {
 	}
 }
 
-// TestPayloadRepairAfterTruncation: a payload file cut to nothing under a running outbox
-// (every record of 200 commands on four terminals damaged at once) costs one read of the
-// journal, not one per command; every command is delivered with its payload, in order;
-// the file's rewrite takes the payloads back from the heap.
+// TestPayloadRepairAfterTruncation: a payload file cut in half under a running outbox
+// (the records of 100 of 200 commands on four terminals lost at once) costs one read of
+// the journal, not one per command; every command is delivered with its payload, in
+// order; the file's rewrite takes the repaired payloads back from the heap.
 func TestPayloadRepairAfterTruncation(t *testing.T) {
-	e, w := newRepairEnv(t, Options{spillMinDead: 1})
+	e, w := newRepairEnv(t, Options{})
 	const perDevice = 50
 	devices := []string{"d0", "d1", "d2", "d3"}
 	size := func(i int) int {
@@ -198,10 +188,19 @@ func TestPayloadRepairAfterTruncation(t *testing.T) {
 			e.enqueueSized(d+"-"+strconv.Itoa(i), d, size(i))
 		}
 	}
+	// Cut the file in the middle of a record: the records after the cut are lost, the ones
+	// before it are intact (and not repaired), both kinds on every device.
 	e.o.mu.Lock()
 	e.o.t.flushSpill()
+	cut := e.o.t.spill.size/2 + 7
+	var lost uint64
+	for _, it := range e.o.t.items.all() {
+		if it.pay.off()+it.pay.size() > cut {
+			lost++
+		}
+	}
 	e.o.mu.Unlock()
-	if err := os.Truncate(filepath.Join(e.dir, spillName), 0); err != nil {
+	if err := os.Truncate(filepath.Join(e.dir, spillName), cut); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range devices {
@@ -222,11 +221,17 @@ func TestPayloadRepairAfterTruncation(t *testing.T) {
 		w.round(t)
 	}
 	s := e.o.Stats()
-	if _, _, scans := e.repairState(); scans != 1 || s.PayloadRepairs != perDevice*uint64(len(devices)) || s.PayloadRepairFailures != 0 {
-		t.Fatalf("%d journal reads, %+v; want one read and every payload repaired", scans, s)
+	if _, _, scans := e.repairState(); scans != 1 || s.PayloadRepairs != lost || s.PayloadRepairFailures != 0 {
+		t.Fatalf("%d journal reads, %+v; want one read and the %d payloads past the cut repaired", scans, s, lost)
 	}
-	if s.PayloadsOnHeap != 0 {
-		t.Fatalf("the rewrite left %d repaired payloads on the heap", s.PayloadsOnHeap)
+	if s.PayloadsOnHeap != int(lost) {
+		t.Fatalf("%d payloads on the heap, want the %d repaired", s.PayloadsOnHeap, lost)
+	}
+	e.o.mu.Lock()
+	err := e.o.t.rewriteSpill() // due once the dead bytes outnumber the live ones
+	e.o.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
 	}
 	e.checkPayloads(func(it *item) string {
 		i, _ := strconv.Atoi(it.id()[strings.IndexByte(it.id(), '-')+1:])
@@ -322,4 +327,96 @@ func TestPayloadRepairJournalRecordDamaged(t *testing.T) {
 	if !errors.As(err, &ce) || ce.File != segs[0] {
 		t.Fatalf("Open over the damaged journal: %v, want a *journal.CorruptError in %s", err, segs[0])
 	}
+}
+
+// BenchmarkPayloadRepair measures one repair round with 10,000 commands queued on 100
+// offline devices and their adds in the journal: one damaged record (the round checks
+// every record of the payload file, then reads the journal for the one), and every record
+// lost to a truncated file (the journal gives back 10,000 payloads, and the file's rewrite
+// takes them back from the heap).
+func BenchmarkPayloadRepair(b *testing.B) {
+	for _, truncate := range []bool{false, true} {
+		name := "one-damaged"
+		if truncate {
+			name = "all-damaged"
+		}
+		b.Run(name, func(b *testing.B) {
+			const n = 10_000
+			rounds := make(chan struct{}, 1)
+			dir := b.TempDir()
+			o, err := Open(dir, nopSender, &Options{Journal: journal.Options{Sync: journal.SyncNone},
+				afterRepair: func() { rounds <- struct{}{} }})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer o.Close()
+			tasks := make([]Task, n)
+			for i := range tasks {
+				tasks[i] = benchTask(i)
+			}
+			for i := 0; i < n; i += 1000 {
+				for _, err := range o.EnqueueBatch(tasks[i : i+1000]) {
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			if err := o.j.WriteOut(); err != nil {
+				b.Fatal(err)
+			}
+			path := filepath.Join(dir, spillName)
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				o.mu.Lock()
+				if len(o.t.heapPay) > 0 {
+					if err := o.t.rewriteSpill(); err != nil { // the last round's payloads back into the file
+						b.Fatal(err)
+					}
+				}
+				o.t.flushSpill()
+				it := o.t.items.get(tasks[n/2].MessageID)
+				ref := it.pay
+				o.unlock()
+				if truncate {
+					err = os.Truncate(path, 0)
+				} else {
+					err = flipOne(path, ref.off()+spillHdr+3)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				o.mu.Lock()
+				o.requestRepair(it)
+				o.unlock()
+				<-rounds
+			}
+			b.StopTimer()
+			want := uint64(b.N)
+			if truncate {
+				want *= n
+			}
+			if s := o.Stats(); s.PayloadRepairs != want || s.PayloadRepairFailures != 0 {
+				b.Fatalf("%+v after %d rounds", s, b.N)
+			}
+			js := o.JournalStats()
+			b.ReportMetric(float64(js.Bytes)/1e6, "journal-MB")
+		})
+	}
+}
+
+func flipOne(path string, off int64) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
+		return err
+	}
+	b[0] ^= 0x04
+	_, err = f.WriteAt(b, off)
+	return err
 }

@@ -213,14 +213,17 @@ func (r *spillReader) record(ref payRef) ([]byte, error) {
 			return nil, fmt.Errorf("outbox: payload file: record at %d runs past its end %d", off, r.end)
 		}
 		r.win = slices.Grow(r.win[:0], int(w))[:w]
-		if got, err := r.f.ReadAt(r.win, off); int64(got) < w {
+		got, err := r.f.ReadAt(r.win, off)
+		if int64(got) < n {
 			r.win = r.win[:0]
 			if err == nil || err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
 			return nil, fmt.Errorf("outbox: reading the payload file at %d: %w", off, err)
 		}
-		r.off = off
+		// A short window that holds the record will do: the file may end before what it
+		// should hold (cut by something else), and the records before that point are good.
+		r.win, r.off = r.win[:got], off
 	}
 	return r.win[off-r.off:][:n], nil
 }
