@@ -92,10 +92,12 @@ func (i *Inflight) GetAll(immediate bool) []packets.Packet {
 // NextImmediate returns the next inflight packet which is indicated to be sent immediately.
 // This typically occurs when the quota has been exhausted, and we need to wait until new quota
 // is free to continue sending.
+//
+// faceagent patch (wedged peer): no read lock of its own. It took one and then GetAll took
+// it again: a Set or Delete (a publisher, on its goroutine) waiting between the two blocked
+// the second for good (sync.RWMutex), hanging the client's reader and the publisher. GetAll
+// holds the lock for the copy, which is all this reads.
 func (i *Inflight) NextImmediate() (packets.Packet, bool) {
-	i.RLock()
-	defer i.RUnlock()
-
 	m := i.GetAll(true)
 	if len(m) > 0 {
 		return m[0], true
