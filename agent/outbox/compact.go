@@ -48,13 +48,14 @@ func (o *Outbox) compact() error {
 	pinned := false
 	var bad *snapRecord // the message whose payload could not be read
 	var snapErr error
+	written := false
 	defer func() {
 		o.mu.Lock()
 		o.compacting = false
 		if bad != nil && !o.closed {
 			// Before unpinning: until then only a repair changes bad's record.
 			o.compactAfterRepair(bad.r.ID, bad.r.Ord, bad.ref)
-		} else if snapErr == nil {
+		} else if written {
 			o.repair.compact = false
 		}
 		if pinned {
@@ -130,6 +131,7 @@ func (o *Outbox) compact() error {
 		}
 		return nil
 	})
+	written = snapErr == nil
 	return snapErr
 }
 

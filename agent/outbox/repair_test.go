@@ -329,6 +329,36 @@ func TestPayloadRepairJournalRecordDamaged(t *testing.T) {
 	}
 }
 
+// TestPayloadRepairStopsAtClose: Close right after a repair started waits for it (goleak
+// in TestMain sees no goroutine left), and Open rebuilds the file from the journal.
+func TestPayloadRepairStopsAtClose(t *testing.T) {
+	e, _ := newRepairEnv(t, Options{})
+	for i := range 300 {
+		e.enqueueSized("m"+strconv.Itoa(i), "d", 200)
+	}
+	e.o.mu.Lock()
+	e.o.t.flushSpill()
+	e.o.mu.Unlock()
+	if err := os.Truncate(filepath.Join(e.dir, spillName), 0); err != nil {
+		t.Fatal(err)
+	}
+	e.o.Heartbeat("d") // asks for a repair: Close comes while it reads (usually)
+	if err := e.o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if running, _, _ := e.repairState(); running {
+		t.Fatal("a repair outlived Close")
+	}
+	e.snd.drain()
+	e.open()
+	e.o.Heartbeat("d")
+	for i := range 3 {
+		id := "m" + strconv.Itoa(i)
+		e.expectPayload(id, 200)
+		e.o.Ack("d", id, 0, "")
+	}
+}
+
 // BenchmarkPayloadRepair measures one repair round with 10,000 commands queued on 100
 // offline devices and their adds in the journal: one damaged record (the round checks
 // every record of the payload file, then reads the journal for the one), and every record
