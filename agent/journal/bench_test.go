@@ -122,3 +122,36 @@ func BenchmarkWriteOut(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkBurstAfterQuiet measures what an intake message costs the journal after a
+// quiet spell: 64 records appended one by one (AppendAsync, as the outbox stores a message
+// of 64 tasks), then Wait for the last, on a journal idle for longer than BatchWindow.
+// SyncBatch with the default window (2 ms) and SyncAlways; fsyncs/op counts the batches.
+func BenchmarkBurstAfterQuiet(b *testing.B) {
+	rec := make([]byte, 200)
+	for _, pol := range []SyncPolicy{SyncBatch, SyncAlways} {
+		b.Run(pol.String(), func(b *testing.B) {
+			j, err := Open(b.TempDir(), &Options{Sync: pol})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer j.Close()
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				time.Sleep(3 * time.Millisecond) // quiet: longer than the window
+				b.StartTimer()
+				var last Seq
+				for range 64 {
+					if last, err = j.AppendAsync(rec); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := j.Wait(last); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(j.Stats().Batches)/float64(b.N), "fsyncs/op")
+		})
+	}
+}
