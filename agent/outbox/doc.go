@@ -198,8 +198,8 @@
 //     the damaged ones (journal.ReadRecords: every segment and the snapshot, through a
 //     64 KiB window, without the outbox's lock; a compaction waits meanwhile). The command
 //     is sent as soon as that is done, and a snapshot that failed on it is tried again at
-//     once. With 10,000 queued and a 2.2 MB journal a round takes 8-11 ms for one damaged
-//     record and 28-44 ms for all of them (BenchmarkPayloadRepair; it grows with the
+//     once. With 10,000 queued and a 2.2 MB journal a round took 10-23 ms for one damaged
+//     record and 30-40 ms for all of them (BenchmarkPayloadRepair; it grows with the
 //     journal's size), of which the outbox's lock is held for the last step only: putting
 //     the payloads back, and the file's rewrite when one is due (BenchmarkSpillRewrite).
 //     Stats.PayloadReadErrors counts the failed reads,
