@@ -24,6 +24,8 @@
 //	cp, err := j.Checkpoint()            // under your lock: no append may race with it
 //	live := state.copy()                 // still under your lock
 //	err = j.WriteSnapshot(cp, func(emit func([]byte) error) error { ...emit each live record... })
+//	// While running, find old records again (reads every file; damage skipped and listed):
+//	losses, err := j.ReadRecords(func(rec []byte) error { ... })
 //
 // Records are opaque bytes to the journal; the outbox encodes its records with msgp and
 // versions them itself.
