@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -356,6 +357,110 @@ func TestPayloadRepairStopsAtClose(t *testing.T) {
 		id := "m" + strconv.Itoa(i)
 		e.expectPayload(id, 200)
 		e.o.Ack("d", id, 0, "")
+	}
+}
+
+// TestPayloadRepairUnderChurn damages the payload file at random (a flipped byte in a
+// live record, now and then a cut) while tasks come in, are sent, acked and reported and
+// the journal compacts in the background: every command is sent once, in its device's
+// order, with its own payload, and no repair fails.
+func TestPayloadRepairUnderChurn(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("OUTBOX_REPAIR_SEED"); v != "" {
+		seed, _ = strconv.ParseUint(v, 10, 64)
+	}
+	t.Logf("seed %d (OUTBOX_REPAIR_SEED to repeat)", seed)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	e, _ := newRepairEnv(t, Options{Journal: journal.Options{Sync: journal.SyncNone}, CompactAfter: 150, spillMinDead: 4 << 10})
+	devices := []string{"d0", "d1", "d2"}
+	for _, d := range devices {
+		e.o.Heartbeat(d)
+	}
+	path := filepath.Join(e.dir, spillName)
+	size := map[string]int{}
+	queued := map[string][]string{} // per device, in intake order, not yet sent
+	sent := 0
+	take := func(c Command) {
+		t.Helper()
+		q := queued[c.DeviceID]
+		if len(q) == 0 || q[0] != c.MessageID || c.Try != 1 || !bytes.Equal(c.Payload, payloadOf(c.MessageID, size[c.MessageID])) {
+			t.Fatalf("sent %s try %d on %s with %d bytes (right: %v); next on the device: %v",
+				c.MessageID, c.Try, c.DeviceID, len(c.Payload), bytes.Equal(c.Payload, payloadOf(c.MessageID, size[c.MessageID])), q[:min(len(q), 1)])
+		}
+		queued[c.DeviceID] = q[1:]
+		sent++
+		e.o.Ack(c.DeviceID, c.MessageID, 0, "")
+	}
+	next, damage := 0, 0
+	for step := range 300 {
+		for range rng.IntN(6) {
+			id, d, n := "m"+strconv.Itoa(next), devices[rng.IntN(len(devices))], 1+rng.IntN(600)
+			if rng.IntN(40) == 0 {
+				n = spillBufSize + rng.IntN(2000)
+			}
+			next++
+			size[id] = n
+			queued[d] = append(queued[d], id)
+			e.enqueueSized(id, d, n)
+		}
+		switch r := rng.IntN(100); {
+		case r < 12: // a flipped byte in a live record
+			e.o.mu.Lock()
+			e.o.t.flushSpill()
+			var refs []payRef
+			for _, it := range e.o.t.items.all() {
+				if it.pay != 0 {
+					refs = append(refs, it.pay)
+				}
+			}
+			e.o.mu.Unlock()
+			if len(refs) > 0 {
+				ref := refs[rng.IntN(len(refs))]
+				if err := flipOne(path, ref.off()+rng.Int64N(ref.size())); err == nil {
+					damage++
+				}
+			}
+		case r < 14: // a cut
+			e.o.mu.Lock()
+			e.o.t.flushSpill()
+			end := e.o.t.spill.size
+			e.o.mu.Unlock()
+			if end > 0 {
+				if err := os.Truncate(path, rng.Int64N(end)); err != nil {
+					t.Fatal(err)
+				}
+				damage++
+			}
+		}
+		for range rng.IntN(8) {
+			select {
+			case c := <-e.snd.sent:
+				take(c)
+			default:
+			}
+		}
+		if step%10 == 0 {
+			var ids []string
+			for _, r := range e.results() {
+				ids = append(ids, r.MessageID)
+			}
+			if err := e.o.MarkReported(ids...); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for sent < next {
+		take(e.snd.next(t))
+	}
+	s := e.o.Stats()
+	if s.PayloadRepairFailures != 0 || (damage > 0 && s.PayloadRepairs == 0) {
+		t.Fatalf("%d damages: %+v", damage, s)
+	}
+	t.Logf("%d tasks, %d damages, %d payloads repaired, %d journal reads, %d snapshots",
+		next, damage, s.PayloadRepairs, e.o.repair.scans.Load(), e.o.JournalStats().Snapshots)
+	e.restart()
+	if err := e.o.compact(); err != nil {
+		t.Fatalf("compaction after the run: %v", err)
 	}
 }
 
