@@ -31,6 +31,12 @@ type mqttTerm struct {
 	// want of a subscription (and resend it a retry interval later).
 	subscribed atomic.Bool
 
+	// ctx ends when the fleet closes (a child of the group's): publishes derive their
+	// timeouts from it, not from the group's own context, whose lock every terminal's
+	// publishes would share.
+	ctx    context.Context
+	cancel context.CancelFunc
+
 	mu     sync.Mutex
 	cm     *autopaho.ConnectionManager // nil while offline
 	closed bool                        // close ran: connect must not start a connection
@@ -38,7 +44,8 @@ type mqttTerm struct {
 
 func newMQTTTerm(t *Terminal, g *group, server *url.URL) *mqttTerm {
 	sub := func(tmpl string) string { return strings.ReplaceAll(tmpl, "{id}", t.id) }
-	return &mqttTerm{t: t, g: g, server: server, ready: make(chan struct{}),
+	ctx, cancel := context.WithCancel(g.ctx)
+	return &mqttTerm{t: t, g: g, server: server, ready: make(chan struct{}), ctx: ctx, cancel: cancel,
 		cmdTopic: sub(t.opts.CommandTopic), ackTopic: sub(t.opts.AckTopic), hbTopic: sub(t.opts.HeartbeatTopic)}
 }
 
@@ -115,8 +122,8 @@ func (m *mqttTerm) publish(topic string, qos byte, payload []byte) error {
 	if cm == nil {
 		return errors.New("offline")
 	}
-	// Bounded, and cut short when the fleet closes (g.ctx ends then).
-	ctx, cancel := context.WithTimeout(m.g.ctx, 5*time.Second)
+	// Bounded, and cut short when the fleet closes (m.ctx ends then).
+	ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
 	defer cancel()
 	_, err := cm.Publish(ctx, &paho.Publish{Topic: topic, QoS: qos, Payload: payload})
 	return err
@@ -176,6 +183,7 @@ func stop(cm *autopaho.ConnectionManager, g *group) {
 }
 
 func (m *mqttTerm) close() {
+	defer m.cancel()
 	m.mu.Lock()
 	cm := m.cm
 	m.cm = nil
