@@ -125,7 +125,8 @@
 // keeps the offset and length, and the payload is read (pread) when the command is sent.
 // It is a cache of what the journal holds: never fsynced, recreated by the replay at Open,
 // removed by Close, rewritten without its dead bytes once they outnumber the live ones and
-// 1 MiB (spill.go says why this and not segments).
+// 1 MiB (spill.go says why this and not segments); a record that fails its checksum is read
+// again from the journal (Caveats).
 //
 // # Invariants
 //
