@@ -203,15 +203,15 @@
 //     record and 30-40 ms for all of them (BenchmarkPayloadRepair; it grows with the
 //     journal's size), of which the outbox's lock is held for the last step only: putting
 //     the payloads back, and the file's rewrite when one is due (BenchmarkSpillRewrite).
-//     Stats.PayloadReadErrors counts the failed reads,
-//     PayloadRepairs the payloads read again; these stay on the heap (PayloadsOnHeap)
-//     until the file's next rewrite takes them back, due at once when much was damaged.
-//     A damaged journal is not a cache: if the command's journal record is damaged too,
-//     the command is neither sent nor dropped. An error names its task,
-//     Stats.PayloadRepairFailures counts it, and it stays at the head of its device's
-//     FIFO (its device sends nothing else; it reads again after 1 s doubling up to 1 min,
-//     without reading the journal again), every snapshot fails (the journal grows), and
-//     the next Open meets the damaged record and applies the journal's rules: a
+//     Stats.PayloadReadErrors counts the failed reads, PayloadRepairs the payloads read
+//     again; these stay on the heap (PayloadsOnHeap) until the file's next rewrite takes
+//     them back, due at once when much was damaged. A damaged journal is not a cache: if
+//     the command's journal record is damaged too, the command is neither sent nor
+//     dropped. An error names its task, Stats.PayloadRepairFailures counts it, and it
+//     stays queued: once its turn comes its device sends nothing else (it reads again
+//     after 1 s doubling up to 1 min, without reading the journal again). Every snapshot
+//     fails meanwhile (the journal grows), and the next Open meets the damaged record
+//     and applies the journal's rules: a
 //     journal.CorruptError; with Options.Journal.SkipCorrupt the record is skipped (listed
 //     in Recovery) and its command is gone; and damage in the last record of the newest
 //     segment is taken for a torn tail and cut, with a warning (the journal cannot tell
