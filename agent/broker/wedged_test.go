@@ -1,10 +1,13 @@
 package broker
 
 import (
+	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -185,5 +188,115 @@ func TestWedgedTerminalStallsNoOne(t *testing.T) {
 	}
 	if got := healthy.expectPublishAndAck(t); string(got) != "cmd-2" {
 		t.Fatalf("healthy terminal got %q, want cmd-2", got)
+	}
+}
+
+// connectKept connects a raw MQTT 5 client as id with a session kept for an hour, starting
+// clean or resuming, and returns it with CONNACK's session present flag.
+func connectKept(t *testing.T, addr, id string, clean bool) (*memClient, bool) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, promptly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &memClient{conn: conn, r: bufio.NewReader(conn)}
+	t.Cleanup(c.close)
+	c.write(t, packets.Packet{
+		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
+		ProtocolVersion: 5,
+		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: clean,
+			Keepalive: 60, ClientIdentifier: id},
+		Properties: packets.Properties{SessionExpiryInterval: 3600, SessionExpiryIntervalFlag: true},
+	})
+	ack := expectWithin(t, c, packets.Connack, id+"'s CONNACK")
+	return c, len(ack) > 0 && ack[0]&1 == 1
+}
+
+// TestWedgedTerminalReconnects: the terminal comes back on a new connection (its firmware
+// restarted) while the broker's writer is still blocked on the old one. mochi disconnects
+// the old client first (session takeover), on the new connection's goroutine: its
+// DISCONNECT waited for the blocked write, then for a socket still full, before the new
+// connection got its CONNACK. The session goes over whole: the command the old connection
+// never read is sent again, and the subscription routes the next one.
+func TestWedgedTerminalReconnects(t *testing.T) {
+	b := startBroker(t, wedgeOptions())
+	old, _ := connectKept(t, b.Addr(), "stuck", true)
+	old.write(t, packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
+		PacketID:    1,
+		Filters:     packets.Subscriptions{{Filter: "dev/face/stuck", Qos: 1}},
+	})
+	expectWithin(t, old, packets.Suback, "SUBACK")
+	if tc, ok := old.conn.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(4096)
+	}
+	if err := b.Server().Publish("dev/face/stuck", []byte("cmd-0"), false, 1); err != nil {
+		t.Fatal(err)
+	}
+	oldClient := wedge(t, b, "stuck") // cmd-0 went out first: in flight, never read
+
+	again, present := connectKept(t, b.Addr(), "stuck", false)
+	if !present {
+		t.Fatal("the session was not kept across the takeover")
+	}
+	if !oldClient.Closed() {
+		t.Fatal("the wedged connection's client is still open after the takeover")
+	}
+	if got := again.expectPublishAndAck(t); string(got) != "cmd-0" {
+		t.Fatalf("the terminal got %q again on its new connection, want cmd-0", got)
+	}
+	if err := b.Server().Publish("dev/face/stuck", []byte("cmd-1"), false, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := again.expectPublishAndAck(t); string(got) != "cmd-1" {
+		t.Fatalf("the terminal got %q on its new connection, want cmd-1", got)
+	}
+}
+
+// TestWedgedTerminalClose: Close (the agent's SIGTERM) disconnects every client; a wedged
+// one held it for the blocked write and then for its own DISCONNECT.
+func TestWedgedTerminalClose(t *testing.T) {
+	b := startBroker(t, wedgeOptions())
+	healthy := memConnect(t, b.Addr(), "healthy")
+	defer healthy.close()
+	wedgedTerminal(t, b.Addr(), "stuck")
+	wedge(t, b, "stuck")
+
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(promptly):
+		t.Fatalf("Close did not return within %v with a wedged terminal", promptly)
+	}
+	body := expectWithin(t, healthy, packets.Disconnect, "the healthy terminal's DISCONNECT")
+	if len(body) < 1 || body[0] != packets.ErrServerShuttingDown.Code {
+		t.Fatalf("DISCONNECT % x, want reason 0x%02x (server shutting down)", body, packets.ErrServerShuttingDown.Code)
+	}
+}
+
+// TestWedgedTerminalCutAfterWriteTimeout: a write that times out ends the connection. mochi
+// v2.7.9 went on writing the next queued packets into the broken stream, each waiting the
+// write timeout again, and kept the client until its keepalive ran out (1.5 × 60 s here).
+func TestWedgedTerminalCutAfterWriteTimeout(t *testing.T) {
+	gone := &disconnects{ids: make(chan string, 8)} // sessions_test.go
+	o := wedgeOptions()
+	o.WriteTimeout = 300 * time.Millisecond
+	b := startBroker(t, o, gone)
+	wedgedTerminal(t, b.Addr(), "stuck")
+	cl := wedge(t, b, "stuck")
+	select {
+	case id := <-gone.ids:
+		if id != "stuck" {
+			t.Fatalf("%s disconnected, want stuck", id)
+		}
+	case <-time.After(o.WriteTimeout + promptly):
+		t.Fatalf("the wedged terminal is still connected %v after its write timeout", promptly)
+	}
+	if cause := cl.StopCause(); !errors.Is(cause, os.ErrDeadlineExceeded) {
+		t.Fatalf("stop cause %v, want the write timeout", cause)
 	}
 }

@@ -21,6 +21,11 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
+// disconnectWriteGrace is how long a DISCONNECT may take to be written, waiting for a write
+// in progress included, before the client is stopped without it. faceagent patch (wedged
+// peer): a peer that reads gets it within microseconds; one that stopped reading never.
+const disconnectWriteGrace = 500 * time.Millisecond
+
 const (
 	defaultKeepalive             uint16 = 10 // the default connection keepalive value in seconds.
 	defaultClientProtocolVersion byte   = 4  // the default mqtt protocol version of connecting clients (if somehow unspecified).
@@ -624,9 +629,33 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 		return packets.ErrPacketTooLarge // [MQTT-3.1.2-24] [MQTT-3.1.2-25]
 	}
 
-	n, err := func() (int64, error) {
+	// faceagent patch (wedged peer): a DISCONNECT is written by the goroutine ending the
+	// connection (a session takeover on the new connection's, Close on its own). With a peer
+	// that stopped reading it waited for the client's blocked write (up to the write timeout)
+	// and could then block on the same full socket. It gets disconnectWriteGrace, the wait for
+	// a write in progress included; then the client is stopped as DisconnectClient would
+	// stop it, which closes the connection under both writes.
+	if pk.FixedHeader.Type == packets.Disconnect && cl.Net.Conn != nil {
+		cause := packets.Code{Code: pk.ReasonCode, Reason: pk.Properties.ReasonString}
+		cut := time.AfterFunc(disconnectWriteGrace, func() { cl.Stop(cause) })
+		defer cut.Stop()
+	}
+
+	n, err := func() (written int64, werr error) {
 		cl.Lock()
 		defer cl.Unlock()
+		// faceagent patch (wedged peer): not a byte more once the client has stopped (while
+		// this write waited for the lock, say), and stop it when a write fails: a write that
+		// timed out (a peer that stopped reading) or failed part way leaves no usable stream,
+		// and the next packets would each wait the write timeout again.
+		if cl.Closed() {
+			return 0, ErrConnectionClosed
+		}
+		defer func() {
+			if werr != nil {
+				cl.Stop(werr)
+			}
+		}()
 		if len(cl.State.outbound) == 0 {
 			if cl.Net.outbuf == nil {
 				return buf.WriteTo(cl.Net.Conn)
