@@ -93,8 +93,8 @@ func (g *clashGuard) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.P
 }
 
 // OnQosComplete puts a message displaced by a QoS 1 PUBLISH back as soon as mochi has
-// released the id (its PUBACK is written and out of the set), before the message is routed:
-// the client may have its PUBACK, drop the connection and resume the session meanwhile.
+// released the id (its PUBACK is written and out of the set): the client may have its
+// PUBACK, drop the connection and resume the session meanwhile.
 func (g *clashGuard) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 	if inboundCompletion(pk) {
 		g.restore(cl)

@@ -118,9 +118,13 @@
 //     PublishDeferred does not wait; SyncSessions returns once everything
 //     queued before it is on disk: publish a batch, sync once, then treat the
 //     batch as stored.
-//   - A message from a network client may be routed and not yet on disk when
-//     the broker crashes (mochi acknowledges the publisher before it routes;
-//     it always could be lost in that gap, now the gap is one commit longer).
+//   - A QoS 1/2 message from a network client is acknowledged (PUBACK,
+//     PUBREC) once its records for the kept sessions it went to are on disk:
+//     mochi is patched to route before it acknowledges
+//     (third_party/mochi/README.md), and the store's WaitBeforeAck waits for
+//     the commit. Upstream mochi acknowledged first, and a SIGKILL then lost
+//     acknowledged messages (TestAcknowledgedPublishSurvivesSIGKILL). A QoS 0
+//     message is not waited for.
 //   - The deletion of an acknowledged message's record may be lost in a
 //     crash: the message is sent again after the restart (at least once).
 //   - A kept session's client record is on disk before its first packet
@@ -153,6 +157,14 @@
 //     7,000-17,000 with PublishDeferred and a SyncSessions every 256. Sessions that started
 //     clean and end with their connection are not written (ephemeral.go),
 //     nor are mochi's $SYS counters.
+//   - A network client publishing QoS 1/2 messages to kept sessions gets its
+//     PUBACKs once they are on disk: one group commit for the messages of its
+//     that were read together (a burst), so a publisher with one message in
+//     flight at a time waits an fsync for each. A session taken over while its
+//     old connection waits for that commit copies the held acknowledgement
+//     and mochi resends it on the new connection at once (mochi's
+//     ResendInflightMessages), possibly before the commit: a crash in that
+//     gap can still lose the message.
 //   - mochi v2.7.9 keeps a client's own QoS 1/2 publishes and the messages it
 //     sends that client in one in-flight set keyed by packet id, though each
 //     side numbers its packets independently. A client publishing with QoS 1

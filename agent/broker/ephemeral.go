@@ -40,10 +40,18 @@ func (h *sessionStore) OnQosPublish(cl *mqtt.Client, pk packets.Packet, sent int
 		return
 	}
 	seq, ok := h.commit.enqueue(write{key: inflightKey(cl.ID, pk.PacketID), value: rec})
-	if ok && h.fromInline(pk) {
+	if !ok {
+		return
+	}
+	switch from, known := h.publisher(pk); {
+	case known && from.Net.Inline:
 		// The inline publisher takes Publish's return as "stored": the agent marks a
 		// result reported then.
 		_ = h.commit.wait(seq)
+	case known:
+		// A network publisher's PUBACK waits for it, once the message is routed to all
+		// (WaitBeforeAck).
+		h.waitBeforeAck(pk.Origin, seq)
 	}
 }
 

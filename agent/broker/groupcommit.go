@@ -21,9 +21,10 @@ import (
 // waited for (losing one redelivers a message after a crash: at-least-once allows it).
 // In-flight puts are waited for when the message came from Server().Publish (the agent
 // marks a result reported once Publish returns); not for Broker.PublishDeferred, whose
-// caller calls Broker.SyncSessions once for a batch; nor for a message from a network
-// client: mochi acknowledged that publisher before routing, and the state store's
-// responses are answers a client asks again for. Clients, subscriptions and retained
+// caller calls Broker.SyncSessions once for a batch; nor for the state store's responses,
+// answers a client asks again for. A network client's QoS 1/2 message is waited for once,
+// after it is routed to every subscriber (sessionStore.WaitBeforeAck), before mochi writes
+// its PUBACK: the records of all its kept sessions share one commit. Clients, subscriptions and retained
 // messages are rare and always waited for, as each was its own transaction before.
 //
 // The committer also holds the live records (the journal's state) in memory: a snapshot

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/storage"
@@ -29,6 +30,13 @@ type sessionStore struct {
 	volatile []string // topic filters whose messages are not stored
 	log      *slog.Logger
 	commit   *committer // set by Init
+
+	// beforeAck holds, per network publisher (client id), the last record its messages
+	// queued while being routed: WaitBeforeAck waits for it, so mochi (patched: PUBACK
+	// after routing) acknowledges a QoS 1/2 message only once it is on disk for every kept
+	// session it went to.
+	ackMu     sync.Mutex
+	beforeAck map[string]uint64
 }
 
 // legacySessionsFile is the bbolt file of releases before the journal: no longer read.
@@ -142,11 +150,13 @@ func (h *sessionStore) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 	if !expire || cl.Net.Inline || cl.IsTakenOver() || errors.Is(cl.StopCause(), packets.ErrSessionTakenOver) {
 		return
 	}
+	h.forgetPublisher(cl.ID)
 	h.dropClient(cl.ID)
 }
 
 // OnClientExpired deletes an expired session's client, subscriptions and messages.
 func (h *sessionStore) OnClientExpired(cl *mqtt.Client) {
+	h.forgetPublisher(cl.ID)
 	h.dropClient(cl.ID)
 }
 
@@ -272,15 +282,48 @@ func (h *sessionStore) deleteInflight(cl *mqtt.Client, pk packets.Packet) {
 	h.commit.enqueue(write{key: inflightKey(cl.ID, pk.PacketID)})
 }
 
-// fromInline reports whether pk was published in this process by a registered inline
-// client (Server.Publish): its publisher gets no PUBACK but Publish's return. The clients
-// of Broker.PublishDeferred and of the state store's responses are not registered.
-func (h *sessionStore) fromInline(pk packets.Packet) bool {
+// publisher returns the registered client that published pk: a network client, or the
+// inline client of Server.Publish (whose publisher gets no PUBACK but Publish's return).
+// The clients of Broker.PublishDeferred and of the state store's responses are not
+// registered.
+func (h *sessionStore) publisher(pk packets.Packet) (*mqtt.Client, bool) {
 	if h.srv == nil {
-		return false
+		return nil, false
 	}
-	o, ok := h.srv.Clients.Get(pk.Origin)
-	return ok && o.Net.Inline
+	return h.srv.Clients.Get(pk.Origin)
+}
+
+// waitBeforeAck makes the next WaitBeforeAck of the network client id wait for record seq.
+func (h *sessionStore) waitBeforeAck(id string, seq uint64) {
+	h.ackMu.Lock()
+	defer h.ackMu.Unlock()
+	if h.beforeAck == nil {
+		h.beforeAck = make(map[string]uint64)
+	}
+	h.beforeAck[id] = max(h.beforeAck[id], seq)
+}
+
+// forgetPublisher drops what a client whose session ended had left to wait for.
+func (h *sessionStore) forgetPublisher(id string) {
+	h.ackMu.Lock()
+	delete(h.beforeAck, id)
+	h.ackMu.Unlock()
+}
+
+// WaitBeforeAck returns once the records that routing cl's QoS 1/2 messages queued (one
+// per kept session each went to, OnQosPublish) are committed. mochi (patched,
+// third_party/mochi/README.md) calls it on cl's read loop before it writes the PUBACKs or
+// PUBRECs of the messages it routed since it last wrote some: a publisher to kept
+// sessions is acknowledged once its messages are on disk, with one group commit for the
+// messages it had in flight that were read together.
+func (h *sessionStore) WaitBeforeAck(cl *mqtt.Client) {
+	h.ackMu.Lock()
+	seq, ok := h.beforeAck[cl.ID]
+	delete(h.beforeAck, cl.ID)
+	h.ackMu.Unlock()
+	if ok {
+		_ = h.commit.wait(seq)
+	}
 }
 
 // isVolatile reports whether topic matches Options.VolatileTopics.

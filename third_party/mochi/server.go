@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -144,6 +145,124 @@ type Server struct {
 	Log          *slog.Logger         // minimal no-alloc logger
 	hooks        *Hooks               // hooks contains hooks for extra functionality such as auth and persistent storage
 	inlineClient *Client              // inlineClient is a special client used for inline subscriptions and inline Publish
+	held         heldAcks             // faceagent patch (PUBACK after storing): acknowledgements not yet written
+}
+
+// AckWaiter is implemented by a hook that stores the messages routed to its sessions
+// (faceagent's session store): WaitBeforeAck returns once what routing cl's QoS 1/2
+// messages stored is durable.
+//
+// faceagent patch (PUBACK after storing): upstream mochi wrote a PUBACK or PUBREC before it
+// routed the message, so a publisher could hold the acknowledgement of a message that a
+// broker killed just then had neither given to its subscribers nor stored for an offline
+// kept session. The server now routes first, and holds the acknowledgements of a client's
+// QoS 1/2 messages while more of its packets are already read (buffered), then calls
+// WaitBeforeAck once and writes them in order: one wait (one group commit) for a burst
+// from a publisher with many messages in flight, not one for each.
+type AckWaiter interface {
+	WaitBeforeAck(cl *Client)
+}
+
+// heldAcks are the packet ids of the PUBACKs and PUBRECs routed but not yet written, per
+// client, in the order the client's PUBLISHes came; the acknowledgements themselves are in
+// the client's in-flight set. A client's slice stays while it is connected, to be reused.
+type heldAcks struct {
+	mu      sync.Mutex
+	clients atomic.Int32 // clients with held acknowledgements (receivePacket looks only then)
+	ids     map[*Client]*[]uint16
+}
+
+// holdAck holds the acknowledgement with packet id until flushAcks.
+func (s *Server) holdAck(cl *Client, id uint16) {
+	s.held.mu.Lock()
+	defer s.held.mu.Unlock()
+	if s.held.ids == nil {
+		s.held.ids = make(map[*Client]*[]uint16)
+	}
+	p := s.held.ids[cl]
+	if p == nil {
+		p = new([]uint16)
+		s.held.ids[cl] = p
+	}
+	if len(*p) == 0 {
+		s.held.clients.Add(1)
+	}
+	*p = append(*p, id)
+}
+
+// takeAcks returns the ids of cl's held acknowledgements, no longer held. They are cl's
+// to write before its next holdAck (both run on cl's read loop).
+func (s *Server) takeAcks(cl *Client) []uint16 {
+	if s.held.clients.Load() == 0 {
+		return nil
+	}
+	s.held.mu.Lock()
+	defer s.held.mu.Unlock()
+	p := s.held.ids[cl]
+	if p == nil || len(*p) == 0 {
+		return nil
+	}
+	ids := *p
+	*p = ids[:0]
+	s.held.clients.Add(-1)
+	return ids
+}
+
+// forgetAcks drops cl's slice (its read loop ended).
+func (s *Server) forgetAcks(cl *Client) {
+	s.held.mu.Lock()
+	defer s.held.mu.Unlock()
+	if p := s.held.ids[cl]; p != nil {
+		if len(*p) > 0 {
+			s.held.clients.Add(-1)
+		}
+		delete(s.held.ids, cl)
+	}
+}
+
+// flushAcks waits for the hooks' storage (AckWaiter), then writes cl's held
+// acknowledgements in order, and last (when not nil) ack. A held one no longer in flight
+// (the client published again under its id) is not written.
+func (s *Server) flushAcks(cl *Client, ack *packets.Packet) error {
+	ids := s.takeAcks(cl)
+	if len(ids) == 0 && ack == nil {
+		return nil
+	}
+	for _, h := range s.hooks.GetAll() {
+		if w, ok := h.(AckWaiter); ok {
+			w.WaitBeforeAck(cl)
+		}
+	}
+	for _, id := range ids {
+		held, ok := cl.State.Inflight.Get(id)
+		if !ok || (held.FixedHeader.Type != packets.Puback && held.FixedHeader.Type != packets.Pubrec) {
+			continue
+		}
+		if err := s.writeAck(cl, &held); err != nil {
+			return err
+		}
+	}
+	if ack != nil {
+		return s.writeAck(cl, ack)
+	}
+	return nil
+}
+
+// writeAck writes a PUBACK or PUBREC and completes a QoS 1 flow, as upstream's
+// processPublish did. An acknowledgement that could not be written stays in the client's
+// in-flight set: a resumed session sends it.
+func (s *Server) writeAck(cl *Client, ack *packets.Packet) error {
+	if err := cl.WritePacket(*ack); err != nil {
+		return err
+	}
+	if ack.FixedHeader.Type == packets.Puback {
+		if ok := cl.State.Inflight.Delete(ack.PacketID); ok {
+			atomic.AddInt64(&s.Info.Inflight, -1)
+		}
+		cl.State.Inflight.IncreaseReceiveQuota()
+		s.hooks.OnQosComplete(cl, *ack)
+	}
+	return nil
 }
 
 // loop contains interval tickers for the system events loop.
@@ -412,6 +531,8 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 	defer atomic.AddInt64(&s.Info.ClientsConnected, -1)
 
 	err = cl.Read(s.receivePacket)
+	_ = s.flushAcks(cl, nil) // faceagent patch (PUBACK after storing): stored; written if it still can be
+	s.forgetAcks(cl)
 	if err != nil {
 		s.sendLWT(cl)
 		cl.Stop(err)
@@ -537,6 +658,13 @@ func (s *Server) readConnectionPacket(cl *Client) (pk packets.Packet, err error)
 // receivePacket processes an incoming packet for a client, and issues a disconnect to the client
 // if an error has occurred (if mqtt v5).
 func (s *Server) receivePacket(cl *Client, pk packets.Packet) error {
+	// faceagent patch (PUBACK after storing): held acknowledgements go out before the
+	// client's next packet that is not a QoS 1/2 PUBLISH is handled.
+	if pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Qos == 0 {
+		if err := s.flushAcks(cl, nil); err != nil {
+			return err
+		}
+	}
 	err := s.processPacket(cl, pk)
 	if err != nil {
 		if code, ok := err.(packets.Code); ok &&
@@ -909,6 +1037,7 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 		pk.Expiry = pk.Created + expiry
 	}
 
+	displaced := false // faceagent patch (PUBACK after storing)
 	if !cl.Net.Inline {
 		if pki, ok := cl.State.Inflight.Get(pk.PacketID); ok {
 			if pki.FixedHeader.Type == packets.Pubrec { // [MQTT-4.3.3-10]
@@ -918,6 +1047,7 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 			if ok := cl.State.Inflight.Delete(pk.PacketID); ok { // [MQTT-4.3.2-5]
 				atomic.AddInt64(&s.Info.Inflight, -1)
 			}
+			displaced = true
 		}
 	}
 
@@ -968,23 +1098,17 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 		s.hooks.OnQosPublish(cl, ack, ack.Created, 0)
 	}
 
-	err = cl.WritePacket(ack)
-	if err != nil {
-		return err
-	}
-
-	if pk.FixedHeader.Qos == 1 {
-		if ok := cl.State.Inflight.Delete(ack.PacketID); ok {
-			atomic.AddInt64(&s.Info.Inflight, -1)
-		}
-		cl.State.Inflight.IncreaseReceiveQuota()
-		s.hooks.OnQosComplete(cl, ack)
-	}
-
+	// faceagent patch (PUBACK after storing): route the message first, then hold the
+	// acknowledgement until it is stored (AckWaiter); written at once unless more of the
+	// client's packets are buffered, or when this PUBLISH displaced a message in flight to
+	// the client (faceagent's clash guard puts that back once the PUBACK is written).
 	s.publishToSubscribers(pk)
 	s.hooks.OnPublished(cl, pk)
-
-	return nil
+	if !displaced && cl.Net.bconn != nil && cl.Net.bconn.Buffered() > 0 {
+		s.holdAck(cl, ack.PacketID)
+		return nil
+	}
+	return s.flushAcks(cl, &ack)
 }
 
 // retainMessage adds a message to a topic, and if a persistent store is provided,

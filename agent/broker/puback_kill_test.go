@@ -1,0 +1,335 @@
+package broker
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
+)
+
+// The child of TestAcknowledgedPublishSurvivesSIGKILL: a broker with DataDir on the
+// address given, until the parent kills it. init, not TestMain: the package's TestMain is
+// goleak's, and the child has nothing to check.
+const pubackChildEnv = "FACEAGENT_BROKER_PUBACK_CHILD" // "dir addr"
+
+func init() {
+	if v := os.Getenv(pubackChildEnv); v != "" {
+		dir, addr, _ := strings.Cut(v, " ")
+		b, err := New(&Options{Listen: addr, DataDir: dir, AllowAnonymous: true})
+		if err == nil {
+			err = b.Start()
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "puback child:", err)
+			os.Exit(3)
+		}
+		fmt.Println("ready")
+		select {} // until the SIGKILL
+	}
+}
+
+const (
+	pubackTopic  = "results/gw-k"
+	pubackWindow = 64 // QoS 1 PUBLISHes the publisher keeps unacknowledged
+	pubackMax    = 6000
+)
+
+// A PUBACK means the message is the broker's: for a subscriber with a kept session that is
+// offline, the message is in the sessions journal before its publisher is acknowledged.
+// The broker is SIGKILLed while a publisher streams QoS 1 messages to it (a window of 64
+// in flight, as an upstream faceagent publishes its results); after a restart on the same
+// DataDir the back office's session holds every message that was acknowledged. mochi
+// v2.7.9 wrote the PUBACK before it routed the message, and the session store committed
+// it later: most rounds lost the last few acknowledged messages.
+func TestAcknowledgedPublishSurvivesSIGKILL(t *testing.T) {
+	for round := range 3 {
+		acked, got := pubackKillRound(t, 300*time.Millisecond+time.Duration(round)*200*time.Millisecond)
+		if t.Failed() {
+			return
+		}
+		t.Logf("round %d: %d messages acknowledged before SIGKILL, %d delivered after the restart", round, acked, got)
+	}
+}
+
+// pubackKillRound runs the child broker, kills it killAfter after it is ready and checks
+// the restarted broker; it returns how many messages were acknowledged and delivered.
+func pubackKillRound(t *testing.T, killAfter time.Duration) (acked, delivered int) {
+	dir := t.TempDir()
+	addr := testutil.FreeAddr(t)
+
+	var (
+		mu     sync.Mutex
+		ackSet = map[int]bool{}
+		pubErr error
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err := pubackPublish(addr, func(n int) {
+			mu.Lock()
+			ackSet[n] = true
+			mu.Unlock()
+		})
+		mu.Lock()
+		pubErr = err
+		mu.Unlock()
+	}()
+	testutil.CrashChild(t, []string{pubackChildEnv + "=" + dir + " " + addr}, 20*time.Second, killAfter, func(l string) {
+		t.Errorf("child said %q", l)
+	})
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if pubErr != nil {
+		t.Fatalf("publisher: %v", pubErr)
+	}
+	if len(ackSet) == 0 {
+		t.Fatal("no message was acknowledged before the kill")
+	}
+	if len(ackSet) >= pubackMax {
+		t.Fatalf("all %d messages acknowledged before the kill: the kill came too late to test anything", len(ackSet))
+	}
+
+	b := startBroker(t, Options{DataDir: dir})
+	bo := pubackConnect(t, b.Addr(), "bo")
+	defer bo.close()
+	seen := map[int]bool{}
+	for missing := len(ackSet); missing > 0; {
+		payload, err := bo.nextPublishAndAck()
+		if err != nil {
+			var lost []int
+			for n := range ackSet {
+				if !seen[n] {
+					lost = append(lost, n)
+				}
+			}
+			t.Fatalf("%d of %d acknowledged messages lost (e.g. m-%d): %v", len(lost), len(ackSet), lost[0], err)
+		}
+		n, err := strconv.Atoi(strings.TrimPrefix(string(payload), "m-"))
+		if err != nil {
+			t.Fatalf("unexpected payload %q", payload)
+		}
+		if ackSet[n] && !seen[n] {
+			missing--
+		}
+		seen[n] = true
+	}
+	return len(ackSet), len(seen)
+}
+
+// pubackPublish connects the back office's kept session (subscribed, then offline), then
+// publishes m-0, m-1, … with QoS 1 and a window of pubackWindow, reporting each message
+// acknowledged, until the broker goes away or pubackMax were sent. It dials until the
+// broker listens.
+func pubackPublish(addr string, onAck func(n int)) error {
+	deadline := time.Now().Add(20 * time.Second)
+	var bo *wireClient
+	for {
+		c, err := dialWire(addr, "bo", false)
+		if err == nil {
+			bo = c
+			break
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(5 * time.Millisecond) // polling for the child's listener
+	}
+	err := bo.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
+		Filters: packets.Subscriptions{{Filter: pubackTopic, Qos: 1}}})
+	if err == nil {
+		err = bo.expect(packets.Suback)
+	}
+	bo.close() // offline: the session is kept and queues what is published
+	if err != nil {
+		return fmt.Errorf("subscribing the back office: %w", err)
+	}
+	pub, err := dialWire(addr, "publisher", true)
+	if err != nil {
+		return err
+	}
+	defer pub.close()
+
+	window := make(chan struct{}, pubackWindow)
+	var mu sync.Mutex
+	inFlight := map[uint16]int{} // packet id → message number
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		for {
+			typ, body, err := pub.read()
+			if err != nil {
+				return // the kill
+			}
+			if typ != packets.Puback || len(body) < 2 {
+				continue
+			}
+			id := uint16(body[0])<<8 | uint16(body[1])
+			if len(body) > 2 && body[2] >= 0x80 {
+				continue // refused: not the broker's
+			}
+			mu.Lock()
+			n, ok := inFlight[id]
+			delete(inFlight, id)
+			mu.Unlock()
+			if ok {
+				onAck(n)
+				<-window
+			}
+		}
+	}()
+	for n := 0; n < pubackMax; n++ {
+		select {
+		case window <- struct{}{}:
+		case <-readerDone:
+			return nil
+		}
+		id := uint16(n%65535 + 1)
+		mu.Lock()
+		inFlight[id] = n
+		mu.Unlock()
+		err := pub.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
+			TopicName: pubackTopic, PacketID: id, Payload: fmt.Appendf(nil, "m-%d", n)})
+		if err != nil {
+			break // the kill
+		}
+	}
+	<-readerDone
+	return nil
+}
+
+// wireClient is an MQTT 5 client on a raw connection whose methods return errors, so it
+// can run outside the test goroutine.
+type wireClient struct {
+	conn net.Conn
+	r    *bufio.Reader
+	wmu  sync.Mutex
+}
+
+// dialWire connects id: a clean session, or a kept one (one hour).
+func dialWire(addr, id string, clean bool) (*wireClient, error) {
+	conn, err := net.DialTimeout("tcp", addr, waitFor)
+	if err != nil {
+		return nil, err
+	}
+	c := &wireClient{conn: conn, r: bufio.NewReader(conn)}
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 5,
+		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: clean, Keepalive: 60, ClientIdentifier: id}}
+	if !clean {
+		pk.Properties.SessionExpiryInterval, pk.Properties.SessionExpiryIntervalFlag = 3600, true
+	}
+	if err := c.send(pk); err != nil {
+		c.close()
+		return nil, err
+	}
+	if err := c.expect(packets.Connack); err != nil {
+		c.close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// pubackConnect resumes id's kept session on the test goroutine.
+func pubackConnect(t *testing.T, addr, id string) *wireClient {
+	t.Helper()
+	c, err := dialWire(addr, id, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (c *wireClient) send(pk packets.Packet) error {
+	pk.ProtocolVersion = 5
+	var buf bytes.Buffer
+	if err := testutil.EncodeClientPacket(&buf, pk); err != nil {
+		return err
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.conn.SetWriteDeadline(time.Now().Add(waitFor))
+	_, err := c.conn.Write(buf.Bytes())
+	return err
+}
+
+// read returns the next packet's type and body (after the fixed header).
+func (c *wireClient) read() (byte, []byte, error) {
+	_ = c.conn.SetReadDeadline(time.Now().Add(waitFor))
+	first, err := c.r.ReadByte()
+	if err != nil {
+		return 0, nil, err
+	}
+	n, mul := 0, 1
+	for {
+		d, err := c.r.ReadByte()
+		if err != nil {
+			return 0, nil, err
+		}
+		n += int(d&0x7f) * mul
+		if d&0x80 == 0 {
+			break
+		}
+		if mul *= 128; mul > 128*128*128 {
+			return 0, nil, errors.New("malformed remaining length")
+		}
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(c.r, body); err != nil {
+		return 0, nil, err
+	}
+	return first >> 4, body, nil
+}
+
+func (c *wireClient) expect(typ byte) error {
+	got, _, err := c.read()
+	if err == nil && got != typ {
+		err = fmt.Errorf("got packet type %d, want %d", got, typ)
+	}
+	return err
+}
+
+// nextPublishAndAck reads a QoS 1 PUBLISH, acknowledges it and returns its payload.
+func (c *wireClient) nextPublishAndAck() ([]byte, error) {
+	typ, body, err := c.read()
+	if err != nil {
+		return nil, err
+	}
+	if typ != packets.Publish || len(body) < 2 {
+		return nil, fmt.Errorf("got packet type %d, want a PUBLISH", typ)
+	}
+	topicLen := int(body[0])<<8 | int(body[1])
+	if len(body) < 2+topicLen+3 {
+		return nil, errors.New("short PUBLISH")
+	}
+	id := uint16(body[2+topicLen])<<8 | uint16(body[3+topicLen])
+	if err := c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: id}); err != nil {
+		return nil, err
+	}
+	rest := body[4+topicLen:]
+	n, shift, i := 0, 0, 0 // properties length (a variable byte integer)
+	for ; i < len(rest) && i < 4; i++ {
+		n |= int(rest[i]&0x7f) << shift
+		shift += 7
+		if rest[i]&0x80 == 0 {
+			break
+		}
+	}
+	if i >= len(rest) || 1+i+n > len(rest) {
+		return nil, errors.New("PUBLISH with malformed properties")
+	}
+	return rest[1+i+n:], nil
+}
+
+func (c *wireClient) close() { _ = c.conn.Close() }

@@ -1,0 +1,94 @@
+package broker
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
+)
+
+// A burst of QoS 1 and 2 PUBLISHes read together (one write) to an offline kept session:
+// the acknowledgements are held while more of the burst is buffered, then written in the
+// order of the PUBLISHes, each only once the record of its message is on disk; a PINGREQ
+// in the middle of the burst is answered after the acknowledgements before it; the QoS 2
+// flows complete with PUBREL and PUBCOMP.
+func TestAcknowledgementsFollowCommitsInOrder(t *testing.T) {
+	b := startBroker(t, Options{DataDir: t.TempDir()})
+	bo, err := dialWire(b.Addr(), "bo", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bo.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
+		Filters: packets.Subscriptions{{Filter: "results", Qos: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := bo.expect(packets.Suback); err != nil {
+		t.Fatal(err)
+	}
+	bo.close()
+
+	pub, err := dialWire(b.Addr(), "publisher", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.close()
+	const n, pingAfter = 200, 100
+	qos := func(i int) byte { return byte(1 + min(1, i%10/9)) } // every tenth QoS 2
+	var burst bytes.Buffer
+	for i := range n {
+		pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos(i)}, ProtocolVersion: 5,
+			TopicName: "results", PacketID: uint16(i + 1), Payload: fmt.Appendf(nil, "m-%d", i)}
+		if err := testutil.EncodeClientPacket(&burst, pk); err != nil {
+			t.Fatal(err)
+		}
+		if i+1 == pingAfter {
+			if err := testutil.EncodeClientPacket(&burst, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pingreq}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := pub.conn.Write(burst.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	var pubrecs []uint16
+	for i := range n {
+		typ, body, err := pub.read()
+		if err != nil {
+			t.Fatalf("acknowledgement %d: %v", i, err)
+		}
+		want := byte(packets.Puback)
+		if qos(i) == 2 {
+			want = packets.Pubrec
+		}
+		if typ != want || len(body) < 2 || uint16(body[0])<<8|uint16(body[1]) != uint16(i+1) {
+			t.Fatalf("acknowledgement %d: type %d, body % x; want type %d for packet id %d", i, typ, body, want, i+1)
+		}
+		if len(body) > 2 && body[2] >= 0x80 {
+			t.Fatalf("acknowledgement %d refused: reason %#x", i, body[2])
+		}
+		if stored := len(b.sessions.commit.records(kindInflight)); stored < i+1 {
+			t.Fatalf("acknowledgement %d written with %d messages on disk", i, stored)
+		}
+		if want == packets.Pubrec {
+			pubrecs = append(pubrecs, uint16(i+1))
+		}
+		if i+1 == pingAfter {
+			if typ, _, err := pub.read(); err != nil || typ != packets.Pingresp {
+				t.Fatalf("after acknowledgement %d: type %d, %v; want the PINGRESP", i, typ, err)
+			}
+		}
+	}
+	for _, id := range pubrecs {
+		pubrel := []byte{packets.Pubrel<<4 | 2, 2, byte(id >> 8), byte(id)}
+		if _, err := pub.conn.Write(pubrel); err != nil {
+			t.Fatal(err)
+		}
+		typ, body, err := pub.read()
+		if err != nil || typ != packets.Pubcomp || uint16(body[0])<<8|uint16(body[1]) != id {
+			t.Fatalf("PUBREL %d: type %d, body % x, %v; want its PUBCOMP", id, typ, body, err)
+		}
+	}
+}
