@@ -356,9 +356,11 @@ func (t *Terminal) loops() {
 	}
 }
 
-// group owns goroutines: none starts once closing began, close waits for all.
+// group owns goroutines: none starts once closing began, close waits for all. run and
+// enter (every command a terminal gets) share mu's read lock, so that 64 terminals do not
+// queue on it; beginClose takes the write lock, after which no Add can race with Wait.
 type group struct {
-	mu     sync.Mutex
+	mu     sync.RWMutex
 	closed bool
 	wg     sync.WaitGroup
 	done   chan struct{}
@@ -374,8 +376,8 @@ func newGroup() *group {
 
 // run starts f in a goroutine unless the group is closing; it reports whether it did.
 func (g *group) run(f func()) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	g.mu.RLock()
+	defer g.mu.RUnlock()
 	if g.closed {
 		return false
 	}
@@ -390,8 +392,8 @@ func (g *group) run(f func()) bool {
 // enter counts the caller's own goroutine as one of the group's (for callbacks from a
 // library); false once closing. Pair with exit.
 func (g *group) enter() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	g.mu.RLock()
+	defer g.mu.RUnlock()
 	if g.closed {
 		return false
 	}
