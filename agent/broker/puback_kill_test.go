@@ -266,6 +266,12 @@ func (c *wireClient) send(pk packets.Packet) error {
 
 // read returns the next packet's type and body (after the fixed header).
 func (c *wireClient) read() (byte, []byte, error) {
+	first, body, err := c.readWithHeader()
+	return first >> 4, body, err
+}
+
+// readWithHeader returns the next packet's first byte (type and flags) and body.
+func (c *wireClient) readWithHeader() (byte, []byte, error) {
 	_ = c.conn.SetReadDeadline(time.Now().Add(waitFor))
 	first, err := c.r.ReadByte()
 	if err != nil {
@@ -289,7 +295,7 @@ func (c *wireClient) read() (byte, []byte, error) {
 	if _, err := io.ReadFull(c.r, body); err != nil {
 		return 0, nil, err
 	}
-	return first >> 4, body, nil
+	return first, body, nil
 }
 
 func (c *wireClient) expect(typ byte) error {

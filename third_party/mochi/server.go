@@ -1141,25 +1141,44 @@ func (s *Server) publishToSubscribers(pk packets.Packet) {
 		}
 	}
 
-	subscribers := s.Topics.Subscribers(pk.TopicName)
+	// faceagent patch (publish allocations): the subscribers on the stack, a lone client
+	// and a lone inline subscription outside their maps (TopicsIndex.route); the hooks get
+	// a copy on the heap with everything in the maps, as upstream.
+	var subscribers Subscribers
+	s.Topics.route(pk.TopicName, &subscribers)
 	if len(subscribers.Shared) > 0 {
-		subscribers = s.hooks.OnSelectSubscribers(subscribers, pk)
-		if len(subscribers.SharedSelected) == 0 {
-			subscribers.SelectShared()
+		subscribers.spill()
+		selected := new(Subscribers)
+		*selected = subscribers
+		selected = s.hooks.OnSelectSubscribers(selected, pk)
+		if len(selected.SharedSelected) == 0 {
+			selected.SelectShared()
 		}
-		subscribers.MergeSharedSelected()
+		selected.MergeSharedSelected()
+		subscribers = *selected
 	}
 
+	if subscribers.hasInline {
+		subscribers.oneInl.Handler(s.inlineClient, subscribers.oneInl.Subscription, pk)
+	}
 	for _, inlineSubscription := range subscribers.InlineSubscriptions {
 		inlineSubscription.Handler(s.inlineClient, inlineSubscription.Subscription, pk)
 	}
 
+	if subscribers.hasOne {
+		s.publishToSubscriber(subscribers.oneClient, subscribers.oneSub, pk)
+	}
 	for id, subs := range subscribers.Subscriptions {
-		if cl, ok := s.Clients.Get(id); ok {
-			_, err := s.publishToClient(cl, subs, pk)
-			if err != nil {
-				s.Log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", pk)
-			}
+		s.publishToSubscriber(id, subs, pk)
+	}
+}
+
+// publishToSubscriber publishes pk to the client id, if it is known.
+func (s *Server) publishToSubscriber(id string, sub packets.Subscription, pk packets.Packet) {
+	if cl, ok := s.Clients.Get(id); ok {
+		_, err := s.publishToClient(cl, sub, pk)
+		if err != nil {
+			s.Log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", pk)
 		}
 	}
 }

@@ -314,6 +314,100 @@ type Subscribers struct {
 	SharedSelected      map[string]packets.Subscription
 	Subscriptions       map[string]packets.Subscription
 	InlineSubscriptions map[int]InlineSubscription
+
+	// faceagent patch (publish allocations): when routing (TopicsIndex.route), the only
+	// client matching and the only inline subscription matching are held here, and the
+	// maps made only for a second one: most messages have one subscriber (a command to its
+	// terminal, a terminal's ack to the agent's inline subscription).
+	routing   bool
+	hasOne    bool // oneClient and oneSub hold a client's subscription
+	oneClient string
+	oneSub    packets.Subscription
+	hasInline bool // oneInl holds an inline subscription
+	oneInl    InlineSubscription
+}
+
+// route collects the subscribers of topic into subs, as Subscribers does, but with a
+// single client and a single inline subscription held outside the maps (see Subscribers'
+// fields). subs is the caller's, so it need not be allocated.
+//
+// faceagent patch (publish allocations).
+func (x *TopicsIndex) route(topic string, subs *Subscribers) {
+	subs.routing = true
+	x.scanSubscribers(topic, 0, nil, subs)
+}
+
+// addClient adds a client's matching subscription, merged with one it already has; hint is
+// how many the particle has (the size of a map made for them).
+func (s *Subscribers) addClient(client string, sub packets.Subscription, hint int) {
+	if s.routing && s.Subscriptions == nil {
+		if !s.hasOne {
+			s.oneClient, s.oneSub, s.hasOne = client, firstMatch(sub), true
+			return
+		}
+		if s.oneClient == client {
+			s.oneSub = s.oneSub.Merge(sub)
+			return
+		}
+		s.Subscriptions = make(map[string]packets.Subscription, hint+1)
+		s.Subscriptions[s.oneClient] = s.oneSub
+		s.hasOne = false
+	}
+	if s.Subscriptions == nil {
+		s.Subscriptions = make(map[string]packets.Subscription, hint)
+	}
+	if cls, ok := s.Subscriptions[client]; ok {
+		s.Subscriptions[client] = cls.Merge(sub)
+	} else {
+		s.Subscriptions[client] = firstMatch(sub)
+	}
+}
+
+// firstMatch is a client's first matching subscription: upstream merged it with itself,
+// which made a map of {filter: identifier}; without an identifier that map only gave
+// publishToClient a subscription identifier 0, which is never encoded, so it is left out.
+func firstMatch(sub packets.Subscription) packets.Subscription {
+	if sub.Identifier == 0 && sub.Identifiers == nil {
+		return sub
+	}
+	return sub.Merge(sub)
+}
+
+// addInline adds a matching inline subscription; hint as for addClient.
+func (s *Subscribers) addInline(id int, inline InlineSubscription, hint int) {
+	if s.routing && s.InlineSubscriptions == nil {
+		if !s.hasInline || s.oneInl.Identifier == id {
+			s.oneInl, s.hasInline = inline, true
+			return
+		}
+		s.InlineSubscriptions = make(map[int]InlineSubscription, hint+1)
+		s.InlineSubscriptions[s.oneInl.Identifier] = s.oneInl
+		s.hasInline = false
+	}
+	if s.InlineSubscriptions == nil {
+		s.InlineSubscriptions = make(map[int]InlineSubscription, hint)
+	}
+	s.InlineSubscriptions[id] = inline
+}
+
+// spill moves the held client and inline subscription into the maps (for
+// OnSelectSubscribers hooks, which know only the maps).
+func (s *Subscribers) spill() {
+	if s.hasOne {
+		if s.Subscriptions == nil {
+			s.Subscriptions = map[string]packets.Subscription{}
+		}
+		s.Subscriptions[s.oneClient] = s.oneSub
+		s.hasOne = false
+	}
+	if s.hasInline {
+		if s.InlineSubscriptions == nil {
+			s.InlineSubscriptions = map[int]InlineSubscription{}
+		}
+		s.InlineSubscriptions[s.oneInl.Identifier] = s.oneInl
+		s.hasInline = false
+	}
+	s.routing = false
 }
 
 // SelectShared returns one subscriber for each shared subscription group.
@@ -336,6 +430,9 @@ func (s *Subscribers) SelectShared() {
 // and the non-shared subscribers, to ensure that no subscriber gets multiple messages
 // due to have both types of subscription matching the same filter.
 func (s *Subscribers) MergeSharedSelected() {
+	if s.Subscriptions == nil && len(s.SharedSelected) > 0 { // faceagent patch (publish allocations)
+		s.Subscriptions = make(map[string]packets.Subscription, len(s.SharedSelected))
+	}
 	for client, sub := range s.SharedSelected {
 		cls, ok := s.Subscriptions[client]
 		if !ok {
@@ -580,13 +677,11 @@ func (x *TopicsIndex) scanMessages(filter string, d int, n *particle, pks []pack
 
 // Subscribers returns a map of clients who are subscribed to matching filters,
 // their subscription ids and highest qos.
+//
+// faceagent patch (publish allocations): the maps are made when something goes in them
+// (nil when nothing matched; reading a nil map is reading an empty one).
 func (x *TopicsIndex) Subscribers(topic string) *Subscribers {
-	return x.scanSubscribers(topic, 0, nil, &Subscribers{
-		Shared:              map[string]map[string]packets.Subscription{},
-		SharedSelected:      map[string]packets.Subscription{},
-		Subscriptions:       map[string]packets.Subscription{},
-		InlineSubscriptions: map[int]InlineSubscription{},
-	})
+	return x.scanSubscribers(topic, 0, nil, &Subscribers{})
 }
 
 // scanSubscribers returns a list of client subscriptions matching an indexed topic address.
@@ -628,32 +723,54 @@ func (x *TopicsIndex) scanSubscribers(topic string, d int, n *particle, subs *Su
 }
 
 // gatherSubscriptions collects any matching subscriptions, and gathers any identifiers or highest qos values.
+//
+// faceagent patch (publish allocations): reads the particle's maps under their read locks
+// instead of copying them first (GetAll: a map per particle per message), sizes the result
+// maps, and takes a client's first matching subscription without identifier as it is
+// (firstMatch).
 func (x *TopicsIndex) gatherSubscriptions(topic string, particle *particle, subs *Subscribers) {
-	if subs.Subscriptions == nil {
-		subs.Subscriptions = map[string]packets.Subscription{}
+	particle.subscriptions.RLock()
+	defer particle.subscriptions.RUnlock()
+	n := len(particle.subscriptions.internal)
+	if n == 0 {
+		return
+	}
+	if subs.Subscriptions == nil && !subs.routing {
+		subs.Subscriptions = make(map[string]packets.Subscription, n)
 	}
 
-	for client, sub := range particle.subscriptions.GetAll() {
+	for client, sub := range particle.subscriptions.internal {
 		if len(sub.Filter) > 0 && topic[0] == '$' && (sub.Filter[0] == '+' || sub.Filter[0] == '#') { // don't match $ topics with top level wildcards [MQTT-4.7.1-1] [MQTT-4.7.1-2]
 			continue
 		}
-
-		cls, ok := subs.Subscriptions[client]
-		if !ok {
-			cls = sub
-		}
-
-		subs.Subscriptions[client] = cls.Merge(sub)
+		subs.addClient(client, sub, n)
 	}
 }
 
 // gatherSharedSubscriptions gathers all shared subscriptions for a particle.
+//
+// faceagent patch (publish allocations): under the particle's read lock, no copy first.
 func (x *TopicsIndex) gatherSharedSubscriptions(particle *particle, subs *Subscribers) {
+	particle.shared.RLock()
+	defer particle.shared.RUnlock()
+	if len(particle.shared.internal) == 0 {
+		return
+	}
 	if subs.Shared == nil {
 		subs.Shared = map[string]map[string]packets.Subscription{}
 	}
+	// The subscribers go to OnSelectSubscribers hooks: their maps are there, as upstream.
+	if subs.SharedSelected == nil {
+		subs.SharedSelected = map[string]packets.Subscription{}
+	}
+	if subs.Subscriptions == nil {
+		subs.Subscriptions = map[string]packets.Subscription{}
+	}
+	if subs.InlineSubscriptions == nil {
+		subs.InlineSubscriptions = map[int]InlineSubscription{}
+	}
 
-	for _, shares := range particle.shared.GetAll() {
+	for _, shares := range particle.shared.internal {
 		for client, sub := range shares {
 			if _, ok := subs.Shared[sub.Filter]; !ok {
 				subs.Shared[sub.Filter] = map[string]packets.Subscription{}
@@ -665,13 +782,21 @@ func (x *TopicsIndex) gatherSharedSubscriptions(particle *particle, subs *Subscr
 }
 
 // gatherSharedSubscriptions gathers all inline subscriptions for a particle.
+//
+// faceagent patch (publish allocations): under the particle's read lock, no copy first.
 func (x *TopicsIndex) gatherInlineSubscriptions(particle *particle, subs *Subscribers) {
-	if subs.InlineSubscriptions == nil {
-		subs.InlineSubscriptions = map[int]InlineSubscription{}
+	particle.inlineSubscriptions.RLock()
+	defer particle.inlineSubscriptions.RUnlock()
+	if len(particle.inlineSubscriptions.internal) == 0 {
+		return
+	}
+	n := len(particle.inlineSubscriptions.internal)
+	if subs.InlineSubscriptions == nil && !subs.routing {
+		subs.InlineSubscriptions = make(map[int]InlineSubscription, n)
 	}
 
-	for id, inline := range particle.inlineSubscriptions.GetAll() {
-		subs.InlineSubscriptions[id] = inline
+	for id, inline := range particle.inlineSubscriptions.internal {
+		subs.addInline(id, inline, n)
 	}
 }
 
