@@ -3,6 +3,7 @@ package broker
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,9 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/seed0e69bba5/faceagent/device/face"
+	"github.com/seed0e69bba5/faceagent/device/mqttlink"
 )
 
 // promptly bounds what must not wait on a wedged terminal. Far above what the steps take
@@ -73,7 +77,8 @@ func wedgeOptions() Options {
 	return Options{TerminalTopic: isCommandTopic, TerminalPendingWrites: 4}
 }
 
-// readWithin reads the next packet from c within d: its type and its body.
+// readWithin reads the next packet from c within d: its first byte (type and flags) and
+// its body.
 func readWithin(c *memClient, d time.Duration) (byte, []byte, error) {
 	_ = c.conn.SetReadDeadline(time.Now().Add(d))
 	first, err := c.r.ReadByte()
@@ -98,17 +103,17 @@ func readWithin(c *memClient, d time.Duration) (byte, []byte, error) {
 	if _, err := io.ReadFull(c.r, body); err != nil {
 		return 0, nil, err
 	}
-	return first >> 4, body, nil
+	return first, body, nil
 }
 
 // expectWithin reads the next packet within promptly and fails unless it is of type typ.
 func expectWithin(t *testing.T, c *memClient, typ byte, what string) []byte {
 	t.Helper()
-	got, body, err := readWithin(c, promptly)
+	first, body, err := readWithin(c, promptly)
 	if err != nil {
 		t.Fatalf("%s: no packet within %v: %v", what, promptly, err)
 	}
-	if got != typ {
+	if got := first >> 4; got != typ {
 		t.Fatalf("%s: got packet type %d, want %d", what, got, typ)
 	}
 	return body
@@ -298,5 +303,43 @@ func TestWedgedTerminalCutAfterWriteTimeout(t *testing.T) {
 	}
 	if cause := cl.StopCause(); !errors.Is(cause, os.ErrDeadlineExceeded) {
 		t.Fatalf("stop cause %v, want the write timeout", cause)
+	}
+}
+
+// TestWedgedTerminalMqttlinkSend: the agent's own send path, device/mqttlink over the
+// embedded broker's inline client (what the outbox calls, also from the intake inside
+// OnPublish): a command to the wedged terminal returns, and the next, to a healthy
+// terminal, arrives.
+func TestWedgedTerminalMqttlinkSend(t *testing.T) {
+	b := startBroker(t, wedgeOptions())
+	link, err := mqttlink.New(mqttlink.Config{Server: b.Server()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer link.Close()
+	healthy := memConnect(t, b.Addr(), "healthy")
+	defer healthy.close()
+	wedgedTerminal(t, b.Addr(), "stuck")
+	wedge(t, b, "stuck")
+
+	sent := make(chan error, 2)
+	go func() {
+		for _, id := range []string{"stuck", "healthy"} {
+			sent <- link.Send(context.Background(), id, face.Command{
+				MessageID: "m-" + id, Op: face.AddPerson, Person: face.Person{ID: "951", Name: "A"}})
+		}
+	}()
+	for _, id := range []string{"stuck", "healthy"} {
+		select {
+		case err := <-sent:
+			if err != nil {
+				t.Fatalf("Send to %s: %v", id, err)
+			}
+		case <-time.After(promptly):
+			t.Fatalf("Send to %s did not return within %v", id, promptly)
+		}
+	}
+	if got := healthy.expectPublishAndAck(t); !bytes.Contains(got, []byte(`"messageId":"m-healthy"`)) {
+		t.Fatalf("healthy terminal got %s, want the command m-healthy", got)
 	}
 }

@@ -323,12 +323,16 @@ func (cl *Client) NextPacketID() (i uint32, err error) {
 }
 
 // ResendInflightMessages attempts to resend any pending inflight messages to connected clients.
+//
+// faceagent patch (wedged peer): only those the session brought and those waiting for send
+// quota (Inflight.takeResend), not the ones routed to this connection since, which its writer
+// sends.
 func (cl *Client) ResendInflightMessages(force bool) error {
 	if cl.State.Inflight.Len() == 0 {
 		return nil
 	}
 
-	for _, tk := range cl.State.Inflight.GetAll(false) {
+	for _, tk := range cl.State.Inflight.takeResend() {
 		if tk.FixedHeader.Type == packets.Publish {
 			tk.FixedHeader.Dup = true // [MQTT-3.3.1-1] [MQTT-3.3.1-3]
 		}

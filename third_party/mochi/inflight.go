@@ -20,6 +20,9 @@ type Inflight struct {
 	sendQuota           int32                     // remaining outbound qos quota for flow control
 	maximumReceiveQuota int32                     // maximum allowed receive quota
 	maximumSendQuota    int32                     // maximum allowed send quota
+	// faceagent patch (wedged peer): the ids Clone brought from the session taken over, until
+	// ResendInflightMessages has sent them (takeResend).
+	inherited map[uint16]struct{}
 }
 
 // NewInflights returns a new instance of an Inflight packets map.
@@ -36,6 +39,7 @@ func (i *Inflight) Set(m packets.Packet) bool {
 
 	_, ok := i.internal[m.PacketID]
 	i.internal[m.PacketID] = m
+	delete(i.inherited, m.PacketID) // faceagent patch (wedged peer): no longer the inherited message
 	return !ok
 }
 
@@ -67,7 +71,39 @@ func (i *Inflight) Clone() *Inflight {
 	for k, v := range i.internal {
 		c.internal[k] = v
 	}
+	// faceagent patch (wedged peer): remember what came from the old session (takeResend).
+	if len(i.internal) > 0 {
+		c.inherited = make(map[uint16]struct{}, len(i.internal))
+		for k := range i.internal {
+			c.inherited[k] = struct{}{}
+		}
+	}
 	return c
+}
+
+// takeResend returns, ordered as GetAll, the messages a resumed session's new connection
+// must be sent again: those Clone brought from the session taken over, and those waiting
+// for send quota (Expiry < 0), which nothing else writes. It forgets the inherited ids.
+//
+// faceagent patch (wedged peer): ResendInflightMessages sent every message in the set. One
+// routed to the new client after it was registered (mochi registers it before CONNACK and
+// resends after) is also in its queue of pending writes, and went out twice. The client's
+// lock, taken by NextPacketID, used to hold such a publisher back while the CONNACK was
+// written, which made that rare.
+func (i *Inflight) takeResend() []packets.Packet {
+	i.Lock()
+	defer i.Unlock()
+	m := []packets.Packet{}
+	for k, v := range i.internal {
+		if _, ok := i.inherited[k]; ok || v.Expiry < 0 {
+			m = append(m, v)
+		}
+	}
+	i.inherited = nil
+	sort.Slice(m, func(i, j int) bool {
+		return uint16(m[i].Created) < uint16(m[j].Created)
+	})
+	return m
 }
 
 // GetAll returns all the inflight messages.
@@ -113,6 +149,7 @@ func (i *Inflight) Delete(id uint16) bool {
 
 	_, ok := i.internal[id]
 	delete(i.internal, id)
+	delete(i.inherited, id) // faceagent patch (wedged peer)
 
 	return ok
 }
