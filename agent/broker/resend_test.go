@@ -8,9 +8,8 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
-// publishOnResume publishes one message, once, while mochi writes the CONNACK of a resumed
-// session to client id: after mochi registered the new connection and before it resends
-// the session's messages in flight.
+// publishOnResume publishes one message, once, as soon as mochi has written the CONNACK of a
+// resumed session to client id: before it resends the session's messages in flight.
 type publishOnResume struct {
 	mqtt.HookBase
 	srv            *mqtt.Server
@@ -20,13 +19,12 @@ type publishOnResume struct {
 
 func (h *publishOnResume) ID() string { return "test-publish-on-resume" }
 
-func (h *publishOnResume) Provides(b byte) bool { return b == mqtt.OnPacketEncode }
+func (h *publishOnResume) Provides(b byte) bool { return b == mqtt.OnPacketSent }
 
-func (h *publishOnResume) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+func (h *publishOnResume) OnPacketSent(cl *mqtt.Client, pk packets.Packet, _ []byte) {
 	if pk.FixedHeader.Type == packets.Connack && pk.SessionPresent && cl.ID == h.id && h.done.CompareAndSwap(false, true) {
 		_ = h.srv.Publish(h.topic, []byte(h.msg), false, 1)
 	}
-	return pk
 }
 
 // readPublish reads a QoS 1 PUBLISH within promptly: its payload, packet id and DUP flag.
@@ -48,7 +46,8 @@ func readPublish(t *testing.T, c *memClient) (string, uint16, bool) {
 }
 
 // TestResumedSessionSendsEachMessageOnce: a message routed to a resumed session's new
-// connection before mochi resends the session's messages in flight goes out once. mochi
+// connection after its CONNACK, before mochi resends the session's messages in flight, goes
+// out once. mochi
 // v2.7.9 resent every message in the set, that one too (with DUP), and its writer sent it
 // again; the client's lock in NextPacketID made the window small (see the wedged-peer
 // patches in third_party/mochi/README.md).
