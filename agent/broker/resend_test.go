@@ -47,10 +47,9 @@ func readPublish(t *testing.T, c *memClient) (string, uint16, bool) {
 
 // TestResumedSessionSendsEachMessageOnce: a message routed to a resumed session's new
 // connection after its CONNACK, before mochi resends the session's messages in flight, goes
-// out once. mochi
-// v2.7.9 resent every message in the set, that one too (with DUP), and its writer sent it
-// again; the client's lock in NextPacketID made the window small (see the wedged-peer
-// patches in third_party/mochi/README.md).
+// out once. mochi v2.7.9 resent every message in the set, that one too (with DUP), and its
+// writer sent it again; the client's lock in NextPacketID made the window small (see the
+// wedged-peer patches in third_party/mochi/README.md).
 func TestResumedSessionSendsEachMessageOnce(t *testing.T) {
 	const topic = "faceagent/gw/results"
 	hook := &publishOnResume{id: "back-office", topic: topic, msg: "live"}
