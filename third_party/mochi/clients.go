@@ -94,10 +94,14 @@ func (cl *Clients) Delete(id string) {
 }
 
 // GetByListener returns clients matching a listener id.
+//
+// faceagent patch (deadlock): sized from the map under the read lock already held. It
+// called Len, which read-locked again: an Add or Delete waiting between the two blocked the
+// second for good (sync.RWMutex), and Server.Close with it (mochi issue #488).
 func (cl *Clients) GetByListener(id string) []*Client {
 	cl.RLock()
 	defer cl.RUnlock()
-	clients := make([]*Client, 0, cl.Len())
+	clients := make([]*Client, 0, len(cl.internal))
 	for _, client := range cl.internal {
 		if client.Net.Listener == id && !client.Closed() {
 			clients = append(clients, client)

@@ -1,0 +1,49 @@
+package broker
+
+import (
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+)
+
+// TestClientsGetByListenerWithWriters: mochi's Server.Close (closeListenerClients) lists a
+// listener's clients with Clients.GetByListener while clients come and go (Clients.Add on
+// CONNECT, Clients.Delete when a session ends). mochi v2.7.9's GetByListener took the read
+// lock twice (its own, then Len's): an Add or Delete waiting between the two blocked the
+// second for good, and Close with it (tcpListener works around it; other listeners use
+// mochi's closeListenerClients).
+func TestClientsGetByListenerWithWriters(t *testing.T) {
+	srv := mqtt.New(&mqtt.Options{})
+	clients := mqtt.NewClients()
+	var some [8]*mqtt.Client
+	for i := range some {
+		some[i] = srv.NewClient(nil, "tcp", strconv.Itoa(i), false)
+	}
+	const rounds = 20_000 // mochi v2.7.9 hung within a few thousand here (-race)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for range rounds {
+			clients.GetByListener("tcp")
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for i := range rounds {
+			cl := some[i%len(some)]
+			clients.Add(cl)
+			clients.Delete(cl.ID)
+		}
+	}()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("GetByListener and Add/Delete deadlocked")
+	}
+}
