@@ -201,9 +201,12 @@
 //     overflows it is dropped and counted like any drop. A terminal that
 //     resumes a kept session (its subscriptions inherited, so publishers may
 //     already route to it) keeps the full queue.
-//   - mochi v2.7.9 holds a client's lock while its writer goroutine is
-//     blocked on a full socket, and a QoS 1/2 publish to that client waits for
-//     the lock (NextPacketID): up to WriteTimeout, rather than being dropped.
+//   - A client that stops reading (its socket full) holds up only itself:
+//     its writer waits up to WriteTimeout, then the client is disconnected (a
+//     failed write ends the connection). Messages routed to it meanwhile wait
+//     in its queue, or are dropped once it is full; publishers never wait for
+//     it. A takeover of its session or Close waits at most 0.5 s for its
+//     DISCONNECT (third_party/mochi/README.md, the "wedged peer" patches).
 //   - mochi passes packets (~800 bytes) by value through deep frames, so each
 //     connection costs 24 KiB of goroutine stacks: its reader needs 16 KiB
 //     parked (5 KB in use, too much for the GC to halve it) and grows to 32
