@@ -129,7 +129,7 @@ func (i *Inflight) GetAll(immediate bool) []packets.Packet {
 // This typically occurs when the quota has been exhausted, and we need to wait until new quota
 // is free to continue sending.
 //
-// faceagent patch (wedged peer): no read lock of its own. It took one and then GetAll took
+// faceagent patch (deadlock): no read lock of its own. It took one and then GetAll took
 // it again: a Set or Delete (a publisher, on its goroutine) waiting between the two blocked
 // the second for good (sync.RWMutex), hanging the client's reader and the publisher. GetAll
 // holds the lock for the copy, which is all this reads.
