@@ -92,3 +92,78 @@ func TestAcknowledgementsFollowCommitsInOrder(t *testing.T) {
 		}
 	}
 }
+
+// Acknowledgements wait for storage without deadlocking on the broker's own storing paths:
+// a hook that publishes through the inline client inside OnPublish (the agent's intake, the
+// relay here) to a kept session, a retained message (stored by its own hook), and a QoS 2
+// flow, all to an offline kept session. Each is acknowledged, and the kept session gets
+// every message after it reconnects.
+func TestAcknowledgementWithStoringHooks(t *testing.T) {
+	relay := &relayHook{topic: "tasks", relays: []string{"results/relayed"}}
+	b := startBroker(t, Options{DataDir: t.TempDir()}, relay)
+	relay.srv = b.Server()
+	bo, err := dialWire(b.Addr(), "bo", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bo.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
+		Filters: packets.Subscriptions{{Filter: "results/#", Qos: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := bo.expect(packets.Suback); err != nil {
+		t.Fatal(err)
+	}
+	bo.close()
+
+	pub, err := dialWire(b.Addr(), "publisher", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.close()
+	steps := []struct {
+		pk   packets.Packet
+		want byte
+	}{
+		{packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "tasks", PacketID: 1, Payload: []byte("task")}, packets.Puback},
+		{packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: true}, TopicName: "results/retained", PacketID: 2, Payload: []byte("kept")}, packets.Puback},
+		{packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 2}, TopicName: "results/q2", PacketID: 3, Payload: []byte("q2")}, packets.Pubrec},
+	}
+	for _, st := range steps {
+		if err := pub.send(st.pk); err != nil {
+			t.Fatal(err)
+		}
+		typ, body, err := pub.read()
+		if err != nil || typ != st.want || len(body) < 2 || body[1] != byte(st.pk.PacketID) {
+			t.Fatalf("%s: type %d, body % x, %v; want type %d", st.pk.TopicName, typ, body, err, st.want)
+		}
+	}
+	if _, err := pub.conn.Write([]byte{packets.Pubrel<<4 | 2, 2, 0, 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.expect(packets.Pubcomp); err != nil {
+		t.Fatal(err)
+	}
+	if stored := len(b.sessions.commit.records(kindInflight)); stored != 3 {
+		t.Fatalf("%d messages stored for the kept session, want 3", stored)
+	}
+
+	bo, err = dialWire(b.Addr(), "bo", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bo.close()
+	got := map[string]bool{}
+	for range 3 {
+		first, body, err := bo.readWithHeader()
+		if err != nil || first>>4 != packets.Publish {
+			t.Fatalf("resumed session: %d, %v", first>>4, err)
+		}
+		topic, _ := parsePublish(t, bo, body, first>>1&3)
+		got[topic] = true
+	}
+	for _, topic := range []string{"results/relayed", "results/retained", "results/q2"} {
+		if !got[topic] {
+			t.Errorf("the kept session did not get %s (got %v)", topic, got)
+		}
+	}
+}
