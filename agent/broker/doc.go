@@ -194,9 +194,8 @@
 //     topics), a client whose first SUBSCRIBE is for such topics only gets a
 //     queue of TerminalPendingWrites (32) instead: 352 bytes instead of 9.5 KB
 //     a terminal. mochi makes the queue before CONNECT, so queues.go replaces
-//     it (reflect and unsafe on mochi v2.7.9's ClientState, on the client's
-//     writer goroutine; TestClientLayout fails on a mochi upgrade that moves
-//     it, and the broker then logs a warning and keeps full queues). A
+//     it on the client's writer goroutine, through Client.ResizeOutbound, an
+//     API the vendored mochi has for it (third_party/mochi/README.md). A
 //     terminal that later subscribes to more keeps the short queue; what
 //     overflows it is dropped and counted like any drop. A terminal that
 //     resumes a kept session (its subscriptions inherited, so publishers may

@@ -1,13 +1,7 @@
 package broker
 
 import (
-	"bufio"
-	"context"
-	"errors"
-	"reflect"
-	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -25,35 +19,33 @@ const terminalReadBuffer = 512
 
 // terminalQueues gives terminals a short queue of pending writes.
 //
-// mochi v2.7.9 makes every client's queue (ClientState.outbound, a buffered channel of
+// mochi makes every client's queue of pending writes (a buffered channel of
 // *packets.Packet) in newClient, with Capabilities.MaximumClientWritesPending slots, when
 // the connection is accepted: before CONNECT, so nothing is known of the client yet. A
 // queue of 1,024 is 8 KiB (a 9,472-byte allocation) for every client, though a terminal
 // is sent one command at a time. The hook replaces the queue of a client whose first
 // SUBSCRIBE is for terminal command topics only (Options.TerminalTopic) by one of
-// Options.TerminalPendingWrites slots.
+// Options.TerminalPendingWrites slots, through the vendored mochi's Client.ResizeOutbound
+// (third_party/mochi, "terminal queues").
 //
 // When: in OnSubscribe, on the client's reader goroutine, before mochi adds the
 // subscriptions, and only while the client has no subscription and no message in flight,
 // so no publisher can know the client's queue yet (mochi routes only to subscribers),
 // save one routing on a stale subscriber list to a client that took a clean session over:
-// what it queued behind the marker keeps the client its full queue (swap).
+// what it queued behind the resize keeps the client its full queue.
 //
-// How, without a data race: mochi's writer goroutine (Client.WriteLoop) reads the field at
-// each turn of its loop, so only that goroutine may change it. The hook sends it a marker
-// packet on the old queue (its only packet: nothing was routed to the client yet) and
-// waits; the writer passes it to WritePacket, whose OnPacketEncode (this hook, on the
-// writer goroutine) swaps the field under the client's lock (WritePacket reads the queue's
-// length under that lock on other goroutines) and releases the reader. The marker has
-// packet type 0 (reserved), which WritePacket refuses to encode: nothing is written
-// (WriteLoop logs the error at debug level, and counts the marker out of
-// ClientState.outboundQty, which it was never counted into: that counter then reads one
-// less than the queue holds; mochi v2.7.9 never reads it).
-// The wait is one goroutine hand-off per terminal connection.
+// How, without a data race: mochi's writer goroutine (Client.WriteLoop) reads the queue
+// field at each turn of its loop, so only that goroutine may change it. ResizeOutbound
+// queues a marker packet (type Reserved, never encoded nor written) and waits; the writer
+// passes it to WritePacket, whose OnPacketEncode (this hook, on the writer goroutine)
+// calls ApplyOutboundResize, which swaps the field under the client's lock (WritePacket
+// reads the queue's length under that lock on other goroutines) and releases the reader.
+// WriteLoop logs the marker's encoding error at debug level. The wait is one goroutine
+// hand-off per terminal connection.
 //
 // The same SUBSCRIBE gives the terminal a read buffer of terminalReadBuffer bytes instead
-// of 2 KiB, on the reader goroutine (the only one that reads ClientConnection.bconn), when
-// nothing is buffered beyond the SUBSCRIBE.
+// of 2 KiB (Client.SetReadBuffer), on the reader goroutine (the only one that reads the
+// buffer), when nothing is buffered beyond the SUBSCRIBE.
 //
 // A terminal that resumes a kept session has its subscriptions already (publishers may be
 // routing to it): it keeps its full queue.
@@ -63,65 +55,20 @@ const terminalReadBuffer = 512
 // dropLog, seen by OnPublishDropped).
 type terminalQueues struct {
 	mqtt.HookBase
-	match  func(topic string) bool
-	slots  int32
-	layout clientLayout
+	match func(topic string) bool
+	slots int32
 
-	mu      sync.Mutex
-	pending map[*mqtt.Client]chan struct{} // swaps the writer is asked for, closed when done
-	swapped atomic.Int64                   // queues replaced (tests, metrics)
+	swapped atomic.Int64 // queues replaced (tests, metrics)
 }
 
-// clientLayout locates the unexported fields of mochi's ClientState the hook uses.
-type clientLayout struct {
-	outbound uintptr // offset of ClientState.outbound (chan *packets.Packet)
-	open     uintptr // offset of ClientState.open (context.Context, done when the client stops)
-	bconn    uintptr // offset of ClientConnection.bconn (*bufio.Reader over the connection)
-}
-
-var errClientLayout = errors.New("broker: mochi's client is not laid out as v2.7.9's (State.outbound, State.open, Net.bconn)")
-
-// findClientLayout checks that mochi's ClientState has the fields the hook replaces and
-// reads, with the expected types.
-func findClientLayout() (clientLayout, error) {
-	st := reflect.TypeFor[mqtt.ClientState]()
-	out, ok := st.FieldByName("outbound")
-	if !ok || out.Type != reflect.TypeFor[chan *packets.Packet]() {
-		return clientLayout{}, errClientLayout
-	}
-	open, ok := st.FieldByName("open")
-	if !ok || open.Type != reflect.TypeFor[context.Context]() {
-		return clientLayout{}, errClientLayout
-	}
-	bconn, ok := reflect.TypeFor[mqtt.ClientConnection]().FieldByName("bconn")
-	if !ok || bconn.Type != reflect.TypeFor[*bufio.Reader]() {
-		return clientLayout{}, errClientLayout
-	}
-	return clientLayout{outbound: out.Offset, open: open.Offset, bconn: bconn.Offset}, nil
-}
-
-func (l clientLayout) bconnOf(cl *mqtt.Client) **bufio.Reader {
-	return (**bufio.Reader)(unsafe.Add(unsafe.Pointer(&cl.Net), l.bconn))
-}
-
-func (l clientLayout) outboundOf(cl *mqtt.Client) *chan *packets.Packet {
-	return (*chan *packets.Packet)(unsafe.Add(unsafe.Pointer(&cl.State), l.outbound))
-}
-
-func (l clientLayout) openOf(cl *mqtt.Client) context.Context {
-	return *(*context.Context)(unsafe.Add(unsafe.Pointer(&cl.State), l.open))
-}
-
+// newTerminalQueues returns the hook. It no longer fails (the vendored mochi has the methods
+// it needs; it used to check mochi's unexported layout): the error stays for broker.go's
+// fallback, which keeps full queues.
 func newTerminalQueues(match func(string) bool, slots int32) (*terminalQueues, error) {
-	layout, err := findClientLayout()
-	if err != nil {
-		return nil, err
-	}
 	if slots <= 0 {
 		slots = DefaultTerminalPendingWrites
 	}
-	return &terminalQueues{match: match, slots: slots, layout: layout,
-		pending: make(map[*mqtt.Client]chan struct{})}, nil
+	return &terminalQueues{match: match, slots: slots}, nil
 }
 
 func (h *terminalQueues) ID() string { return "faceagent-terminal-queues" }
@@ -147,11 +94,9 @@ func (h *terminalQueues) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets
 //
 //go:noinline
 func (h *terminalQueues) shortenReads(cl *mqtt.Client) {
-	r := h.layout.bconnOf(cl)
-	if *r == nil || (*r).Size() <= terminalReadBuffer || (*r).Buffered() > 0 {
-		return
+	if cl.ReadBufferSize() > terminalReadBuffer {
+		cl.SetReadBuffer(terminalReadBuffer)
 	}
-	*r = bufio.NewReaderSize(cl.Net.Conn, terminalReadBuffer)
 }
 
 // isTerminal reports whether cl subscribes for the first time, to terminal command topics only.
@@ -168,93 +113,34 @@ func (h *terminalQueues) isTerminal(cl *mqtt.Client, filters packets.Subscriptio
 	return true
 }
 
-// marker is the packet that asks the writer goroutine for the swap; type 0 is reserved and
-// never encoded.
-var marker = packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Reserved}}
-
 // shorten has the writer goroutine replace cl's queue and waits until it has, or until the
 // client stops.
 //
 //go:noinline
 func (h *terminalQueues) shorten(cl *mqtt.Client) {
-	old := *h.layout.outboundOf(cl)
-	if cap(old) <= int(h.slots) || len(old) > 0 {
-		return
-	}
-	done := make(chan struct{})
-	h.mu.Lock()
-	if _, busy := h.pending[cl]; busy {
-		h.mu.Unlock()
-		return
-	}
-	h.pending[cl] = done
-	h.mu.Unlock()
-	pk := marker
-	select {
-	case old <- &pk:
-	default: // not reached: nothing else can be queued yet
-		h.forget(cl)
-		return
-	}
-	select {
-	case <-done:
-	case <-h.layout.openOf(cl).Done():
-		h.forget(cl) // the writer has stopped, or will drop the marker
+	if cl.ResizeOutbound(int(h.slots)) {
+		h.swapped.Add(1)
 	}
 }
 
-func (h *terminalQueues) forget(cl *mqtt.Client) {
-	h.mu.Lock()
-	delete(h.pending, cl)
-	h.mu.Unlock()
-}
-
-// OnPacketEncode runs in WritePacket for every packet written. For the marker it runs on
-// cl's writer goroutine: it swaps the queue there.
+// OnPacketEncode runs in WritePacket for every packet written. For ResizeOutbound's marker
+// it runs on cl's writer goroutine: the queue is swapped there.
 func (h *terminalQueues) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
 	if pk.FixedHeader.Type == packets.Reserved {
-		h.swap(cl)
+		cl.ApplyOutboundResize(pk)
 	}
 	return pk
-}
-
-//go:noinline
-func (h *terminalQueues) swap(cl *mqtt.Client) {
-	h.mu.Lock()
-	done, ok := h.pending[cl]
-	delete(h.pending, cl)
-	h.mu.Unlock()
-	if !ok {
-		return
-	}
-	// A publisher routing on a stale subscriber list (mochi routes by client id, and a
-	// client taking a clean session over gets what was meant for the one it replaced) may
-	// have queued behind the marker: replaced, the old queue would keep its messages
-	// unread and unreported. Keep it, as for a resumed session. (A publisher that read the
-	// field before the swap and sends just after this check is not covered: mochi sends
-	// without the client's lock.)
-	if len(*h.layout.outboundOf(cl)) > 0 {
-		close(done)
-		return
-	}
-	short := make(chan *packets.Packet, h.slots)
-	cl.Lock()
-	*h.layout.outboundOf(cl) = short
-	cl.Unlock()
-	h.swapped.Add(1)
-	close(done)
 }
 
 // readBuffer returns the size of cl's read buffer (tests; read it on the reader goroutine,
 // or after it has gone).
 func (h *terminalQueues) readBuffer(cl *mqtt.Client) int {
-	return (*h.layout.bconnOf(cl)).Size()
+	return cl.ReadBufferSize()
 }
 
 // pendingWrites returns the capacity of cl's queue of pending writes (tests), under the
 // client's lock like WritePacket.
 func (h *terminalQueues) pendingWrites(cl *mqtt.Client) int {
-	cl.RLock()
-	defer cl.RUnlock()
-	return cap(*h.layout.outboundOf(cl))
+	_, slots := cl.Outbound()
+	return slots
 }

@@ -20,18 +20,77 @@ func isCommandTopic(topic string) bool {
 	return ok && id != "" && !strings.ContainsAny(id, "/+#")
 }
 
-// TestClientLayout fails when mochi's ClientState no longer has the fields queues.go
-// replaces (after a mochi upgrade): terminals would keep queues of MaxPendingWrites.
+// TestClientLayout: the broker installs its terminal queues hook, which costs nothing
+// without a terminal matcher. (It used to check the layout of mochi's unexported client
+// fields the hook reached with reflect and unsafe; the vendored mochi now exports what it
+// needs: TestResizeOutbound.)
 func TestClientLayout(t *testing.T) {
-	if _, err := findClientLayout(); err != nil {
-		t.Fatalf("mochi's client state changed; update queues.go for this mochi version: %v", err)
-	}
 	b := startBroker(t, Options{})
 	if b.terminals == nil {
 		t.Fatal("the broker runs without its terminal queues hook")
 	}
 	if b.terminals.Provides(mqtt.OnPacketEncode) || b.terminals.Provides(mqtt.OnSubscribe) {
 		t.Fatal("without a terminal matcher the hook must provide nothing (it would cost every write)")
+	}
+}
+
+// TestResizeOutbound: the vendored mochi's Client.ResizeOutbound, on a client whose writer
+// runs: it replaces an empty queue by a shorter one, and refuses a longer one, a second
+// resize, and a client that has stopped; a resize waiting for a writer that has stopped
+// returns. The marker it queues is never written to the peer.
+func TestResizeOutbound(t *testing.T) {
+	b := startBroker(t, Options{TerminalTopic: isCommandTopic})
+	srv := b.Server()
+	conn, peer := net.Pipe()
+	defer peer.Close()
+	cl := srv.NewClient(conn, "test", "t01", false)
+	cl.Properties.ProtocolVersion = 5
+	defer cl.Stop(nil)
+	go cl.WriteLoop()
+
+	if cl.ResizeOutbound(DefaultMaxPendingWrites * 2) {
+		t.Fatal("a resize to a longer queue was applied")
+	}
+	if !cl.ResizeOutbound(8) {
+		t.Fatal("a resize of an empty queue was refused")
+	}
+	if queued, slots := cl.Outbound(); queued != 0 || slots != 8 {
+		t.Fatalf("queue after the resize: %d queued, %d slots, want 0 and 8", queued, slots)
+	}
+	if cl.ResizeOutbound(8) {
+		t.Fatal("a resize to the same size was applied")
+	}
+	// The writer goes on with the new queue, and wrote nothing for the marker: the first
+	// packet the peer reads is a message routed to the client.
+	routeTo(t, srv, cl, "dev/face/t01")
+	if err := srv.Publish("dev/face/t01", []byte("cmd"), false, 0); err != nil {
+		t.Fatal(err)
+	}
+	term := &memClient{conn: peer, r: bufio.NewReader(peer)}
+	if got := term.expectPublish(t); string(got) != "cmd" {
+		t.Fatalf("payload %q, want cmd", got)
+	}
+	cl.Stop(nil)
+	if cl.ResizeOutbound(4) {
+		t.Fatal("a resize of a stopped client was applied")
+	}
+
+	// A writer that is not running (stopped before it took the marker): the resize returns
+	// once the client stops.
+	conn2, peer2 := net.Pipe()
+	defer peer2.Close()
+	idle := srv.NewClient(conn2, "test", "t02", false)
+	resized := make(chan bool, 1)
+	go func() { resized <- idle.ResizeOutbound(4) }()
+	eventually(t, "the marker queued", func() bool { q, _ := idle.Outbound(); return q == 1 })
+	idle.Stop(nil)
+	select {
+	case ok := <-resized:
+		if ok {
+			t.Fatal("a resize reported done with no writer")
+		}
+	case <-time.After(waitFor):
+		t.Fatal("ResizeOutbound still waits for a writer of a stopped client")
 	}
 }
 
@@ -275,11 +334,23 @@ func TestTerminalQueueSwapWithLeavingClients(t *testing.T) {
 	}
 }
 
+// routeTo registers cl as a subscriber of filter, as mochi does for a SUBSCRIBE, without
+// one (the client's reader is not running), and undoes it when the test ends.
+func routeTo(t *testing.T, srv *mqtt.Server, cl *mqtt.Client, filter string) {
+	t.Helper()
+	srv.Clients.Add(cl)
+	srv.Topics.Subscribe(cl.ID, packets.Subscription{Filter: filter})
+	t.Cleanup(func() {
+		srv.Topics.Unsubscribe(filter, cl.ID)
+		srv.Clients.Delete(cl.ID)
+	})
+}
+
 // TestTerminalQueueSwapKeepsARacingPublish: a message queued behind the marker, by a
 // publisher routing on a stale subscriber list (mochi routes by client id: a client
 // taking a clean session over gets deliveries meant for the one it replaced) between
-// shorten's check and the swap, is written, not left in the replaced queue where no one
-// reads it and no drop is reported.
+// ResizeOutbound's check and the swap, is written, not left in the replaced queue where no
+// one reads it and no drop is reported: the client keeps its full queue.
 func TestTerminalQueueSwapKeepsARacingPublish(t *testing.T) {
 	b := startBroker(t, Options{TerminalTopic: isCommandTopic})
 	srv := b.Server()
@@ -288,15 +359,20 @@ func TestTerminalQueueSwapKeepsARacingPublish(t *testing.T) {
 	cl := srv.NewClient(conn, "test", "t01", false)
 	cl.Properties.ProtocolVersion = 5
 	defer cl.Stop(nil)
-	old := *b.terminals.layout.outboundOf(cl)
 	shortened := make(chan struct{})
 	go func() { // the reader goroutine, in OnSubscribe; the writer is not running yet
 		defer close(shortened)
 		b.terminals.shorten(cl)
 	}()
-	eventually(t, "the marker queued", func() bool { return len(old) == 1 })
-	// The racing publisher, as publishToClient queues.
-	old <- &packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish}, TopicName: "dev/face/t01", Payload: []byte("cmd")}
+	eventually(t, "the marker queued", func() bool { q, _ := cl.Outbound(); return q == 1 })
+	// The racing publisher, routed through mochi to the client's old queue.
+	routeTo(t, srv, cl, "dev/face/t01")
+	if err := srv.Publish("dev/face/t01", []byte("cmd"), false, 0); err != nil {
+		t.Fatal(err)
+	}
+	if q, _ := cl.Outbound(); q != 2 {
+		t.Fatalf("%d packets queued, want the marker and the message", q)
+	}
 	go cl.WriteLoop()
 	term := &memClient{conn: peer, r: bufio.NewReader(peer)}
 	if got := term.expectPublish(t); string(got) != "cmd" {
@@ -306,5 +382,11 @@ func TestTerminalQueueSwapKeepsARacingPublish(t *testing.T) {
 	case <-shortened:
 	case <-time.After(waitFor):
 		t.Fatal("shorten still waits for the writer")
+	}
+	if _, slots := cl.Outbound(); slots != DefaultMaxPendingWrites {
+		t.Fatalf("queue of %d slots after a racing publish, want the full %d kept", slots, DefaultMaxPendingWrites)
+	}
+	if n := b.terminals.swapped.Load(); n != 0 {
+		t.Fatalf("%d queues replaced, want none", n)
 	}
 }

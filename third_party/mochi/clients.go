@@ -167,6 +167,9 @@ type ClientState struct {
 	outboundQty     int32                // number of messages currently in the outbound queue
 	Keepalive       uint16               // the number of seconds the connection can wait
 	ServerKeepalive bool                 // keepalive was set by the server
+
+	// faceagent patch (terminal queues): a ResizeOutbound waiting for the writer goroutine.
+	resize atomic.Pointer[outboundResize]
 }
 
 // newClient returns a new instance of Client. This is almost exclusively used by Server
@@ -716,4 +719,127 @@ func (cl *Client) flushOutbuf() (err error) {
 		cl.Net.outbuf = nil
 	}
 	return
+}
+
+// faceagent patch (terminal queues): ResizeOutbound, ApplyOutboundResize, Outbound,
+// SetReadBuffer and ReadBufferSize let an embedder give a client a shorter queue of pending
+// writes and a smaller read buffer once it knows what the client is. mochi makes both in
+// newClient, before CONNECT, with the sizes every client gets (a 1,024-slot queue is a
+// 9,472-byte allocation); agent/broker (queues.go) shrinks them for terminals, which are
+// sent one command at a time. Before, it reached these fields with reflect and unsafe.
+
+// outboundResizeOrigin marks the packet ResizeOutbound queues: MQTT strings never hold
+// U+0000 [MQTT-1.5.4-2], so no client id or packet origin equals it.
+const outboundResizeOrigin = "\x00faceagent-outbound-resize"
+
+// outboundResize is a ResizeOutbound waiting for the client's writer goroutine.
+type outboundResize struct {
+	slots   int
+	done    chan struct{} // closed by the writer once it has decided
+	resized bool          // written before done is closed
+}
+
+// ResizeOutbound replaces the client's queue of pending writes by an empty one of n slots,
+// and reports whether it did. It does nothing when the queue has n slots or fewer, holds a
+// packet, or the client is inline or closed.
+//
+// WriteLoop reads the queue field, unlocked, at each turn of its loop, so only the writer
+// goroutine may replace it: ResizeOutbound queues a marker packet (type Reserved, never
+// encoded nor written) and waits until the writer has handed it to WritePacket, whose
+// OnPacketEncode hooks must call ApplyOutboundResize; there the writer swaps the field under
+// the client's lock (WritePacket reads the queue's length under it on other goroutines).
+// It returns once the writer has done so, or once the client stops.
+//
+// Publishers send to the queue without the client's lock (publishToClient): call
+// ResizeOutbound before anything can be routed to the client, e.g. from an OnSubscribe hook
+// (on its reader goroutine) while it has no subscription and no message in flight. Should
+// a publisher routing on a stale subscriber list (mochi routes by client id: a client
+// taking a clean session over gets what was meant for the one it replaced) queue a packet
+// behind the marker, the writer keeps the old queue, which holds it. A resize already
+// waiting makes a second one return false at once.
+func (cl *Client) ResizeOutbound(n int) bool {
+	if n <= 0 || cl.Net.Inline || cl.Closed() {
+		return false
+	}
+	cl.RLock()
+	old := cl.State.outbound
+	cl.RUnlock()
+	if cap(old) <= n || len(old) > 0 {
+		return false
+	}
+	req := &outboundResize{slots: n, done: make(chan struct{})}
+	if !cl.State.resize.CompareAndSwap(nil, req) {
+		return false
+	}
+	select {
+	case old <- &packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Reserved}, Origin: outboundResizeOrigin}:
+		atomic.AddInt32(&cl.State.outboundQty, 1) // WriteLoop counts it out
+	default: // a publisher filled it since the check: keep it
+		cl.State.resize.CompareAndSwap(req, nil)
+		return false
+	}
+	select {
+	case <-req.done:
+	case <-cl.State.open.Done():
+		if cl.State.resize.CompareAndSwap(req, nil) {
+			return false // the writer has stopped, or will drop the marker
+		}
+		<-req.done // the writer took the request: it closes done without waiting on anything but the client's lock
+	}
+	return req.resized
+}
+
+// ApplyOutboundResize carries out a ResizeOutbound when pk is its marker; any other packet
+// is left alone. Call it from an OnPacketEncode hook (WritePacket calls those on the
+// goroutine writing pk, which for the marker is the writer goroutine: it is only ever
+// queued). It reports whether the queue was replaced.
+func (cl *Client) ApplyOutboundResize(pk packets.Packet) bool {
+	if pk.FixedHeader.Type != packets.Reserved || pk.Origin != outboundResizeOrigin {
+		return false
+	}
+	req := cl.State.resize.Swap(nil)
+	if req == nil {
+		return false
+	}
+	defer close(req.done)
+	if len(cl.State.outbound) > 0 {
+		return false // queued behind the marker on a stale subscriber list: see ResizeOutbound
+	}
+	short := make(chan *packets.Packet, req.slots)
+	cl.Lock()
+	cl.State.outbound = short
+	cl.Unlock()
+	req.resized = true
+	return true
+}
+
+// Outbound returns the number of packets in the client's queue of pending writes and the
+// number of its slots.
+func (cl *Client) Outbound() (queued, slots int) {
+	cl.RLock()
+	defer cl.RUnlock()
+	return len(cl.State.outbound), cap(cl.State.outbound)
+}
+
+// SetReadBuffer replaces the client's read buffer by one of n bytes and reports whether it
+// did. The reader goroutine owns the buffer: call it there, between two packets (in a hook
+// such as OnSubscribe). It does nothing while bytes beyond the packet being handled are
+// buffered (they would be lost), when the buffer has n bytes already, or without a
+// connection.
+func (cl *Client) SetReadBuffer(n int) bool {
+	r := cl.Net.bconn
+	if r == nil || cl.Net.Conn == nil || r.Size() == n || r.Buffered() > 0 {
+		return false
+	}
+	cl.Net.bconn = bufio.NewReaderSize(cl.Net.Conn, n)
+	return true
+}
+
+// ReadBufferSize returns the size of the client's read buffer, 0 without one. Call it on
+// the reader goroutine, or once the client has stopped.
+func (cl *Client) ReadBufferSize() int {
+	if cl.Net.bconn == nil {
+		return 0
+	}
+	return cl.Net.bconn.Size()
 }
