@@ -105,7 +105,7 @@ func (m *mqttTerm) onPublish(pr paho.PublishReceived) (bool, error) {
 		return true, nil
 	}
 	defer m.g.exit()
-	cmd, err := face.ParseCommandJSON(pr.Packet.Payload)
+	cmd, err := parseCommand(pr.Packet.Payload)
 	if err != nil {
 		// A real terminal ignores what it cannot read; the agent's retry notices.
 		m.t.opts.Logger.Warn("terminal got a bad command", "device", m.t.id, "err", err)
