@@ -37,7 +37,7 @@ var (
 )
 
 // ReadFn is the function signature for the function used for reading and processing new packets.
-type ReadFn func(*Client, packets.Packet) error
+type ReadFn func(*Client, *packets.Packet) error // faceagent patch (stack): by pointer
 
 // Clients contains a map of the clients known by the broker.
 type Clients struct {
@@ -118,6 +118,11 @@ type Client struct {
 	ID           string           // the client id.
 	ops          *ops             // ops provides a reference to server ops.
 	sync.RWMutex                  // mutex
+
+	// inbound is the packet Read hands to its handler, reused from one read to the next.
+	// faceagent patch (stack): the handlers take packets by pointer; a packet of Read's
+	// own would move to the heap on every read (the handler is a function value).
+	inbound packets.Packet
 }
 
 // ClientConnection contains the connection transport and metadata for the client.
@@ -418,16 +423,29 @@ func (cl *Client) Read(packetHandler ReadFn) error {
 }
 
 // readAndHandle reads the packet fh starts and hands it to packetHandler. faceagent patch
-// (stack): the packet, passed by value, lives in this frame, not in Read's, so a reader
-// parked waiting for the next fixed header holds a small stack that the GC can shrink.
+// (stack): ReadPacket's result, a packet by value, lives in this frame, not in Read's, so a
+// reader parked waiting for the next fixed header holds a small stack that the GC can
+// shrink; handlers get it by pointer, in cl.inbound. No handler keeps that pointer.
 //
 //go:noinline
 func (cl *Client) readAndHandle(fh *packets.FixedHeader, packetHandler ReadFn) error {
-	pk, err := cl.ReadPacket(fh)
+	err := cl.readInbound(fh)
 	if err != nil {
 		return err
 	}
-	return packetHandler(cl, pk) // Process inbound packet.
+	err = packetHandler(cl, &cl.inbound) // Process inbound packet.
+	cl.inbound = packets.Packet{}        // the payload and properties are not kept alive
+	return err
+}
+
+// readInbound reads the packet fh starts into cl.inbound. faceagent patch (stack): the
+// packet ReadPacket returns by value is in this frame, which returns before the handler
+// runs.
+//
+//go:noinline
+func (cl *Client) readInbound(fh *packets.FixedHeader) (err error) {
+	cl.inbound, err = cl.ReadPacket(fh)
+	return err
 }
 
 // Stop instructs the client to shut down all processing goroutines and disconnect.

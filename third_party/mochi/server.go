@@ -657,7 +657,7 @@ func (s *Server) readConnectionPacket(cl *Client) (pk packets.Packet, err error)
 
 // receivePacket processes an incoming packet for a client, and issues a disconnect to the client
 // if an error has occurred (if mqtt v5).
-func (s *Server) receivePacket(cl *Client, pk packets.Packet) error {
+func (s *Server) receivePacket(cl *Client, pk *packets.Packet) error {
 	// faceagent patch (PUBACK after storing): held acknowledgements go out before the
 	// client's next packet that is not a QoS 1/2 PUBLISH is handled.
 	if pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Qos == 0 {
@@ -673,7 +673,7 @@ func (s *Server) receivePacket(cl *Client, pk packets.Packet) error {
 			_ = s.DisconnectClient(cl, code)
 		}
 
-		s.Log.Warn("error processing packet", "error", err, "client", cl.ID, "listener", cl.Net.Listener, "pk", pk)
+		s.Log.Warn("error processing packet", "error", err, "client", cl.ID, "listener", cl.Net.Listener, "pk", *pk)
 
 		return err
 	}
@@ -812,7 +812,7 @@ func (s *Server) SendConnack(cl *Client, reason packets.Code, present bool, prop
 
 // processPacket processes an inbound packet for a client. Since the method is
 // typically called as a goroutine, errors are primarily for test checking purposes.
-func (s *Server) processPacket(cl *Client, pk packets.Packet) error {
+func (s *Server) processPacket(cl *Client, pk *packets.Packet) error {
 	var err error
 
 	switch pk.FixedHeader.Type {
@@ -858,34 +858,53 @@ func (s *Server) processPacket(cl *Client, pk packets.Packet) error {
 		return fmt.Errorf("no valid packet available; %v", pk.FixedHeader.Type)
 	}
 
-	s.hooks.OnPacketProcessed(cl, pk, err)
+	return s.packetProcessed(cl, pk, err)
+}
+
+// packetProcessed ends processPacket: the OnPacketProcessed hook, then the next inflight
+// message waiting for send quota. faceagent patch (stack): out of processPacket, whose
+// frame then held three packets by value while every handler (and, through inline
+// subscribers, the agent's next publish) ran on top of it; the resend is out of this one.
+//
+//go:noinline
+func (s *Server) packetProcessed(cl *Client, pk *packets.Packet, err error) error {
+	s.hooks.OnPacketProcessed(cl, *pk, err)
 	if err != nil {
 		return err
 	}
 
 	if cl.State.Inflight.Len() > 0 && atomic.LoadInt32(&cl.State.Inflight.sendQuota) > 0 {
-		next, ok := cl.State.Inflight.NextImmediate()
-		if ok {
-			_ = cl.WritePacket(next)
-			if ok := cl.State.Inflight.Delete(next.PacketID); ok {
-				atomic.AddInt64(&s.Info.Inflight, -1)
-			}
-			cl.State.Inflight.DecreaseSendQuota()
-		}
+		s.sendNextImmediate(cl)
 	}
 
 	return nil
 }
 
+// sendNextImmediate sends the next inflight message waiting for send quota.
+//
+//go:noinline
+func (s *Server) sendNextImmediate(cl *Client) {
+	next, ok := cl.State.Inflight.NextImmediate()
+	if ok {
+		_ = cl.WritePacket(next)
+		if ok := cl.State.Inflight.Delete(next.PacketID); ok {
+			atomic.AddInt64(&s.Info.Inflight, -1)
+		}
+		cl.State.Inflight.DecreaseSendQuota()
+	}
+}
+
 // processConnect processes a Connect packet. The packet cannot be used to establish
 // a new connection on an existing connection. See EstablishConnection instead.
-func (s *Server) processConnect(cl *Client, _ packets.Packet) error {
+func (s *Server) processConnect(cl *Client, _ *packets.Packet) error {
 	s.sendLWT(cl)
 	return packets.ErrProtocolViolationSecondConnect // [MQTT-3.1.0-2]
 }
 
 // processPingreq processes a Pingreq packet.
-func (s *Server) processPingreq(cl *Client, _ packets.Packet) error {
+//
+//go:noinline
+func (s *Server) processPingreq(cl *Client, _ *packets.Packet) error {
 	return cl.WritePacket(packets.Packet{
 		FixedHeader: packets.FixedHeader{
 			Type: packets.Pingresp, // [MQTT-3.12.4-1]
@@ -902,16 +921,16 @@ func (s *Server) Publish(topic string, payload []byte, retain bool, qos byte) er
 		return ErrInlineClientNotEnabled
 	}
 
-	return s.InjectPacket(s.inlineClient, packets.Packet{
-		FixedHeader: packets.FixedHeader{
-			Type:   packets.Publish,
-			Qos:    qos,
-			Retain: retain,
-		},
-		TopicName: topic,
-		Payload:   payload,
-		PacketID:  uint16(qos), // we never process the inbound qos, but we need a packet id for validity checks.
-	})
+	// faceagent patch (stack): set field by field and passed by pointer, so that this frame
+	// holds one packet, not a literal and its copy.
+	var pk packets.Packet
+	pk.FixedHeader.Type = packets.Publish
+	pk.FixedHeader.Qos = qos
+	pk.FixedHeader.Retain = retain
+	pk.TopicName = topic
+	pk.Payload = payload
+	pk.PacketID = uint16(qos) // we never process the inbound qos, but we need a packet id for validity checks.
+	return s.injectPacket(s.inlineClient, &pk)
 }
 
 // Subscribe adds an inline subscription for the specified topic filter and subscription identifier
@@ -986,6 +1005,11 @@ func (s *Server) Unsubscribe(filter string, subscriptionId int) error {
 // InjectPacket injects a packet into the broker as if it were sent from the specified client.
 // InlineClients using this method can publish packets to any topic (including $SYS) and bypass ACL checks.
 func (s *Server) InjectPacket(cl *Client, pk packets.Packet) error {
+	return s.injectPacket(cl, &pk)
+}
+
+// injectPacket is InjectPacket with the packet by pointer. faceagent patch (stack).
+func (s *Server) injectPacket(cl *Client, pk *packets.Packet) error {
 	pk.ProtocolVersion = cl.Properties.ProtocolVersion
 
 	err := s.processPacket(cl, pk)
@@ -1002,22 +1026,60 @@ func (s *Server) InjectPacket(cl *Client, pk packets.Packet) error {
 }
 
 // processPublish processes a Publish packet.
-func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
-	if !cl.Net.Inline && !IsValidFilter(pk.TopicName, true) {
+func (s *Server) processPublish(cl *Client, pk *packets.Packet) error {
+	route, displaced, err := s.admitPublish(cl, pk)
+	if !route {
+		return err
+	}
+
+	// If it's inlineClient, it can't handle PUBREC and PUBREL.
+	// When it publishes a package with a qos > 0, the server treats
+	// the package as qos=0, and the client receives it as qos=1 or 2.
+	if pk.FixedHeader.Qos == 0 || cl.Net.Inline {
+		s.publishToSubscribers(pk)
+		s.published(cl, pk)
 		return nil
 	}
 
+	s.prepareAck(cl, pk)
+
+	// faceagent patch (PUBACK after storing): route the message first, then hold the
+	// acknowledgement until it is stored (AckWaiter); written at once unless more of the
+	// client's packets are buffered, or when this PUBLISH displaced a message in flight to
+	// the client (faceagent's clash guard puts that back once the PUBACK is written).
+	s.publishToSubscribers(pk)
+	s.published(cl, pk)
+	if !displaced && cl.Net.bconn != nil && cl.Net.bconn.Buffered() > 0 {
+		s.holdAck(cl, pk.PacketID)
+		return nil
+	}
+	return s.ackNow(cl, pk.PacketID)
+}
+
+// admitPublish is the first half of processPublish: it checks the message and runs the
+// OnPublish hooks, and reports whether the message is to be routed (otherwise err is what
+// processPublish returns) and whether it displaced a message in flight to the client.
+// faceagent patch (stack): split out so that the packets it builds (acks, the hooks'
+// result) are not in processPublish's frame while the message is routed; routing runs
+// inline subscribers, and through them the agent's next publish, on top.
+//
+//go:noinline
+func (s *Server) admitPublish(cl *Client, pk *packets.Packet) (route, displaced bool, err error) {
+	if !cl.Net.Inline && !IsValidFilter(pk.TopicName, true) {
+		return false, false, nil
+	}
+
 	if atomic.LoadInt32(&cl.State.Inflight.receiveQuota) == 0 {
-		return s.DisconnectClient(cl, packets.ErrReceiveMaximum) // ~[MQTT-3.3.4-7] ~[MQTT-3.3.4-8]
+		return false, false, s.DisconnectClient(cl, packets.ErrReceiveMaximum) // ~[MQTT-3.3.4-7] ~[MQTT-3.3.4-8]
 	}
 
 	if !cl.Net.Inline && !s.hooks.OnACLCheck(cl, pk.TopicName, true) {
 		if pk.FixedHeader.Qos == 0 {
-			return nil
+			return false, false, nil
 		}
 
 		if cl.Properties.ProtocolVersion != 5 {
-			return s.DisconnectClient(cl, packets.ErrNotAuthorized)
+			return false, false, s.DisconnectClient(cl, packets.ErrNotAuthorized)
 		}
 
 		ackType := packets.Puback
@@ -1025,8 +1087,7 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 			ackType = packets.Pubrec
 		}
 
-		ack := s.buildAck(pk.PacketID, ackType, 0, pk.Properties, packets.ErrNotAuthorized)
-		return cl.WritePacket(ack)
+		return false, false, s.writeAckFor(cl, pk, ackType, packets.ErrNotAuthorized)
 	}
 
 	pk.Origin = cl.ID
@@ -1037,17 +1098,10 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 		pk.Expiry = pk.Created + expiry
 	}
 
-	displaced := false // faceagent patch (PUBACK after storing)
 	if !cl.Net.Inline {
-		if pki, ok := cl.State.Inflight.Get(pk.PacketID); ok {
-			if pki.FixedHeader.Type == packets.Pubrec { // [MQTT-4.3.3-10]
-				ack := s.buildAck(pk.PacketID, packets.Pubrec, 0, pk.Properties, packets.ErrPacketIdentifierInUse)
-				return cl.WritePacket(ack)
-			}
-			if ok := cl.State.Inflight.Delete(pk.PacketID); ok { // [MQTT-4.3.2-5]
-				atomic.AddInt64(&s.Info.Inflight, -1)
-			}
-			displaced = true
+		var inUse bool
+		if inUse, displaced, err = s.reusePacketID(cl, pk); inUse {
+			return false, false, err
 		}
 	}
 
@@ -1059,34 +1113,71 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 		pk.FixedHeader.Qos = s.Options.Capabilities.MaximumQos // [MQTT-3.2.2-9] Reduce qos based on server max qos capability
 	}
 
-	pkx, err := s.hooks.OnPublish(cl, pk)
-	if err == nil {
-		pk = pkx
-	} else if errors.Is(err, packets.ErrRejectPacket) {
-		return nil
-	} else if errors.Is(err, packets.CodeSuccessIgnore) {
-		pk.Ignore = true
-	} else if cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos > 0 && errors.As(err, new(packets.Code)) {
-		err = cl.WritePacket(s.buildAck(pk.PacketID, packets.Puback, 0, pk.Properties, err.(packets.Code)))
-		if err != nil {
-			return err
+	if err = s.publishHooks(cl, pk); err != nil {
+		if errors.Is(err, packets.ErrRejectPacket) {
+			return false, false, nil
+		} else if errors.Is(err, packets.CodeSuccessIgnore) {
+			pk.Ignore = true
+		} else if cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos > 0 && errors.As(err, new(packets.Code)) {
+			err = s.writeAckFor(cl, pk, packets.Puback, err.(packets.Code))
+			if err != nil {
+				return false, false, err
+			}
+			return false, false, nil
 		}
-		return nil
 	}
 
 	if pk.FixedHeader.Retain { // [MQTT-3.3.1-5] ![MQTT-3.3.1-8]
 		s.retainMessage(cl, pk)
 	}
+	return true, displaced, nil
+}
 
-	// If it's inlineClient, it can't handle PUBREC and PUBREL.
-	// When it publishes a package with a qos > 0, the server treats
-	// the package as qos=0, and the client receives it as qos=1 or 2.
-	if pk.FixedHeader.Qos == 0 || cl.Net.Inline {
-		s.publishToSubscribers(pk)
-		s.hooks.OnPublished(cl, pk)
-		return nil
+// reusePacketID frees the packet id of a client's publish for reuse, unless a QoS 2 publish
+// still holds it: then it answers with a PUBREC (in use) and reports it. displaced: the id
+// was a message's in flight to the client. faceagent patch (stack): out of admitPublish,
+// with the inflight packet it reads.
+//
+//go:noinline
+func (s *Server) reusePacketID(cl *Client, pk *packets.Packet) (inUse, displaced bool, err error) {
+	if pki, ok := cl.State.Inflight.Get(pk.PacketID); ok {
+		if pki.FixedHeader.Type == packets.Pubrec { // [MQTT-4.3.3-10]
+			return true, false, s.writeAckFor(cl, pk, packets.Pubrec, packets.ErrPacketIdentifierInUse)
+		}
+		if ok := cl.State.Inflight.Delete(pk.PacketID); ok { // [MQTT-4.3.2-5]
+			atomic.AddInt64(&s.Info.Inflight, -1)
+		}
+		return false, true, nil
 	}
+	return false, false, nil
+}
 
+// publishHooks runs the OnPublish hooks, which may replace pk. faceagent patch (stack): out
+// of admitPublish with the packets they take and return by value.
+//
+//go:noinline
+func (s *Server) publishHooks(cl *Client, pk *packets.Packet) error {
+	pkx, err := s.hooks.OnPublish(cl, *pk)
+	if err == nil {
+		*pk = pkx
+	}
+	return err
+}
+
+// writeAckFor writes the acknowledgement of type pkt with reason for the publish pk.
+// faceagent patch (stack): the ack out of admitPublish's frame.
+//
+//go:noinline
+func (s *Server) writeAckFor(cl *Client, pk *packets.Packet, pkt byte, reason packets.Code) error {
+	return cl.WritePacket(s.buildAck(pk.PacketID, pkt, 0, pk.Properties, reason))
+}
+
+// prepareAck puts the acknowledgement of a client's QoS 1 or 2 publish (PUBACK or PUBREC)
+// in its in-flight set, where flushAcks finds it. faceagent patch (stack): out of
+// processPublish, with the ack it builds.
+//
+//go:noinline
+func (s *Server) prepareAck(cl *Client, pk *packets.Packet) {
 	cl.State.Inflight.DecreaseReceiveQuota()
 	ack := s.buildAck(pk.PacketID, packets.Puback, 0, pk.Properties, packets.QosCodes[pk.FixedHeader.Qos]) // [MQTT-4.3.2-4]
 	if pk.FixedHeader.Qos == 2 {
@@ -1097,35 +1188,44 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 		atomic.AddInt64(&s.Info.Inflight, 1)
 		s.hooks.OnQosPublish(cl, ack, ack.Created, 0)
 	}
+}
 
-	// faceagent patch (PUBACK after storing): route the message first, then hold the
-	// acknowledgement until it is stored (AckWaiter); written at once unless more of the
-	// client's packets are buffered, or when this PUBLISH displaced a message in flight to
-	// the client (faceagent's clash guard puts that back once the PUBACK is written).
-	s.publishToSubscribers(pk)
-	s.hooks.OnPublished(cl, pk)
-	if !displaced && cl.Net.bconn != nil && cl.Net.bconn.Buffered() > 0 {
-		s.holdAck(cl, ack.PacketID)
-		return nil
+// ackNow writes the acknowledgement prepareAck left in flight under id, after any held
+// ones. faceagent patch (stack): the ack is read back here rather than kept in
+// processPublish's frame while the message was routed.
+//
+//go:noinline
+func (s *Server) ackNow(cl *Client, id uint16) error {
+	ack, ok := cl.State.Inflight.Get(id)
+	if !ok || (ack.FixedHeader.Type != packets.Puback && ack.FixedHeader.Type != packets.Pubrec) {
+		return s.flushAcks(cl, nil) // routing took the id over (as flushAcks skips it)
 	}
 	return s.flushAcks(cl, &ack)
 }
 
+// published runs the OnPublished hooks. faceagent patch (stack): a call of its own, so
+// that processPublish's frame does not hold the packet copy the hooks take.
+//
+//go:noinline
+func (s *Server) published(cl *Client, pk *packets.Packet) {
+	s.hooks.OnPublished(cl, *pk)
+}
+
 // retainMessage adds a message to a topic, and if a persistent store is provided,
 // adds the message to the store to be reloaded if necessary.
-func (s *Server) retainMessage(cl *Client, pk packets.Packet) {
+func (s *Server) retainMessage(cl *Client, pk *packets.Packet) {
 	if s.Options.Capabilities.RetainAvailable == 0 || pk.Ignore {
 		return
 	}
 
 	out := pk.Copy(false)
 	r := s.Topics.RetainMessage(out)
-	s.hooks.OnRetainMessage(cl, pk, r)
+	s.hooks.OnRetainMessage(cl, *pk, r)
 	atomic.StoreInt64(&s.Info.Retained, int64(s.Topics.Retained.Len()))
 }
 
 // publishToSubscribers publishes a publish packet to all subscribers with matching topic filters.
-func (s *Server) publishToSubscribers(pk packets.Packet) {
+func (s *Server) publishToSubscribers(pk *packets.Packet) {
 	if pk.Ignore {
 		return
 	}
@@ -1147,22 +1247,11 @@ func (s *Server) publishToSubscribers(pk packets.Packet) {
 	var subscribers Subscribers
 	s.Topics.route(pk.TopicName, &subscribers)
 	if len(subscribers.Shared) > 0 {
-		subscribers.spill()
-		selected := new(Subscribers)
-		*selected = subscribers
-		selected = s.hooks.OnSelectSubscribers(selected, pk)
-		if len(selected.SharedSelected) == 0 {
-			selected.SelectShared()
-		}
-		selected.MergeSharedSelected()
-		subscribers = *selected
+		s.selectShared(&subscribers, pk)
 	}
 
-	if subscribers.hasInline {
-		subscribers.oneInl.Handler(s.inlineClient, subscribers.oneInl.Subscription, pk)
-	}
-	for _, inlineSubscription := range subscribers.InlineSubscriptions {
-		inlineSubscription.Handler(s.inlineClient, inlineSubscription.Subscription, pk)
+	if subscribers.hasInline || len(subscribers.InlineSubscriptions) > 0 {
+		s.publishToInline(&subscribers, pk)
 	}
 
 	if subscribers.hasOne {
@@ -1174,23 +1263,56 @@ func (s *Server) publishToSubscribers(pk packets.Packet) {
 }
 
 // publishToSubscriber publishes pk to the client id, if it is known.
-func (s *Server) publishToSubscriber(id string, sub packets.Subscription, pk packets.Packet) {
+func (s *Server) publishToSubscriber(id string, sub packets.Subscription, pk *packets.Packet) {
 	if cl, ok := s.Clients.Get(id); ok {
-		_, err := s.publishToClient(cl, sub, pk)
+		err := s.publishToClient(cl, sub, pk)
 		if err != nil {
-			s.Log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", pk)
+			s.Log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", *pk)
 		}
 	}
 }
 
-func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packets.Packet) (packets.Packet, error) {
+// publishToInline hands pk to the inline subscribers. faceagent patch (stack): out of
+// publishToSubscribers, with the copy of the packet the handlers take by value, so that
+// routing to clients does not carry it.
+//
+//go:noinline
+func (s *Server) publishToInline(subscribers *Subscribers, pk *packets.Packet) {
+	if subscribers.hasInline {
+		subscribers.oneInl.Handler(s.inlineClient, subscribers.oneInl.Subscription, *pk)
+	}
+	for _, inlineSubscription := range subscribers.InlineSubscriptions {
+		inlineSubscription.Handler(s.inlineClient, inlineSubscription.Subscription, *pk)
+	}
+}
+
+// selectShared picks the shared subscriptions' receivers; the hooks get a copy on the heap
+// with everything in the maps, as upstream. faceagent patch (stack): out of
+// publishToSubscribers, with the packet copy the hooks take.
+//
+//go:noinline
+func (s *Server) selectShared(subscribers *Subscribers, pk *packets.Packet) {
+	subscribers.spill()
+	selected := new(Subscribers)
+	*selected = *subscribers
+	selected = s.hooks.OnSelectSubscribers(selected, *pk)
+	if len(selected.SharedSelected) == 0 {
+		selected.SelectShared()
+	}
+	selected.MergeSharedSelected()
+	*subscribers = *selected
+}
+
+// publishToClient queues pk for a subscriber. faceagent patch (stack): it took and
+// returned packets by value; nothing used the returned copy.
+func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk *packets.Packet) error {
 	if sub.NoLocal && pk.Origin == cl.ID {
-		return pk, nil // [MQTT-3.8.3-3]
+		return nil // [MQTT-3.8.3-3]
 	}
 
 	out := pk.Copy(false)
 	if !s.hooks.OnACLCheck(cl, pk.TopicName, false) {
-		return out, packets.ErrNotAuthorized
+		return packets.ErrNotAuthorized
 	}
 	if !sub.FwdRetainedFlag && ((cl.Properties.ProtocolVersion == 5 && !sub.RetainAsPublished) || cl.Properties.ProtocolVersion < 5) { // ![MQTT-3.3.1-13] [v3 MQTT-3.3.1-9]
 		out.FixedHeader.Retain = false // [MQTT-3.3.1-12]
@@ -1228,15 +1350,15 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 			// add hook?
 			atomic.AddInt64(&s.Info.InflightDropped, 1)
 			s.Log.Warn("client store quota reached", "client", cl.ID, "listener", cl.Net.Listener)
-			return out, packets.ErrQuotaExceeded
+			return packets.ErrQuotaExceeded
 		}
 
 		i, err := cl.NextPacketID() // [MQTT-4.3.2-1] [MQTT-4.3.3-1]
 		if err != nil {
-			s.hooks.OnPacketIDExhausted(cl, pk)
+			s.hooks.OnPacketIDExhausted(cl, *pk)
 			atomic.AddInt64(&s.Info.InflightDropped, 1)
 			s.Log.Warn("packet ids exhausted", "error", err, "client", cl.ID, "listener", cl.Net.Listener)
-			return out, packets.ErrQuotaExceeded
+			return packets.ErrQuotaExceeded
 		}
 
 		out.PacketID = uint16(i) // [MQTT-2.2.1-4]
@@ -1251,12 +1373,12 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 		if sentQuota == 0 && atomic.LoadInt32(&cl.State.Inflight.maximumSendQuota) > 0 {
 			out.Expiry = -1
 			cl.State.Inflight.Set(out)
-			return out, nil
+			return nil
 		}
 	}
 
 	if cl.Net.Conn == nil || cl.Closed() {
-		return out, packets.CodeDisconnect
+		return packets.CodeDisconnect
 	}
 
 	select {
@@ -1264,15 +1386,15 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 		atomic.AddInt32(&cl.State.outboundQty, 1)
 	default:
 		atomic.AddInt64(&s.Info.MessagesDropped, 1)
-		cl.ops.hooks.OnPublishDropped(cl, pk)
+		cl.ops.hooks.OnPublishDropped(cl, *pk)
 		if out.FixedHeader.Qos > 0 {
 			cl.State.Inflight.Delete(out.PacketID) // packet was dropped due to irregular circumstances, so rollback inflight.
 			cl.State.Inflight.IncreaseSendQuota()
 		}
-		return out, packets.ErrPendingClientWritesExceeded
+		return packets.ErrPendingClientWritesExceeded
 	}
 
-	return out, nil
+	return nil
 }
 
 func (s *Server) publishRetainedToClient(cl *Client, sub packets.Subscription, existed bool) {
@@ -1286,7 +1408,7 @@ func (s *Server) publishRetainedToClient(cl *Client, sub packets.Subscription, e
 
 	sub.FwdRetainedFlag = true
 	for _, pkv := range s.Topics.Messages(sub.Filter) { // [MQTT-3.8.4-4]
-		_, err := s.publishToClient(cl, sub, pkv)
+		err := s.publishToClient(cl, sub, &pkv)
 		if err != nil {
 			s.Log.Debug("failed to publish retained message", "error", err, "client", cl.ID, "listener", cl.Net.Listener, "packet", pkv)
 			continue
@@ -1320,7 +1442,7 @@ func (s *Server) buildAck(packetID uint16, pkt, qos byte, properties packets.Pro
 }
 
 // processPuback processes a Puback packet, denoting completion of a QOS 1 packet sent from the server.
-func (s *Server) processPuback(cl *Client, pk packets.Packet) error {
+func (s *Server) processPuback(cl *Client, pk *packets.Packet) error {
 	if _, ok := cl.State.Inflight.Get(pk.PacketID); !ok {
 		return nil // omit, but would be packets.ErrPacketIdentifierNotFound
 	}
@@ -1328,14 +1450,14 @@ func (s *Server) processPuback(cl *Client, pk packets.Packet) error {
 	if ok := cl.State.Inflight.Delete(pk.PacketID); ok { // [MQTT-4.3.2-5]
 		cl.State.Inflight.IncreaseSendQuota()
 		atomic.AddInt64(&s.Info.Inflight, -1)
-		s.hooks.OnQosComplete(cl, pk)
+		s.hooks.OnQosComplete(cl, *pk)
 	}
 
 	return nil
 }
 
 // processPubrec processes a Pubrec packet, denoting receipt of a QOS 2 packet sent from the server.
-func (s *Server) processPubrec(cl *Client, pk packets.Packet) error {
+func (s *Server) processPubrec(cl *Client, pk *packets.Packet) error {
 	if _, ok := cl.State.Inflight.Get(pk.PacketID); !ok { // [MQTT-4.3.3-7] [MQTT-4.3.3-13]
 		return cl.WritePacket(s.buildAck(pk.PacketID, packets.Pubrel, 1, pk.Properties, packets.ErrPacketIdentifierNotFound))
 	}
@@ -1344,7 +1466,7 @@ func (s *Server) processPubrec(cl *Client, pk packets.Packet) error {
 		if ok := cl.State.Inflight.Delete(pk.PacketID); ok {
 			atomic.AddInt64(&s.Info.Inflight, -1)
 		}
-		cl.ops.hooks.OnQosDropped(cl, pk)
+		cl.ops.hooks.OnQosDropped(cl, *pk)
 		return nil // as per MQTT5 Section 4.13.2 paragraph 2
 	}
 
@@ -1355,7 +1477,7 @@ func (s *Server) processPubrec(cl *Client, pk packets.Packet) error {
 }
 
 // processPubrel processes a Pubrel packet, denoting completion of a QOS 2 packet sent from the client.
-func (s *Server) processPubrel(cl *Client, pk packets.Packet) error {
+func (s *Server) processPubrel(cl *Client, pk *packets.Packet) error {
 	if _, ok := cl.State.Inflight.Get(pk.PacketID); !ok { // [MQTT-4.3.3-7] [MQTT-4.3.3-13]
 		return cl.WritePacket(s.buildAck(pk.PacketID, packets.Pubcomp, 0, pk.Properties, packets.ErrPacketIdentifierNotFound))
 	}
@@ -1364,7 +1486,7 @@ func (s *Server) processPubrel(cl *Client, pk packets.Packet) error {
 		if ok := cl.State.Inflight.Delete(pk.PacketID); ok {
 			atomic.AddInt64(&s.Info.Inflight, -1)
 		}
-		cl.ops.hooks.OnQosDropped(cl, pk)
+		cl.ops.hooks.OnQosDropped(cl, *pk)
 		return nil
 	}
 
@@ -1380,28 +1502,28 @@ func (s *Server) processPubrel(cl *Client, pk packets.Packet) error {
 	cl.State.Inflight.IncreaseSendQuota()                // +1 SENT QUOTA
 	if ok := cl.State.Inflight.Delete(pk.PacketID); ok { // [MQTT-4.3.3-12]
 		atomic.AddInt64(&s.Info.Inflight, -1)
-		s.hooks.OnQosComplete(cl, pk)
+		s.hooks.OnQosComplete(cl, *pk)
 	}
 
 	return nil
 }
 
 // processPubcomp processes a Pubcomp packet, denoting completion of a QOS 2 packet sent from the server.
-func (s *Server) processPubcomp(cl *Client, pk packets.Packet) error {
+func (s *Server) processPubcomp(cl *Client, pk *packets.Packet) error {
 	// regardless of whether the pubcomp is a success or failure, we end the qos flow, delete inflight, and restore the quotas.
 	cl.State.Inflight.IncreaseReceiveQuota() // +1 RECV QUOTA
 	cl.State.Inflight.IncreaseSendQuota()    // +1 SENT QUOTA
 	if ok := cl.State.Inflight.Delete(pk.PacketID); ok {
 		atomic.AddInt64(&s.Info.Inflight, -1)
-		s.hooks.OnQosComplete(cl, pk)
+		s.hooks.OnQosComplete(cl, *pk)
 	}
 
 	return nil
 }
 
 // processSubscribe processes a Subscribe packet.
-func (s *Server) processSubscribe(cl *Client, pk packets.Packet) error {
-	pk = s.hooks.OnSubscribe(cl, pk)
+func (s *Server) processSubscribe(cl *Client, pk *packets.Packet) error {
+	*pk = s.hooks.OnSubscribe(cl, *pk)
 	code := packets.CodeSuccess
 	if _, ok := cl.State.Inflight.Get(pk.PacketID); ok {
 		code = packets.ErrPacketIdentifierInUse
@@ -1457,7 +1579,7 @@ func (s *Server) processSubscribe(cl *Client, pk packets.Packet) error {
 		ack.Properties.ReasonString = code.Reason
 	}
 
-	s.hooks.OnSubscribed(cl, pk, reasonCodes)
+	s.hooks.OnSubscribed(cl, *pk, reasonCodes)
 	err := cl.WritePacket(ack)
 	if err != nil {
 		return err
@@ -1475,13 +1597,13 @@ func (s *Server) processSubscribe(cl *Client, pk packets.Packet) error {
 }
 
 // processUnsubscribe processes an unsubscribe packet.
-func (s *Server) processUnsubscribe(cl *Client, pk packets.Packet) error {
+func (s *Server) processUnsubscribe(cl *Client, pk *packets.Packet) error {
 	code := packets.CodeSuccess
 	if _, ok := cl.State.Inflight.Get(pk.PacketID); ok {
 		code = packets.ErrPacketIdentifierInUse
 	}
 
-	pk = s.hooks.OnUnsubscribe(cl, pk)
+	*pk = s.hooks.OnUnsubscribe(cl, *pk)
 	reasonCodes := make([]byte, len(pk.Filters))
 	for i, sub := range pk.Filters { // [MQTT-3.10.4-6] [MQTT-3.11.3-1]
 		if code != packets.CodeSuccess {
@@ -1514,7 +1636,7 @@ func (s *Server) processUnsubscribe(cl *Client, pk packets.Packet) error {
 		ack.Properties.ReasonString = code.Reason
 	}
 
-	s.hooks.OnUnsubscribed(cl, pk)
+	s.hooks.OnUnsubscribed(cl, *pk)
 	return cl.WritePacket(ack)
 }
 
@@ -1542,8 +1664,10 @@ func (s *Server) UnsubscribeClient(cl *Client) {
 }
 
 // processAuth processes an Auth packet.
-func (s *Server) processAuth(cl *Client, pk packets.Packet) error {
-	_, err := s.hooks.OnAuthPacket(cl, pk)
+//
+//go:noinline
+func (s *Server) processAuth(cl *Client, pk *packets.Packet) error {
+	_, err := s.hooks.OnAuthPacket(cl, *pk)
 	if err != nil {
 		return err
 	}
@@ -1552,7 +1676,7 @@ func (s *Server) processAuth(cl *Client, pk packets.Packet) error {
 }
 
 // processDisconnect processes a Disconnect packet.
-func (s *Server) processDisconnect(cl *Client, pk packets.Packet) error {
+func (s *Server) processDisconnect(cl *Client, pk *packets.Packet) error {
 	if pk.Properties.SessionExpiryIntervalFlag {
 		if pk.Properties.SessionExpiryInterval > 0 && cl.Properties.Props.SessionExpiryInterval == 0 {
 			return packets.ErrProtocolViolationZeroNonZeroExpiry
@@ -1648,7 +1772,7 @@ func (s *Server) publishSysTopics() {
 		pk.TopicName = topic
 		pk.Payload = []byte(payload)
 		s.Topics.RetainMessage(pk.Copy(false))
-		s.publishToSubscribers(pk)
+		s.publishToSubscribers(&pk)
 	}
 
 	s.hooks.OnSysInfoTick(info)
@@ -1705,10 +1829,10 @@ func (s *Server) sendLWT(cl *Client) {
 	}
 
 	if pk.FixedHeader.Retain {
-		s.retainMessage(cl, pk)
+		s.retainMessage(cl, &pk)
 	}
 
-	s.publishToSubscribers(pk)                      // [MQTT-3.1.2-8]
+	s.publishToSubscribers(&pk)                     // [MQTT-3.1.2-8]
 	atomic.StoreUint32(&cl.Properties.Will.Flag, 0) // [MQTT-3.1.2-10]
 	s.hooks.OnWillSent(cl, pk)
 }
@@ -1907,10 +2031,10 @@ func (s *Server) clearExpiredInflights(now int64) {
 func (s *Server) sendDelayedLWT(dt int64) {
 	for id, pk := range s.loop.willDelayed.GetAll() {
 		if dt > pk.Expiry {
-			s.publishToSubscribers(pk) // [MQTT-3.1.2-8]
+			s.publishToSubscribers(&pk) // [MQTT-3.1.2-8]
 			if cl, ok := s.Clients.Get(id); ok {
 				if pk.FixedHeader.Retain {
-					s.retainMessage(cl, pk)
+					s.retainMessage(cl, &pk)
 				}
 				cl.Properties.Will = Will{} // [MQTT-3.1.2-10]
 				s.hooks.OnWillSent(cl, pk)
