@@ -30,7 +30,7 @@ type clashGuard struct {
 	takeover *takeoverGuard // hands over a message put back after its session moved on
 
 	mu      sync.Mutex
-	stashed map[*mqtt.Client]stash // the message the packet being processed takes out
+	stashed map[*mqtt.Client]*stash // the message the packet being processed takes out
 }
 
 // stash is a displaced outgoing message and whether mochi counted its removal in
@@ -41,7 +41,7 @@ type stash struct {
 }
 
 func newClashGuard(srv *mqtt.Server, takeover *takeoverGuard) *clashGuard {
-	return &clashGuard{srv: srv, takeover: takeover, stashed: make(map[*mqtt.Client]stash)}
+	return &clashGuard{srv: srv, takeover: takeover, stashed: make(map[*mqtt.Client]*stash)}
 }
 
 func (g *clashGuard) ID() string { return "faceagent-inflight-clash" }
@@ -56,16 +56,16 @@ func (g *clashGuard) Provides(b byte) bool {
 
 // outgoing reports whether pk is the broker's side of a message it sends: a PUBLISH, or the
 // PUBREL that follows a QoS 2 one.
-func outgoing(pk packets.Packet) bool {
-	return pk.FixedHeader.Type == packets.Publish || pk.FixedHeader.Type == packets.Pubrel
+func outgoing(fh packets.FixedHeader) bool {
+	return fh.Type == packets.Publish || fh.Type == packets.Pubrel
 }
 
 // clashes reports whether an incoming packet of this type takes its id from the client's
 // own numbering in a way mochi checks against the in-flight set.
-func clashes(pk packets.Packet) bool {
-	switch pk.FixedHeader.Type {
+func clashes(fh packets.FixedHeader) bool {
+	switch fh.Type {
 	case packets.Publish:
-		return pk.FixedHeader.Qos > 0
+		return fh.Qos > 0
 	case packets.Subscribe, packets.Unsubscribe:
 		return true
 	}
@@ -76,34 +76,41 @@ func clashes(pk packets.Packet) bool {
 // 1/2 PUBLISH) or be refused for (a SUBSCRIBE or UNSUBSCRIBE: mochi answers 0x91 "packet
 // identifier in use"; the message is taken out of the set until mochi is done).
 func (g *clashGuard) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
-	if cl.Net.Inline || !clashes(pk) {
-		return pk, nil
-	}
-	held, ok := cl.State.Inflight.Get(pk.PacketID)
-	if !ok || !outgoing(held) {
-		return pk, nil
-	}
-	g.mu.Lock()
-	g.stashed[cl] = stash{pk: held.Copy(true), counted: pk.FixedHeader.Type == packets.Publish}
-	g.mu.Unlock()
-	if pk.FixedHeader.Type != packets.Publish {
-		cl.State.Inflight.Delete(pk.PacketID) // back in OnPacketProcessed, or OnDisconnect
+	if !cl.Net.Inline && clashes(pk.FixedHeader) {
+		g.stashDisplaced(cl, pk.FixedHeader.Type, pk.PacketID)
 	}
 	return pk, nil
+}
+
+// stashDisplaced is OnPacketRead's work for a packet that may clash: a call of its own, so
+// that the packets it copies are not in the frame of every client's read.
+//
+//go:noinline
+func (g *clashGuard) stashDisplaced(cl *mqtt.Client, typ byte, id uint16) {
+	held, ok := cl.State.Inflight.Get(id)
+	if !ok || !outgoing(held.FixedHeader) {
+		return
+	}
+	g.mu.Lock()
+	g.stashed[cl] = &stash{pk: held.Copy(true), counted: typ == packets.Publish}
+	g.mu.Unlock()
+	if typ != packets.Publish {
+		cl.State.Inflight.Delete(id) // back in OnPacketProcessed, or OnDisconnect
+	}
 }
 
 // OnQosComplete puts a message displaced by a QoS 1 PUBLISH back as soon as mochi has
 // released the id (its PUBACK is written and out of the set): the client may have its
 // PUBACK, drop the connection and resume the session meanwhile.
 func (g *clashGuard) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
-	if inboundCompletion(pk) {
+	if inboundCompletion(&pk) {
 		g.restore(cl)
 	}
 }
 
 // OnPacketProcessed puts the displaced message back once its id is free again.
 func (g *clashGuard) OnPacketProcessed(cl *mqtt.Client, pk packets.Packet, _ error) {
-	if clashes(pk) {
+	if !cl.Net.Inline && clashes(pk.FixedHeader) { // inline clients' packets stash nothing (OnPacketRead)
 		g.restore(cl)
 	}
 }
@@ -114,14 +121,24 @@ func (g *clashGuard) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 	g.restore(cl)
 }
 
+// restore puts back the message stashed for cl, if there is one.
 func (g *clashGuard) restore(cl *mqtt.Client) {
 	g.mu.Lock()
 	st, ok := g.stashed[cl]
 	delete(g.stashed, cl)
 	g.mu.Unlock()
-	if !ok {
-		return
+	if ok {
+		g.putBack(cl, st)
 	}
+}
+
+// putBack is restore's work once a message was stashed: a call of its own so that the
+// packets it copies are not in restore's frame, which is on the stack of every client's
+// QoS 1 publish (under everything the agent does with it). The map holds pointers for the
+// same reason.
+//
+//go:noinline
+func (g *clashGuard) putBack(cl *mqtt.Client, st *stash) {
 	if cl.IsTakenOver() {
 		// The session resumed on a new connection that copied the set without it.
 		if st.pk.FixedHeader.Type == packets.Publish {

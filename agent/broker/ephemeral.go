@@ -58,7 +58,7 @@ func (h *sessionStore) OnQosPublish(cl *mqtt.Client, pk packets.Packet, sent int
 // OnQosComplete deletes a delivered message's record; a session that ends with the
 // connection has none (OnQosPublish did not write it).
 func (h *sessionStore) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
-	if sessionEndsWithConnection(cl) || inboundCompletion(pk) {
+	if sessionEndsWithConnection(cl) || inboundCompletion(&pk) {
 		return
 	}
 	h.deleteInflight(cl, pk)
@@ -84,7 +84,7 @@ func inboundAck(pk packets.Packet) bool {
 // broker's PUBACK (built by the broker, so with a creation time; a client's PUBACK for an
 // outgoing message, read from the wire, has none) or the client's PUBREL (QoS 2; an
 // outgoing QoS 2 message completes with the client's PUBCOMP).
-func inboundCompletion(pk packets.Packet) bool {
+func inboundCompletion(pk *packets.Packet) bool {
 	t := pk.FixedHeader.Type
 	return t == packets.Puback && pk.Created != 0 || t == packets.Pubrel
 }

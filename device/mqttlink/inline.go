@@ -38,8 +38,12 @@ func newInline(l *Link) (transport, error) {
 	if err := t.srv.AddHook(&subscribeWatch{t: t}, nil); err != nil {
 		return nil, &Error{Code: device.ErrConfig, Err: err}
 	}
+	// A closure, not the method value t.handle: the method value's wrapper would copy the
+	// 800-byte packet once more on the terminal's stack, under everything the agent does
+	// with the message (its next command's publish included).
+	handle := func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) { t.handle(&pk) }
 	for i, f := range t.filters {
-		if err := t.srv.Subscribe(f, l.cfg.SubscriptionID, t.handle); err != nil {
+		if err := t.srv.Subscribe(f, l.cfg.SubscriptionID, handle); err != nil {
 			for _, g := range t.filters[:i] {
 				t.srv.Unsubscribe(g, l.cfg.SubscriptionID)
 			}
@@ -52,7 +56,7 @@ func newInline(l *Link) (transport, error) {
 
 // handle runs on the publishing terminal's connection goroutine (mochi delivers inline
 // subscriptions synchronously), so a full Events channel holds that terminal back.
-func (t *inline) handle(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
+func (t *inline) handle(pk *packets.Packet) {
 	// mochi passes its inline client as cl to every inline handler; the publisher is
 	// pk.Origin. Our own publications (and any other inline client's) are not terminals'
 	// messages: with an unusual template a command could otherwise come back as an "ack".
