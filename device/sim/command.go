@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/seed0e69bba5/faceagent/device/face"
@@ -89,4 +90,36 @@ func (p *plainJSON) opt(key string, dst *string) bool {
 		return true
 	}
 	return p.str(dst)
+}
+
+// appendAck appends a as JSON, as a.AppendJSON does (json.Marshal's bytes) when its
+// strings are plain (no character that encoding/json escapes): the terminals' acks carry
+// the agent's message ids and a fixed refusal text. Anything else goes to a.AppendJSON.
+// TestAppendAckSameAsMarshal checks both write the same bytes.
+func appendAck(dst []byte, a *face.Ack) ([]byte, error) {
+	if !plainJSONString(a.MessageID) || !plainJSONString(a.Message) {
+		return a.AppendJSON(dst)
+	}
+	if err := a.Validate(); err != nil {
+		return dst, err
+	}
+	dst = append(dst, `{"messageId":"`...)
+	dst = append(dst, a.MessageID...)
+	dst = append(dst, `","code":`...)
+	dst = strconv.AppendInt(dst, int64(a.Code), 10)
+	dst = append(dst, `,"message":"`...)
+	dst = append(dst, a.Message...)
+	return append(dst, `"}`...), nil
+}
+
+// plainJSONString reports whether json.Marshal writes s as it is between quotes: ASCII
+// from space to '~' but for '"', '\\' and the HTML characters '<', '>', '&'.
+func plainJSONString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch ch := s[i]; {
+		case ch < 0x20 || ch > 0x7e, ch == '"', ch == '\\', ch == '<', ch == '>', ch == '&':
+			return false
+		}
+	}
+	return true
 }

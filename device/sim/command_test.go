@@ -92,3 +92,38 @@ func BenchmarkParseCommand(b *testing.B) {
 		})
 	}
 }
+
+// The terminals' ack encoder writes json.Marshal's bytes, plain strings or not, and
+// refuses what AppendJSON refuses.
+func TestAppendAckSameAsMarshal(t *testing.T) {
+	acks := []face.Ack{
+		{MessageID: "m-1", Code: 0},
+		{MessageID: "b-12345-3f2a9c", Code: 17, Message: "refused by facesim"},
+		{MessageID: "m-2", Code: -3, Message: "a <b> & \"c\"\n"},
+		{MessageID: "m-3", Message: "Zoë"},
+		{MessageID: "", Code: 0},                    // invalid: no message id
+		{MessageID: "m-4", Message: "bad\xffutf-8"}, // escaped by encoding/json
+	}
+	for _, a := range acks {
+		got, gotErr := appendAck([]byte("x"), &a)
+		want, wantErr := a.AppendJSON([]byte("x"))
+		if (gotErr == nil) != (wantErr == nil) || (gotErr == nil && !bytes.Equal(got, want)) {
+			t.Errorf("%+v: appendAck %q, %v; AppendJSON %q, %v", a, got, gotErr, want, wantErr)
+		}
+	}
+}
+
+// FuzzAppendAck: appendAck and Ack.AppendJSON write the same bytes and refuse the same acks.
+func FuzzAppendAck(f *testing.F) {
+	f.Add("m-1", 0, "")
+	f.Add("b-12345-3f2a9c", 17, "refused by facesim")
+	f.Add("m-2", -3, "a <b> & \"c\"\n")
+	f.Fuzz(func(t *testing.T, id string, code int, msg string) {
+		a := face.Ack{MessageID: id, Code: code, Message: msg}
+		got, gotErr := appendAck(nil, &a)
+		want, wantErr := a.AppendJSON(nil)
+		if (gotErr == nil) != (wantErr == nil) || (gotErr == nil && !bytes.Equal(got, want)) {
+			t.Fatalf("%+v: appendAck %q, %v; AppendJSON %q, %v", a, got, gotErr, want, wantErr)
+		}
+	})
+}

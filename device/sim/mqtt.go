@@ -130,7 +130,7 @@ func (m *mqttTerm) publish(topic string, qos byte, payload []byte) error {
 }
 
 func (m *mqttTerm) sendAck(a *face.Ack) error {
-	b, err := a.AppendJSON(nil)
+	b, err := appendAck(nil, a)
 	if err != nil {
 		return err
 	}
