@@ -141,6 +141,5 @@ func (h *terminalQueues) readBuffer(cl *mqtt.Client) int {
 // pendingWrites returns the capacity of cl's queue of pending writes (tests), under the
 // client's lock like WritePacket.
 func (h *terminalQueues) pendingWrites(cl *mqtt.Client) int {
-	_, slots := cl.Outbound()
-	return slots
+	return cl.OutboundCap()
 }

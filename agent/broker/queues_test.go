@@ -54,7 +54,7 @@ func TestResizeOutbound(t *testing.T) {
 	if !cl.ResizeOutbound(8) {
 		t.Fatal("a resize of an empty queue was refused")
 	}
-	if queued, slots := cl.Outbound(); queued != 0 || slots != 8 {
+	if queued, slots := cl.OutboundLen(), cl.OutboundCap(); queued != 0 || slots != 8 {
 		t.Fatalf("queue after the resize: %d queued, %d slots, want 0 and 8", queued, slots)
 	}
 	if cl.ResizeOutbound(8) {
@@ -82,7 +82,7 @@ func TestResizeOutbound(t *testing.T) {
 	idle := srv.NewClient(conn2, "test", "t02", false)
 	resized := make(chan bool, 1)
 	go func() { resized <- idle.ResizeOutbound(4) }()
-	eventually(t, "the marker queued", func() bool { q, _ := idle.Outbound(); return q == 1 })
+	eventually(t, "the marker queued", func() bool { return idle.OutboundLen() == 1 })
 	idle.Stop(nil)
 	select {
 	case ok := <-resized:
@@ -364,13 +364,13 @@ func TestTerminalQueueSwapKeepsARacingPublish(t *testing.T) {
 		defer close(shortened)
 		b.terminals.shorten(cl)
 	}()
-	eventually(t, "the marker queued", func() bool { q, _ := cl.Outbound(); return q == 1 })
+	eventually(t, "the marker queued", func() bool { return cl.OutboundLen() == 1 })
 	// The racing publisher, routed through mochi to the client's old queue.
 	routeTo(t, srv, cl, "dev/face/t01")
 	if err := srv.Publish("dev/face/t01", []byte("cmd"), false, 0); err != nil {
 		t.Fatal(err)
 	}
-	if q, _ := cl.Outbound(); q != 2 {
+	if q := cl.OutboundLen(); q != 2 {
 		t.Fatalf("%d packets queued, want the marker and the message", q)
 	}
 	go cl.WriteLoop()
@@ -383,7 +383,7 @@ func TestTerminalQueueSwapKeepsARacingPublish(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("shorten still waits for the writer")
 	}
-	if _, slots := cl.Outbound(); slots != DefaultMaxPendingWrites {
+	if slots := cl.OutboundCap(); slots != DefaultMaxPendingWrites {
 		t.Fatalf("queue of %d slots after a racing publish, want the full %d kept", slots, DefaultMaxPendingWrites)
 	}
 	if n := b.terminals.swapped.Load(); n != 0 {

@@ -179,6 +179,12 @@ func (g *takeoverGuard) rescue(old *mqtt.Client, pk packets.Packet) {
 }
 
 // deliver gives pk to cl unless cl already holds it (copied by mochi with the session).
+//
+// It runs on the goroutine that routed the message to the old client (a publisher: the
+// agent's intake inside OnPublish, a back office's PUBLISH) or on the new client's reader
+// (OnSessionEstablished), so it queues pk for cl's writer goroutine and never writes itself:
+// a new client that does not read (its socket full, its writer blocked holding the client's
+// lock) held that goroutine for the write timeout.
 func (g *takeoverGuard) deliver(cl *mqtt.Client, pk packets.Packet) {
 	if held, ok := cl.State.Inflight.Get(pk.PacketID); ok && samePublish(held, pk) {
 		return
@@ -197,8 +203,13 @@ func (g *takeoverGuard) deliver(cl *mqtt.Client, pk packets.Packet) {
 		}
 		cl.State.Inflight.DecreaseSendQuota()
 	}
-	// A write that fails leaves the message in flight: it goes out with the next session.
-	_ = cl.WritePacket(pk)
+	// A message that finds the client closed, or its queue of pending writes full, stays in
+	// flight: it goes out with the next session (mochi resends in-flight messages on
+	// reconnect; a client that stopped reading is cut at its write timeout).
+	if !cl.QueueWrite(pk) {
+		g.log.Warn("a message redelivered after a takeover waits in flight for the next session: the client's queue is full or closed",
+			"client", cl.ID, "topic", pk.TopicName)
+	}
 }
 
 func samePublish(a, b packets.Packet) bool {

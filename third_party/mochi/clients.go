@@ -739,7 +739,7 @@ func (cl *Client) flushOutbuf() (err error) {
 	return
 }
 
-// faceagent patch (terminal queues): ResizeOutbound, ApplyOutboundResize, Outbound,
+// faceagent patch (terminal queues): ResizeOutbound, ApplyOutboundResize, OutboundCap,
 // SetReadBuffer and ReadBufferSize let an embedder give a client a shorter queue of pending
 // writes and a smaller read buffer once it knows what the client is. mochi makes both in
 // newClient, before CONNECT, with the sizes every client gets (a 1,024-slot queue is a
@@ -791,7 +791,7 @@ func (cl *Client) ResizeOutbound(n int) bool {
 	}
 	select {
 	case old <- &packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Reserved}, Origin: outboundResizeOrigin}:
-		atomic.AddInt32(&cl.State.outboundQty, 1) // WriteLoop counts it out
+		atomic.AddInt32(&cl.State.outboundQty, 1) // WriteLoop counts it out (OutboundLen)
 	default: // a publisher filled it since the check: keep it
 		cl.State.resize.CompareAndSwap(req, nil)
 		return false
@@ -831,12 +831,19 @@ func (cl *Client) ApplyOutboundResize(pk packets.Packet) bool {
 	return true
 }
 
-// Outbound returns the number of packets in the client's queue of pending writes and the
-// number of its slots.
-func (cl *Client) Outbound() (queued, slots int) {
+// OutboundCap returns the number of slots of the client's queue of pending writes. It reads
+// the queue under the client's read lock, so it waits for a write in progress.
+func (cl *Client) OutboundCap() int {
 	cl.RLock()
 	defer cl.RUnlock()
-	return len(cl.State.outbound), cap(cl.State.outbound)
+	return cap(cl.State.outbound)
+}
+
+// OutboundLen returns the number of packets queued for the client's writer goroutine, the
+// one it is writing included (mochi's count, updated just after each send and each write).
+// It never waits.
+func (cl *Client) OutboundLen() int {
+	return int(atomic.LoadInt32(&cl.State.outboundQty))
 }
 
 // SetReadBuffer replaces the client's read buffer by one of n bytes and reports whether it
@@ -860,4 +867,26 @@ func (cl *Client) ReadBufferSize() int {
 		return 0
 	}
 	return cl.Net.bconn.Size()
+}
+
+// QueueWrite queues pk for the client's writer goroutine, as mochi's publishToClient queues
+// a message, and reports whether it did: false when the client is closed or has no
+// connection, or when its queue of pending writes is full. faceagent patch (takeover
+// redelivery): WritePacket writes on the caller's goroutine and holds the client's lock
+// while it writes, so a caller writing to a peer that stopped reading waited for it, up to
+// the write timeout; QueueWrite never waits, and the writer goroutine writes pk in turn.
+//
+// Like publishToClient it reads the queue field without the client's lock: do not call it
+// while a ResizeOutbound may be under way (before the client's first SUBSCRIBE is handled).
+func (cl *Client) QueueWrite(pk packets.Packet) bool {
+	if cl.Net.Conn == nil || cl.Closed() {
+		return false
+	}
+	select {
+	case cl.State.outbound <- &pk:
+		atomic.AddInt32(&cl.State.outboundQty, 1)
+		return true
+	default:
+		return false
+	}
 }
