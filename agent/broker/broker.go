@@ -186,14 +186,10 @@ func New(opts *Options) (*Broker, error) {
 	b := &Broker{opts: o, log: o.Logger, srv: srv}
 	// mochi's event loop ticks five times a second even when nothing can expire; the
 	// housekeeper ticks it only when something is due (housekeeping.go).
-	if loop, err := takeOverLoopTickers(srv); err != nil {
-		o.Logger.Warn("broker: housekeeping stays on mochi's 1 s tickers", "error", err)
-	} else {
-		b.housekeeper = newHousekeeper(srv, loop, o.Logger)
-		if err := srv.AddHook(b.housekeeper, nil); err != nil {
-			srv.Close()
-			return nil, err
-		}
+	b.housekeeper = newHousekeeper(srv, srv.TakeOverLoopTicks(), o.Logger)
+	if err := srv.AddHook(b.housekeeper, nil); err != nil {
+		srv.Close()
+		return nil, err
 	}
 
 	if tq, err := newTerminalQueues(o.TerminalTopic, o.TerminalPendingWrites); err != nil {

@@ -1,13 +1,10 @@
 package broker
 
 import (
-	"errors"
 	"log/slog"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -15,18 +12,17 @@ import (
 
 // Housekeeping at deadlines instead of every second.
 //
-// mochi v2.7.9's event loop (server.go: eventLoop) selects on five *time.Ticker it makes in
+// mochi's event loop (server.go: eventLoop) selects on five *time.Ticker it makes in
 // mqtt.New: $SYS every SysTopicResendInterval, and every second the expiry of disconnected
 // sessions, of in-flight messages, of retained messages, and the sending of delayed wills.
 // None can be turned off through its options, so an idle broker woke five times a second
-// (issue 7: "Idle: no wake-ups when nothing happens"). The tickers are unexported fields of
-// an unexported struct; takeOverLoopTickers replaces them, before Serve starts the loop,
-// with tickers whose channels only the housekeeper sends on (a time.Ticker made as a
-// literal is just its exported channel: the loop reads C, and Stop is a no-op). The
-// housekeeper keeps one deadline per task, the earliest moment something of that kind can
-// expire, computed with mochi's own rules, and one timer for the earliest of them: when it
-// fires, the due tasks' channels get a tick, mochi's loop does exactly what its ticker
-// would have made it do, and the deadlines are computed again from mochi's state.
+// (issue 7: "Idle: no wake-ups when nothing happens"). Our copy of mochi has
+// Server.TakeOverLoopTicks, which New calls before Serve starts the loop: it replaces the
+// tickers with channels only the housekeeper sends on. The housekeeper keeps one deadline
+// per task, the earliest moment something of that kind can expire, computed with mochi's
+// own rules, and one timer for the earliest of them: when it fires, the due tasks'
+// channels get a tick, mochi's loop does exactly what its ticker would have made it do,
+// and the deadlines are computed again from mochi's state.
 //
 // Deadlines are lowered by the hooks that announce new things to expire (OnDisconnect of
 // a kept session, OnWill with a delay, OnRetainMessage, OnQosPublish, OnSubscribed to
@@ -39,70 +35,25 @@ import (
 // $SYS values are published every SysTopicResendInterval only while some subscription
 // matches a $SYS topic, and once at once when one is made; they are retained, so a
 // subscriber still gets the last values when it subscribes.
-//
-// If mochi's layout ever differs (another version), takeOverLoopTickers fails, New logs it
-// and mochi's own tickers stay: the broker works and wakes up as before.
-// TestLoopLayout fails loudly in that case.
 
 // housekeepingSweep bounds how long a task goes without a scan.
 const housekeepingSweep = time.Hour
 
-// The tasks of mochi's event loop, in the order of its fields.
+// The tasks of mochi's event loop (indexes into mqtt.LoopTicks.C).
 const (
-	taskSys = iota
-	taskClients
-	taskInflight
-	taskRetained
-	taskWills
-	numTasks
+	taskSys      = mqtt.LoopSysTopics
+	taskClients  = mqtt.LoopClientExpiry
+	taskInflight = mqtt.LoopInflightExpiry
+	taskRetained = mqtt.LoopRetainedExpiry
+	taskWills    = mqtt.LoopWillDelaySend
+	numTasks     = mqtt.LoopTasks
 )
-
-var loopTickerFields = [numTasks]string{"sysTopics", "clientExpiry", "inflightExpiry", "retainedExpiry", "willDelaySend"}
-
-// loopTickers are what takeOverLoopTickers gives the housekeeper: the channels behind
-// mochi's tickers and its delayed wills.
-type loopTickers struct {
-	ticks       [numTasks]chan time.Time
-	willDelayed *packets.Packets
-}
-
-var errLoopLayout = errors.New("broker: mochi's event loop is not laid out as v2.7.9's (server.loop tickers)")
-
-// takeOverLoopTickers replaces the tickers of srv's event loop with channels of ours. It must
-// run before srv.Serve starts the loop. It changes nothing when any field is not as expected.
-func takeOverLoopTickers(srv *mqtt.Server) (*loopTickers, error) {
-	lp := reflect.ValueOf(srv).Elem().FieldByName("loop")
-	if !lp.IsValid() || lp.Kind() != reflect.Pointer || lp.IsNil() || lp.Elem().Kind() != reflect.Struct {
-		return nil, errLoopLayout
-	}
-	loop := lp.Elem()
-	tickerType := reflect.TypeFor[*time.Ticker]()
-	var fields [numTasks]**time.Ticker
-	for i, name := range loopTickerFields {
-		f := loop.FieldByName(name)
-		if !f.IsValid() || f.Type() != tickerType || f.IsNil() {
-			return nil, errLoopLayout
-		}
-		fields[i] = (**time.Ticker)(unsafe.Pointer(f.UnsafeAddr()))
-	}
-	wd := loop.FieldByName("willDelayed")
-	if !wd.IsValid() || wd.Type() != reflect.TypeFor[*packets.Packets]() || wd.IsNil() {
-		return nil, errLoopLayout
-	}
-	lt := &loopTickers{willDelayed: *(**packets.Packets)(unsafe.Pointer(wd.UnsafeAddr()))}
-	for i, f := range fields {
-		(*f).Stop()
-		lt.ticks[i] = make(chan time.Time, 1)
-		*f = &time.Ticker{C: lt.ticks[i]}
-	}
-	return lt, nil
-}
 
 // housekeeper is the hook that sends mochi's event loop its ticks when something is due.
 type housekeeper struct {
 	mqtt.HookBase
 	srv         *mqtt.Server
-	loop        *loopTickers
+	loop        *mqtt.LoopTicks
 	sysInterval time.Duration
 	log         *slog.Logger
 
@@ -118,7 +69,7 @@ type housekeeper struct {
 	ticks   [numTasks]int64 // ticks sent, per task (tests)
 }
 
-func newHousekeeper(srv *mqtt.Server, loop *loopTickers, log *slog.Logger) *housekeeper {
+func newHousekeeper(srv *mqtt.Server, loop *mqtt.LoopTicks, log *slog.Logger) *housekeeper {
 	h := &housekeeper{
 		srv: srv, loop: loop, log: log,
 		sysInterval: time.Duration(srv.Options.SysTopicResendInterval) * time.Second,
@@ -277,7 +228,7 @@ func (h *housekeeper) fire() {
 			continue
 		}
 		select {
-		case h.loop.ticks[task] <- now:
+		case h.loop.C[task] <- now:
 		default: // the loop has not taken the previous tick yet: it will run anyway
 		}
 		next[task] = h.scan(task, now)
@@ -329,7 +280,7 @@ func (h *housekeeper) scan(task int, now time.Time) time.Time {
 			consider(messageDue(pk, maxExpiry))
 		}
 	case taskWills:
-		for _, pk := range h.loop.willDelayed.GetAll() {
+		for _, pk := range h.loop.WillDelayed.GetAll() {
 			consider(time.Unix(pk.Expiry+1, 0))
 		}
 	}

@@ -2,8 +2,6 @@ package broker
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net"
 	"testing"
 	"time"
@@ -74,19 +72,9 @@ func parkedFor(b *Broker, d time.Duration) bool {
 	return true
 }
 
-// TestLoopLayout fails when mochi's event loop no longer has the fields housekeeping.go
-// replaces (after a mochi upgrade): the broker would then wake up every second again.
-func TestLoopLayout(t *testing.T) {
-	srv := mqtt.New(&mqtt.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	loop, err := takeOverLoopTickers(srv)
-	if err != nil {
-		t.Fatalf("mochi's event loop changed; update housekeeping.go for this mochi version: %v", err)
-	}
-	for i, ch := range loop.ticks {
-		if ch == nil {
-			t.Fatalf("no channel for %s", loopTickerFields[i])
-		}
-	}
+// TestHousekeeperDrivesTheLoop: New takes the event loop's tickers over (mochi's
+// TakeOverLoopTicks) and gives every task a channel the housekeeper sends on.
+func TestHousekeeperDrivesTheLoop(t *testing.T) {
 	b, err := New(&Options{Listen: "127.0.0.1:0", AllowAnonymous: true})
 	if err != nil {
 		t.Fatal(err)
@@ -94,6 +82,14 @@ func TestLoopLayout(t *testing.T) {
 	defer b.Close()
 	if b.housekeeper == nil {
 		t.Fatal("the broker runs without its housekeeper")
+	}
+	for task, ch := range b.housekeeper.loop.C {
+		if ch == nil {
+			t.Fatalf("no channel for task %d", task)
+		}
+	}
+	if b.housekeeper.loop.WillDelayed == nil {
+		t.Fatal("the housekeeper cannot see the delayed wills")
 	}
 }
 
