@@ -64,7 +64,9 @@ func (t *inline) handle(pk *packets.Packet) {
 	if (known && cl.Net.Inline) || (!known && (pk.Origin == "" || pk.Origin == mqtt.InlineClientId)) {
 		return
 	}
-	if id, ok := t.l.hbT.match(pk.TopicName); ok && known {
+	// Only the link's own terminals: any client may publish on a made-up id's topic, and
+	// each would stay in conn and unsure for good (deliver reports it as an Error).
+	if id, ok := t.l.hbT.match(pk.TopicName); ok && known && validDeviceID(id) && (t.l.devices == nil || t.l.devices[id]) {
 		t.mu.Lock()
 		// The remote address, not the *Client: a new connection has a new source port, and
 		// keeping the pointer would keep a gone connection's client alive.

@@ -519,3 +519,36 @@ func TestInlineHoldsACommandUntilItsTerminalSubscribes(t *testing.T) {
 		t.Fatal("a command to a subscribed terminal was not delivered")
 	}
 }
+
+// TestInlineTracksOnlyItsTerminalsConnections: heartbeats on topics of devices outside
+// Config.Devices (any client may publish there) are Error events and leave no state behind:
+// the connection map would grow with every id a client makes up, and each such id would
+// keep every later Send on the slow path that looks for held commands.
+func TestInlineTracksOnlyItsTerminalsConnections(t *testing.T) {
+	srv, burl := startMochi(t)
+	l := newLink(t, Config{Server: srv, Devices: []string{"d1"}})
+	waitEvent(t, l, device.Up)
+	tr := l.tr.(*inline)
+	cm := rawClient(t, burl)
+	pub := func(topic string) {
+		t.Helper()
+		if _, err := cm.Publish(context.Background(), &paho.Publish{Topic: topic, QoS: 1, Payload: []byte(`{"persons":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"stranger1", "stranger2", strings.Repeat("x", 200)} {
+		pub("dev/face/" + id + "/heartbeat")
+		waitEvent(t, l, device.Error)
+	}
+	tr.mu.Lock()
+	conns, unsure := len(tr.conn), len(tr.unsure)
+	tr.mu.Unlock()
+	if n := tr.unsureN.Load(); conns != 0 || unsure != 0 || n != 0 {
+		t.Fatalf("after heartbeats of unknown devices: %d connections, %d unsure (counter %d), want none", conns, unsure, n)
+	}
+	pub("dev/face/d1/heartbeat")
+	waitEvent(t, l, device.Heartbeat)
+	if n := tr.unsureN.Load(); n != 1 {
+		t.Fatalf("after d1's first heartbeat: %d unsure devices, want 1", n)
+	}
+}
