@@ -1046,10 +1046,14 @@ func (s *Server) processPublish(cl *Client, pk *packets.Packet) error {
 	// faceagent patch (PUBACK after storing): route the message first, then hold the
 	// acknowledgement until it is stored (AckWaiter); written at once unless more of the
 	// client's packets are buffered, or when this PUBLISH displaced a message in flight to
-	// the client (faceagent's clash guard puts that back once the PUBACK is written).
+	// the client (faceagent's clash guard puts that back once the PUBACK is written), or
+	// when it took the client's last receive quota: held acknowledgements count against it,
+	// and the next PUBLISH would find none and be disconnected (an MQTT 3.1.1 client has no
+	// Receive Maximum to keep it under, and upstream never let the quota run out).
 	s.publishToSubscribers(pk)
 	s.published(cl, pk)
-	if !displaced && cl.Net.bconn != nil && cl.Net.bconn.Buffered() > 0 {
+	if !displaced && atomic.LoadInt32(&cl.State.Inflight.receiveQuota) > 0 &&
+		cl.Net.bconn != nil && cl.Net.bconn.Buffered() > 0 {
 		s.holdAck(cl, pk.PacketID)
 		return nil
 	}
