@@ -170,8 +170,10 @@ func (t *inline) close() {
 }
 
 // subscribeWatch is the broker hook that publishes held commands once a SUBSCRIBE gives
-// their topics a subscriber. mochi calls OnSubscribed before it writes the SUBACK, so the
-// publish runs on a goroutine of its own: the SUBACK goes first. mochi cannot remove a
+// their topics a subscriber. mochi calls OnSubscribed on the subscriber's connection
+// goroutine before it writes the SUBACK, so the publish runs on a goroutine of its own and
+// does not hold the SUBACK back. Either may reach the terminal first: MQTT lets a server
+// send a matching PUBLISH before the SUBACK (3.1.1 section 3.8.4). mochi cannot remove a
 // hook, so after Close it stays and does nothing.
 type subscribeWatch struct {
 	mqtt.HookBase

@@ -494,6 +494,14 @@ func TestInlineHoldsACommandUntilItsTerminalSubscribes(t *testing.T) {
 	if err := l.Send(ctx, "t2", add("m2", "p2")); err != nil {
 		t.Fatal(err)
 	}
+	tr := l.tr.(*inline)
+	tr.mu.Lock()
+	_, held1 := tr.held["dev/face/t1"]
+	_, held2 := tr.held["dev/face/t2"]
+	tr.mu.Unlock()
+	if !held1 || held2 {
+		t.Fatalf("held: t1's command %v (want true), t2's %v (want false)", held1, held2)
+	}
 	if _, err := cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "dev/face/t1", QoS: 1}}}); err != nil {
 		t.Fatal(err)
 	}
