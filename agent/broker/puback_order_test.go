@@ -167,3 +167,46 @@ func TestAcknowledgementWithStoringHooks(t *testing.T) {
 		}
 	}
 }
+
+// A PUBLISH of a burst that mochi refuses (here a QoS 2 one reusing the packet id of a
+// flow waiting for its PUBREL: PUBREC 0x91) does not overtake the acknowledgements held
+// for the PUBLISHes before it, nor leave them held until the client sends something else:
+// the client, which waits for them, gets them at once and in order.
+func TestRefusedPublishFlushesHeldAcknowledgements(t *testing.T) {
+	b := startBroker(t, Options{})
+	pub, err := dialWire(b.Addr(), "publisher", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.close()
+	q2 := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 2}, TopicName: "results", PacketID: 3, Payload: []byte("q2")}
+	if err := pub.send(q2); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.expect(packets.Pubrec); err != nil {
+		t.Fatal(err)
+	}
+	var burst bytes.Buffer
+	for _, pk := range []packets.Packet{
+		{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "results", PacketID: 1, Payload: []byte("a")},
+		{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "results", PacketID: 2, Payload: []byte("b")},
+		q2, // no PUBREL yet: id 3 is in use
+	} {
+		pk.ProtocolVersion = 5
+		if err := testutil.EncodeClientPacket(&burst, pk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pub.conn.Write(burst.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []struct {
+		typ byte
+		id  uint16
+	}{{packets.Puback, 1}, {packets.Puback, 2}, {packets.Pubrec, 3}} {
+		typ, body, err := pub.read()
+		if err != nil || typ != want.typ || len(body) < 2 || uint16(body[0])<<8|uint16(body[1]) != want.id {
+			t.Fatalf("got type %d, body % x, %v; want type %d for packet id %d", typ, body, err, want.typ, want.id)
+		}
+	}
+}

@@ -1029,6 +1029,12 @@ func (s *Server) injectPacket(cl *Client, pk *packets.Packet) error {
 func (s *Server) processPublish(cl *Client, pk *packets.Packet) error {
 	route, displaced, err := s.admitPublish(cl, pk)
 	if !route {
+		// faceagent patch (PUBACK after storing): a message refused or dropped here leaves
+		// no acknowledgement held for the client's earlier ones (writeAckFor wrote them
+		// first, in order); the client may wait for them before it sends anything else.
+		if ferr := s.flushAcks(cl, nil); err == nil {
+			err = ferr
+		}
 		return err
 	}
 
@@ -1173,6 +1179,9 @@ func (s *Server) publishHooks(cl *Client, pk *packets.Packet) error {
 //
 //go:noinline
 func (s *Server) writeAckFor(cl *Client, pk *packets.Packet, pkt byte, reason packets.Code) error {
+	if err := s.flushAcks(cl, nil); err != nil { // faceagent patch (PUBACK after storing): in order [MQTT-4.6.0-2]
+		return err
+	}
 	return cl.WritePacket(s.buildAck(pk.PacketID, pkt, 0, pk.Properties, reason))
 }
 
