@@ -89,14 +89,16 @@
 //
 // A queued command costs the heap about 170 bytes (its outbox entry and ids); its payload
 // waits in the outbox's payload file beside the journal (payloads.cache, read back with
-// pread when the command is sent). A connected terminal costs two mochi goroutines (16–32
-// KiB of stack: mochi passes packets by value) and ~5 KB of heap: terminals, recognised by
+// pread when the command is sent). A connected terminal costs two mochi goroutines (8–16
+// KiB of stack for its reader while it talks, 4 KiB for its writer; our copy of mochi,
+// third_party/mochi, passes packets by pointer) and ~5 KB of heap: terminals, recognised by
 // their first SUBSCRIBE, get a 32-message write queue and a 512-byte read buffer instead
 // of the broker's defaults. The daemon (agent/cmd/faceagent, internal/memtrim) unmaps the
 // start-up-only pages of its binary once ready and returns free heap to the kernel after
-// 5 s without a garbage collection, so a burst's memory does not stay resident. /metrics
-// has process_resident_memory_bytes, faceagent_go_memory_bytes{class} and the payload
-// file's size and errors. docs/benchmarks.md has the figures (tools/bench/rss.sh).
+// 5 s without a garbage collection (collecting again while that still shrinks goroutine
+// stacks), so a burst's memory does not stay resident. /metrics has
+// process_resident_memory_bytes, faceagent_go_memory_bytes{class} and the payload file's
+// size, errors and repairs. docs/benchmarks.md has the figures (tools/bench/rss.sh).
 //
 // # Forwarded acks and heartbeats
 //

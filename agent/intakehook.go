@@ -134,11 +134,12 @@ func (t *taker) accept(ctx context.Context, payload []byte) error {
 	return nil
 }
 
-// intakeHook journals task messages published to the embedded broker inside OnPublish:
-// mochi writes the PUBACK to the publisher before it routes a message to subscribers, so
-// a subscriber could acknowledge nothing (DESIGN.md "Delivery semantics"). The hook runs
-// on the publisher's read loop: a slow journal slows that publisher, which is the
-// backpressure we want.
+// intakeHook journals task messages published to the embedded broker inside OnPublish,
+// before mochi routes the message or writes its PUBACK (DESIGN.md "Delivery semantics":
+// upstream mochi wrote the PUBACK before routing, so only OnPublish comes early enough;
+// our copy now routes first, but OnPublish is still where a message can be refused with
+// an error PUBACK). The hook runs on the publisher's read loop: a slow journal slows that
+// publisher, which is the backpressure we want.
 type intakeHook struct {
 	mqtt.HookBase
 	srv   *mqtt.Server

@@ -22,9 +22,11 @@ const (
 	// SyncAlways fsyncs before every append returns. A group-committing journal still merges
 	// appends that arrive while an fsync is running. Right for eMMC, where an fsync is ~1 ms.
 	SyncAlways SyncPolicy = "always"
-	// SyncBatch waits up to JournalBatchWindow for more appends, then fsyncs them together;
-	// every append still returns only after the fsync that covers it, so nothing acknowledged
-	// can be lost. Right for SD cards, where each fsync is slow and wears the card.
+	// SyncBatch leaves at least JournalBatchWindow between one fsync's end and the next
+	// batch, so appends arriving meanwhile are fsynced together (an append after a quiet
+	// spell goes at once); every append still returns only after the fsync that covers it,
+	// so nothing acknowledged can be lost. Right for SD cards, where each fsync is slow and
+	// wears the card.
 	SyncBatch SyncPolicy = "batch"
 	// SyncNone never fsyncs; the kernel writes back when it likes. A power cut loses
 	// acknowledged tasks: for tmpfs, tests and benchmarks only. No shipped profile uses it.
