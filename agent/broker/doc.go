@@ -57,7 +57,9 @@
 // within ConnectTimeout (10 s), every write must finish within WriteTimeout
 // (30 s), and Close closes connections that never finished CONNECT. Without
 // these a silent peer, or one that stops reading, holds a goroutine forever
-// and makes Close hang.
+// and makes Close hang. Close sends the DISCONNECTs side by side, up to 64 at
+// once, so clients that stopped reading cost it one DISCONNECT grace (0.5 s)
+// together, not one each.
 //
 // # Users file
 //
@@ -204,8 +206,10 @@
 //     its writer waits up to WriteTimeout, then the client is disconnected (a
 //     failed write ends the connection). Messages routed to it meanwhile wait
 //     in its queue, or are dropped once it is full; publishers never wait for
-//     it. A takeover of its session or Close waits at most 0.5 s for its
-//     DISCONNECT (third_party/mochi/README.md, the "wedged peer" patches).
+//     it, nor does a message a takeover hands over (it goes through the new
+//     connection's queue). A takeover of its session waits at most 0.5 s for
+//     its DISCONNECT, and Close 0.5 s for all such clients together
+//     (third_party/mochi/README.md, the "wedged peer" patches).
 //   - mochi passes packets (~800 bytes) by value through deep frames, so each
 //     connection costs 24 KiB of goroutine stacks: its reader needs 16 KiB
 //     parked (5 KB in use, too much for the GC to halve it) and grows to 32

@@ -147,9 +147,17 @@ func (c *deadlineConn) Close() error {
 	return err
 }
 
-// disconnectClients sends DISCONNECT to every client of this listener. mochi v2.7.9's own
-// closeClients (Server.closeListenerClients → Clients.GetByListener) takes the client list's
-// read lock twice (GetByListener calls Len under its RLock): a client leaving at that moment
+// closeConcurrency bounds the DISCONNECTs Close sends at once. A wedged client's takes
+// mochi's grace (0.5 s, third_party/mochi: "wedged peer") before the client is stopped
+// without it; a healthy one's, microseconds. 64 (the agent's terminals on one gateway) go
+// in one grace; each costs a goroutine for that long.
+const closeConcurrency = 64
+
+// disconnectClients sends DISCONNECT to every client of this listener, up to
+// closeConcurrency at once: one after another, each wedged client held Close for the
+// grace (six: 3 s; TestWedgedTerminalsCloseTogether). mochi v2.7.9's own closeClients
+// (Server.closeListenerClients → Clients.GetByListener) takes the client list's read lock
+// twice (GetByListener calls Len under its RLock): a client leaving at that moment
 // (Clients.Delete waits for the write lock between the two) deadlocked Close for good
 // (TestHLCExample hung once in about ten runs). Clients.GetAll takes the read lock once.
 func (l *tcpListener) disconnectClients(closeClients listeners.CloseFn) {
@@ -157,9 +165,19 @@ func (l *tcpListener) disconnectClients(closeClients listeners.CloseFn) {
 		closeClients(l.id)
 		return
 	}
+	slots := make(chan struct{}, closeConcurrency)
+	var wg sync.WaitGroup
 	for _, cl := range l.srv.Clients.GetAll() {
-		if cl.Net.Listener == l.id && !cl.Closed() {
-			_ = l.srv.DisconnectClient(cl, packets.ErrServerShuttingDown)
+		if cl.Net.Listener != l.id || cl.Closed() {
+			continue
 		}
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = l.srv.DisconnectClient(cl, packets.ErrServerShuttingDown)
+			<-slots
+		}()
 	}
+	wg.Wait()
 }

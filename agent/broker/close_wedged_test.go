@@ -1,0 +1,41 @@
+package broker
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// TestWedgedTerminalsCloseTogether: Close disconnects the listener's clients side by side.
+// Each wedged terminal's DISCONNECT waits its grace (0.5 s, third_party/mochi: "wedged
+// peer") before the client is stopped without it; one after another, six of them held
+// Close for 3 s. Together they take one grace: Close returns well within 2 s, even under
+// -race on a loaded machine.
+func TestWedgedTerminalsCloseTogether(t *testing.T) {
+	const wedged = 6
+	const bound = 2 * time.Second // one after another: at least 6 × 0.5 s
+	b := startBroker(t, wedgeOptions())
+	healthy := memConnect(t, b.Addr(), "healthy")
+	defer healthy.close()
+	for i := range wedged {
+		id := fmt.Sprintf("stuck%d", i)
+		wedgedTerminal(t, b.Addr(), id)
+		wedge(t, b, id)
+	}
+
+	start := time.Now()
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(bound):
+		t.Fatalf("Close did not return within %v with %d wedged terminals", bound, wedged)
+	}
+	t.Logf("Close with %d wedged terminals: %v", wedged, time.Since(start).Round(time.Millisecond))
+	expectWithin(t, healthy, packets.Disconnect, "the healthy terminal's DISCONNECT")
+}
