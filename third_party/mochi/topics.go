@@ -760,6 +760,9 @@ func (x *TopicsIndex) gatherSharedSubscriptions(particle *particle, subs *Subscr
 		subs.Shared = map[string]map[string]packets.Subscription{}
 	}
 	// The subscribers go to OnSelectSubscribers hooks: their maps are there, as upstream.
+	// A client or inline subscription held outside them goes in now, so that a later
+	// particle's subscription of the same client merges with it in the map [MQTT-3.3.4-2].
+	subs.spill()
 	if subs.SharedSelected == nil {
 		subs.SharedSelected = map[string]packets.Subscription{}
 	}
