@@ -15,7 +15,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
-// The upstream broker restarted mid-run (issue 7's faults). The upstream is a
+// The upstream broker killed (SIGKILL) and restarted mid-run (issue 7's faults). The upstream is a
 // second faceagent running only its embedded broker and state store, so the back office's
 // persistent session survives the restart there (a restarted mosquitto without persistence
 // would drop the results published before the back office subscribed again). The gateway
@@ -102,11 +102,10 @@ func TestUpstreamBrokerRestartMidRun(t *testing.T) {
 
 	publish(0, total/2)
 	waitResults(total / 8)
-	// A restart, not a crash: mochi acknowledges a publish before it stores the message
-	// for a persistent subscriber, so a SIGKILL can lose what was acknowledged just then.
-	if code := up.stop(syscall.SIGTERM); code != 0 {
-		t.Fatalf("upstream SIGTERM: exit %d\n%s", code, up.log())
-	}
+	// A crash: our copy of mochi acknowledges a publish only once it is stored for the
+	// back office's kept session (third_party/mochi, c8d03c1), so a SIGKILL loses nothing
+	// the reporter was told was taken.
+	up.stop(syscall.SIGKILL)
 	<-bo.c.Done()
 	resultsAtKill := bo.count()
 	// Dispatch does not wait for the upstream: the terminals keep getting commands.
