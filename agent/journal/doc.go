@@ -68,6 +68,27 @@
 // queued WriteOut is two atomic loads. The outbox's owner (agent/dispatch.go) calls it
 // before every command it sends, so that a kill repeats only the command in flight.
 //
+// # Segment preallocation
+//
+// On Linux the journal reserves a segment's blocks when it creates one (at Open, rotation
+// and Checkpoint) and when Open reopens the newest segment to append to it:
+// fallocate(FALLOC_FL_KEEP_SIZE) over its first SegmentSize bytes. Appends then write into
+// blocks the filesystem allocated already. Without it every append that grows the file
+// makes ext4 allocate blocks and update the inode's size and extents in its journal, and
+// a WriteOut's write(2) that meets the writer's fsync of the same file can wait for that
+// journal commit (milliseconds, tens under load): the sender waits with it. KEEP_SIZE
+// leaves the file's size at what was written, so the format, recovery, the torn-tail rule
+// and ReadRecords see exactly the bytes they saw before; a reserved block past the end
+// reads as nothing, and one a power cut left inside the size (an unwritten extent) reads
+// as zeros, which recovery already treats as a torn tail.
+//
+// The reserved blocks past a segment's end are released when it is sealed (rotation,
+// Checkpoint) and at Close: ftruncate to its own size, which on ext4 frees blocks that
+// fallocate reserved past the end, done before the sealing fsync so that the release is
+// durable with it. A filesystem without fallocate (EOPNOTSUPP, ENOSYS: some network and
+// FUSE filesystems) is left alone without a log line; another failure (ENOSPC) is logged
+// as a warning and the journal goes on without the reservation.
+//
 // # On-disk format (version 1)
 //
 // The directory holds LOCK (an flock is held on it while open), segments named
@@ -121,9 +142,15 @@
 //   - WriteOut runs write(2) on the caller's goroutine. It never waits for an fsync of its
 //     own, but a write can wait for the filesystem (ext4's journal commit that a running
 //     fsync started, a busy disk): usually microseconds, its worst case milliseconds
-//     (docs/benchmarks.md, "Write-out before send"). It also waits for a segment rotation
+//     (docs/benchmarks.md, "Write-out before send"); preallocation makes that rarer, not
+//     impossible ("Journal segment preallocation" there). It also waits for a segment rotation
 //     in progress, which holds the write mutex through its fsyncs (the sealed segment, the
 //     new one, the directory): once per SegmentSize written and once per Checkpoint.
+//   - An open journal occupies SegmentSize of disk for its open segment from the start
+//     (du counts it, ls does not: the size is what was written). After a kill the
+//     reservation stays until the next Open takes the segment up again; a sealing
+//     release that a power cut undid stays with its segment until compaction deletes it.
+//     On small flash, size SegmentSize with this in mind.
 //   - Replay holds one whole file in memory at a time (SegmentSize, 64 MiB by default).
 //   - A torn tail is recognised as damage at the end of the newest segment with no valid frame
 //     after it. A filesystem that, after a power cut, kept a later page of the last write but

@@ -77,6 +77,10 @@ type Options struct {
 	// it: the agent sets it in the outbox's options to WriteOut the outbox's journal before
 	// each command it sends.
 	OnOpen func(*Journal)
+
+	// noPreallocate turns segment preallocation off, for tests and the benchmark that
+	// compares both in one run.
+	noPreallocate bool
 }
 
 func (o *Options) withDefaults() Options {
@@ -138,6 +142,9 @@ type Journal struct {
 	segNum     uint64
 	segSize    int64 // where the next write goes: the end of everything written
 	syncedSize int64 // the end of what the last fsync of seg covered
+	// segReserved says that seg may hold blocks reserved beyond its end (preallocated), to
+	// be released when it is sealed or closed.
+	segReserved bool
 
 	// For WriteOut's lock-free check: the last sequence number issued, and the last one
 	// written to the file (every record up to it is there, fsynced or not).
@@ -368,6 +375,9 @@ func (j *Journal) Close() error {
 	j.wmu.Lock() // a WriteOut in progress finishes first; later ones see closed
 	var err error
 	if j.seg != nil {
+		if j.Err() == nil {
+			j.releaseReserved() // before the fsync, which makes the release durable too
+		}
 		if j.opts.Sync != SyncNone && j.Err() == nil {
 			err = j.seg.Sync()
 		}

@@ -22,6 +22,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(writeOutChildEnv); dir != "" {
 		writeOutChild(dir) // never returns
 	}
+	if dir := os.Getenv(preallocChildEnv); dir != "" {
+		preallocChild(dir) // never returns
+	}
 	if dir := os.Getenv(lockChildEnv); dir != "" {
 		_, err := Open(dir, nil)
 		if errors.Is(err, ErrLocked) {

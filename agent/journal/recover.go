@@ -176,11 +176,11 @@ func (j *Journal) recover() error {
 	}
 	if len(files.segments) == 0 {
 		first := max(files.snapshot, 1)
-		f, err := j.createSegment(first)
+		f, reserved, err := j.createSegment(first)
 		if err != nil {
 			return err
 		}
-		j.seg, j.segNum, j.segSize, j.firstSeg = f, first, fileHeaderSize, first
+		j.seg, j.segNum, j.segSize, j.firstSeg, j.segReserved = f, first, fileHeaderSize, first, reserved
 		j.recovery = rec
 		return nil
 	}
@@ -206,11 +206,11 @@ func (j *Journal) recover() error {
 			continue
 		}
 		if r.emptyHdr {
-			f, err := j.createSegment(n)
+			f, reserved, err := j.createSegment(n)
 			if err != nil {
 				return err
 			}
-			j.seg, j.segSize = f, fileHeaderSize
+			j.seg, j.segSize, j.segReserved = f, fileHeaderSize, reserved
 		} else {
 			f, err := j.fs.OpenFile(path, os.O_RDWR, 0)
 			if err != nil {
@@ -227,6 +227,9 @@ func (j *Journal) recover() error {
 					return j.ioErr("fsync", path, err)
 				}
 			}
+			// Appends continue here: reserve its blocks again (a no-op where they are
+			// still reserved, after a kill; the file's size stays validEnd).
+			j.segReserved = j.preallocateSegment(f, path)
 		}
 		j.segNum = n
 	}

@@ -269,6 +269,7 @@ func (j *Journal) rotateIfFull() error {
 
 // rotate seals the open segment and starts the next one. Called with wmu held.
 func (j *Journal) rotate() error {
+	j.releaseReserved() // before the fsync, which makes the release durable too
 	if j.opts.Sync != SyncNone {
 		if err := j.seg.Sync(); err != nil {
 			return fmt.Errorf("%w: fsync %s: %v", ErrFailed, j.segPath(j.segNum), err)
@@ -278,37 +279,71 @@ func (j *Journal) rotate() error {
 		return fmt.Errorf("%w: close %s: %v", ErrFailed, j.segPath(j.segNum), err)
 	}
 	j.seg = nil
-	f, err := j.createSegment(j.segNum + 1)
+	f, reserved, err := j.createSegment(j.segNum + 1)
 	if err != nil {
 		return err
 	}
-	j.seg, j.segSize, j.syncedSize = f, fileHeaderSize, fileHeaderSize
+	j.seg, j.segSize, j.syncedSize, j.segReserved = f, fileHeaderSize, fileHeaderSize, reserved
 	j.mu.Lock()
 	j.segNum++
 	j.mu.Unlock()
 	return nil
 }
 
-// createSegment creates segment num with its header, durably.
-func (j *Journal) createSegment(num uint64) (File, error) {
+// createSegment creates segment num with its header and its blocks preallocated, durably.
+// It reports whether blocks may be reserved beyond the file's end (preallocateSegment).
+func (j *Journal) createSegment(num uint64) (File, bool, error) {
 	path := j.segPath(num)
 	f, err := j.fs.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
 	if err != nil {
-		return nil, j.ioErr("create", path, err)
+		return nil, false, j.ioErr("create", path, err)
 	}
+	// Before the first fsync, which then commits the allocation with the header, so that
+	// the first batch's fsync does not carry it.
+	reserved := j.preallocateSegment(f, path)
 	if _, err := f.WriteAt(appendFileHeader(nil, segmentKind, num), 0); err != nil {
 		f.Close()
-		return nil, j.ioErr("write header of", path, err)
+		return nil, false, j.ioErr("write header of", path, err)
 	}
 	if j.opts.Sync != SyncNone {
 		if err := f.Sync(); err != nil {
 			f.Close()
-			return nil, j.ioErr("fsync", path, err)
+			return nil, false, j.ioErr("fsync", path, err)
 		}
 		if err := j.fs.SyncDir(j.dir); err != nil {
 			f.Close()
-			return nil, j.ioErr("fsync directory", j.dir, err)
+			return nil, false, j.ioErr("fsync directory", j.dir, err)
 		}
 	}
-	return f, nil
+	return f, reserved, nil
+}
+
+// preallocateSegment reserves the blocks of the first SegmentSize bytes of the segment f,
+// which appends will fill, without changing its size (package doc, "Segment
+// preallocation"). It reports whether blocks may now be reserved beyond f's end. A failure
+// is only logged: preallocation saves write stalls, and a filesystem without it (tmpfs,
+// most network filesystems) is quietly left alone.
+func (j *Journal) preallocateSegment(f File, path string) bool {
+	if j.opts.noPreallocate {
+		return false
+	}
+	reserved, err := preallocate(f, j.opts.SegmentSize)
+	if err != nil {
+		j.log.Warn("journal: cannot preallocate segment", "file", path, "bytes", j.opts.SegmentSize, "err", err)
+	}
+	return reserved
+}
+
+// releaseReserved frees the blocks preallocated beyond the end of the open segment, which
+// is about to be sealed or closed: ftruncate to its own size (on ext4 this drops blocks
+// fallocate reserved past the end). A failure is only logged; the blocks then stay with the
+// file until it is deleted. Called with wmu held.
+func (j *Journal) releaseReserved() {
+	if !j.segReserved {
+		return
+	}
+	j.segReserved = false
+	if err := j.seg.Truncate(j.segSize); err != nil {
+		j.log.Warn("journal: cannot release preallocated blocks", "file", j.segPath(j.segNum), "err", err)
+	}
 }
