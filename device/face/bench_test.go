@@ -53,3 +53,32 @@ func BenchmarkCommandMsg(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkTerminalJSON: what the agent does once per task on MQTT — encode a command,
+// parse the terminal's ack — and once per heartbeat, by the hand-written codec and by the
+// encoding/json reference (jsonplain_test.go) in the same run.
+func BenchmarkTerminalJSON(b *testing.B) {
+	ack, _ := (&Ack{MessageID: benchCommand.MessageID, Code: 0, Message: ""}).AppendJSON(nil)
+	hb, _ := (&Heartbeat{DeviceID: "2042253", Time: "2026-11-22T10:00:00Z", Firmware: "v3.2.1", Persons: 123}).AppendJSON(nil)
+	cmd, _ := benchCommand.AppendJSON(nil)
+	buf := make([]byte, 0, 512)
+	run := func(name string, size int, f func() error) {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := f(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	run("encode-command/plain", len(cmd), func() error { _, err := benchCommand.AppendJSON(buf[:0]); return err })
+	run("encode-command/encoding-json", len(cmd), func() error { _, err := refAppendJSON(buf[:0], &benchCommand); return err })
+	run("parse-ack/plain", len(ack), func() error { _, err := ParseAckJSON(ack); return err })
+	run("parse-ack/encoding-json", len(ack), func() error { _, err := refParseAckJSON(ack); return err })
+	run("parse-heartbeat/plain", len(hb), func() error { _, err := ParseHeartbeatJSON(hb); return err })
+	run("parse-heartbeat/encoding-json", len(hb), func() error { _, err := refParseHeartbeatJSON(hb); return err })
+	run("parse-command/plain", len(cmd), func() error { _, err := ParseCommandJSON(cmd); return err })
+	run("parse-command/encoding-json", len(cmd), func() error { _, err := refParseCommandJSON(cmd); return err })
+}

@@ -5,51 +5,47 @@ import (
 	"errors"
 )
 
-// JSON is protocol v1 on MQTT; msgp (the generated MarshalMsg/UnmarshalMsg) is protocol v1
-// inside serial frames. Both decoders validate, so a caller gets either a usable message
-// or an *Error naming the problem.
+// JSON is protocol v1 on MQTT (jsonplain.go writes and reads it without reflection,
+// encoding/json reads what it leaves); msgp (the generated MarshalMsg/UnmarshalMsg) is
+// protocol v1 inside serial frames. Both decoders validate, so a caller gets either a
+// usable message or an *Error naming the problem.
 
-// AppendJSON appends c as JSON to dst after validating it.
+// AppendJSON appends c as JSON to dst after validating it: json.Marshal's bytes, written
+// without reflection.
 func (c *Command) AppendJSON(dst []byte) ([]byte, error) {
 	if err := c.Validate(); err != nil {
 		return dst, err
 	}
-	b, err := json.Marshal(c)
-	if err != nil {
-		return dst, malformed("command", err)
-	}
-	return append(dst, b...), nil
+	return appendCommandJSON(dst, c), nil
 }
 
-// AppendJSON appends a as JSON to dst after validating it.
+// AppendJSON appends a as JSON to dst after validating it: json.Marshal's bytes, written
+// without reflection.
 func (a *Ack) AppendJSON(dst []byte) ([]byte, error) {
 	if err := a.Validate(); err != nil {
 		return dst, err
 	}
-	b, err := json.Marshal(a)
-	if err != nil {
-		return dst, malformed("ack", err)
-	}
-	return append(dst, b...), nil
+	return appendAckJSON(dst, a), nil
 }
 
-// AppendJSON appends h as JSON to dst after validating it.
+// AppendJSON appends h as JSON to dst after validating it: json.Marshal's bytes, written
+// without reflection.
 func (h *Heartbeat) AppendJSON(dst []byte) ([]byte, error) {
 	if err := h.Validate(); err != nil {
 		return dst, err
 	}
-	b, err := json.Marshal(h)
-	if err != nil {
-		return dst, malformed("heartbeat", err)
-	}
-	return append(dst, b...), nil
+	return appendHeartbeatJSON(dst, h), nil
 }
 
-// ParseCommandJSON decodes and validates one JSON command.
+// ParseCommandJSON decodes and validates one JSON command. The returned strings do not
+// alias b.
 func ParseCommandJSON(b []byte) (Command, error) {
-	var c Command
-	if err := json.Unmarshal(b, &c); err != nil {
-		return Command{}, malformed("command", err)
+	c, ok := parsePlainCommand(b)
+	if !ok {
+		var err error
+		if c, err = decodeCommandJSON(b); err != nil {
+			return Command{}, err
+		}
 	}
 	if err := c.Validate(); err != nil {
 		return Command{}, err
@@ -59,35 +55,72 @@ func ParseCommandJSON(b []byte) (Command, error) {
 
 // ParseAckJSON decodes and validates one JSON ack. The code is required: an ack without
 // one is not read as success (firmware that answers in another shape must not look like
-// it accepted every command).
+// it accepted every command). The returned strings do not alias b.
 func ParseAckJSON(b []byte) (Ack, error) {
+	a, hasCode, ok := parsePlainAck(b)
+	if !ok {
+		var err error
+		if a, hasCode, err = decodeAckJSON(b); err != nil {
+			return Ack{}, err
+		}
+	}
+	if err := a.Validate(); err != nil {
+		return Ack{}, err
+	}
+	if !hasCode {
+		return Ack{}, invalid("ack", "code", "missing")
+	}
+	return a, nil
+}
+
+// ParseHeartbeatJSON decodes and validates one JSON heartbeat. The returned strings do
+// not alias b.
+func ParseHeartbeatJSON(b []byte) (Heartbeat, error) {
+	h, ok := parsePlainHeartbeat(b)
+	if !ok {
+		var err error
+		if h, err = decodeHeartbeatJSON(b); err != nil {
+			return Heartbeat{}, err
+		}
+	}
+	if err := h.Validate(); err != nil {
+		return Heartbeat{}, err
+	}
+	return h, nil
+}
+
+// decodeCommandJSON, decodeAckJSON and decodeHeartbeatJSON decode with encoding/json what
+// the plain parsers leave (escapes, other spellings of keys, unknown fields, null, numbers
+// in other forms, malformed input); their errors are encoding/json's, wrapped.
+
+func decodeCommandJSON(b []byte) (Command, error) {
+	var c Command
+	if err := json.Unmarshal(b, &c); err != nil {
+		return Command{}, malformed("command", err)
+	}
+	return c, nil
+}
+
+func decodeAckJSON(b []byte) (a Ack, hasCode bool, err error) {
 	var raw struct {
 		MessageID string `json:"messageId"`
 		Code      *int   `json:"code"`
 		Message   string `json:"message"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
-		return Ack{}, malformed("ack", err)
+		return Ack{}, false, malformed("ack", err)
 	}
-	a := Ack{MessageID: raw.MessageID, Message: raw.Message}
-	if err := a.Validate(); err != nil {
-		return Ack{}, err
+	a = Ack{MessageID: raw.MessageID, Message: raw.Message}
+	if raw.Code != nil {
+		a.Code = *raw.Code
 	}
-	if raw.Code == nil {
-		return Ack{}, invalid("ack", "code", "missing")
-	}
-	a.Code = *raw.Code
-	return a, nil
+	return a, raw.Code != nil, nil
 }
 
-// ParseHeartbeatJSON decodes and validates one JSON heartbeat.
-func ParseHeartbeatJSON(b []byte) (Heartbeat, error) {
+func decodeHeartbeatJSON(b []byte) (Heartbeat, error) {
 	var h Heartbeat
 	if err := json.Unmarshal(b, &h); err != nil {
 		return Heartbeat{}, malformed("heartbeat", err)
-	}
-	if err := h.Validate(); err != nil {
-		return Heartbeat{}, err
 	}
 	return h, nil
 }

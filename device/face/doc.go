@@ -27,6 +27,11 @@
 //     success. The msgp decoder cannot tell a missing code from 0; every msgp encoder of
 //     protocol v1 (ours, the simulator) writes all fields.
 //   - Unknown JSON / msgp fields are ignored (newer firmware may add some); unknown ops are not.
+//   - The JSON codec is hand-written (jsonplain.go): AppendJSON writes json.Marshal's bytes,
+//     and the Parse…JSON functions read the plain form terminals send (exact keys, no
+//     escapes, plain integers) without reflection. Any other JSON — escapes, keys in another
+//     case, unknown fields, null, 1e2 — goes to encoding/json and gets the answer it always
+//     got, slower. Fuzz targets compare both codecs with encoding/json.
 //   - Times stay text: ValidFrom, ValidTo and Heartbeat.Time are checked to be RFC 3339 and
 //     passed on byte for byte.
 //   - A resend keeps its MessageID (DESIGN.md delivery semantics); nothing here makes ids.

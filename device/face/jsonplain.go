@@ -1,0 +1,371 @@
+package face
+
+import (
+	"math"
+	"strconv"
+	"unicode/utf8"
+)
+
+// The JSON codec of protocol v1 without reflection. Every command the agent sends and
+// every ack and heartbeat a terminal answers passes through here, once per task; encoding/json
+// cost about 1.5 µs and 3-10 allocations per message (docs/benchmarks.md, "Terminal
+// protocol codecs").
+//
+// Encoding writes exactly json.Marshal's bytes for the three message types
+// (TestAppendJSONSameAsMarshal, FuzzEncodeCommandJSON, FuzzEncodeAckHeartbeatJSON).
+// Decoding reads the plain subset of JSON a terminal normally sends (see plainScanner) and
+// leaves everything else to encoding/json (decodeJSON), so that every input gets the same
+// value or the same error as before (FuzzParseJSONSameAsEncodingJSON).
+
+// appendCommandJSON appends c as json.Marshal writes it; c must be valid.
+//
+//	{"messageId":S,"op":S,"person":{"id":S[,"name":S][,"validFrom":S][,"validTo":S]}}
+func appendCommandJSON(dst []byte, c *Command) []byte {
+	dst = append(dst, `{"messageId":`...)
+	dst = appendJSONString(dst, c.MessageID)
+	dst = append(dst, `,"op":`...)
+	dst = appendJSONString(dst, string(c.Op))
+	dst = append(dst, `,"person":{"id":`...)
+	dst = appendJSONString(dst, c.Person.ID)
+	if c.Person.Name != "" { // omitempty
+		dst = append(dst, `,"name":`...)
+		dst = appendJSONString(dst, c.Person.Name)
+	}
+	if c.Person.ValidFrom != "" {
+		dst = append(dst, `,"validFrom":`...)
+		dst = appendJSONString(dst, c.Person.ValidFrom)
+	}
+	if c.Person.ValidTo != "" {
+		dst = append(dst, `,"validTo":`...)
+		dst = appendJSONString(dst, c.Person.ValidTo)
+	}
+	return append(dst, `}}`...)
+}
+
+// appendAckJSON appends a as json.Marshal writes it:
+//
+//	{"messageId":S,"code":N,"message":S}
+func appendAckJSON(dst []byte, a *Ack) []byte {
+	dst = append(dst, `{"messageId":`...)
+	dst = appendJSONString(dst, a.MessageID)
+	dst = append(dst, `,"code":`...)
+	dst = strconv.AppendInt(dst, int64(a.Code), 10)
+	dst = append(dst, `,"message":`...)
+	dst = appendJSONString(dst, a.Message)
+	return append(dst, '}')
+}
+
+// appendHeartbeatJSON appends h as json.Marshal writes it:
+//
+//	{"deviceId":S,"time":S,"firmware":S,"persons":N}
+func appendHeartbeatJSON(dst []byte, h *Heartbeat) []byte {
+	dst = append(dst, `{"deviceId":`...)
+	dst = appendJSONString(dst, h.DeviceID)
+	dst = append(dst, `,"time":`...)
+	dst = appendJSONString(dst, h.Time)
+	dst = append(dst, `,"firmware":`...)
+	dst = appendJSONString(dst, h.Firmware)
+	dst = append(dst, `,"persons":`...)
+	dst = strconv.AppendInt(dst, int64(h.Persons), 10)
+	return append(dst, '}')
+}
+
+// appendJSONString quotes s as encoding/json does with its default HTML escaping: <, >
+// and & as \u003c…, control characters as \n, \t, … or \u00XX, invalid UTF-8 as
+// \ufffd, and U+2028 and U+2029 escaped. (agent/forward_json.go has the same function;
+// device cannot import agent.)
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if b := s[i]; b < utf8.RuneSelf {
+			if b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '"', '\\':
+				dst = append(dst, '\\', b)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hex[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// maxSharedText bounds the payloads whose decoded strings share one copy of the payload
+// (one allocation per message instead of one per field). Above it each field gets its own
+// copy, so a message padded with white space cannot keep a large buffer alive.
+const maxSharedText = 1024
+
+// plainScanner reads the plain JSON subset of protocol v1 messages: one object whose
+// members are the message's fields by their exact names (any order, repeated ones: the
+// last wins, as with encoding/json), white space anywhere JSON allows it, strings in valid
+// UTF-8 with no escape and no control character, integers without fraction, exponent or
+// leading zero that fit an int. Anything else — another spelling of a key, an unknown
+// member, null, an escape, a number in another form, a syntax error — makes a parse
+// function report ok false, and the caller decodes with encoding/json instead, which
+// gives that input the same answer as before.
+type plainScanner struct {
+	b      []byte
+	i      int
+	shared string // string(b) when len(b) <= maxSharedText, else ""
+}
+
+func newPlainScanner(b []byte) plainScanner {
+	p := plainScanner{b: b}
+	if len(b) <= maxSharedText {
+		p.shared = string(b)
+	}
+	return p
+}
+
+func (p *plainScanner) space() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+func (p *plainScanner) byte(c byte) bool {
+	if p.i < len(p.b) && p.b[p.i] == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+// end reports whether only white space is left.
+func (p *plainScanner) end() bool {
+	p.space()
+	return p.i == len(p.b)
+}
+
+// key reads a member name and its colon; the name aliases the input.
+func (p *plainScanner) key() ([]byte, bool) {
+	start, end, ok := p.raw()
+	if !ok {
+		return nil, false
+	}
+	p.space()
+	if !p.byte(':') {
+		return nil, false
+	}
+	p.space()
+	return p.b[start:end], true
+}
+
+// str reads a plain string into *dst.
+func (p *plainScanner) str(dst *string) bool {
+	start, end, ok := p.raw()
+	if !ok {
+		return false
+	}
+	switch {
+	case start == end:
+		*dst = ""
+	case p.shared != "":
+		*dst = p.shared[start:end]
+	default:
+		*dst = string(p.b[start:end])
+	}
+	return true
+}
+
+// raw finds a plain string's contents, b[start:end].
+func (p *plainScanner) raw() (start, end int, ok bool) {
+	if !p.byte('"') {
+		return 0, 0, false
+	}
+	start = p.i
+	ascii := true
+	for p.i < len(p.b) {
+		c := p.b[p.i]
+		switch {
+		case c == '"':
+			end = p.i
+			p.i++
+			// encoding/json replaces invalid UTF-8 with U+FFFD: not plain.
+			return start, end, ascii || utf8.Valid(p.b[start:end])
+		case c == '\\' || c < 0x20:
+			return 0, 0, false
+		case c >= utf8.RuneSelf:
+			ascii = false
+		}
+		p.i++
+	}
+	return 0, 0, false
+}
+
+// int reads an integer in JSON's plain form that fits an int into *dst.
+func (p *plainScanner) int(dst *int) bool {
+	neg := p.byte('-')
+	digits := p.i
+	var n uint64
+	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+		if n > (math.MaxUint64-9)/10 {
+			return false // far beyond any int: encoding/json's error
+		}
+		n = n*10 + uint64(p.b[p.i]-'0')
+		p.i++
+	}
+	switch {
+	case p.i == digits:
+		return false
+	case p.b[digits] == '0' && p.i-digits > 1:
+		return false
+	case p.i < len(p.b) && (p.b[p.i] == '.' || p.b[p.i] == 'e' || p.b[p.i] == 'E'):
+		return false
+	case neg && n <= uint64(math.MaxInt)+1:
+		*dst = -int(n) // n = MaxInt+1 wraps to MinInt, and its negation is MinInt
+		return true
+	case !neg && n <= math.MaxInt:
+		*dst = int(n)
+		return true
+	}
+	return false // out of range for int: encoding/json's error
+}
+
+// object reads an object whose members member consumes one at a time (the key is given,
+// the scanner stands at the value); member returns false for a key it does not know.
+func (p *plainScanner) object(member func(key []byte) bool) bool {
+	p.space()
+	if !p.byte('{') {
+		return false
+	}
+	p.space()
+	if p.byte('}') {
+		return true
+	}
+	for {
+		key, ok := p.key()
+		if !ok || !member(key) {
+			return false
+		}
+		p.space()
+		if p.byte('}') {
+			return true
+		}
+		if !p.byte(',') {
+			return false
+		}
+		p.space()
+	}
+}
+
+// parsePlainCommand decodes b as encoding/json would into a Command, if b is plain.
+func parsePlainCommand(b []byte) (c Command, ok bool) {
+	p := newPlainScanner(b)
+	ok = p.object(func(key []byte) bool {
+		switch string(key) { // compared without a copy
+		case "messageId":
+			return p.str(&c.MessageID)
+		case "op":
+			var op string
+			ok := p.str(&op)
+			c.Op = Op(op)
+			return ok
+		case "person":
+			// Into the same Person: a repeated "person" merges, as with encoding/json.
+			return p.object(func(key []byte) bool {
+				switch string(key) {
+				case "id":
+					return p.str(&c.Person.ID)
+				case "name":
+					return p.str(&c.Person.Name)
+				case "validFrom":
+					return p.str(&c.Person.ValidFrom)
+				case "validTo":
+					return p.str(&c.Person.ValidTo)
+				}
+				return false
+			})
+		}
+		return false
+	})
+	if !ok || !p.end() {
+		return Command{}, false
+	}
+	return c, true
+}
+
+// parsePlainAck decodes b as encoding/json would into an Ack, if b is plain; hasCode says
+// whether "code" was present.
+func parsePlainAck(b []byte) (a Ack, hasCode, ok bool) {
+	p := newPlainScanner(b)
+	ok = p.object(func(key []byte) bool {
+		switch string(key) {
+		case "messageId":
+			return p.str(&a.MessageID)
+		case "code":
+			hasCode = true
+			return p.int(&a.Code)
+		case "message":
+			return p.str(&a.Message)
+		}
+		return false
+	})
+	if !ok || !p.end() {
+		return Ack{}, false, false
+	}
+	return a, hasCode, true
+}
+
+// parsePlainHeartbeat decodes b as encoding/json would into a Heartbeat, if b is plain.
+func parsePlainHeartbeat(b []byte) (h Heartbeat, ok bool) {
+	p := newPlainScanner(b)
+	ok = p.object(func(key []byte) bool {
+		switch string(key) {
+		case "deviceId":
+			return p.str(&h.DeviceID)
+		case "time":
+			return p.str(&h.Time)
+		case "firmware":
+			return p.str(&h.Firmware)
+		case "persons":
+			return p.int(&h.Persons)
+		}
+		return false
+	})
+	if !ok || !p.end() {
+		return Heartbeat{}, false
+	}
+	return h, true
+}
