@@ -316,14 +316,24 @@ func (h *sessionStore) forgetPublisher(id string) {
 // PUBRECs of the messages it routed since it last wrote some: a publisher to kept
 // sessions is acknowledged once its messages are on disk, with one group commit for the
 // messages it had in flight that were read together.
+//
+// The record is forgotten only once committed, and only if no later one came meanwhile:
+// two connections share a client id during a session takeover (the old one's read loop
+// may still be flushing while the new one's messages are routed), and the old one's wait
+// must not take the new one's record away from it.
 func (h *sessionStore) WaitBeforeAck(cl *mqtt.Client) {
 	h.ackMu.Lock()
 	seq, ok := h.beforeAck[cl.ID]
-	delete(h.beforeAck, cl.ID)
 	h.ackMu.Unlock()
-	if ok {
-		_ = h.commit.wait(seq)
+	if !ok {
+		return
 	}
+	_ = h.commit.wait(seq)
+	h.ackMu.Lock()
+	if h.beforeAck[cl.ID] == seq {
+		delete(h.beforeAck, cl.ID)
+	}
+	h.ackMu.Unlock()
 }
 
 // isVolatile reports whether topic matches Options.VolatileTopics.
