@@ -26,6 +26,9 @@ func blockWriter(t *testing.T, b *Broker, cl *mqtt.Client, peer *memClient, topi
 			_ = tc.SetWriteBuffer(4096)
 		}
 	}
+	// The writer idle first: the tail of an earlier write (its lock held after the peer
+	// read the bytes) would pass for the blocked write.
+	eventually(t, "the writer idle", func() bool { return cl.OutboundLen() == 0 })
 	if err := b.Server().Publish(topic, bytes.Repeat([]byte{'x'}, 256<<10), false, 0); err != nil {
 		t.Fatal(err)
 	}
