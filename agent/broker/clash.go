@@ -101,10 +101,12 @@ func (g *clashGuard) stashDisplaced(cl *mqtt.Client, typ byte, id uint16) {
 
 // OnQosComplete puts a message displaced by a QoS 1 PUBLISH back as soon as mochi has
 // released the id (its PUBACK is written and out of the set): the client may have its
-// PUBACK, drop the connection and resume the session meanwhile.
+// PUBACK, drop the connection and resume the session meanwhile. Only that PUBLISH's own
+// PUBACK does: mochi (patched, PUBACK after storing) writes the acknowledgements it held
+// for the client's earlier PUBLISHes first, while the displacing one's still holds the id.
 func (g *clashGuard) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 	if inboundCompletion(&pk) {
-		g.restore(cl)
+		g.restoreID(cl, pk.PacketID)
 	}
 }
 
@@ -126,6 +128,22 @@ func (g *clashGuard) restore(cl *mqtt.Client) {
 	g.mu.Lock()
 	st, ok := g.stashed[cl]
 	delete(g.stashed, cl)
+	g.mu.Unlock()
+	if ok {
+		g.putBack(cl, st)
+	}
+}
+
+// restoreID puts back the message stashed for cl if its packet id is id.
+func (g *clashGuard) restoreID(cl *mqtt.Client, id uint16) {
+	g.mu.Lock()
+	st, ok := g.stashed[cl]
+	if ok && st.pk.PacketID != id {
+		ok = false
+	}
+	if ok {
+		delete(g.stashed, cl)
+	}
 	g.mu.Unlock()
 	if ok {
 		g.putBack(cl, st)
