@@ -168,7 +168,7 @@ func (f *forwarder) ack(deviceID string, a face.Ack) {
 	if f == nil {
 		return
 	}
-	payload, err := appendAckJSON(make([]byte, 0, 48+len(a.MessageID)+len(a.Message)), &a)
+	payload, err := a.AppendJSON(make([]byte, 0, 48+len(a.MessageID)+len(a.Message)))
 	if err != nil {
 		f.log.Debug("forwarding an ack", "device", deviceID, "err", err)
 		return

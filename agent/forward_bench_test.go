@@ -33,18 +33,6 @@ func BenchmarkForwardAck(b *testing.B) {
 			f.ack("2042253", ack)
 		}
 	})
-	// The same through encoding/json (face.Ack.AppendJSON), for contrast: what the
-	// hand-written encoder (appendAckJSON) saves.
-	b.Run("ack-encoding-json", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			p, err := ack.AppendJSON(nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			f.add(fwdRecordAck, "2042253", p)
-		}
-	})
 	b.Run("heartbeat", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

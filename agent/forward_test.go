@@ -3,7 +3,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -437,34 +436,6 @@ type publisherFunc func(ctx context.Context, topic string, payload []byte) error
 
 func (p publisherFunc) Publish(ctx context.Context, topic string, payload []byte) error {
 	return p(ctx, topic, payload)
-}
-
-// FuzzAckJSON: appendAckJSON writes what encoding/json writes, for any strings.
-func FuzzAckJSON(f *testing.F) {
-	f.Add("EditPerson-951-1494527067538440192", 0, "")
-	f.Add("m", 3, "refused: <bad> & \"quoted\" \\ \n\t\b\f\r\x01\x1f")
-	f.Add("m", -1, "invalid \xff utf-8 \u2028 \u2029 é 漢")
-	f.Fuzz(func(t *testing.T, id string, code int, msg string) {
-		a := face.Ack{MessageID: id, Code: code, Message: msg}
-		want, werr := a.AppendJSON(nil)
-		got, gerr := appendAckJSON(nil, &a)
-		if (werr == nil) != (gerr == nil) || string(got) != string(want) {
-			t.Fatalf("%+v: got %s (%v), encoding/json %s (%v)", a, got, gerr, want, werr)
-		}
-	})
-}
-
-func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
-	var all []byte
-	for b := range 256 {
-		all = append(all, byte(b))
-	}
-	for _, s := range []string{"", "plain", string(all), "\u2028\u2029", "a\xffb", "\xed\xa0\x80", "😀<>&"} {
-		want, _ := json.Marshal(s)
-		if got := appendJSONString(nil, s); string(got) != string(want) {
-			t.Errorf("%q: got %s, encoding/json %s", s, got, want)
-		}
-	}
 }
 
 // A device id that could not be replayed is not journalled: the log always opens again.

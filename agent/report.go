@@ -11,9 +11,9 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
-
 	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/device/face"
 )
 
 // publisher sends one upstream message with QoS 1 and returns once the upstream broker
@@ -106,17 +106,17 @@ func resultJSON(r outbox.Result) []byte {
 // appendResultJSON appends r as encoding/json writes it (field order and escaping).
 func appendResultJSON(dst []byte, r *intake.Result) []byte {
 	dst = append(dst, `{"taskId":`...)
-	dst = appendJSONString(dst, r.TaskID)
+	dst = face.AppendJSONString(dst, r.TaskID)
 	dst = append(dst, `,"deviceId":`...)
-	dst = appendJSONString(dst, r.DeviceID)
+	dst = face.AppendJSONString(dst, r.DeviceID)
 	dst = append(dst, `,"messageId":`...)
-	dst = appendJSONString(dst, r.MessageID)
+	dst = face.AppendJSONString(dst, r.MessageID)
 	dst = append(dst, `,"status":`...)
-	dst = appendJSONString(dst, string(r.Status))
+	dst = face.AppendJSONString(dst, string(r.Status))
 	dst = append(dst, `,"tries":`...)
 	dst = strconv.AppendInt(dst, int64(r.Tries), 10)
 	dst = append(dst, `,"error":`...)
-	dst = appendJSONString(dst, r.Error)
+	dst = face.AppendJSONString(dst, r.Error)
 	dst = append(dst, `,"durationMs":`...)
 	dst = strconv.AppendInt(dst, r.DurationMs, 10)
 	return append(dst, '}')

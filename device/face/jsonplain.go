@@ -22,22 +22,22 @@ import (
 //	{"messageId":S,"op":S,"person":{"id":S[,"name":S][,"validFrom":S][,"validTo":S]}}
 func appendCommandJSON(dst []byte, c *Command) []byte {
 	dst = append(dst, `{"messageId":`...)
-	dst = appendJSONString(dst, c.MessageID)
+	dst = AppendJSONString(dst, c.MessageID)
 	dst = append(dst, `,"op":`...)
-	dst = appendJSONString(dst, string(c.Op))
+	dst = AppendJSONString(dst, string(c.Op))
 	dst = append(dst, `,"person":{"id":`...)
-	dst = appendJSONString(dst, c.Person.ID)
+	dst = AppendJSONString(dst, c.Person.ID)
 	if c.Person.Name != "" { // omitempty
 		dst = append(dst, `,"name":`...)
-		dst = appendJSONString(dst, c.Person.Name)
+		dst = AppendJSONString(dst, c.Person.Name)
 	}
 	if c.Person.ValidFrom != "" {
 		dst = append(dst, `,"validFrom":`...)
-		dst = appendJSONString(dst, c.Person.ValidFrom)
+		dst = AppendJSONString(dst, c.Person.ValidFrom)
 	}
 	if c.Person.ValidTo != "" {
 		dst = append(dst, `,"validTo":`...)
-		dst = appendJSONString(dst, c.Person.ValidTo)
+		dst = AppendJSONString(dst, c.Person.ValidTo)
 	}
 	return append(dst, `}}`...)
 }
@@ -47,11 +47,11 @@ func appendCommandJSON(dst []byte, c *Command) []byte {
 //	{"messageId":S,"code":N,"message":S}
 func appendAckJSON(dst []byte, a *Ack) []byte {
 	dst = append(dst, `{"messageId":`...)
-	dst = appendJSONString(dst, a.MessageID)
+	dst = AppendJSONString(dst, a.MessageID)
 	dst = append(dst, `,"code":`...)
 	dst = strconv.AppendInt(dst, int64(a.Code), 10)
 	dst = append(dst, `,"message":`...)
-	dst = appendJSONString(dst, a.Message)
+	dst = AppendJSONString(dst, a.Message)
 	return append(dst, '}')
 }
 
@@ -60,21 +60,20 @@ func appendAckJSON(dst []byte, a *Ack) []byte {
 //	{"deviceId":S,"time":S,"firmware":S,"persons":N}
 func appendHeartbeatJSON(dst []byte, h *Heartbeat) []byte {
 	dst = append(dst, `{"deviceId":`...)
-	dst = appendJSONString(dst, h.DeviceID)
+	dst = AppendJSONString(dst, h.DeviceID)
 	dst = append(dst, `,"time":`...)
-	dst = appendJSONString(dst, h.Time)
+	dst = AppendJSONString(dst, h.Time)
 	dst = append(dst, `,"firmware":`...)
-	dst = appendJSONString(dst, h.Firmware)
+	dst = AppendJSONString(dst, h.Firmware)
 	dst = append(dst, `,"persons":`...)
 	dst = strconv.AppendInt(dst, int64(h.Persons), 10)
 	return append(dst, '}')
 }
 
-// appendJSONString quotes s as encoding/json does with its default HTML escaping: <, >
-// and & as \u003c…, control characters as \n, \t, … or \u00XX, invalid UTF-8 as
-// \ufffd, and U+2028 and U+2029 escaped. (agent/forward_json.go has the same function;
-// device cannot import agent.)
-func appendJSONString(dst []byte, s string) []byte {
+// AppendJSONString appends s quoted as encoding/json does with its default HTML escaping:
+// <, > and & as \u003c…, control characters as \n, \t, … or \u00XX, invalid UTF-8 as
+// \ufffd, and U+2028 and U+2029 escaped. The agent writes its own JSON reports with it.
+func AppendJSONString(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
 	start := 0

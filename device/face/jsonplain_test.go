@@ -63,7 +63,7 @@ func refParseHeartbeatJSON(b []byte) (Heartbeat, error) {
 	return h, nil
 }
 
-// hardStrings are texts that exercise every branch of appendJSONString.
+// hardStrings are texts that exercise every branch of AppendJSONString.
 var hardStrings = []string{
 	"", "951", "Li Lei", "李雷", "Zoë Müller", "emoji 😀",
 	`quote " backslash \ slash /`, "<b> & </b>", "ctl \x00\x01\x1f\x7f \b\f\n\r\t",
@@ -262,5 +262,20 @@ func TestJSONCodecAllocations(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { _, _ = ParseAckJSON(b) }); n != 1 {
 		t.Errorf("ParseAckJSON: %v allocations, want 1", n)
+	}
+}
+
+// TestAppendJSONStringMatchesEncodingJSON: every byte value, invalid UTF-8 and the two
+// line separators are quoted as encoding/json quotes them.
+func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
+	var all []byte
+	for b := range 256 {
+		all = append(all, byte(b))
+	}
+	for _, s := range []string{"", "plain", string(all), "\u2028\u2029", "a\xffb", "\xed\xa0\x80", "😀<>&"} {
+		want, _ := json.Marshal(s)
+		if got := AppendJSONString(nil, s); string(got) != string(want) {
+			t.Errorf("%q: got %s, encoding/json %s", s, got, want)
+		}
 	}
 }

@@ -59,8 +59,5 @@
 //     each packet with one call (conn.go): the same bytes on the wire, a fraction of the
 //     read syscalls, so that 64 terminals in a benchmark take less of the machine from
 //     what they measure. Other schemes use autopaho's own connection.
-//   - Over MQTT, a command in the agent's own JSON shape (json.Marshal's, no escapes) is
-//     read, and a plain ack written, without encoding/json (command.go); anything else
-//     goes through device/face's codec. FuzzParseCommand and FuzzAppendAck hold them to
-//     the same answers and bytes.
+//   - Commands are read and acks written with device/face's codec, the agent's own.
 package sim

@@ -105,7 +105,7 @@ func (m *mqttTerm) onPublish(pr paho.PublishReceived) (bool, error) {
 		return true, nil
 	}
 	defer m.g.exit()
-	cmd, err := parseCommand(pr.Packet.Payload)
+	cmd, err := face.ParseCommandJSON(pr.Packet.Payload)
 	if err != nil {
 		// A real terminal ignores what it cannot read; the agent's retry notices.
 		m.t.opts.Logger.Warn("terminal got a bad command", "device", m.t.id, "err", err)
@@ -130,7 +130,7 @@ func (m *mqttTerm) publish(topic string, qos byte, payload []byte) error {
 }
 
 func (m *mqttTerm) sendAck(a *face.Ack) error {
-	b, err := appendAck(nil, a)
+	b, err := a.AppendJSON(nil)
 	if err != nil {
 		return err
 	}
