@@ -39,3 +39,23 @@ func TestWedgedTerminalsCloseTogether(t *testing.T) {
 	t.Logf("Close with %d wedged terminals: %v", wedged, time.Since(start).Round(time.Millisecond))
 	expectWithin(t, healthy, packets.Disconnect, "the healthy terminal's DISCONNECT")
 }
+
+// TestCloseDisconnectsMoreClientsThanAtOnce: with more clients than Close disconnects at
+// once (closeConcurrency), every one still gets its DISCONNECT, and Close returns.
+func TestCloseDisconnectsMoreClientsThanAtOnce(t *testing.T) {
+	b := startBroker(t, Options{TerminalTopic: isCommandTopic})
+	clients := make([]*memClient, closeConcurrency+8)
+	for i := range clients {
+		clients[i] = memConnect(t, b.Addr(), fmt.Sprintf("t%03d", i))
+		defer clients[i].close()
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range clients {
+		body := expectWithin(t, c, packets.Disconnect, fmt.Sprintf("client %d's DISCONNECT", i))
+		if len(body) < 1 || body[0] != packets.ErrServerShuttingDown.Code {
+			t.Fatalf("client %d: DISCONNECT % x, want reason 0x%02x", i, body, packets.ErrServerShuttingDown.Code)
+		}
+	}
+}
