@@ -3,6 +3,7 @@ package face
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 )
@@ -108,7 +109,7 @@ func TestAppendJSONSameAsMarshal(t *testing.T) {
 		t.Fatalf("only %d of %d commands valid: the table tests too little", valid, len(cmds))
 	}
 	for _, s := range hardStrings {
-		for _, code := range []int{0, 1, -1, 1 << 31, -1 << 63, 1<<63 - 1} {
+		for _, code := range []int{0, 1, -1, math.MaxInt32, math.MinInt, math.MaxInt} {
 			a := Ack{MessageID: "m-" + s, Code: code, Message: s}
 			got, gotErr := a.AppendJSON(nil)
 			want, wantErr := refAppendJSON(nil, &a)
