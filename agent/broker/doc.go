@@ -222,9 +222,10 @@
 //   - mochi's inline clients (Server().Publish, InjectPacket) bypass
 //     authorization; the state store service's requests from inline clients
 //     are ignored.
-//   - Housekeeping reaches into mochi v2.7.9's unexported event loop (reflect
-//     and unsafe, before Serve). With another mochi layout the broker logs a
-//     warning and keeps mochi's tickers; TestLoopLayout fails on such an upgrade.
+//   - Housekeeping and the terminal queues rely on methods the vendored mochi
+//     has for them (Server.TakeOverLoopTicks, Client.ResizeOutbound and
+//     others; third_party/mochi/README.md): a mochi upgrade must carry those
+//     patches over, or agent/broker does not build.
 //   - The broker manages one TCP (or TLS) listener; add WebSocket or Unix
 //     listeners through Server() before Start if you need them.
 package broker
