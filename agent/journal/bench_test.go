@@ -2,15 +2,12 @@ package journal
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // BenchmarkAppend measures durable appends (fsync on) of 200-byte records from 1, 16 and 64
@@ -181,7 +178,7 @@ func writeOutDuringFsyncs(b *testing.B, j *Journal, rec []byte) {
 		if _, err := j.AppendLazy(rec); err != nil {
 			b.Fatal(err)
 		}
-		tid0 := unix.Gettid()
+		tid0 := gettid()
 		onCPU0, waited0 := sched.read(tid0)
 		t0 := time.Now()
 		if err := j.WriteOut(); err != nil {
@@ -190,7 +187,7 @@ func writeOutDuringFsyncs(b *testing.B, j *Journal, rec []byte) {
 		d := time.Since(t0)
 		lat = append(lat, d)
 		if d > 100*time.Microsecond {
-			if tid := unix.Gettid(); tid != tid0 {
+			if tid := gettid(); tid != tid0 {
 				migrated++
 			} else {
 				onCPU1, waited1 := sched.read(tid)
@@ -217,77 +214,10 @@ func writeOutDuringFsyncs(b *testing.B, j *Journal, rec []byte) {
 	b.ReportMetric(at(0.99), "p99-µs")
 	b.ReportMetric(at(0.999), "p99.9-µs")
 	b.ReportMetric(per1e4(slow), "over-1ms/1e4")
-	b.ReportMetric(per1e4(asleep100µs), "asleep-over-100µs/1e4")
-	b.ReportMetric(per1e4(asleep1ms), "asleep-over-1ms/1e4")
-	b.ReportMetric(per1e4(migrated), "migrated/1e4")
+	if sched.available() {
+		b.ReportMetric(per1e4(asleep100µs), "asleep-over-100µs/1e4")
+		b.ReportMetric(per1e4(asleep1ms), "asleep-over-1ms/1e4")
+		b.ReportMetric(per1e4(migrated), "migrated/1e4")
+	}
 	b.ReportMetric(float64(j.Stats().Segments-1), "rotations")
-}
-
-// schedStats reads threads' time on a CPU and time waiting for one from
-// /proc/self/task/TID/schedstat, one pread on a descriptor kept per thread.
-type schedStats struct {
-	b     *testing.B
-	files map[int]*os.File
-	buf   []byte
-}
-
-func newSchedStats(b *testing.B) *schedStats {
-	s := &schedStats{b: b, files: map[int]*os.File{}, buf: make([]byte, 128)}
-	b.Cleanup(func() {
-		for _, f := range s.files {
-			f.Close()
-		}
-	})
-	return s
-}
-
-func (s *schedStats) read(tid int) (onCPU, waited time.Duration) {
-	f := s.files[tid]
-	if f == nil {
-		var err error
-		if f, err = os.Open(fmt.Sprintf("/proc/self/task/%d/schedstat", tid)); err != nil {
-			s.b.Skipf("no per-thread scheduler statistics: %v", err)
-		}
-		s.files[tid] = f
-	}
-	n, _ := f.ReadAt(s.buf, 0)
-	var v [2]int64 // "cpu_ns wait_ns slices\n", parsed without allocating
-	i := 0
-	for _, c := range s.buf[:n] {
-		if c == ' ' {
-			if i++; i == len(v) {
-				break
-			}
-		} else if c >= '0' && c <= '9' {
-			v[i] = v[i]*10 + int64(c-'0')
-		}
-	}
-	return time.Duration(v[0]), time.Duration(v[1])
-}
-
-// BenchmarkRotate measures a segment rotation, which holds WriteOut for its whole length:
-// one durable 200-byte append, then Checkpoint, which seals the segment and creates the
-// next (fsync of the sealed one, create, header, fsync, directory fsync). With
-// preallocation the seal releases the reserved blocks (ftruncate) and the new segment
-// reserves SegmentSize (64 MiB, the default) with fallocate.
-func BenchmarkRotate(b *testing.B) {
-	rec := make([]byte, 200)
-	for _, prealloc := range []bool{false, true} {
-		b.Run(fmt.Sprintf("prealloc=%v", prealloc), func(b *testing.B) {
-			j, err := Open(b.TempDir(), &Options{noPreallocate: !prealloc})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer j.Close()
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := j.Append(rec); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := j.Checkpoint(); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
 }
