@@ -86,8 +86,9 @@
 // Checkpoint) and at Close: ftruncate to its own size, which on ext4 frees blocks that
 // fallocate reserved past the end, done before the sealing fsync so that the release is
 // durable with it. A filesystem without fallocate (EOPNOTSUPP, ENOSYS: some network and
-// FUSE filesystems) is left alone without a log line; another failure (ENOSPC) is logged
-// as a warning and the journal goes on without the reservation.
+// FUSE filesystems) is left alone without a log line, and so is tmpfs, where a reservation
+// would be memory and there is no block allocation to save; another failure (ENOSPC) is
+// logged as a warning and the journal goes on without the reservation.
 //
 // # On-disk format (version 1)
 //

@@ -16,9 +16,10 @@ import (
 // preallocation").
 //
 // It reports whether f now may hold blocks beyond its end, which sealing the segment
-// releases. A file that is not an operating-system file (a test's file layer) or a
-// filesystem without fallocate (EOPNOTSUPP, ENOSYS) gives false and no error: the journal
-// works as without preallocation. Any other error (ENOSPC, EIO) is returned with true, as
+// releases. A file that is not an operating-system file (a test's file layer), a file on
+// tmpfs (where the reservation would be memory, for no gain) or on a filesystem without
+// fallocate (EOPNOTSUPP, ENOSYS) gives false and no error: the journal works as without
+// preallocation. Any other error (ENOSPC, EIO) is returned with true, as
 // part of the range may be reserved; it is advisory: the caller logs it and goes on.
 func preallocate(f File, size int64) (bool, error) {
 	sc, ok := f.(syscall.Conn)
@@ -30,7 +31,14 @@ func preallocate(f File, size int64) (bool, error) {
 		return false, nil
 	}
 	var ferr error
+	memory := false
 	err = rc.Control(func(fd uintptr) {
+		// On tmpfs a reservation is memory, and there is no block allocation to journal.
+		var st unix.Statfs_t
+		if unix.Fstatfs(int(fd), &st) == nil && st.Type == unix.TMPFS_MAGIC {
+			memory = true
+			return
+		}
 		for {
 			ferr = unix.Fallocate(int(fd), unix.FALLOC_FL_KEEP_SIZE, 0, size)
 			if ferr != unix.EINTR {
@@ -41,6 +49,8 @@ func preallocate(f File, size int64) (bool, error) {
 	switch {
 	case err != nil:
 		return false, err
+	case memory:
+		return false, nil
 	case ferr == nil:
 		return true, nil
 	case errors.Is(ferr, unix.EOPNOTSUPP), errors.Is(ferr, unix.ENOSYS):

@@ -321,8 +321,8 @@ func (j *Journal) createSegment(num uint64) (File, bool, error) {
 // preallocateSegment reserves the blocks of the first SegmentSize bytes of the segment f,
 // which appends will fill, without changing its size (package doc, "Segment
 // preallocation"). It reports whether blocks may now be reserved beyond f's end. A failure
-// is only logged: preallocation saves write stalls, and a filesystem without it (tmpfs,
-// most network filesystems) is quietly left alone.
+// is only logged: preallocation saves write stalls, and tmpfs or a filesystem without
+// fallocate (some network and FUSE filesystems) is quietly left alone.
 func (j *Journal) preallocateSegment(f File, path string) bool {
 	if j.opts.noPreallocate {
 		return false
