@@ -192,14 +192,10 @@ func New(opts *Options) (*Broker, error) {
 		return nil, err
 	}
 
-	if tq, err := newTerminalQueues(o.TerminalTopic, o.TerminalPendingWrites); err != nil {
-		o.Logger.Warn("broker: terminals keep queues of MaxPendingWrites", "error", err)
-	} else {
-		b.terminals = tq
-		if err := srv.AddHook(tq, nil); err != nil {
-			srv.Close()
-			return nil, err
-		}
+	b.terminals = newTerminalQueues(o.TerminalTopic, o.TerminalPendingWrites)
+	if err := srv.AddHook(b.terminals, nil); err != nil {
+		srv.Close()
+		return nil, err
 	}
 
 	b.drops = &dropLog{log: o.Logger}

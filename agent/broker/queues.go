@@ -61,14 +61,12 @@ type terminalQueues struct {
 	swapped atomic.Int64 // queues replaced (tests, metrics)
 }
 
-// newTerminalQueues returns the hook. It no longer fails (the vendored mochi has the methods
-// it needs; it used to check mochi's unexported layout): the error stays for broker.go's
-// fallback, which keeps full queues.
-func newTerminalQueues(match func(string) bool, slots int32) (*terminalQueues, error) {
+// newTerminalQueues returns the hook; slots <= 0 means DefaultTerminalPendingWrites.
+func newTerminalQueues(match func(string) bool, slots int32) *terminalQueues {
 	if slots <= 0 {
 		slots = DefaultTerminalPendingWrites
 	}
-	return &terminalQueues{match: match, slots: slots}, nil
+	return &terminalQueues{match: match, slots: slots}
 }
 
 func (h *terminalQueues) ID() string { return "faceagent-terminal-queues" }
