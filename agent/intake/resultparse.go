@@ -1,8 +1,7 @@
 package intake
 
 import (
-	"math"
-	"unicode/utf8"
+	"github.com/seed0e69bba5/faceagent/internal/jsonplain"
 )
 
 // parseResultPlain decodes a result message written the way the agent writes it: one
@@ -14,143 +13,33 @@ import (
 // encoding/json gives (FuzzParseResultPlain). A back office reads one result per task:
 // this keeps it from spending more on reflection than the agent spent writing it.
 func parseResultPlain(b []byte) (r Result, ok bool) {
-	p := plainScanner{b: b}
-	p.space()
-	if !p.byte('{') {
-		return r, false
-	}
-	p.space()
-	if p.byte('}') {
-		return r, p.end()
-	}
-	for {
-		key, ok := p.raw()
-		if !ok {
-			return r, false
-		}
-		p.space()
-		if !p.byte(':') {
-			return r, false
-		}
-		p.space()
+	p := jsonplain.NewScanner(b, 0)
+	ok = p.Object(func(key []byte) bool {
 		switch string(key) { // compared without a copy
 		case "taskId":
-			r.TaskID, ok = p.str()
+			return p.Str(&r.TaskID)
 		case "deviceId":
-			r.DeviceID, ok = p.str()
+			return p.Str(&r.DeviceID)
 		case "messageId":
-			r.MessageID, ok = p.str()
+			return p.Str(&r.MessageID)
 		case "status":
 			var s string
-			s, ok = p.str()
+			ok := p.Str(&s)
 			r.Status = Status(s)
+			return ok
 		case "error":
-			r.Error, ok = p.str()
+			return p.Str(&r.Error)
 		case "tries":
-			var n int64
-			n, ok = p.int()
-			r.Tries = int(n)
-			ok = ok && int64(r.Tries) == n // encoding/json refuses what overflows int (32-bit ARM)
+			return p.Int(&r.Tries) // encoding/json refuses what overflows int (32-bit ARM)
 		case "durationMs":
-			r.DurationMs, ok = p.int()
-		default:
-			return r, false
+			var ok bool
+			r.DurationMs, ok = p.Int64()
+			return ok
 		}
-		if !ok {
-			return r, false
-		}
-		p.space()
-		if p.byte('}') {
-			return r, p.end()
-		}
-		if !p.byte(',') {
-			return r, false
-		}
-		p.space()
+		return false
+	})
+	if !ok || !p.End() {
+		return Result{}, false
 	}
-}
-
-// plainScanner reads the plain JSON subset parseResultPlain accepts.
-type plainScanner struct {
-	b []byte
-	i int
-}
-
-func (p *plainScanner) space() {
-	for p.i < len(p.b) {
-		switch p.b[p.i] {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return
-		}
-	}
-}
-
-func (p *plainScanner) byte(c byte) bool {
-	if p.i < len(p.b) && p.b[p.i] == c {
-		p.i++
-		return true
-	}
-	return false
-}
-
-// end reports whether only white space is left.
-func (p *plainScanner) end() bool {
-	p.space()
-	return p.i == len(p.b)
-}
-
-// str reads a string with no escapes, no control characters and valid UTF-8.
-func (p *plainScanner) str() (string, bool) {
-	s, ok := p.raw()
-	return string(s), ok
-}
-
-// raw is str's bytes, aliasing the input.
-func (p *plainScanner) raw() ([]byte, bool) {
-	if !p.byte('"') {
-		return nil, false
-	}
-	start := p.i
-	for p.i < len(p.b) {
-		c := p.b[p.i]
-		switch {
-		case c == '"':
-			s := p.b[start:p.i]
-			p.i++
-			return s, utf8.Valid(s)
-		case c == '\\' || c < 0x20:
-			return nil, false
-		}
-		p.i++
-	}
-	return nil, false
-}
-
-// int reads an integer in JSON's form (no leading zeros) that fits an int64.
-func (p *plainScanner) int() (int64, bool) {
-	neg := p.byte('-')
-	digits := p.i
-	var n uint64
-	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
-		if n > (math.MaxUint64-9)/10 {
-			return 0, false // far beyond int64: left to encoding/json's error
-		}
-		n = n*10 + uint64(p.b[p.i]-'0')
-		p.i++
-	}
-	switch {
-	case p.i == digits:
-		return 0, false
-	case p.b[digits] == '0' && p.i-digits > 1:
-		return 0, false
-	case p.i < len(p.b) && (p.b[p.i] == '.' || p.b[p.i] == 'e' || p.b[p.i] == 'E'):
-		return 0, false
-	case neg && n <= 1<<63:
-		return -int64(n), true
-	case !neg && n <= math.MaxInt64:
-		return int64(n), true
-	}
-	return 0, false
+	return r, true
 }

@@ -1,9 +1,10 @@
 package face
 
 import (
-	"math"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/seed0e69bba5/faceagent/internal/jsonplain"
 )
 
 // The JSON codec of protocol v1 without reflection. Every command the agent sends and
@@ -13,7 +14,7 @@ import (
 //
 // Encoding writes exactly json.Marshal's bytes for the three message types
 // (TestAppendJSONSameAsMarshal, FuzzEncodeCommandJSON, FuzzEncodeAckHeartbeatJSON).
-// Decoding reads the plain subset of JSON a terminal normally sends (see plainScanner) and
+// Decoding reads the plain subset of JSON a terminal normally sends (internal/jsonplain) and
 // leaves everything else to encoding/json (decodeJSON), so that every input gets the same
 // value or the same error as before (FuzzParseJSONSameAsEncodingJSON).
 
@@ -130,196 +131,46 @@ func AppendJSONString(dst []byte, s string) []byte {
 // copy, so a message padded with white space cannot keep a large buffer alive.
 const maxSharedText = 1024
 
-// plainScanner reads the plain JSON subset of protocol v1 messages: one object whose
-// members are the message's fields by their exact names (any order, repeated ones: the
-// last wins, as with encoding/json), white space anywhere JSON allows it, strings in valid
-// UTF-8 with no escape and no control character, integers without fraction, exponent or
-// leading zero that fit an int. Anything else — another spelling of a key, an unknown
-// member, null, an escape, a number in another form, a syntax error — makes a parse
-// function report ok false, and the caller decodes with encoding/json instead, which
-// gives that input the same answer as before.
-type plainScanner struct {
-	b      []byte
-	i      int
-	shared string // string(b) when len(b) <= maxSharedText, else ""
-}
-
-func newPlainScanner(b []byte) plainScanner {
-	p := plainScanner{b: b}
-	if len(b) <= maxSharedText {
-		p.shared = string(b)
-	}
-	return p
-}
-
-func (p *plainScanner) space() {
-	for p.i < len(p.b) {
-		switch p.b[p.i] {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return
-		}
-	}
-}
-
-func (p *plainScanner) byte(c byte) bool {
-	if p.i < len(p.b) && p.b[p.i] == c {
-		p.i++
-		return true
-	}
-	return false
-}
-
-// end reports whether only white space is left.
-func (p *plainScanner) end() bool {
-	p.space()
-	return p.i == len(p.b)
-}
-
-// key reads a member name and its colon; the name aliases the input.
-func (p *plainScanner) key() ([]byte, bool) {
-	start, end, ok := p.raw()
-	if !ok {
-		return nil, false
-	}
-	p.space()
-	if !p.byte(':') {
-		return nil, false
-	}
-	p.space()
-	return p.b[start:end], true
-}
-
-// str reads a plain string into *dst.
-func (p *plainScanner) str(dst *string) bool {
-	start, end, ok := p.raw()
-	if !ok {
-		return false
-	}
-	switch {
-	case start == end:
-		*dst = ""
-	case p.shared != "":
-		*dst = p.shared[start:end]
-	default:
-		*dst = string(p.b[start:end])
-	}
-	return true
-}
-
-// raw finds a plain string's contents, b[start:end].
-func (p *plainScanner) raw() (start, end int, ok bool) {
-	if !p.byte('"') {
-		return 0, 0, false
-	}
-	start = p.i
-	ascii := true
-	for p.i < len(p.b) {
-		c := p.b[p.i]
-		switch {
-		case c == '"':
-			end = p.i
-			p.i++
-			// encoding/json replaces invalid UTF-8 with U+FFFD: not plain.
-			return start, end, ascii || utf8.Valid(p.b[start:end])
-		case c == '\\' || c < 0x20:
-			return 0, 0, false
-		case c >= utf8.RuneSelf:
-			ascii = false
-		}
-		p.i++
-	}
-	return 0, 0, false
-}
-
-// int reads an integer in JSON's plain form that fits an int into *dst.
-func (p *plainScanner) int(dst *int) bool {
-	neg := p.byte('-')
-	digits := p.i
-	var n uint64
-	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
-		if n > (math.MaxUint64-9)/10 {
-			return false // far beyond any int: encoding/json's error
-		}
-		n = n*10 + uint64(p.b[p.i]-'0')
-		p.i++
-	}
-	switch {
-	case p.i == digits:
-		return false
-	case p.b[digits] == '0' && p.i-digits > 1:
-		return false
-	case p.i < len(p.b) && (p.b[p.i] == '.' || p.b[p.i] == 'e' || p.b[p.i] == 'E'):
-		return false
-	case neg && n <= uint64(math.MaxInt)+1:
-		*dst = -int(n) // n = MaxInt+1 wraps to MinInt, and its negation is MinInt
-		return true
-	case !neg && n <= math.MaxInt:
-		*dst = int(n)
-		return true
-	}
-	return false // out of range for int: encoding/json's error
-}
-
-// object reads an object whose members member consumes one at a time (the key is given,
-// the scanner stands at the value); member returns false for a key it does not know.
-func (p *plainScanner) object(member func(key []byte) bool) bool {
-	p.space()
-	if !p.byte('{') {
-		return false
-	}
-	p.space()
-	if p.byte('}') {
-		return true
-	}
-	for {
-		key, ok := p.key()
-		if !ok || !member(key) {
-			return false
-		}
-		p.space()
-		if p.byte('}') {
-			return true
-		}
-		if !p.byte(',') {
-			return false
-		}
-		p.space()
-	}
-}
+// The parse functions below read the plain JSON subset of protocol v1 messages
+// (internal/jsonplain): one object whose members are the message's fields by their exact
+// names (any order, repeated ones: the last wins, as with encoding/json), white space
+// anywhere JSON allows it, strings in valid UTF-8 with no escape and no control character,
+// integers without fraction, exponent or leading zero that fit an int. Anything else —
+// another spelling of a key, an unknown member, null, an escape, a number in another form,
+// a syntax error — makes a parse function report ok false, and the caller decodes with
+// encoding/json instead, which gives that input the same answer as before.
 
 // parsePlainCommand decodes b as encoding/json would into a Command, if b is plain.
 func parsePlainCommand(b []byte) (c Command, ok bool) {
-	p := newPlainScanner(b)
-	ok = p.object(func(key []byte) bool {
+	p := jsonplain.NewScanner(b, maxSharedText)
+	ok = p.Object(func(key []byte) bool {
 		switch string(key) { // compared without a copy
 		case "messageId":
-			return p.str(&c.MessageID)
+			return p.Str(&c.MessageID)
 		case "op":
 			var op string
-			ok := p.str(&op)
+			ok := p.Str(&op)
 			c.Op = Op(op)
 			return ok
 		case "person":
 			// Into the same Person: a repeated "person" merges, as with encoding/json.
-			return p.object(func(key []byte) bool {
+			return p.Object(func(key []byte) bool {
 				switch string(key) {
 				case "id":
-					return p.str(&c.Person.ID)
+					return p.Str(&c.Person.ID)
 				case "name":
-					return p.str(&c.Person.Name)
+					return p.Str(&c.Person.Name)
 				case "validFrom":
-					return p.str(&c.Person.ValidFrom)
+					return p.Str(&c.Person.ValidFrom)
 				case "validTo":
-					return p.str(&c.Person.ValidTo)
+					return p.Str(&c.Person.ValidTo)
 				}
 				return false
 			})
 		}
 		return false
 	})
-	if !ok || !p.end() {
+	if !ok || !p.End() {
 		return Command{}, false
 	}
 	return c, true
@@ -328,20 +179,20 @@ func parsePlainCommand(b []byte) (c Command, ok bool) {
 // parsePlainAck decodes b as encoding/json would into an Ack, if b is plain; hasCode says
 // whether "code" was present.
 func parsePlainAck(b []byte) (a Ack, hasCode, ok bool) {
-	p := newPlainScanner(b)
-	ok = p.object(func(key []byte) bool {
+	p := jsonplain.NewScanner(b, maxSharedText)
+	ok = p.Object(func(key []byte) bool {
 		switch string(key) {
 		case "messageId":
-			return p.str(&a.MessageID)
+			return p.Str(&a.MessageID)
 		case "code":
 			hasCode = true
-			return p.int(&a.Code)
+			return p.Int(&a.Code)
 		case "message":
-			return p.str(&a.Message)
+			return p.Str(&a.Message)
 		}
 		return false
 	})
-	if !ok || !p.end() {
+	if !ok || !p.End() {
 		return Ack{}, false, false
 	}
 	return a, hasCode, true
@@ -349,21 +200,21 @@ func parsePlainAck(b []byte) (a Ack, hasCode, ok bool) {
 
 // parsePlainHeartbeat decodes b as encoding/json would into a Heartbeat, if b is plain.
 func parsePlainHeartbeat(b []byte) (h Heartbeat, ok bool) {
-	p := newPlainScanner(b)
-	ok = p.object(func(key []byte) bool {
+	p := jsonplain.NewScanner(b, maxSharedText)
+	ok = p.Object(func(key []byte) bool {
 		switch string(key) {
 		case "deviceId":
-			return p.str(&h.DeviceID)
+			return p.Str(&h.DeviceID)
 		case "time":
-			return p.str(&h.Time)
+			return p.Str(&h.Time)
 		case "firmware":
-			return p.str(&h.Firmware)
+			return p.Str(&h.Firmware)
 		case "persons":
-			return p.int(&h.Persons)
+			return p.Int(&h.Persons)
 		}
 		return false
 	})
-	if !ok || !p.end() {
+	if !ok || !p.End() {
 		return Heartbeat{}, false
 	}
 	return h, true
