@@ -62,9 +62,10 @@ type committer struct {
 	mu        sync.Mutex
 	cond      *sync.Cond // queue grew, a commit finished, or closing
 	queue     []write
-	queued    uint64 // writes ever queued
-	committed uint64 // writes ever committed (or failed)
-	err       error  // the last failed commit's error, until a commit succeeds
+	queued    uint64         // writes ever queued
+	committed uint64         // writes ever committed (or failed)
+	failed    []failedWrites // the writes whose commit failed, oldest first (at most maxFailedRanges)
+	lastErr   error          // the latest commit's error (sync)
 	closed    bool
 	started   bool // run was started (set before, by the owner)
 	done      chan struct{}
@@ -78,6 +79,16 @@ type committer struct {
 	commits   uint64 // group commits written (tests, benchmarks)
 	snapshots uint64 // compactions (tests)
 }
+
+// failedWrites are the writes numbered from..to, whose commit failed with err.
+type failedWrites struct {
+	from, to uint64
+	err      error
+}
+
+// maxFailedRanges bounds committer.failed: commits that fail one after another (a journal
+// that failed for good) extend one range; only failures between successes add ranges.
+const maxFailedRanges = 64
 
 func newCommitter(j *journal.Journal, log *slog.Logger) *committer {
 	c := &committer{j: j, log: log, done: make(chan struct{}),
@@ -158,23 +169,49 @@ func (c *committer) enqueueWait(w write) error {
 	return c.wait(seq)
 }
 
-// wait returns once the write numbered seq is committed, with the error of the commit
-// that failed last, if it did.
+// wait returns once the write numbered seq is committed, with the error of its commit if
+// that failed. A later commit that succeeded does not hide it: the write is not on disk.
 func (c *committer) wait(seq uint64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for c.committed < seq {
 		c.cond.Wait()
 	}
-	return c.err
+	for i := len(c.failed) - 1; i >= 0; i-- {
+		if f := c.failed[i]; seq >= f.from && seq <= f.to {
+			return f.err
+		} else if seq > f.to {
+			break
+		}
+	}
+	return nil
 }
 
-// sync waits for everything queued so far.
+// recordFailure notes that the writes from..to failed with err. Called with mu held.
+func (c *committer) recordFailure(from, to uint64, err error) {
+	if n := len(c.failed); n > 0 && c.failed[n-1].to+1 == from {
+		c.failed[n-1].to = to
+		c.failed[n-1].err = err
+		return
+	}
+	if len(c.failed) == maxFailedRanges {
+		c.failed = append(c.failed[:0], c.failed[1:]...)
+	}
+	c.failed = append(c.failed, failedWrites{from: from, to: to, err: err})
+}
+
+// sync waits for everything queued so far, with the error of the commit of the last of
+// it, or else of the latest commit, if that failed.
 func (c *committer) sync() error {
 	c.mu.Lock()
 	seq := c.queued
 	c.mu.Unlock()
-	return c.wait(seq)
+	if err := c.wait(seq); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastErr
 }
 
 // hasClient reports whether client has committed records.
@@ -241,8 +278,11 @@ func (c *committer) run() {
 		err := c.commit(batch)
 
 		c.mu.Lock()
+		if err != nil {
+			c.recordFailure(c.committed+1, upTo, err)
+		}
+		c.lastErr = err
 		c.committed = upTo
-		c.err = err
 		c.cond.Broadcast()
 		c.mu.Unlock()
 		if err == nil && c.dead > compactMinDead && c.dead > compactFactor*len(c.live) {

@@ -317,23 +317,31 @@ func (h *sessionStore) forgetPublisher(id string) {
 // sessions is acknowledged once its messages are on disk, with one group commit for the
 // messages it had in flight that were read together.
 //
+// If the commit failed, it returns the error: mochi then writes none of the held
+// acknowledgements and disconnects the publisher, which sends the messages again (the
+// journal may have recovered by then, or the publisher keeps them).
+//
 // The record is forgotten only once committed, and only if no later one came meanwhile:
 // two connections share a client id during a session takeover (the old one's read loop
 // may still be flushing while the new one's messages are routed), and the old one's wait
 // must not take the new one's record away from it.
-func (h *sessionStore) WaitBeforeAck(cl *mqtt.Client) {
+func (h *sessionStore) WaitBeforeAck(cl *mqtt.Client) error {
 	h.ackMu.Lock()
 	seq, ok := h.beforeAck[cl.ID]
 	h.ackMu.Unlock()
 	if !ok {
-		return
+		return nil
 	}
-	_ = h.commit.wait(seq)
+	err := h.commit.wait(seq)
 	h.ackMu.Lock()
 	if h.beforeAck[cl.ID] == seq {
 		delete(h.beforeAck, cl.ID)
 	}
 	h.ackMu.Unlock()
+	if err != nil {
+		h.log.Error("broker: messages for kept sessions not stored; their publisher is not acknowledged and is disconnected", "client", cl.ID, "error", err)
+	}
+	return err
 }
 
 // isVolatile reports whether topic matches Options.VolatileTopics.

@@ -159,8 +159,13 @@ type Server struct {
 // QoS 1/2 messages while more of its packets are already read (buffered), then calls
 // WaitBeforeAck once and writes them in order: one wait (one group commit) for a burst
 // from a publisher with many messages in flight, not one for each.
+//
+// If WaitBeforeAck returns an error (the messages are not stored), none of the held
+// acknowledgements is written, they leave the client's in-flight set (a resumed session
+// must not send them), and the client is disconnected (MQTT 5: reason 0x80): it sends the
+// messages again.
 type AckWaiter interface {
-	WaitBeforeAck(cl *Client)
+	WaitBeforeAck(cl *Client) error
 }
 
 // heldAcks are the packet ids of the PUBACKs and PUBRECs routed but not yet written, per
@@ -230,7 +235,10 @@ func (s *Server) flushAcks(cl *Client, ack *packets.Packet) error {
 	}
 	for _, h := range s.hooks.GetAll() {
 		if w, ok := h.(AckWaiter); ok {
-			w.WaitBeforeAck(cl)
+			if err := w.WaitBeforeAck(cl); err != nil {
+				s.dropAcks(cl, ids, ack)
+				return packets.ErrUnspecifiedError
+			}
 		}
 	}
 	for _, id := range ids {
@@ -246,6 +254,27 @@ func (s *Server) flushAcks(cl *Client, ack *packets.Packet) error {
 		return s.writeAck(cl, ack)
 	}
 	return nil
+}
+
+// dropAcks takes the acknowledgements held under ids, and ack, out of cl's in-flight set
+// unwritten: their messages were not stored (AckWaiter).
+func (s *Server) dropAcks(cl *Client, ids []uint16, ack *packets.Packet) {
+	drop := func(id uint16) {
+		held, ok := cl.State.Inflight.Get(id)
+		if !ok || (held.FixedHeader.Type != packets.Puback && held.FixedHeader.Type != packets.Pubrec) {
+			return
+		}
+		if cl.State.Inflight.Delete(id) {
+			atomic.AddInt64(&s.Info.Inflight, -1)
+		}
+		cl.State.Inflight.IncreaseReceiveQuota()
+	}
+	for _, id := range ids {
+		drop(id)
+	}
+	if ack != nil {
+		drop(ack.PacketID)
+	}
 }
 
 // writeAck writes a PUBACK or PUBREC and completes a QoS 1 flow, as upstream's
