@@ -2,9 +2,8 @@ package outbox
 
 import (
 	"bytes"
-	"cmp"
 	"fmt"
-	"slices"
+	"sort"
 )
 
 // maybeCompact starts a compaction when the journal holds many more records than the table
@@ -90,7 +89,8 @@ func (o *Outbox) compact() error {
 	// read a window at a time. Results keep their finish order (a restart reports them in
 	// it) and are read one by one.
 	inFileOrder := len(recs) - len(o.t.results)
-	slices.SortStableFunc(recs[:inFileOrder], func(a, b snapRecord) int { return cmp.Compare(a.ref, b.ref) })
+	byFile := recs[:inFileOrder]
+	sort.SliceStable(byFile, func(i, j int) bool { return byFile[i].ref < byFile[j].ref }) // sort, not slices: see spill.go
 	for _, p := range o.pending {
 		c := *p.rec
 		c.Payload = bytes.Clone(p.rec.Payload) // the caller's buffer: it may reuse it once Enqueue returns

@@ -311,15 +311,7 @@ func (o *Outbox) Status() []DeviceStatus {
 	for _, d := range o.t.devices {
 		out = append(out, o.status(d, now))
 	}
-	slices.SortFunc(out, func(a, b DeviceStatus) int {
-		switch {
-		case a.DeviceID < b.DeviceID:
-			return -1
-		case a.DeviceID > b.DeviceID:
-			return 1
-		}
-		return 0
-	})
+	sort.Slice(out, func(i, j int) bool { return out[i].DeviceID < out[j].DeviceID }) // sort, not slices: see spill.go
 	return out
 }
 

@@ -2,11 +2,10 @@ package outbox
 
 import (
 	"bytes"
-	"cmp"
 	"errors"
 	"fmt"
 	"io"
-	"slices"
+	"sort"
 	"sync/atomic"
 )
 
@@ -123,7 +122,7 @@ func (o *Outbox) repairRound() bool {
 
 	// Every live record, in file order. One asked for that reads well now (an I/O error
 	// passed, or a round before this one repaired it) only needs its device pumped.
-	slices.SortFunc(live, func(a, b damagedPayload) int { return cmp.Compare(a.ref, b.ref) })
+	sort.Slice(live, func(i, j int) bool { return live[i].ref < live[j].ref }) // sort, not slices: see spill.go
 	var damaged, readable []damagedPayload
 	pastEnd := false // a record ran past the file's end: so do the ones after it
 	for _, l := range live {
