@@ -33,17 +33,7 @@ func readPublishID(t *testing.T, c *wireClient) (string, uint16) {
 // resumes.
 func TestHeldAcknowledgementsKeepDisplacedMessage(t *testing.T) {
 	b := startBroker(t, Options{})
-	bo, err := dialWire(b.Addr(), "bo", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bo.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
-		Filters: packets.Subscriptions{{Filter: "results", Qos: 1}}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := bo.expect(packets.Suback); err != nil {
-		t.Fatal(err)
-	}
+	bo := subscribeKept(t, b.Addr(), "bo", "results", 1)
 	if err := b.Server().Publish("results", []byte("result-1"), false, 1); err != nil {
 		t.Fatal(err)
 	}

@@ -260,6 +260,21 @@ func dialWire(addr, id string, clean bool) (*wireClient, error) {
 	return c, nil
 }
 
+// subscribeKept connects id with a kept session and subscribes it to filter at qos; the
+// caller closes it (leaving the session offline) or goes on using it.
+func subscribeKept(t *testing.T, addr, id, filter string, qos byte) *wireClient {
+	t.Helper()
+	c := pubackConnect(t, addr, id)
+	if err := c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
+		Filters: packets.Subscriptions{{Filter: filter, Qos: qos}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.expect(packets.Suback); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // pubackConnect resumes id's kept session on the test goroutine.
 func pubackConnect(t *testing.T, addr, id string) *wireClient {
 	t.Helper()

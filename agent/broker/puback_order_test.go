@@ -17,17 +17,7 @@ import (
 // flows complete with PUBREL and PUBCOMP.
 func TestAcknowledgementsFollowCommitsInOrder(t *testing.T) {
 	b := startBroker(t, Options{DataDir: t.TempDir()})
-	bo, err := dialWire(b.Addr(), "bo", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bo.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
-		Filters: packets.Subscriptions{{Filter: "results", Qos: 2}}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := bo.expect(packets.Suback); err != nil {
-		t.Fatal(err)
-	}
+	bo := subscribeKept(t, b.Addr(), "bo", "results", 2)
 	bo.close()
 
 	pub, err := dialWire(b.Addr(), "publisher", true)
@@ -102,17 +92,7 @@ func TestAcknowledgementWithStoringHooks(t *testing.T) {
 	relay := &relayHook{topic: "tasks", relays: []string{"results/relayed"}}
 	b := startBroker(t, Options{DataDir: t.TempDir()}, relay)
 	relay.srv = b.Server()
-	bo, err := dialWire(b.Addr(), "bo", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bo.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
-		Filters: packets.Subscriptions{{Filter: "results/#", Qos: 2}}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := bo.expect(packets.Suback); err != nil {
-		t.Fatal(err)
-	}
+	bo := subscribeKept(t, b.Addr(), "bo", "results/#", 2)
 	bo.close()
 
 	pub, err := dialWire(b.Addr(), "publisher", true)
