@@ -26,16 +26,7 @@ func TestWedgedTerminalsCloseTogether(t *testing.T) {
 	}
 
 	start := time.Now()
-	closed := make(chan error, 1)
-	go func() { closed <- b.Close() }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(bound):
-		t.Fatalf("Close did not return within %v with %d wedged terminals", bound, wedged)
-	}
+	closeWithin(t, b, bound, fmt.Sprintf("with %d wedged terminals", wedged))
 	t.Logf("Close with %d wedged terminals: %v", wedged, time.Since(start).Round(time.Millisecond))
 	expectWithin(t, healthy, packets.Disconnect, "the healthy terminal's DISCONNECT")
 }

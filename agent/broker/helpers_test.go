@@ -361,3 +361,19 @@ func (h *disconnectHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 	default:
 	}
 }
+
+// closeWithin closes b and fails the test if Close does not return within bound (what
+// says what held it up).
+func closeWithin(t *testing.T, b *Broker, bound time.Duration, what string) {
+	t.Helper()
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(bound):
+		t.Fatalf("Close did not return within %v %s", bound, what)
+	}
+}

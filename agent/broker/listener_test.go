@@ -144,16 +144,7 @@ func TestCloseDoesNotWaitForStuckPeers(t *testing.T) {
 		}
 	}
 	pub.close()
-	closed := make(chan error, 1)
-	go func() { closed <- b.Close() }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(waitFor):
-		t.Fatal("Close blocked on a stuck peer")
-	}
+	closeWithin(t, b, waitFor, "with a stuck peer")
 	_ = silent.SetReadDeadline(time.Now().Add(waitFor))
 	if _, err := silent.Read(make([]byte, 1)); err != io.EOF {
 		t.Fatalf("silent peer: read = %v, want EOF", err)

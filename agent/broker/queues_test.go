@@ -41,11 +41,7 @@ func TestClientLayout(t *testing.T) {
 func TestResizeOutbound(t *testing.T) {
 	b := startBroker(t, Options{TerminalTopic: isCommandTopic})
 	srv := b.Server()
-	conn, peer := net.Pipe()
-	defer peer.Close()
-	cl := srv.NewClient(conn, "test", "t01", false)
-	cl.Properties.ProtocolVersion = 5
-	defer cl.Stop(nil)
+	cl, term := pipeClient(t, srv, "t01")
 	go cl.WriteLoop()
 
 	if cl.ResizeOutbound(DefaultMaxPendingWrites * 2) {
@@ -68,7 +64,6 @@ func TestResizeOutbound(t *testing.T) {
 	if err := srv.Publish("dev/face/t01", []byte("cmd"), false, 0); err != nil {
 		t.Fatal(err)
 	}
-	term := &memClient{conn: peer, r: bufio.NewReader(peer)}
 	if got := term.expectPublish(t); string(got) != "cmd" {
 		t.Fatalf("payload %q, want cmd", got)
 	}
@@ -356,11 +351,7 @@ func routeTo(t *testing.T, srv *mqtt.Server, cl *mqtt.Client, filter string) {
 func TestTerminalQueueSwapKeepsARacingPublish(t *testing.T) {
 	b := startBroker(t, Options{TerminalTopic: isCommandTopic})
 	srv := b.Server()
-	conn, peer := net.Pipe()
-	defer peer.Close()
-	cl := srv.NewClient(conn, "test", "t01", false)
-	cl.Properties.ProtocolVersion = 5
-	defer cl.Stop(nil)
+	cl, term := pipeClient(t, srv, "t01")
 	shortened := make(chan struct{})
 	go func() { // the reader goroutine, in OnSubscribe; the writer is not running yet
 		defer close(shortened)
@@ -376,7 +367,6 @@ func TestTerminalQueueSwapKeepsARacingPublish(t *testing.T) {
 		t.Fatalf("%d packets queued, want the marker and the message", q)
 	}
 	go cl.WriteLoop()
-	term := &memClient{conn: peer, r: bufio.NewReader(peer)}
 	if got := term.expectPublish(t); string(got) != "cmd" {
 		t.Fatalf("payload %q, want cmd", got)
 	}
@@ -391,4 +381,17 @@ func TestTerminalQueueSwapKeepsARacingPublish(t *testing.T) {
 	if n := b.terminals.swapped.Load(); n != 0 {
 		t.Fatalf("%d queues replaced, want none", n)
 	}
+}
+
+// pipeClient makes an MQTT 5 client of srv over a net.Pipe, not attached to the broker (no
+// read loop: the test drives it); term is its peer's end. Both are closed at the end.
+func pipeClient(t *testing.T, srv *mqtt.Server, id string) (*mqtt.Client, *memClient) {
+	conn, peer := net.Pipe()
+	cl := srv.NewClient(conn, "test", id, false)
+	cl.Properties.ProtocolVersion = 5
+	t.Cleanup(func() {
+		cl.Stop(nil)
+		_ = peer.Close()
+	})
+	return cl, &memClient{conn: peer, r: bufio.NewReader(peer)}
 }

@@ -267,16 +267,7 @@ func TestWedgedTerminalClose(t *testing.T) {
 	wedgedTerminal(t, b.Addr(), "stuck")
 	wedge(t, b, "stuck")
 
-	closed := make(chan error, 1)
-	go func() { closed <- b.Close() }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(promptly):
-		t.Fatalf("Close did not return within %v with a wedged terminal", promptly)
-	}
+	closeWithin(t, b, promptly, "with a wedged terminal")
 	body := expectWithin(t, healthy, packets.Disconnect, "the healthy terminal's DISCONNECT")
 	if len(body) < 1 || body[0] != packets.ErrServerShuttingDown.Code {
 		t.Fatalf("DISCONNECT % x, want reason 0x%02x (server shutting down)", body, packets.ErrServerShuttingDown.Code)
