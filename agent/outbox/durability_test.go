@@ -147,7 +147,15 @@ func TestDuplicateOfPendingWaitsForItsOutcome(t *testing.T) {
 }
 
 func TestCompactionBoundsTheJournal(t *testing.T) {
-	e := newEnv(t, Options{Journal: journal.Options{Sync: journal.SyncNone, SegmentSize: 8 << 10}, CompactAfter: 200})
+	compacted := make(chan struct{}, 1)
+	opts := Options{Journal: journal.Options{Sync: journal.SyncNone, SegmentSize: 8 << 10}, CompactAfter: 200}
+	opts.afterCompact = func(error) {
+		select {
+		case compacted <- struct{}{}:
+		default:
+		}
+	}
+	e := newEnv(t, opts)
 	e.o.Heartbeat("d")
 	for i := range 600 {
 		id := fmt.Sprintf("m%d", i)
@@ -160,7 +168,6 @@ func TestCompactionBoundsTheJournal(t *testing.T) {
 	// Compaction runs in the background, and a slow machine (qemu under load) can keep one
 	// running through most of the loop. Once none runs, the next record starts one, since
 	// the journal holds far more than CompactAfter dead records; Close waits for it.
-	deadline := time.Now().Add(30 * time.Second)
 	for {
 		e.o.mu.Lock()
 		running := e.o.compacting
@@ -168,10 +175,11 @@ func TestCompactionBoundsTheJournal(t *testing.T) {
 		if !running {
 			break
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-compacted: // that one, or an earlier one's late signal: look again
+		case <-time.After(30 * time.Second):
 			t.Fatal("a compaction still runs after 30 s")
 		}
-		time.Sleep(time.Millisecond)
 	}
 	e.enqueue("last", "d", "p")
 	e.expectSend("last", 1)
