@@ -1,27 +1,46 @@
 package sim
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/eclipse/paho.golang/autopaho"
-	"github.com/eclipse/paho.golang/paho"
-
 	"github.com/seed0e69bba5/faceagent/device/face"
+)
+
+// A terminal's MQTT connection behaves as the autopaho client it replaced (see wire.go
+// for why it is written here): keepalive 20 s, a new attempt 200 ms after a failed one or
+// a lost connection, clean start on the first connection of an online period (a terminal
+// coming back has forgotten everything) and a session that ends with the connection,
+// QoS 1 publishes bounded by 5 s, a DISCONNECT when it goes offline or the fleet closes.
+const (
+	keepAlive        = 20 // seconds
+	reconnectBackoff = 200 * time.Millisecond
+	connectTimeout   = 5 * time.Second
+	publishTimeout   = 5 * time.Second
+	readBuffer       = 4 << 10 // holds a few commands: a terminal gets one at a time
+)
+
+var (
+	errOffline        = errors.New("sim: offline")
+	errConnectionLost = errors.New("sim: connection lost before the PUBACK")
+	errPublishTimeout = errors.New("sim: no PUBACK within 5s")
 )
 
 // mqttTerm is one terminal's own MQTT connection, as a real terminal has.
 type mqttTerm struct {
 	t                           *Terminal
 	g                           *group
-	server                      *url.URL
+	addr                        string // host:port
+	clientID                    string
 	cmdTopic, ackTopic, hbTopic string
 	ready                       chan struct{} // closed after the first subscription
 	readyOnce                   sync.Once
@@ -31,106 +50,229 @@ type mqttTerm struct {
 	// want of a subscription (and resend it a retry interval later).
 	subscribed atomic.Bool
 
-	// ctx ends when the fleet closes (a child of the group's): publishes derive their
-	// timeouts from it, not from the group's own context, whose lock every terminal's
-	// publishes would share.
-	ctx    context.Context
-	cancel context.CancelFunc
-
 	mu     sync.Mutex
-	cm     *autopaho.ConnectionManager // nil while offline
-	closed bool                        // close ran: connect must not start a connection
+	conn   *termConn          // the connection up; nil while offline or reconnecting
+	cancel context.CancelFunc // ends the online period's connection loop; nil while offline
+	closed bool               // close ran: connect must not start a connection
 }
 
-func newMQTTTerm(t *Terminal, g *group, server *url.URL) *mqttTerm {
+func newMQTTTerm(t *Terminal, g *group, addr string) *mqttTerm {
 	sub := func(tmpl string) string { return strings.ReplaceAll(tmpl, "{id}", t.id) }
-	ctx, cancel := context.WithCancel(g.ctx)
-	return &mqttTerm{t: t, g: g, server: server, ready: make(chan struct{}), ctx: ctx, cancel: cancel,
+	return &mqttTerm{t: t, g: g, addr: addr, clientID: "facesim-" + t.id, ready: make(chan struct{}),
 		cmdTopic: sub(t.opts.CommandTopic), ackTopic: sub(t.opts.AckTopic), hbTopic: sub(t.opts.HeartbeatTopic)}
 }
 
-func (m *mqttTerm) connect() error {
-	cfg := autopaho.ClientConfig{
-		ServerUrls:                    []*url.URL{m.server},
-		KeepAlive:                     20,
-		CleanStartOnInitialConnection: true, // a terminal coming back has forgotten everything
-		ReconnectBackoff:              autopaho.NewConstantBackoff(200 * time.Millisecond),
-		ConnectTimeout:                5 * time.Second,
-		OnConnectionUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) {
-			m.subscribed.Store(false)
-			m.g.run(func() { // OnConnectionUp must not block
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				if _, err := cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: m.cmdTopic, QoS: 1}}}); err != nil {
-					m.t.opts.Logger.Warn("terminal subscribe failed", "device", m.t.id, "err", err)
-					return
-				}
-				m.subscribed.Store(true)
-				m.readyOnce.Do(func() { close(m.ready) })
-				m.t.heartbeat()
-			})
-		},
-		OnConnectionDown: func() bool {
-			m.subscribed.Store(false)
-			return true // reconnect
-		},
-		ClientConfig: paho.ClientConfig{
-			ClientID:          "facesim-" + m.t.id,
-			OnPublishReceived: []func(paho.PublishReceived) (bool, error){m.onPublish},
-		},
-	}
-	switch strings.ToLower(m.server.Scheme) {
-	case "mqtt", "tcp", "":
-		cfg.AttemptConnection = dialPacketConn // buffered reads; other schemes: autopaho's own
-	}
-	// Under m.mu, so that a reconnect racing with close (a terminal's "back online" timer
-	// firing as the fleet closes) either starts before close, which then stops it, or not
-	// at all. A connection started after close would outlive the fleet, and its reconnects
-	// would hold a broker's Close forever. NewConnection only starts goroutines.
+// connect starts an online period: a goroutine that connects, and reconnects after a
+// loss, until setOnline(false) or close. Under m.mu, so that a reconnect racing with close
+// (a terminal's "back online" timer firing as the fleet closes) either starts before
+// close, which then stops it, or not at all: a connection started after close would
+// outlive the fleet and hold a broker's Close.
+func (m *mqttTerm) connect() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed {
-		return nil
+	if m.closed || m.cancel != nil {
+		return
 	}
-	cm, err := autopaho.NewConnection(context.Background(), cfg)
-	if err != nil {
-		return err
+	ctx, cancel := context.WithCancel(context.Background())
+	if !m.g.run(func() { m.run(ctx) }) {
+		cancel()
+		return
 	}
-	m.cm = cm
-	return nil
+	m.cancel = cancel
 }
 
-func (m *mqttTerm) onPublish(pr paho.PublishReceived) (bool, error) {
+// run connects until ctx ends, waiting reconnectBackoff after every failed attempt or
+// lost connection.
+func (m *mqttTerm) run(ctx context.Context) {
+	first := true
+	for {
+		c, err := m.dial(ctx, first)
+		if err == nil {
+			first = false
+			m.serve(ctx, c)
+		} else if ctx.Err() == nil {
+			m.t.opts.Logger.Debug("terminal connect failed", "device", m.t.id, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(reconnectBackoff):
+		}
+	}
+}
+
+// dial opens a connection and makes the CONNECT/CONNACK exchange, within connectTimeout;
+// ctx ending cuts it short.
+func (m *mqttTerm) dial(ctx context.Context, cleanStart bool) (*termConn, error) {
+	dctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(dctx, "tcp", m.addr)
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	c := &termConn{nc: nc, r: bufio.NewReaderSize(nc, readBuffer), inflight: map[uint16]chan error{}}
+	err = c.handshake(m.clientID, cleanStart)
+	if !stop() && err == nil {
+		err = ctx.Err() // closed under the handshake's feet
+	}
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// serve subscribes on c, reads from it in a second goroutine and sends PINGREQs from this
+// one, until the connection ends or ctx does (then it sends a DISCONNECT).
+func (m *mqttTerm) serve(ctx context.Context, c *termConn) {
+	m.subscribed.Store(false)
+	m.mu.Lock()
+	m.conn = c
+	m.mu.Unlock()
+	defer m.down(c)
+	readDone := make(chan struct{})
+	if !m.g.run(func() { defer close(readDone); m.read(c) }) {
+		return
+	}
+	if id, _, err := c.track(false); err == nil {
+		_ = c.subscribe(id, m.cmdTopic) // a failed write ends the reader too
+	}
+	// A PINGREQ when nothing was written for half the keepalive keeps the broker's timer
+	// (1.5 × keepalive) from firing; a PINGREQ not answered by the next tick means a dead
+	// connection, as paho's pinger judges.
+	tick := time.NewTicker(keepAlive * time.Second / 2)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			_ = c.disconnect()
+			c.nc.Close()
+			<-readDone
+			return
+		case <-readDone:
+			return
+		case <-tick.C:
+			if c.pingOut.Load() {
+				c.nc.Close() // the reader ends, then readDone
+				continue
+			}
+			if !c.wrote.Swap(false) {
+				c.pingOut.Store(true)
+				_ = c.pingreq()
+			}
+		}
+	}
+}
+
+// down forgets c, which ended: its QoS 1 publishes waiting for a PUBACK fail.
+func (m *mqttTerm) down(c *termConn) {
+	c.nc.Close()
+	m.mu.Lock()
+	if m.conn == c {
+		m.conn = nil
+	}
+	m.mu.Unlock()
+	m.subscribed.Store(false)
+	c.fail()
+}
+
+// read handles c's incoming packets until c ends: commands go to the terminal in arrival
+// order and are acked (PUBACK) once it took them, as paho's auto-ack did.
+func (m *mqttTerm) read(c *termConn) {
+	defer c.nc.Close()
+	var buf []byte
+	for {
+		first, body, grown, err := readPacket(c.r, buf)
+		buf = grown
+		if err != nil {
+			return
+		}
+		switch first >> 4 {
+		case typePublish:
+			p, err := parsePublish(first, body)
+			if err != nil {
+				m.t.opts.Logger.Warn("terminal got a malformed PUBLISH", "device", m.t.id, "err", err)
+				return
+			}
+			m.onPublish(p.payload)
+			if p.qos > 0 && c.puback(p.id) != nil { // QoS 2 never comes: the subscription is QoS 1
+				return
+			}
+		case typePuback:
+			if id, code, err := parseAck(typePuback, body); err == nil {
+				c.acked(id, code)
+			}
+		case typeSuback:
+			id, code, err := parseAck(typeSuback, body)
+			if err != nil {
+				return
+			}
+			c.acked(id, code)
+			if code >= 0x80 {
+				m.t.opts.Logger.Warn("terminal subscribe failed", "device", m.t.id, "reason", code)
+				continue
+			}
+			m.subscribed.Store(true)
+			m.readyOnce.Do(func() { close(m.ready) })
+			m.g.run(m.t.heartbeat) // announce itself, off the reader
+		case typePingresp:
+			c.pingOut.Store(false)
+		case typeDisconnect:
+			return
+		}
+	}
+}
+
+func (m *mqttTerm) onPublish(payload []byte) {
 	if !m.g.enter() {
-		return true, nil
+		return
 	}
 	defer m.g.exit()
-	cmd, err := face.ParseCommandJSON(pr.Packet.Payload)
+	cmd, err := face.ParseCommandJSON(payload) // copies what it keeps: payload is reused
 	if err != nil {
 		// A real terminal ignores what it cannot read; the agent's retry notices.
 		m.t.opts.Logger.Warn("terminal got a bad command", "device", m.t.id, "err", err)
-		return true, nil
+		return
 	}
 	m.t.receive(cmd)
-	return true, nil
 }
 
+// publish sends payload on topic; at QoS 1 it waits for the PUBACK, at most
+// publishTimeout, and fails at once when the connection is lost meanwhile.
 func (m *mqttTerm) publish(topic string, qos byte, payload []byte) error {
 	m.mu.Lock()
-	cm := m.cm
+	c := m.conn
 	m.mu.Unlock()
-	if cm == nil {
-		return errors.New("offline")
+	if c == nil {
+		return errOffline
 	}
-	// Bounded, and cut short when the fleet closes (m.ctx ends then).
-	ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
-	defer cancel()
-	_, err := cm.Publish(ctx, &paho.Publish{Topic: topic, QoS: qos, Payload: payload})
-	return err
+	if qos == 0 {
+		return c.publish(topic, 0, 0, payload)
+	}
+	id, done, err := c.track(true)
+	if err != nil {
+		return err
+	}
+	if err := c.publish(topic, qos, id, payload); err != nil {
+		c.untrack(id)
+		return err
+	}
+	t := time.NewTimer(publishTimeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		c.untrack(id)
+		return errPublishTimeout
+	}
 }
 
 func (m *mqttTerm) sendAck(a *face.Ack) error {
-	b, err := a.AppendJSON(nil)
+	var buf [256]byte // an ack's JSON is short: no allocation
+	b, err := a.AppendJSON(buf[:0])
 	if err != nil {
 		return err
 	}
@@ -157,64 +299,193 @@ func (m *mqttTerm) crash(*rand.Rand) {}
 
 func (m *mqttTerm) setOnline(up bool) {
 	if up {
-		if err := m.connect(); err != nil {
-			m.t.opts.Logger.Error("terminal reconnect failed", "device", m.t.id, "err", err)
-		}
+		m.connect()
 		return
 	}
+	m.stop(false)
+}
+
+// stop ends the online period without waiting for it (this may run on the connection's
+// own reader); the group waits for its goroutines.
+func (m *mqttTerm) stop(closing bool) {
 	m.mu.Lock()
-	cm := m.cm
-	m.cm = nil
+	cancel := m.cancel
+	m.cancel = nil
+	if closing {
+		m.closed = true
+	}
 	m.mu.Unlock()
-	if cm != nil {
-		stop(cm, m.g)
+	if cancel != nil {
+		cancel()
 	}
 }
 
-// stop cancels an autopaho connection without waiting (this may run inside its own
-// callback), and lets the group wait for it to finish.
-func stop(cm *autopaho.ConnectionManager, g *group) {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_ = cm.Disconnect(ctx) // cancels at once; returns ctx.Err() without waiting
-	if !g.run(func() { <-cm.Done() }) {
-		<-cm.Done()
+func (m *mqttTerm) close() { m.stop(true) }
+
+// termConn is one MQTT connection of a terminal.
+type termConn struct {
+	nc      net.Conn
+	r       *bufio.Reader // read by one goroutine only (mqttTerm.read)
+	wrote   atomic.Bool   // a packet was written since the last keepalive tick
+	pingOut atomic.Bool   // a PINGREQ is waiting for its PINGRESP
+
+	wmu  sync.Mutex // one packet at a time, each written with one call
+	wbuf []byte
+
+	mu       sync.Mutex
+	lastID   uint16
+	inflight map[uint16]chan error // packet ids in use → the publish waiting (nil: SUBSCRIBE)
+	lost     bool                  // fail ran: no new packet ids
+}
+
+// handshake sends CONNECT and reads the CONNACK.
+func (c *termConn) handshake(clientID string, cleanStart bool) error {
+	_ = c.nc.SetDeadline(time.Now().Add(connectTimeout))
+	c.wbuf = appendConnect(c.wbuf[:0], clientID, cleanStart, keepAlive)
+	if _, err := c.nc.Write(c.wbuf); err != nil {
+		return err
+	}
+	first, body, _, err := readPacket(c.r, nil)
+	if err != nil {
+		return err
+	}
+	if first>>4 != typeConnack {
+		return fmt.Errorf("sim: packet type %d instead of CONNACK", first>>4)
+	}
+	code, err := parseConnack(body)
+	if err != nil {
+		return err
+	}
+	if code >= 0x80 {
+		return fmt.Errorf("sim: connection refused, reason 0x%02x", code)
+	}
+	return c.nc.SetDeadline(time.Time{})
+}
+
+// track takes a packet id not in use [MQTT-2.2.1-3]; with wait, also the channel its
+// PUBACK's outcome arrives on.
+func (c *termConn) track(wait bool) (uint16, chan error, error) {
+	var done chan error
+	if wait {
+		done = make(chan error, 1) // acked or fail may send before the publisher waits
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lost {
+		return 0, nil, errConnectionLost
+	}
+	for {
+		c.lastID++
+		if _, used := c.inflight[c.lastID]; !used && c.lastID != 0 {
+			break
+		}
+	}
+	c.inflight[c.lastID] = done
+	return c.lastID, done, nil
+}
+
+func (c *termConn) untrack(id uint16) {
+	c.mu.Lock()
+	delete(c.inflight, id)
+	c.mu.Unlock()
+}
+
+// acked releases id; a publisher waiting for it learns the reason code's verdict.
+func (c *termConn) acked(id uint16, code byte) {
+	c.mu.Lock()
+	done, ok := c.inflight[id]
+	delete(c.inflight, id)
+	c.mu.Unlock()
+	if !ok || done == nil {
+		return
+	}
+	if code >= 0x80 {
+		done <- fmt.Errorf("sim: PUBACK reason 0x%02x", code)
+		return
+	}
+	done <- nil
+}
+
+// fail ends every wait for a PUBACK: the connection is gone.
+func (c *termConn) fail() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lost = true
+	for id, done := range c.inflight {
+		if done != nil {
+			done <- errConnectionLost
+		}
+		delete(c.inflight, id)
 	}
 }
 
-func (m *mqttTerm) close() {
-	defer m.cancel()
-	m.mu.Lock()
-	cm := m.cm
-	m.cm = nil
-	m.closed = true
-	m.mu.Unlock()
-	if cm != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = cm.Disconnect(ctx)
+// flush writes the packet in wbuf; called with wmu held.
+func (c *termConn) flush() error {
+	_, err := c.nc.Write(c.wbuf)
+	c.wrote.Store(true)
+	if cap(c.wbuf) > 64<<10 { // do not keep a large buffer after a large packet
+		c.wbuf = nil
 	}
+	return err
+}
+
+func (c *termConn) publish(topic string, qos byte, id uint16, payload []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.wbuf = appendPublish(c.wbuf[:0], topic, qos, id, payload)
+	return c.flush()
+}
+
+func (c *termConn) puback(id uint16) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.wbuf = appendPuback(c.wbuf[:0], id)
+	return c.flush()
+}
+
+func (c *termConn) subscribe(id uint16, filter string) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.wbuf = appendSubscribe(c.wbuf[:0], id, filter)
+	return c.flush()
+}
+
+func (c *termConn) pingreq() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.wbuf = appendPingreq(c.wbuf[:0])
+	return c.flush()
+}
+
+func (c *termConn) disconnect() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.wbuf = appendDisconnect(c.wbuf[:0])
+	return c.flush()
 }
 
 // StartMQTT starts one simulated terminal per id, each with its own connection to the
-// broker at brokerURL (mqtt://host:port). Use WaitReady before sending commands.
+// broker at brokerURL (mqtt://host:port or tcp://host:port). Use WaitReady before sending
+// commands.
 func StartMQTT(brokerURL string, ids []string, opts Options) (*Fleet, error) {
 	u, err := url.Parse(brokerURL)
 	if err != nil {
 		return nil, fmt.Errorf("sim: broker url: %w", err)
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "mqtt", "tcp":
+	default:
+		return nil, fmt.Errorf("sim: broker url %q: want mqtt:// or tcp://", brokerURL)
 	}
 	f, err := newFleet(ids, opts)
 	if err != nil {
 		return nil, err
 	}
 	for _, t := range f.terms {
-		m := newMQTTTerm(t, f.g, u)
+		m := newMQTTTerm(t, f.g, u.Host)
 		t.tr = m
 		f.ready = append(f.ready, m.ready)
-		if err := m.connect(); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("sim: %s: %w", t.id, err)
-		}
+		m.connect()
 	}
 	f.start()
 	return f, nil
