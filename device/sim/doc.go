@@ -55,8 +55,8 @@
 //   - Over MQTT an offline terminal disconnects (clean session): commands sent meanwhile are
 //     gone, as with real terminals; over serial it reads and discards.
 //   - Heartbeat times are the host's clock in RFC 3339, whole seconds.
-//   - A terminal speaks MQTT 5 through the few packets it needs, written in this package
-//     (wire.go), not through paho: the same bytes on the wire as the autopaho client it
+//   - A terminal speaks MQTT 5 through the few packets it needs (internal/mqttwire), not
+//     through paho: the same bytes on the wire as the autopaho client it
 //     replaced (a test compares them) and the same connection behaviour (keepalive 20 s,
 //     reconnect after 200 ms, clean start), at a fraction of the CPU and garbage, so that
 //     64 terminals in a benchmark take less of the machine from what they measure. Only

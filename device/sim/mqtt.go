@@ -14,10 +14,11 @@ import (
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/device/face"
+	"github.com/seed0e69bba5/faceagent/internal/mqttwire"
 )
 
-// A terminal's MQTT connection behaves as the autopaho client it replaced (see wire.go
-// for why it is written here): keepalive 20 s, a new attempt 200 ms after a failed one or
+// A terminal's MQTT connection behaves as the autopaho client it replaced (written with
+// internal/mqttwire, whose doc says why): keepalive 20 s, a new attempt 200 ms after a failed one or
 // a lost connection, clean start on the first connection of an online period (a terminal
 // coming back has forgotten everything) and a session that ends with the connection,
 // QoS 1 publishes bounded by 5 s, a DISCONNECT when it goes offline or the fleet closes.
@@ -184,28 +185,28 @@ func (m *mqttTerm) read(c *termConn) {
 	defer c.nc.Close()
 	var buf []byte
 	for {
-		first, body, grown, err := readPacket(c.r, buf)
+		first, body, grown, err := mqttwire.ReadPacket(c.r, buf)
 		buf = grown
 		if err != nil {
 			return
 		}
 		switch first >> 4 {
-		case typePublish:
-			p, err := parsePublish(first, body)
+		case mqttwire.TypePublish:
+			p, err := mqttwire.ParsePublish(first, body)
 			if err != nil {
 				m.t.opts.Logger.Warn("terminal got a malformed PUBLISH", "device", m.t.id, "err", err)
 				return
 			}
-			m.onPublish(p.payload)
-			if p.qos > 0 && c.puback(p.id) != nil { // QoS 2 never comes: the subscription is QoS 1
+			m.onPublish(p.Payload)
+			if p.QoS > 0 && c.puback(p.ID) != nil { // QoS 2 never comes: the subscription is QoS 1
 				return
 			}
-		case typePuback:
-			if id, code, err := parseAck(typePuback, body); err == nil {
+		case mqttwire.TypePuback:
+			if id, code, err := mqttwire.ParseAck(mqttwire.TypePuback, body); err == nil {
 				c.acked(id, code)
 			}
-		case typeSuback:
-			id, code, err := parseAck(typeSuback, body)
+		case mqttwire.TypeSuback:
+			id, code, err := mqttwire.ParseAck(mqttwire.TypeSuback, body)
 			if err != nil {
 				return
 			}
@@ -217,9 +218,9 @@ func (m *mqttTerm) read(c *termConn) {
 			m.subscribed.Store(true)
 			m.readyOnce.Do(func() { close(m.ready) })
 			m.g.run(m.t.heartbeat) // announce itself, off the reader
-		case typePingresp:
+		case mqttwire.TypePingresp:
 			c.pingOut.Store(false)
-		case typeDisconnect:
+		case mqttwire.TypeDisconnect:
 			return
 		}
 	}
@@ -341,18 +342,18 @@ type termConn struct {
 // handshake sends CONNECT and reads the CONNACK.
 func (c *termConn) handshake(clientID string, cleanStart bool) error {
 	_ = c.nc.SetDeadline(time.Now().Add(connectTimeout))
-	c.wbuf = appendConnect(c.wbuf[:0], clientID, cleanStart, keepAlive)
+	c.wbuf = mqttwire.AppendConnect(c.wbuf[:0], clientID, cleanStart, keepAlive, 0)
 	if _, err := c.nc.Write(c.wbuf); err != nil {
 		return err
 	}
-	first, body, _, err := readPacket(c.r, nil)
+	first, body, _, err := mqttwire.ReadPacket(c.r, nil)
 	if err != nil {
 		return err
 	}
-	if first>>4 != typeConnack {
+	if first>>4 != mqttwire.TypeConnack {
 		return fmt.Errorf("sim: packet type %d instead of CONNACK", first>>4)
 	}
-	code, err := parseConnack(body)
+	code, err := mqttwire.ParseConnack(body)
 	if err != nil {
 		return err
 	}
@@ -432,35 +433,35 @@ func (c *termConn) flush() error {
 func (c *termConn) publish(topic string, qos byte, id uint16, payload []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	c.wbuf = appendPublish(c.wbuf[:0], topic, qos, id, payload)
+	c.wbuf = mqttwire.AppendPublish(c.wbuf[:0], topic, qos, id, payload)
 	return c.flush()
 }
 
 func (c *termConn) puback(id uint16) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	c.wbuf = appendPuback(c.wbuf[:0], id)
+	c.wbuf = mqttwire.AppendPuback(c.wbuf[:0], id)
 	return c.flush()
 }
 
 func (c *termConn) subscribe(id uint16, filter string) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	c.wbuf = appendSubscribe(c.wbuf[:0], id, filter)
+	c.wbuf = mqttwire.AppendSubscribe(c.wbuf[:0], id, filter)
 	return c.flush()
 }
 
 func (c *termConn) pingreq() error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	c.wbuf = appendPingreq(c.wbuf[:0])
+	c.wbuf = mqttwire.AppendPingreq(c.wbuf[:0])
 	return c.flush()
 }
 
 func (c *termConn) disconnect() error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	c.wbuf = appendDisconnect(c.wbuf[:0])
+	c.wbuf = mqttwire.AppendDisconnect(c.wbuf[:0])
 	return c.flush()
 }
 

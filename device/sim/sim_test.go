@@ -468,3 +468,57 @@ func TestMQTTTerminalDoesNotReconnectAfterClose(t *testing.T) {
 		t.Fatal("the terminal started connecting again after its fleet closed")
 	}
 }
+
+// A terminal whose connection the broker drops connects again, subscribes again and
+// takes commands; its packet ids and PUBACK waits belong to the connection they were
+// taken on.
+func TestMQTTTerminalReconnectsAfterTheBrokerDropsIt(t *testing.T) {
+	srv, url := startMochi(t)
+	l, err := mqttlink.New(mqttlink.Config{Server: srv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	f, err := StartMQTT(url, []string{"r"}, Options{Seed: 1, AckLatency: Latency{Kind: Fixed, A: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := f.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := newAgent(t, l, []string{"r"}, 100*time.Millisecond)
+	cmd := func(i int) face.Command {
+		return face.Command{MessageID: fmt.Sprintf("m-%d", i), Op: face.AddPerson, Person: face.Person{ID: fmt.Sprint(i)}}
+	}
+	if err := a.run(ctx, "r", []face.Command{cmd(0)}); err != nil {
+		t.Fatal(err)
+	}
+	m := f.Terminal("r").tr.(*mqttTerm)
+	m.mu.Lock()
+	old := m.conn
+	m.mu.Unlock()
+	cl, ok := srv.Clients.Get("facesim-r")
+	if !ok {
+		t.Fatal("the terminal's client is not in the broker")
+	}
+	cl.Stop(errors.New("test: dropped by the broker"))
+	// The agent resends until the terminal is back, subscribed, and acks.
+	if err := a.run(ctx, "r", []face.Command{cmd(1), cmd(2)}); err != nil {
+		t.Fatal(err)
+	}
+	m.mu.Lock()
+	now := m.conn
+	m.mu.Unlock()
+	if now == nil || now == old {
+		t.Fatalf("connection after the drop: %p, before: %p", now, old)
+	}
+	if _, _, err := old.track(true); !errors.Is(err, errConnectionLost) {
+		t.Fatalf("the dropped connection still hands out packet ids: %v", err)
+	}
+	if got := personIDs(f.Terminal("r").Persons()); got != "0,1,2" {
+		t.Fatalf("persons %s", got)
+	}
+}
