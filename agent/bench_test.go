@@ -160,7 +160,7 @@ func startAgentRig(b *testing.B, persist bool, backOfficeSessionExpiry uint32) (
 	if err := fleet.WaitReady(ctx); err != nil {
 		b.Fatal(err)
 	}
-	bo := connectBackOfficeSession(b, addr, "gw-b", backOfficeSessionExpiry)
+	bo := connectBenchBackOffice(b, addr, "gw-b", backOfficeSessionExpiry)
 	seq := 0
 	fsyncs = func() uint64 { return a.outbox.Load().JournalStats().Batches }
 	return func(n int) {
@@ -175,7 +175,7 @@ func startAgentRig(b *testing.B, persist bool, backOfficeSessionExpiry uint32) (
 				batch = nil
 			}
 		}
-		bo.waitFor("results", 2*time.Minute, func() bool { return len(bo.results) == seq })
+		bo.waitResults(seq, 2*time.Minute)
 	}, fsyncs
 }
 
@@ -312,7 +312,7 @@ func benchAgentVsCeiling(b *testing.B, tasks int) {
 	rate, ceilRate := n/inAgent.Seconds(), n/inCeiling.Seconds()
 	b.ReportMetric(rate, "tasks/s")
 	b.ReportMetric(ceilRate, "ceiling-tasks/s")
-	b.ReportMetric(100*median(ratios), "pct-ceiling")
+	b.ReportMetric(100*median(slices.Clone(ratios)), "pct-ceiling")
 	b.ReportMetric(100*rate/(float64(benchTerminals)/benchAck.Seconds()), "pct-theory")
 	b.ReportMetric(float64(fsyncs()-fsyncs0)/n, "fsyncs/task")
 	pct := make([]string, len(ratios))
