@@ -26,14 +26,16 @@ const (
 	keepAlive        = 20 // seconds
 	reconnectBackoff = 200 * time.Millisecond
 	connectTimeout   = 5 * time.Second
-	publishTimeout   = 5 * time.Second
 	readBuffer       = 4 << 10 // holds a few commands: a terminal gets one at a time
 )
+
+// publishTimeout bounds a QoS 1 publish's wait for its PUBACK (a variable for tests).
+var publishTimeout = 5 * time.Second
 
 var (
 	errOffline        = errors.New("sim: offline")
 	errConnectionLost = errors.New("sim: connection lost before the PUBACK")
-	errPublishTimeout = errors.New("sim: no PUBACK within 5s")
+	errPublishTimeout = errors.New("sim: no PUBACK in time")
 )
 
 // mqttTerm is one terminal's own MQTT connection, as a real terminal has.
@@ -257,18 +259,42 @@ func (m *mqttTerm) publish(topic string, qos byte, payload []byte) error {
 		return err
 	}
 	if err := c.publish(topic, qos, id, payload); err != nil {
-		c.untrack(id)
+		if !c.untrack(id) {
+			<-done // acked or fail took it first and sends: let it land before reuse
+		}
+		donePool.Put(done)
 		return err
 	}
-	t := time.NewTimer(publishTimeout)
+	t := getTimer(publishTimeout)
+	defer timerPool.Put(t)
 	defer t.Stop()
 	select {
-	case err := <-done:
-		return err
+	case err = <-done:
 	case <-t.C:
-		c.untrack(id)
-		return errPublishTimeout
+		err = errPublishTimeout
+		if !c.untrack(id) {
+			err = <-done // the PUBACK (or the loss) came at the last moment
+		}
 	}
+	donePool.Put(done)
+	return err
+}
+
+// A terminal's QoS 1 publish waits on a channel and a timer; both are reused (a channel
+// only once empty: see publish), so that an ack costs neither allocation.
+var (
+	donePool  = sync.Pool{New: func() any { return make(chan error, 1) }}
+	timerPool sync.Pool
+)
+
+// getTimer returns a timer firing after d, reused from timerPool when one is there. A
+// stopped timer sends nothing stale after Reset (Go 1.23 timers; go.mod says 1.26).
+func getTimer(d time.Duration) *time.Timer {
+	if t, ok := timerPool.Get().(*time.Timer); ok {
+		t.Reset(d)
+		return t
+	}
+	return time.NewTimer(d)
 }
 
 func (m *mqttTerm) sendAck(a *face.Ack) error {
@@ -368,11 +394,14 @@ func (c *termConn) handshake(clientID string, cleanStart bool) error {
 func (c *termConn) track(wait bool) (uint16, chan error, error) {
 	var done chan error
 	if wait {
-		done = make(chan error, 1) // acked or fail may send before the publisher waits
+		done = donePool.Get().(chan error) // buffered: acked or fail may send before the publisher waits
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.lost {
+		if done != nil {
+			donePool.Put(done)
+		}
 		return 0, nil, errConnectionLost
 	}
 	for {
@@ -385,10 +414,14 @@ func (c *termConn) track(wait bool) (uint16, chan error, error) {
 	return c.lastID, done, nil
 }
 
-func (c *termConn) untrack(id uint16) {
+// untrack releases id; false when acked or fail released it first (and sends on its
+// channel).
+func (c *termConn) untrack(id uint16) bool {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.inflight[id]
 	delete(c.inflight, id)
-	c.mu.Unlock()
+	return ok
 }
 
 // acked releases id; a publisher waiting for it learns the reason code's verdict.

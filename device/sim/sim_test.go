@@ -1,11 +1,13 @@
 package sim
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/mqttlink"
 	"github.com/seed0e69bba5/faceagent/device/serial"
+	"github.com/seed0e69bba5/faceagent/internal/mqttwire"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
@@ -520,5 +523,69 @@ func TestMQTTTerminalReconnectsAfterTheBrokerDropsIt(t *testing.T) {
 	}
 	if got := personIDs(f.Terminal("r").Persons()); got != "0,1,2" {
 		t.Fatalf("persons %s", got)
+	}
+}
+
+// A QoS 1 publish ends with its PUBACK's verdict, the connection's loss or the timeout,
+// and the waiting channel it returns to the pool is empty: a late PUBACK for a publish
+// that timed out is not taken for the next publish's.
+func TestPublishWaitEndsCleanly(t *testing.T) {
+	defer func(d time.Duration) { publishTimeout = d }(publishTimeout)
+	publishTimeout = 100 * time.Millisecond
+	client, broker := net.Pipe()
+	defer client.Close()
+	defer broker.Close()
+	c := &termConn{nc: client, r: bufio.NewReader(client), inflight: map[uint16]chan error{}}
+	m := &mqttTerm{conn: c}
+	br := bufio.NewReader(broker)
+	// next reads the PUBLISH the terminal writes and returns its packet id.
+	next := func() <-chan uint16 {
+		ids := make(chan uint16, 1)
+		go func() {
+			first, body, _, err := mqttwire.ReadPacket(br, nil)
+			if err != nil {
+				t.Error(err)
+				close(ids)
+				return
+			}
+			p, err := mqttwire.ParsePublish(first, body)
+			if err != nil || p.QoS != 1 || string(p.Payload) != "x" {
+				t.Errorf("publish %+v, %v", p, err)
+			}
+			ids <- p.ID
+		}()
+		return ids
+	}
+	publish := func(answer func(id uint16)) error {
+		ids := next()
+		errc := make(chan error, 1)
+		go func() { errc <- m.publish("a", 1, []byte("x")) }()
+		id := <-ids
+		if answer != nil {
+			answer(id)
+		}
+		return <-errc
+	}
+	if err := publish(func(id uint16) { c.acked(id, 0) }); err != nil {
+		t.Fatalf("acked: %v", err)
+	}
+	if err := publish(func(id uint16) { c.acked(id, 0x87) }); err == nil || !strings.Contains(err.Error(), "0x87") {
+		t.Fatalf("refused: %v", err)
+	}
+	var late uint16
+	if err := publish(func(id uint16) { late = id }); !errors.Is(err, errPublishTimeout) {
+		t.Fatalf("unanswered: %v", err)
+	}
+	c.acked(late, 0) // too late: nobody waits, nothing is left in a channel
+	for range 3 {    // whichever pooled channel comes next is empty
+		if err := publish(func(id uint16) { c.acked(id, 0) }); err != nil {
+			t.Fatalf("after a late PUBACK: %v", err)
+		}
+	}
+	if err := publish(func(uint16) { c.fail() }); !errors.Is(err, errConnectionLost) {
+		t.Fatalf("connection lost: %v", err)
+	}
+	if err := m.publish("a", 1, []byte("x")); !errors.Is(err, errConnectionLost) {
+		t.Fatalf("publish on a lost connection: %v", err)
 	}
 }
