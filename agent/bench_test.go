@@ -82,8 +82,9 @@ func reportThroughput(b *testing.B, tasks int, elapsed, cpu time.Duration) float
 //     same mqttlink the agent uses). It runs first; agent, agent-persist and
 //     agent-persist-bo report pct-ceiling against its rate.
 //   - agent: the agent end to end. Each op is 20 tasks per terminal (1,280 tasks;
-//     FACEAGENT_BENCH_PER_TERMINAL changes the 20) submitted in batches of 64 and followed
-//     to their last result. Broker sessions in memory ([broker] persist = false).
+//     FACEAGENT_BENCH_PER_TERMINAL changes the 20) submitted in batches of 64 by a back
+//     office subscribed to results, deadletters and forwarded acks, and followed to their
+//     last result. Broker sessions in memory ([broker] persist = false).
 //   - agent-vs-ceiling: agent (as in agent) and ceiling set up side by side; every op is a
 //     pair, a round of each with the same number of tasks, the ceiling first in even ops
 //     and the agent first in odd ones, so that drift in the machine's load and the garbage
@@ -102,6 +103,10 @@ func reportThroughput(b *testing.B, tasks int, elapsed, cpu time.Duration) float
 //   - poll500ms: the field report's design, same terminals and broker kind, for contrast:
 //     a loop that wakes every 500 ms and sends each device at most one command per tick
 //     (the next only on a later tick, after the ack). Each op is 4 tasks per terminal.
+//
+// The terminals (device/sim) and the back office stand for machines of their own: they
+// speak MQTT through internal/mqttwire rather than paho, the same packets at a fraction of
+// the CPU, so that they take little of the machine from the rigs they drive.
 func BenchmarkThroughput64x20ms(b *testing.B) {
 	ceilingRate = 0
 	b.Run("ceiling", benchCeiling)
@@ -134,10 +139,11 @@ func benchAgentThroughput(b *testing.B, persist bool, backOfficeSessionExpiry ..
 	b.ReportMetric(float64(fsyncs()-fsyncs0)/float64(tasks), "fsyncs/task")
 }
 
-// startAgentRig starts the agent, its 64 simulated terminals and a back office, all
-// stopped by b's cleanup, and returns round: submit n tasks (batches of 64, spread over the
-// terminals) and wait for their results; and fsyncs: the write+fsync rounds of the outbox's
-// journal so far (the journal that intake and results wait for).
+// startAgentRig starts the agent, its 64 simulated terminals and a back office
+// (benchBackOffice), all stopped by b's cleanup, and returns round: submit n tasks (batches
+// of 64, the last one shorter when n is not a multiple; spread over the terminals) and
+// wait for their results; and fsyncs: the write+fsync rounds of the outbox's journal so
+// far (the journal that intake and results wait for).
 func startAgentRig(b *testing.B, persist bool, backOfficeSessionExpiry uint32) (round func(n int), fsyncs func() uint64) {
 	ids := make([]string, benchTerminals)
 	src := fmt.Sprintf("[agent]\ngateway_id = \"gw-b\"\ndata_dir = %q\n[broker]\nlisten = \"127.0.0.1:0\"\npersist = %v\n[journal]\nsync = \"batch\"\n[dispatch]\nretry_interval = \"2s\"\n[log]\nlevel = \"error\"\n", b.TempDir(), persist)
