@@ -79,8 +79,8 @@ func reportThroughput(b *testing.B, tasks int, elapsed, cpu time.Duration) float
 //   - ceiling: what these terminals, the embedded broker and TCP on this machine can do at
 //     all: a minimal driver with no journal and no outbox that publishes a terminal's next
 //     command the moment its ack arrives (on the ack's delivery goroutine, through the
-//     same mqttlink the agent uses). It runs first; agent, agent-persist and
-//     agent-persist-bo report pct-ceiling against its rate.
+//     same mqttlink the agent uses). It runs first; agent, agent-persist,
+//     agent-persist-bo and poll500ms report pct-ceiling against its rate.
 //   - agent: the agent end to end. Each op is 20 tasks per terminal (1,280 tasks;
 //     FACEAGENT_BENCH_PER_TERMINAL changes the 20) submitted in batches of 64 by a back
 //     office subscribed to results, deadletters and forwarded acks, and followed to their
