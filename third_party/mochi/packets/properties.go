@@ -190,9 +190,40 @@ func (p *Properties) Copy(allowTransfer bool) Properties {
 	return pr
 }
 
+// propertyPackets holds validPacketProperties as bit sets: bit pkt (packet types 0 to
+// 15) or bit 16 (WillProperties) of propertyPackets[k] is set when property k is valid
+// for pkt. faceagent patch (encode CPU): canEncode looked both maps up for each of the 27
+// properties of every packet encoded, and Decode for each property read.
+var propertyPackets = func() (t [PropSharedSubAvailable + 1]uint32) {
+	for k, pkts := range validPacketProperties {
+		for pkt := range pkts {
+			t[k] |= propertyPacketBit(pkt)
+		}
+	}
+	return t
+}()
+
+// propertyPacketBit is pkt's bit in propertyPackets, 0 for none. faceagent patch (encode
+// CPU).
+func propertyPacketBit(pkt byte) uint32 {
+	switch {
+	case pkt < 16:
+		return 1 << pkt
+	case pkt == WillProperties:
+		return 1 << 16
+	}
+	return 0
+}
+
+// validProperty reports whether property k is valid for packet type pkt, as
+// validPacketProperties says. faceagent patch (encode CPU).
+func validProperty(k, pkt byte) bool {
+	return int(k) < len(propertyPackets) && propertyPackets[k]&propertyPacketBit(pkt) != 0
+}
+
 // canEncode returns true if the property type is valid for the packet type.
 func (p *Properties) canEncode(pkt byte, k byte) bool {
-	return validPacketProperties[k][pkt] == 1
+	return validProperty(k, pkt) // faceagent patch (encode CPU)
 }
 
 // Encode encodes properties into a bytes buffer.
@@ -369,10 +400,12 @@ func (p *Properties) Decode(pkt byte, b *bytes.Buffer) (n int, err error) {
 	}
 
 	var bu int
-	n, bu, err = DecodeLength(b)
+	n, bu, err = decodeLengthBytes(b.Bytes()) // faceagent patch (decode allocations): b does not escape
 	if err != nil {
+		b.Next(bu) // read, as DecodeLength(b) would have
 		return n + bu, err
 	}
+	b.Next(bu)
 
 	if n == 0 {
 		return n + bu, nil
@@ -386,7 +419,7 @@ func (p *Properties) Decode(pkt byte, b *bytes.Buffer) (n int, err error) {
 			return n + bu, err
 		}
 
-		if _, ok := validPacketProperties[k][pkt]; !ok {
+		if !validProperty(k, pkt) { // faceagent patch (encode CPU)
 			return n + bu, fmt.Errorf("property type %v not valid for packet type %v: %w", k, pkt, ErrProtocolViolationUnsupportedProperty)
 		}
 
@@ -407,7 +440,7 @@ func (p *Properties) Decode(pkt byte, b *bytes.Buffer) (n int, err error) {
 				p.SubscriptionIdentifier = []int{}
 			}
 
-			n, bu, err := DecodeLength(bytes.NewBuffer(bt[offset:]))
+			n, bu, err := decodeLengthBytes(bt[offset:]) // faceagent patch (decode allocations)
 			if err != nil {
 				return n + bu, err
 			}
