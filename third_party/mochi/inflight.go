@@ -80,6 +80,19 @@ func (i *Inflight) Get(id uint16) (packets.Packet, bool) {
 	return packets.Packet{}, false
 }
 
+// getInto copies the packet in flight under id to dst and reports whether there is one
+// (dst is left alone when not). faceagent patch (stack): Get, inlined, put its result and a
+// zero packet on its caller's frame besides the caller's own copy.
+func (i *Inflight) getInto(id uint16, dst *packets.Packet) bool {
+	i.RLock()
+	defer i.RUnlock()
+	m, ok := i.internal[id]
+	if ok {
+		*dst = *m
+	}
+	return ok
+}
+
 // Has reports whether a packet is in flight under id. faceagent patch (inflight
 // allocations): Get's copy of the packet, for callers that only look for the id.
 func (i *Inflight) Has(id uint16) bool {

@@ -241,17 +241,29 @@ func (s *Server) flushAcks(cl *Client, ack *packets.Packet) error {
 			}
 		}
 	}
-	for _, id := range ids {
-		held, ok := cl.State.Inflight.Get(id)
-		if !ok || (held.FixedHeader.Type != packets.Puback && held.FixedHeader.Type != packets.Pubrec) {
-			continue
-		}
-		if err := s.writeAck(cl, &held); err != nil {
+	if len(ids) > 0 {
+		if err := s.writeHeldAcks(cl, ids); err != nil {
 			return err
 		}
 	}
 	if ack != nil {
 		return s.writeAck(cl, ack)
+	}
+	return nil
+}
+
+// writeHeldAcks writes the acknowledgements held under ids for flushAcks. faceagent patch
+// (stack): the packet read back is on the heap (outboundPackets), not on the reader's stack.
+func (s *Server) writeHeldAcks(cl *Client, ids []uint16) error {
+	held := outboundPackets.Get().(*packets.Packet)
+	defer releaseOutbound(held)
+	for _, id := range ids {
+		if !cl.State.Inflight.getInto(id, held) || (held.FixedHeader.Type != packets.Puback && held.FixedHeader.Type != packets.Pubrec) {
+			continue
+		}
+		if err := s.writeAck(cl, held); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -1236,13 +1248,16 @@ func (s *Server) prepareAck(cl *Client, pk *packets.Packet) {
 // ones. faceagent patch (stack): the ack is read back here rather than kept in
 // processPublish's frame while the message was routed.
 //
+// faceagent patch (stack): the ack read back is on the heap (outboundPackets).
+//
 //go:noinline
 func (s *Server) ackNow(cl *Client, id uint16) error {
-	ack, ok := cl.State.Inflight.Get(id)
-	if !ok || (ack.FixedHeader.Type != packets.Puback && ack.FixedHeader.Type != packets.Pubrec) {
+	ack := outboundPackets.Get().(*packets.Packet)
+	defer releaseOutbound(ack)
+	if !cl.State.Inflight.getInto(id, ack) || (ack.FixedHeader.Type != packets.Puback && ack.FixedHeader.Type != packets.Pubrec) {
 		return s.flushAcks(cl, nil) // routing took the id over (as flushAcks skips it)
 	}
-	return s.flushAcks(cl, &ack)
+	return s.flushAcks(cl, ack)
 }
 
 // published runs the OnPublished hooks. faceagent patch (stack): a call of its own, so

@@ -354,7 +354,7 @@ func (p *Properties) Encode(pkt byte, mods Mods, b *bytes.Buffer, n int) {
 		buf.WriteByte(p.RetainAvailable)
 	}
 
-	if !mods.DisallowProblemInfo && p.canEncode(pkt, PropUser) {
+	if !mods.DisallowProblemInfo && len(p.User) > 0 && p.canEncode(pkt, PropUser) { // faceagent patch (encode CPU): no buffer for no user property
 		pb := mempool.GetBuffer()
 		defer mempool.PutBuffer(pb)
 		for _, v := range p.User {
