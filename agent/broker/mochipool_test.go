@@ -50,6 +50,24 @@ func TestInflightEntriesStayApart(t *testing.T) {
 	if in.Has(1) || in.Len() != 0 {
 		t.Fatalf("after Delete: Has(1) %v, Len %d", in.Has(1), in.Len())
 	}
+	if pk, ok := in.NextImmediate(); ok {
+		t.Fatalf("NextImmediate = %d with nothing in flight", pk.PacketID)
+	}
+	// A message no longer waiting for quota once set again is not the next one.
+	in.Set(inflightPublish(50, 1, -1, "waits"))
+	in.Set(inflightPublish(50, 1, 0, "sent"))
+	if pk, ok := in.NextImmediate(); ok {
+		t.Fatalf("NextImmediate = %d, none waits", pk.PacketID)
+	}
+	in.Set(inflightPublish(51, 2, -1, "waits"))
+	if pk, ok := in.NextImmediate(); !ok || pk.PacketID != 51 {
+		t.Fatalf("NextImmediate = %d, %v; want 51", pk.PacketID, ok)
+	}
+	in.Delete(50)
+	in.Delete(51)
+	if pk, ok := clone.NextImmediate(); !ok || pk.PacketID != 3 {
+		t.Fatalf("clone's NextImmediate = %d, %v; want 3", pk.PacketID, ok)
+	}
 	// New messages take the deleted entries over.
 	for id := uint16(4); id < 40; id++ {
 		in.Set(inflightPublish(id, 20, 0, "later"))
@@ -74,5 +92,40 @@ func TestInflightEntriesStayApart(t *testing.T) {
 	}
 	if pk, _ := in.Get(4); !bytes.Equal(pk.Payload, []byte("again")) || pk.Created != 21 {
 		t.Fatalf("Get(4) = %q created %d", pk.Payload, pk.Created)
+	}
+}
+
+// BenchmarkInflightNextImmediate: what mochi's server does after each packet from a client
+// with messages in flight (a back office with 100 unacknowledged results and acks): look
+// for a message waiting for send quota, usually none; then one message acknowledged and
+// the next put in flight.
+//
+//	go test -run '^$' -bench InflightNextImmediate -benchmem ./agent/broker/
+func BenchmarkInflightNextImmediate(b *testing.B) {
+	in := mqtt.NewInflights()
+	const inFlight = 100
+	for id := uint16(1); id <= inFlight; id++ {
+		in.Set(inflightPublish(id, int64(id), 0, `{"taskId":"b-1","status":"done"}`))
+	}
+	b.ReportAllocs()
+	next := uint16(inFlight + 1)
+	for b.Loop() {
+		if _, ok := in.NextImmediate(); ok {
+			b.Fatal("a message waits for quota")
+		}
+		in.Delete(next - inFlight)
+		in.Set(inflightPublish(next, int64(next), 0, `{"taskId":"b-1","status":"done"}`))
+		next++
+		if next == 0 || next > 60000 {
+			b.StopTimer()
+			for id := next - inFlight; id != next; id++ {
+				in.Delete(id)
+			}
+			next = inFlight + 1
+			for id := uint16(1); id <= inFlight; id++ {
+				in.Set(inflightPublish(id, int64(id), 0, `{"taskId":"b-1","status":"done"}`))
+			}
+			b.StartTimer()
+		}
 	}
 }
