@@ -58,6 +58,12 @@ func NewInflights() *Inflight {
 
 // Set adds or updates an inflight packet by packet id.
 func (i *Inflight) Set(m packets.Packet) bool {
+	return i.setFrom(&m)
+}
+
+// setFrom is Set with the packet by pointer. faceagent patch (stack): for callers that
+// hold the packet on the heap (publishToClient), no copy on their frame.
+func (i *Inflight) setFrom(m *packets.Packet) bool {
 	i.Lock()
 	defer i.Unlock()
 
@@ -68,7 +74,7 @@ func (i *Inflight) Set(m packets.Packet) bool {
 	} else if p.Expiry < 0 {
 		i.waiting--
 	}
-	*p = m
+	*p = *m
 	if m.Expiry < 0 {
 		i.waiting++
 	}

@@ -1430,7 +1430,7 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk *packe
 
 		if sentQuota == 0 && atomic.LoadInt32(&cl.State.Inflight.maximumSendQuota) > 0 {
 			out.Expiry = -1
-			s.putInflight(cl, out)
+			cl.State.Inflight.setFrom(out)
 			releaseOutbound(out)
 			return nil
 		}
@@ -1463,7 +1463,7 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk *packe
 //
 //go:noinline
 func (s *Server) putInflight(cl *Client, out *packets.Packet) {
-	if ok := cl.State.Inflight.Set(*out); ok {
+	if ok := cl.State.Inflight.setFrom(out); ok {
 		atomic.AddInt64(&s.Info.Inflight, 1)
 		s.hooks.OnQosPublish(cl, *out, out.Created, 0)
 		cl.State.Inflight.DecreaseSendQuota()
