@@ -18,6 +18,7 @@ import (
 
 	"github.com/rs/xid"
 
+	"github.com/mochi-mqtt/server/v2/mempool"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -225,13 +226,37 @@ func (cl *Client) WriteLoop() {
 // packet that WritePacket takes by value lives in this frame, not in WriteLoop's, so a
 // writer parked between packets holds a small stack that the GC can shrink to its minimum.
 //
+// faceagent patch (publish allocations): the queue owns its packets (publishToClient,
+// QueueWrite and ResizeOutbound each queue a copy of their own, and nothing else keeps a
+// pointer to it), so once written the packet goes back to outboundPackets, for
+// publishToClient's next message.
+//
 //go:noinline
 func (cl *Client) writeOutbound(pk *packets.Packet) {
 	if err := cl.WritePacket(*pk); err != nil {
 		// TODO : Figure out what to do with error
 		cl.ops.log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", pk)
 	}
+	releaseOutbound(pk)
 }
+
+// outboundPackets are packets for publishToClient to queue, zeroed. faceagent patch
+// (publish allocations): each message routed to a client took a new ~800-byte packet.
+var outboundPackets = sync.Pool{New: func() any { return new(packets.Packet) }}
+
+// releaseOutbound zeroes pk (it no longer holds its payload) and gives it back to
+// outboundPackets; pk must be referenced nowhere else. faceagent patch (publish
+// allocations).
+func releaseOutbound(pk *packets.Packet) {
+	*pk = packets.Packet{}
+	outboundPackets.Put(pk)
+}
+
+// writeBuffers hold the packets WritePacket encodes and the writes it gathers (outbuf).
+// Larger ones (a big message) are left to the garbage collector rather than kept.
+// faceagent patch (write allocations): each packet written took a new buffer, grown two or
+// three times while encoding, and each gathered batch another.
+var writeBuffers = mempool.NewBuffer(64 << 10)
 
 // ParseConnect parses the connect parameters and properties for a client.
 func (cl *Client) ParseConnect(lid string, pk packets.Packet) {
@@ -327,7 +352,7 @@ func (cl *Client) NextPacketID() (i uint32, err error) {
 
 		i++
 
-		if _, ok := cl.State.Inflight.Get(uint16(i)); !ok {
+		if !cl.State.Inflight.Has(uint16(i)) { // faceagent patch (inflight allocations): no copy
 			atomic.StoreUint32(&cl.State.packetID, i)
 			return i, nil
 		}
@@ -615,7 +640,8 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 	pk = cl.ops.hooks.OnPacketEncode(cl, pk)
 
 	var err error
-	buf := new(bytes.Buffer)
+	buf := writeBuffers.Get() // faceagent patch (write allocations)
+	defer writeBuffers.Put(buf)
 	switch pk.FixedHeader.Type {
 	case packets.Connect:
 		err = pk.ConnectEncode(buf)
@@ -701,7 +727,7 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 			if buf.Len() >= cl.ops.options.ClientNetWriteBufferSize {
 				return buf.WriteTo(cl.Net.Conn)
 			}
-			cl.Net.outbuf = new(bytes.Buffer)
+			cl.Net.outbuf = writeBuffers.Get() // faceagent patch (write allocations): back in flushOutbuf
 		}
 
 		n, _ := cl.Net.outbuf.Write(buf.Bytes()) // will always be successful
@@ -722,7 +748,11 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 		atomic.AddInt64(&cl.ops.info.MessagesSent, 1)
 	}
 
-	cl.ops.hooks.OnPacketSent(cl, pk, buf.Bytes())
+	// faceagent patch (write allocations): buf goes back to writeBuffers; a hook may keep the
+	// bytes it is given, so it gets a copy (none of faceagent's hooks has OnPacketSent).
+	if cl.ops.hooks.Provides(OnPacketSent) {
+		cl.ops.hooks.OnPacketSent(cl, pk, bytes.Clone(buf.Bytes()))
+	}
 
 	return err
 }
@@ -734,6 +764,7 @@ func (cl *Client) flushOutbuf() (err error) {
 
 	_, err = cl.Net.outbuf.WriteTo(cl.Net.Conn)
 	if err == nil {
+		writeBuffers.Put(cl.Net.outbuf) // faceagent patch (write allocations)
 		cl.Net.outbuf = nil
 	}
 	return

@@ -241,12 +241,8 @@ func (s *Server) flushAcks(cl *Client, ack *packets.Packet) error {
 			}
 		}
 	}
-	for _, id := range ids {
-		held, ok := cl.State.Inflight.Get(id)
-		if !ok || (held.FixedHeader.Type != packets.Puback && held.FixedHeader.Type != packets.Pubrec) {
-			continue
-		}
-		if err := s.writeAck(cl, &held); err != nil {
+	if len(ids) > 0 {
+		if err := s.writeHeldAcks(cl, ids); err != nil {
 			return err
 		}
 	}
@@ -256,12 +252,28 @@ func (s *Server) flushAcks(cl *Client, ack *packets.Packet) error {
 	return nil
 }
 
+// writeHeldAcks writes the acknowledgements held under ids for flushAcks. faceagent patch
+// (stack): the packet read back is on the heap (outboundPackets), not on the reader's stack.
+func (s *Server) writeHeldAcks(cl *Client, ids []uint16) error {
+	held := outboundPackets.Get().(*packets.Packet)
+	defer releaseOutbound(held)
+	for _, id := range ids {
+		if !cl.State.Inflight.getInto(id, held) || (held.FixedHeader.Type != packets.Puback && held.FixedHeader.Type != packets.Pubrec) {
+			continue
+		}
+		if err := s.writeAck(cl, held); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // dropAcks takes the acknowledgements held under ids, and ack, out of cl's in-flight set
 // unwritten: their messages were not stored (AckWaiter).
 func (s *Server) dropAcks(cl *Client, ids []uint16, ack *packets.Packet) {
 	drop := func(id uint16) {
-		held, ok := cl.State.Inflight.Get(id)
-		if !ok || (held.FixedHeader.Type != packets.Puback && held.FixedHeader.Type != packets.Pubrec) {
+		typ, ok := cl.State.Inflight.TypeOf(id) // faceagent patch (inflight allocations): no copy
+		if !ok || (typ != packets.Puback && typ != packets.Pubrec) {
 			return
 		}
 		if cl.State.Inflight.Delete(id) {
@@ -1236,13 +1248,16 @@ func (s *Server) prepareAck(cl *Client, pk *packets.Packet) {
 // ones. faceagent patch (stack): the ack is read back here rather than kept in
 // processPublish's frame while the message was routed.
 //
+// faceagent patch (stack): the ack read back is on the heap (outboundPackets).
+//
 //go:noinline
 func (s *Server) ackNow(cl *Client, id uint16) error {
-	ack, ok := cl.State.Inflight.Get(id)
-	if !ok || (ack.FixedHeader.Type != packets.Puback && ack.FixedHeader.Type != packets.Pubrec) {
+	ack := outboundPackets.Get().(*packets.Packet)
+	defer releaseOutbound(ack)
+	if !cl.State.Inflight.getInto(id, ack) || (ack.FixedHeader.Type != packets.Puback && ack.FixedHeader.Type != packets.Pubrec) {
 		return s.flushAcks(cl, nil) // routing took the id over (as flushAcks skips it)
 	}
-	return s.flushAcks(cl, &ack)
+	return s.flushAcks(cl, ack)
 }
 
 // published runs the OnPublished hooks. faceagent patch (stack): a call of its own, so
@@ -1347,15 +1362,20 @@ func (s *Server) selectShared(subscribers *Subscribers, pk *packets.Packet) {
 
 // publishToClient queues pk for a subscriber. faceagent patch (stack): it took and
 // returned packets by value; nothing used the returned copy.
+//
+// faceagent patch (publish allocations): the copy it queues comes from outboundPackets
+// (newOutbound) and goes back there once written (writeOutbound), or here when it is not
+// queued; each message routed took a new ~800-byte packet, and the copy made on this frame
+// first is on newOutbound's, which returns before anything else runs.
 func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk *packets.Packet) error {
 	if sub.NoLocal && pk.Origin == cl.ID {
 		return nil // [MQTT-3.8.3-3]
 	}
 
-	out := pk.Copy(false)
 	if !s.hooks.OnACLCheck(cl, pk.TopicName, false) {
 		return packets.ErrNotAuthorized
 	}
+	out := newOutbound(pk)
 	if !sub.FwdRetainedFlag && ((cl.Properties.ProtocolVersion == 5 && !sub.RetainAsPublished) || cl.Properties.ProtocolVersion < 5) { // ![MQTT-3.3.1-13] [v3 MQTT-3.3.1-9]
 		out.FixedHeader.Retain = false // [MQTT-3.3.1-12]
 	}
@@ -1390,6 +1410,7 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk *packe
 	if out.FixedHeader.Qos > 0 {
 		if cl.State.Inflight.Len() >= int(s.Options.Capabilities.MaximumInflight) {
 			// add hook?
+			releaseOutbound(out)
 			atomic.AddInt64(&s.Info.InflightDropped, 1)
 			s.Log.Warn("client store quota reached", "client", cl.ID, "listener", cl.Net.Listener)
 			return packets.ErrQuotaExceeded
@@ -1397,46 +1418,85 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk *packe
 
 		i, err := cl.NextPacketID() // [MQTT-4.3.2-1] [MQTT-4.3.3-1]
 		if err != nil {
-			s.hooks.OnPacketIDExhausted(cl, *pk)
-			atomic.AddInt64(&s.Info.InflightDropped, 1)
-			s.Log.Warn("packet ids exhausted", "error", err, "client", cl.ID, "listener", cl.Net.Listener)
+			releaseOutbound(out)
+			s.packetIDExhausted(cl, pk, err)
 			return packets.ErrQuotaExceeded
 		}
 
 		out.PacketID = uint16(i) // [MQTT-2.2.1-4]
 		sentQuota := atomic.LoadInt32(&cl.State.Inflight.sendQuota)
 
-		if ok := cl.State.Inflight.Set(out); ok { // [MQTT-4.3.2-3] [MQTT-4.3.3-3]
-			atomic.AddInt64(&s.Info.Inflight, 1)
-			s.hooks.OnQosPublish(cl, out, out.Created, 0)
-			cl.State.Inflight.DecreaseSendQuota()
-		}
+		s.putInflight(cl, out) // [MQTT-4.3.2-3] [MQTT-4.3.3-3]
 
 		if sentQuota == 0 && atomic.LoadInt32(&cl.State.Inflight.maximumSendQuota) > 0 {
 			out.Expiry = -1
-			cl.State.Inflight.Set(out)
+			cl.State.Inflight.setFrom(out)
+			releaseOutbound(out)
 			return nil
 		}
 	}
 
 	if cl.Net.Conn == nil || cl.Closed() {
+		releaseOutbound(out)
 		return packets.CodeDisconnect
 	}
 
 	select {
-	case cl.State.outbound <- &out:
+	case cl.State.outbound <- out: // the writer's now (writeOutbound)
 		atomic.AddInt32(&cl.State.outboundQty, 1)
 	default:
-		atomic.AddInt64(&s.Info.MessagesDropped, 1)
-		cl.ops.hooks.OnPublishDropped(cl, *pk)
+		s.publishDropped(cl, pk)
 		if out.FixedHeader.Qos > 0 {
 			cl.State.Inflight.Delete(out.PacketID) // packet was dropped due to irregular circumstances, so rollback inflight.
 			cl.State.Inflight.IncreaseSendQuota()
 		}
+		releaseOutbound(out)
 		return packets.ErrPendingClientWritesExceeded
 	}
 
 	return nil
+}
+
+// putInflight puts out in cl's in-flight set; a new entry is counted, stored by the hooks
+// (OnQosPublish) and takes send quota. faceagent patch (stack): out of publishToClient,
+// with the copies of out that Set and the hooks take.
+//
+//go:noinline
+func (s *Server) putInflight(cl *Client, out *packets.Packet) {
+	if ok := cl.State.Inflight.setFrom(out); ok {
+		atomic.AddInt64(&s.Info.Inflight, 1)
+		s.hooks.OnQosPublish(cl, *out, out.Created, 0)
+		cl.State.Inflight.DecreaseSendQuota()
+	}
+}
+
+// packetIDExhausted reports that pk found no packet id free for cl. faceagent patch
+// (stack): out of publishToClient, with the copy of pk the hooks take.
+//
+//go:noinline
+func (s *Server) packetIDExhausted(cl *Client, pk *packets.Packet, err error) {
+	s.hooks.OnPacketIDExhausted(cl, *pk)
+	atomic.AddInt64(&s.Info.InflightDropped, 1)
+	s.Log.Warn("packet ids exhausted", "error", err, "client", cl.ID, "listener", cl.Net.Listener)
+}
+
+// publishDropped reports pk dropped for cl, its queue of pending writes full. faceagent
+// patch (stack): out of publishToClient, with the copy of pk the hooks take.
+//
+//go:noinline
+func (s *Server) publishDropped(cl *Client, pk *packets.Packet) {
+	atomic.AddInt64(&s.Info.MessagesDropped, 1)
+	cl.ops.hooks.OnPublishDropped(cl, *pk)
+}
+
+// newOutbound returns a packet from outboundPackets holding pk.Copy(false). faceagent
+// patch (publish allocations): see publishToClient.
+//
+//go:noinline
+func newOutbound(pk *packets.Packet) *packets.Packet {
+	out := outboundPackets.Get().(*packets.Packet)
+	*out = pk.Copy(false)
+	return out
 }
 
 func (s *Server) publishRetainedToClient(cl *Client, sub packets.Subscription, existed bool) {
@@ -1484,11 +1544,11 @@ func (s *Server) buildAck(packetID uint16, pkt, qos byte, properties packets.Pro
 }
 
 // processPuback processes a Puback packet, denoting completion of a QOS 1 packet sent from the server.
+//
+// faceagent patch (inflight allocations): no Get first, which copied the message in
+// flight only to see that there was one; Delete reports it (an unknown id: omitted, but
+// would be packets.ErrPacketIdentifierNotFound).
 func (s *Server) processPuback(cl *Client, pk *packets.Packet) error {
-	if _, ok := cl.State.Inflight.Get(pk.PacketID); !ok {
-		return nil // omit, but would be packets.ErrPacketIdentifierNotFound
-	}
-
 	if ok := cl.State.Inflight.Delete(pk.PacketID); ok { // [MQTT-4.3.2-5]
 		cl.State.Inflight.IncreaseSendQuota()
 		atomic.AddInt64(&s.Info.Inflight, -1)
@@ -1500,7 +1560,7 @@ func (s *Server) processPuback(cl *Client, pk *packets.Packet) error {
 
 // processPubrec processes a Pubrec packet, denoting receipt of a QOS 2 packet sent from the server.
 func (s *Server) processPubrec(cl *Client, pk *packets.Packet) error {
-	if _, ok := cl.State.Inflight.Get(pk.PacketID); !ok { // [MQTT-4.3.3-7] [MQTT-4.3.3-13]
+	if !cl.State.Inflight.Has(pk.PacketID) { // [MQTT-4.3.3-7] [MQTT-4.3.3-13] faceagent patch (inflight allocations): no copy
 		return cl.WritePacket(s.buildAck(pk.PacketID, packets.Pubrel, 1, pk.Properties, packets.ErrPacketIdentifierNotFound))
 	}
 
@@ -1520,7 +1580,7 @@ func (s *Server) processPubrec(cl *Client, pk *packets.Packet) error {
 
 // processPubrel processes a Pubrel packet, denoting completion of a QOS 2 packet sent from the client.
 func (s *Server) processPubrel(cl *Client, pk *packets.Packet) error {
-	if _, ok := cl.State.Inflight.Get(pk.PacketID); !ok { // [MQTT-4.3.3-7] [MQTT-4.3.3-13]
+	if !cl.State.Inflight.Has(pk.PacketID) { // [MQTT-4.3.3-7] [MQTT-4.3.3-13] faceagent patch (inflight allocations): no copy
 		return cl.WritePacket(s.buildAck(pk.PacketID, packets.Pubcomp, 0, pk.Properties, packets.ErrPacketIdentifierNotFound))
 	}
 

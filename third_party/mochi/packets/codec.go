@@ -170,3 +170,33 @@ func DecodeLength(b io.ByteReader) (n, bu int, err error) {
 
 	return int(value), bu, nil
 }
+
+// decodeLengthBytes is DecodeLength reading from buf: the same values, bu counting the
+// bytes read (the one that ran out included). faceagent patch (decode allocations):
+// DecodeLength's io.ByteReader made every bytes.Buffer handed to Properties.Decode
+// escape, one allocation for each packet with properties (a v5 PUBACK included).
+func decodeLengthBytes(buf []byte) (n, bu int, err error) {
+	var multiplier uint32
+	var value uint32
+	bu = 1
+	for i := 0; ; i++ {
+		if i >= len(buf) {
+			return 0, bu, io.EOF
+		}
+		eb := buf[i]
+
+		value |= uint32(eb&127) << multiplier
+		if value > 268435455 {
+			return 0, bu, ErrMalformedVariableByteInteger
+		}
+
+		if (eb & 128) == 0 {
+			break
+		}
+
+		multiplier += 7
+		bu++
+	}
+
+	return int(value), bu, nil
+}

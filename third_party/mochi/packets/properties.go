@@ -42,36 +42,45 @@ const (
 	PropSharedSubAvailable     byte = 42
 )
 
-// validPacketProperties indicates which properties are valid for which packet types.
-var validPacketProperties = map[byte]map[byte]byte{
-	PropPayloadFormat:          {Publish: 1, WillProperties: 1},
-	PropMessageExpiryInterval:  {Publish: 1, WillProperties: 1},
-	PropContentType:            {Publish: 1, WillProperties: 1},
-	PropResponseTopic:          {Publish: 1, WillProperties: 1},
-	PropCorrelationData:        {Publish: 1, WillProperties: 1},
-	PropSubscriptionIdentifier: {Publish: 1, Subscribe: 1},
-	PropSessionExpiryInterval:  {Connect: 1, Connack: 1, Disconnect: 1},
-	PropAssignedClientID:       {Connack: 1},
-	PropServerKeepAlive:        {Connack: 1},
-	PropAuthenticationMethod:   {Connect: 1, Connack: 1, Auth: 1},
-	PropAuthenticationData:     {Connect: 1, Connack: 1, Auth: 1},
-	PropRequestProblemInfo:     {Connect: 1},
-	PropWillDelayInterval:      {WillProperties: 1},
-	PropRequestResponseInfo:    {Connect: 1},
-	PropResponseInfo:           {Connack: 1},
-	PropServerReference:        {Connack: 1, Disconnect: 1},
-	PropReasonString:           {Connack: 1, Puback: 1, Pubrec: 1, Pubrel: 1, Pubcomp: 1, Suback: 1, Unsuback: 1, Disconnect: 1, Auth: 1},
-	PropReceiveMaximum:         {Connect: 1, Connack: 1},
-	PropTopicAliasMaximum:      {Connect: 1, Connack: 1},
-	PropTopicAlias:             {Publish: 1},
-	PropMaximumQos:             {Connack: 1},
-	PropRetainAvailable:        {Connack: 1},
-	PropUser:                   {Connect: 1, Connack: 1, Publish: 1, Puback: 1, Pubrec: 1, Pubrel: 1, Pubcomp: 1, Subscribe: 1, Suback: 1, Unsubscribe: 1, Unsuback: 1, Disconnect: 1, Auth: 1, WillProperties: 1},
-	PropMaximumPacketSize:      {Connect: 1, Connack: 1},
-	PropWildcardSubAvailable:   {Connack: 1},
-	PropSubIDAvailable:         {Connack: 1},
-	PropSharedSubAvailable:     {Connack: 1},
+// propertyPackets holds, for each property k, the packet types it is valid for as a bit
+// set: bit pkt (packet types 0 to 15) or bit 16 (WillProperties).
+//
+// faceagent patch (encode CPU): upstream's table was a map of maps (validPacketProperties,
+// kept in faceagent_test.go, which checks this against it), which canEncode looked up twice
+// for each of the 27 properties of every packet encoded, and Decode for each property read.
+var propertyPackets = [PropSharedSubAvailable + 1]uint32{
+	PropPayloadFormat:          1<<Publish | willPropertiesBit,
+	PropMessageExpiryInterval:  1<<Publish | willPropertiesBit,
+	PropContentType:            1<<Publish | willPropertiesBit,
+	PropResponseTopic:          1<<Publish | willPropertiesBit,
+	PropCorrelationData:        1<<Publish | willPropertiesBit,
+	PropSubscriptionIdentifier: 1<<Publish | 1<<Subscribe,
+	PropSessionExpiryInterval:  1<<Connect | 1<<Connack | 1<<Disconnect,
+	PropAssignedClientID:       1 << Connack,
+	PropServerKeepAlive:        1 << Connack,
+	PropAuthenticationMethod:   1<<Connect | 1<<Connack | 1<<Auth,
+	PropAuthenticationData:     1<<Connect | 1<<Connack | 1<<Auth,
+	PropRequestProblemInfo:     1 << Connect,
+	PropWillDelayInterval:      willPropertiesBit,
+	PropRequestResponseInfo:    1 << Connect,
+	PropResponseInfo:           1 << Connack,
+	PropServerReference:        1<<Connack | 1<<Disconnect,
+	PropReasonString:           1<<Connack | 1<<Puback | 1<<Pubrec | 1<<Pubrel | 1<<Pubcomp | 1<<Suback | 1<<Unsuback | 1<<Disconnect | 1<<Auth,
+	PropReceiveMaximum:         1<<Connect | 1<<Connack,
+	PropTopicAliasMaximum:      1<<Connect | 1<<Connack,
+	PropTopicAlias:             1 << Publish,
+	PropMaximumQos:             1 << Connack,
+	PropRetainAvailable:        1 << Connack,
+	PropUser: 1<<Connect | 1<<Connack | 1<<Publish | 1<<Puback | 1<<Pubrec | 1<<Pubrel | 1<<Pubcomp |
+		1<<Subscribe | 1<<Suback | 1<<Unsubscribe | 1<<Unsuback | 1<<Disconnect | 1<<Auth | willPropertiesBit,
+	PropMaximumPacketSize:    1<<Connect | 1<<Connack,
+	PropWildcardSubAvailable: 1 << Connack,
+	PropSubIDAvailable:       1 << Connack,
+	PropSharedSubAvailable:   1 << Connack,
 }
+
+// willPropertiesBit is WillProperties' bit in propertyPackets. faceagent patch (encode CPU).
+const willPropertiesBit = 1 << 16
 
 // UserProperty is an arbitrary key-value pair for a packet user properties array.
 type UserProperty struct { // [MQTT-1.5.7-1]
@@ -190,9 +199,27 @@ func (p *Properties) Copy(allowTransfer bool) Properties {
 	return pr
 }
 
+// propertyPacketBit is pkt's bit in propertyPackets, 0 for none. faceagent patch (encode
+// CPU).
+func propertyPacketBit(pkt byte) uint32 {
+	switch {
+	case pkt < 16:
+		return 1 << pkt
+	case pkt == WillProperties:
+		return willPropertiesBit
+	}
+	return 0
+}
+
+// validProperty reports whether property k is valid for packet type pkt (propertyPackets).
+// faceagent patch (encode CPU).
+func validProperty(k, pkt byte) bool {
+	return int(k) < len(propertyPackets) && propertyPackets[k]&propertyPacketBit(pkt) != 0
+}
+
 // canEncode returns true if the property type is valid for the packet type.
 func (p *Properties) canEncode(pkt byte, k byte) bool {
-	return validPacketProperties[k][pkt] == 1
+	return validProperty(k, pkt) // faceagent patch (encode CPU)
 }
 
 // Encode encodes properties into a bytes buffer.
@@ -323,7 +350,7 @@ func (p *Properties) Encode(pkt byte, mods Mods, b *bytes.Buffer, n int) {
 		buf.WriteByte(p.RetainAvailable)
 	}
 
-	if !mods.DisallowProblemInfo && p.canEncode(pkt, PropUser) {
+	if !mods.DisallowProblemInfo && len(p.User) > 0 && p.canEncode(pkt, PropUser) { // faceagent patch (encode CPU): no buffer for no user property
 		pb := mempool.GetBuffer()
 		defer mempool.PutBuffer(pb)
 		for _, v := range p.User {
@@ -369,10 +396,12 @@ func (p *Properties) Decode(pkt byte, b *bytes.Buffer) (n int, err error) {
 	}
 
 	var bu int
-	n, bu, err = DecodeLength(b)
+	n, bu, err = decodeLengthBytes(b.Bytes()) // faceagent patch (decode allocations): b does not escape
 	if err != nil {
+		b.Next(bu) // read, as DecodeLength(b) would have
 		return n + bu, err
 	}
+	b.Next(bu)
 
 	if n == 0 {
 		return n + bu, nil
@@ -386,7 +415,7 @@ func (p *Properties) Decode(pkt byte, b *bytes.Buffer) (n int, err error) {
 			return n + bu, err
 		}
 
-		if _, ok := validPacketProperties[k][pkt]; !ok {
+		if !validProperty(k, pkt) { // faceagent patch (encode CPU)
 			return n + bu, fmt.Errorf("property type %v not valid for packet type %v: %w", k, pkt, ErrProtocolViolationUnsupportedProperty)
 		}
 
@@ -407,7 +436,7 @@ func (p *Properties) Decode(pkt byte, b *bytes.Buffer) (n int, err error) {
 				p.SubscriptionIdentifier = []int{}
 			}
 
-			n, bu, err := DecodeLength(bytes.NewBuffer(bt[offset:]))
+			n, bu, err := decodeLengthBytes(bt[offset:]) // faceagent patch (decode allocations)
 			if err != nil {
 				return n + bu, err
 			}
