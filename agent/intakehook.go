@@ -84,16 +84,25 @@ func (t *taker) accept(ctx context.Context, payload []byte) error {
 	}
 	if len(batch.Tasks) > 0 {
 		tasks := make([]outbox.Task, len(batch.Tasks))
+		// The commands are encoded into one buffer for the batch (the outbox copies the
+		// payloads it keeps), sized for all of them: one allocation, not one per task.
+		size := 0
+		for i := range batch.Tasks {
+			cmd := batch.Command(i)
+			size += cmd.Msgsize()
+		}
+		buf := make([]byte, 0, size)
 		for i := range batch.Tasks {
 			task := &batch.Tasks[i]
 			cmd := batch.Command(i) // the id Parse computed: each task is hashed once
-			p, err := cmd.AppendMsg(nil)
-			if err != nil { // Parse validated the task; this would be a bug in one of them
+			start := len(buf)
+			var err error
+			if buf, err = cmd.AppendMsg(buf); err != nil { // Parse validated the task; this would be a bug in one of them
 				return fmt.Errorf("encoding task %s: %w", task.TaskID, err)
 			}
 			tasks[i] = outbox.Task{
 				MessageID: cmd.MessageID, TaskID: task.TaskID, DeviceID: task.DeviceID,
-				Op: string(task.Op), PersonID: task.Person.ID, Payload: p,
+				Op: string(task.Op), PersonID: task.Person.ID, Payload: buf[start:len(buf):len(buf)],
 			}
 		}
 		errs := ob.EnqueueBatch(tasks)
