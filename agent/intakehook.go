@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -52,6 +51,9 @@ func newTaker(cfg *config.Config, m *agentMetrics, log *slog.Logger) *taker {
 // errNotReady is returned while the outbox is not open (start-up, shutdown).
 var errNotReady = errors.New("agent: not accepting tasks right now")
 
+// accept stores one task message: its tasks in the outbox, its rejects in the deadletter
+// log. It keeps nothing of payload once it returns (parsing copies the strings, a reject
+// its payload): the embedded broker's hook hands it the packet's own buffer.
 func (t *taker) accept(ctx context.Context, payload []byte) error {
 	ob := t.ob.Load()
 	if ob == nil {
@@ -164,7 +166,7 @@ func (h *intakeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Pack
 	if cl.Net.Inline || pk.TopicName != h.topic {
 		return pk, nil
 	}
-	err := h.take.accept(context.Background(), bytes.Clone(pk.Payload))
+	err := h.take.accept(context.Background(), pk.Payload)
 	if err == nil {
 		return pk, nil // acknowledged (and routed, so the back office may watch tasks)
 	}
