@@ -68,6 +68,16 @@ func (f *inFlight) wait(ctx context.Context) error {
 	}
 	t := time.NewTimer(pubackTimeout)
 	defer t.Stop()
+	return f.waitWith(ctx, t)
+}
+
+// waitWith is wait with the caller's timer, (re)armed for pubackTimeout here: a stream
+// waits for its messages one after the other with one timer, not one per message.
+func (f *inFlight) waitWith(ctx context.Context, t *time.Timer) error {
+	if f == nil {
+		return nil
+	}
+	t.Reset(pubackTimeout) // Go 1.23 timers: no stale tick survives a Reset
 	select {
 	case r := <-f.resp:
 		if r.Type != packets.PUBACK {
@@ -111,11 +121,13 @@ func publishInOrder(ctx context.Context, pub publisher, n int, msg func(i int) (
 	}
 	window := max(1, ap.publishWindow())
 	queue := make([]*inFlight, 0, min(n, window))
+	t := time.NewTimer(pubackTimeout)
+	defer t.Stop()
 	var err error
 	acked, sent := 0, 0
 	for sent < n {
 		if sent-acked >= window {
-			if err := queue[0].wait(ctx); err != nil {
+			if err := queue[0].waitWith(ctx, t); err != nil {
 				return acked, err // the prefix ends here; what follows is sent again
 			}
 			queue[0] = nil
@@ -136,7 +148,7 @@ func publishInOrder(ctx context.Context, pub publisher, n int, msg func(i int) (
 	// Wait for what is in flight, in order: the messages before a failure may still be
 	// accepted (after a reconnect the session sends them again).
 	for _, f := range queue {
-		if werr := f.wait(ctx); werr != nil {
+		if werr := f.waitWith(ctx, t); werr != nil {
 			if err == nil {
 				err = werr
 			}
