@@ -46,6 +46,13 @@ func publishBacklogGathered(ctx context.Context, ready <-chan struct{}, g gather
 		if timer != nil && !g.gather(ctx, ready, timer, recheck) {
 			return
 		}
+		// A poke left from the gathering is for messages this drain takes (it reads the
+		// backlog after this point): taken now, it does not start a gathering that finds
+		// nothing. A message added from here on pokes again.
+		select {
+		case <-ready:
+		default:
+		}
 		for {
 			more, sent, err := drain(ctx)
 			if err != nil {
@@ -81,6 +88,12 @@ const settleEvery = time.Millisecond
 
 // gather waits out one gathering after a poke; false when ctx ended. timer and recheck
 // are stopped when it returns.
+//
+// It listens to ready only to ask settled, and not while a question is pending on
+// recheck: a backlog poked on every message (the forwarder's on every ack, the
+// reporter's on every result) would otherwise wake the publisher once per message during
+// every gathering, only to go back to waiting. A poke that comes meanwhile stays in ready
+// (capacity 1) and is taken with the recheck or after the gathering.
 func (g gathering) gather(ctx context.Context, ready <-chan struct{}, timer, recheck *time.Timer) bool {
 	if g.isSettled() {
 		return true
@@ -91,15 +104,16 @@ func (g gathering) gather(ctx context.Context, ready <-chan struct{}, timer, rec
 	defer recheck.Stop()
 	var recheckC <-chan time.Time // nil: no question pending (or no settled to ask)
 	for {
+		readyC := ready
+		if g.settled == nil || recheckC != nil {
+			readyC = nil
+		}
 		select {
 		case <-ctx.Done():
 			return false
 		case <-timer.C:
 			return true
-		case <-ready:
-			if g.settled == nil || recheckC != nil {
-				continue
-			}
+		case <-readyC:
 			if since := time.Since(asked); since < settleEvery {
 				recheck.Reset(settleEvery - since)
 				recheckC = recheck.C
@@ -107,6 +121,10 @@ func (g gathering) gather(ctx context.Context, ready <-chan struct{}, timer, rec
 			}
 		case <-recheckC:
 			recheckC = nil
+			select { // the question asked now answers a poke that came while it waited
+			case <-ready:
+			default:
+			}
 		}
 		asked = time.Now()
 		if g.settled() {

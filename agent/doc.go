@@ -103,10 +103,11 @@
 // # Forwarded acks and heartbeats
 //
 // Every ack and heartbeat a terminal sends is copied to faceagent/{gw}/devices/{id}/ack
-// or …/heartbeat as a report (DESIGN.md "Reports"): appended to its own journal in
-// data_dir/forward without waiting for the disk (the record goes out with the journal's
-// next batch, within 50 ms), so the device event path never waits for the disk or the
-// upstream broker; published in order with QoS 1 by one goroutine, in rounds that gather
+// or …/heartbeat as a report (DESIGN.md "Reports"): kept in its own journal in
+// data_dir/forward from 50 ms after it came until the broker accepted it (write-behind:
+// one the broker took within those 50 ms — every one while the upstream keeps up — is
+// never written), so the device event path never waits for the disk or the upstream
+// broker; published in order with QoS 1 by one goroutine, in rounds that gather
 // for 5 ms after the first message (results: up to 10 ms while tasks are unfinished,
 // agent/report.go); marked reported only
 // once the broker accepted it (PUBACK; with the embedded broker: routed without a drop);
@@ -128,15 +129,15 @@
 //     0x83, MQTT 3.1.1 disconnect, HTTP page retried) and is taken when it comes again;
 //     faceagent_deadletter_backlog_refusals_total counts these. Refusals found only while
 //     storing (a queue bound) are admitted past the bound, at most one message's worth.
-//   - Forwarded acks and heartbeats are informational copies, journalled lazily (no
-//     fsync waited for): the log's writer takes them 50 ms after the first of a batch
-//     arrived, or as soon as the write of the previous batch ends if that takes longer.
-//     So a crash of the process loses at most the batch not yet written: those
-//     forwarded in the last 50 ms plus the duration of one journal write (and fsync); a
-//     power cut also the batch whose fsync had not returned (journal.sync = "batch"
-//     adds up to batch_window; with "none" whatever the OS had not flushed). A crash between
-//     the broker's PUBACK and the lazy reported record sends some twice. Results are
-//     not affected: they come from the outbox's journal, not from this log.
+//   - Forwarded acks and heartbeats are informational copies, journalled behind (no
+//     fsync waited for): one not accepted upstream 50 ms after it came is appended then
+//     and written at once. So a crash of the process loses at most those forwarded in
+//     the last 50 ms and not yet accepted, plus the duration of one journal write (and
+//     fsync); a power cut also the batch whose fsync had not returned (journal.sync =
+//     "batch" adds up to batch_window; with "none" whatever the OS had not flushed). A
+//     crash between the broker's PUBACK and the lazy reported record of a written one
+//     sends it twice. Results are not affected: they come from the outbox's journal, not
+//     from this log.
 //   - Heartbeats coalesce while they wait: after an outage the back office gets each
 //     terminal's latest heartbeat, not the ones in between (the device state in the store
 //     is the live view). Acks are never coalesced.

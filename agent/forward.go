@@ -24,8 +24,10 @@ const (
 	// memory when full: it stays inside the gateway's budget during a long outage.
 	maxForwarded      = 8192
 	maxForwardedBytes = 1 << 20
-	// forwardLazyDelay is the journal's LazyDelay here: an add record is written (and,
-	// with journal.sync = "always", fsynced) at the latest this long after it was queued.
+	// forwardLazyDelay is how long a message may wait before its add record goes to the
+	// journal (written, and fsynced per journal.sync, at once then): one the upstream
+	// broker accepted sooner is never written (write-behind, see forwarder). It is also
+	// the journal's LazyDelay, for the reported records.
 	forwardLazyDelay = 50 * time.Millisecond
 	// forwardBatch is how many messages the publisher takes from the backlog per round.
 	forwardBatch = 64
@@ -47,9 +49,15 @@ const (
 // data_dir/forward, built like the deadletter log, with these differences:
 //
 //   - ack and heartbeat are called on the device event path (the pumps, mqttlink's
-//     delivery goroutines, concurrently): they encode, append a lazy record (no I/O on
-//     the caller's goroutine, no fsync waited for) and return. They never wait for the
-//     upstream broker or the disk.
+//     delivery goroutines, concurrently): they encode, admit the message to the backlog
+//     and return. They never wait for the upstream broker or the disk.
+//   - Write-behind: a message's add record is appended only once it has waited
+//     forwardLazyDelay without being accepted upstream (writeDue, on a timer that runs
+//     only while such messages wait; Close appends the rest). What the broker took
+//     sooner — every ack while the upstream keeps up, 5 ms after it came — costs the
+//     log nothing: no record, no reported record, no write, no fsync, no compaction.
+//     A crash loses the same as with a lazy append at once (what came in the last
+//     forwardLazyDelay and is not yet accepted), and fewer duplicates.
 //   - Heartbeats coalesce: a device's new heartbeat replaces its older one not yet sent,
 //     so after an outage each device's latest heartbeat goes up, not hours of stale ones.
 //     Acks never coalesce.
@@ -58,11 +66,15 @@ const (
 //     results, from the outbox's journal, carry every task's outcome; a forwarded ack is
 //     the terminal's word for it. A message is refused only when no ack is left to drop.
 //
-// Replay applies the same rules in the same order (records are appended under mu, in the
-// order the backlog changed), so it rebuilds the backlog the live process had: coalesced
-// and dropped messages need no records of their own. One goroutine publishes the backlog
+// Replay applies the same rules in the same order (records are appended under mu, in id
+// order, which is the order the backlog changed), so it rebuilds the backlog the live
+// process had, less the messages accepted before they were written: coalesced and dropped
+// messages need no records of their own. (A message killed before its record was due is
+// never written; one it killed that was written comes back only if the killer's record
+// is lost in a crash too, as with appending at once.) One goroutine publishes the backlog
 // in id order with QoS 1 and appends a reported record (lazily) once the broker took
-// them; another writes a snapshot when most of the log is dead.
+// them, when the journal holds any of them; another writes a snapshot when most of the
+// log is dead.
 type forwarder struct {
 	j      *journal.Journal
 	pub    publisher
@@ -84,12 +96,25 @@ type forwarder struct {
 	nextID     uint64
 	records    int // records in the journal since the last snapshot (or Open)
 	scratch    []byte
-	droppedLog uint64    // drops not yet logged
-	lastLog    time.Time // last drop log line
-	failedLog  bool      // the journal's refusal was logged
+	// Write-behind: every entry with an id above writtenThrough that is still in pending
+	// and live has no record yet; lastWritten is the id of the last add record appended,
+	// reportedThrough the id of the last reported record (replay: both as written).
+	writeDelay      time.Duration // forwardLazyDelay; 0 (tests): each add is written at once
+	writtenThrough  uint64
+	lastWritten     uint64
+	reportedThrough uint64
+	epoch           time.Time   // fwdEntry.added counts from here
+	writeTimer      *time.Timer // runs writeDue; armed while unwritten live entries wait
+	writeArmed      bool
+	closing         bool      // close began: adds are refused, writeDue does nothing
+	journalErr      error     // the journal refused an append: adds are refused from then on
+	droppedLog      uint64    // drops not yet logged
+	lastLog         time.Time // last drop log line
+	failedLog       bool      // the journal's refusal was logged
 
 	ready     chan struct{} // capacity 1: poked when the backlog grows
 	reported  chan struct{} // capacity 1: poked after messages were marked reported (tests)
+	written   chan struct{} // capacity 1: poked after writeDue appended records (tests)
 	compactC  chan struct{} // capacity 1: poked when a snapshot is due
 	compacted chan struct{} // capacity 1: poked after a snapshot (tests)
 	wg        sync.WaitGroup
@@ -104,7 +129,8 @@ type fwdEntry struct {
 	id      uint64
 	kind    byte // fwdRecordAck or fwdRecordHeartbeat
 	device  string
-	payload []byte // nil once superseded (a newer heartbeat) or dropped by the bound
+	payload []byte        // nil once superseded (a newer heartbeat) or dropped by the bound
+	added   time.Duration // since forwarder.epoch (0: replayed)
 }
 
 func (e *fwdEntry) size() int { return len(e.device) + len(e.payload) }
@@ -127,6 +153,7 @@ func openForwarderBounded(dir string, jo journal.Options, pub publisher, prefix 
 	}
 	f := &forwarder{j: j, pub: pub, prefix: prefix, log: log, m: m, nextID: 1, maxCount: maxCount, maxBytes: maxBytes,
 		heartbeats: map[string]uint64{}, ready: make(chan struct{}, 1), reported: make(chan struct{}, 1),
+		written: make(chan struct{}, 1), writeDelay: forwardLazyDelay, epoch: time.Now(),
 		compactAfter: compactForwarded, compactC: make(chan struct{}, 1), compacted: make(chan struct{}, 1),
 		topics: map[string]*[2]string{}}
 	err = j.Replay(func(rec []byte) error {
@@ -155,6 +182,7 @@ func openForwarderBounded(dir string, jo journal.Options, pub publisher, prefix 
 		return nil, fmt.Errorf("replaying %s: %w", dir, err)
 	}
 	f.pending = slices.Clip(f.pending)
+	f.writtenThrough, f.lastWritten = f.nextID-1, f.nextID-1 // all of it is in the journal
 	if f.live > 0 {
 		log.Info("forwarded acks and heartbeats not yet accepted upstream", "count", f.live)
 		f.ready <- struct{}{}
@@ -190,30 +218,30 @@ func (f *forwarder) heartbeat(deviceID string, h face.Heartbeat) {
 	f.add(fwdRecordHeartbeat, deviceID, payload)
 }
 
-// add journals one message and admits it to the backlog. It returns at once: the record
-// goes to disk with the journal's next batch, within forwardLazyDelay.
+// add admits one message to the backlog; its record is written by writeDue if it is
+// still waiting forwardLazyDelay from now. It returns at once.
 func (f *forwarder) add(kind byte, deviceID string, payload []byte) {
 	if !forwardDeviceOK(deviceID) {
 		f.log.Warn("not forwarding: the device id cannot be a topic level", "device", deviceID)
 		return
 	}
 	f.mu.Lock()
-	id := f.nextID
-	f.scratch = appendForwardRecord(f.scratch[:0], kind, id, deviceID, payload)
-	if _, err := f.j.AppendLazy(f.scratch); err != nil {
-		logIt := !f.failedLog && !errors.Is(err, journal.ErrClosed)
-		f.failedLog = f.failedLog || logIt
+	if f.closing || f.journalErr != nil {
 		f.mu.Unlock()
-		// Not admitted either: the backlog in memory stays what the journal says.
+		// Not admitted: the backlog in memory stays what the journal can say.
 		f.m.forwardDropped.With("journal").Inc()
-		if logIt {
-			f.log.Error("the forward log refuses appends; acks and heartbeats are not forwarded until a restart", "err", err)
-		}
 		return
 	}
+	id := f.nextID
 	f.nextID++
-	f.records++
-	dropped, refused := f.admit(fwdEntry{id: id, kind: kind, device: deviceID, payload: payload})
+	dropped, refused := f.admit(fwdEntry{id: id, kind: kind, device: deviceID, payload: payload, added: time.Since(f.epoch)})
+	if !refused {
+		if f.writeDelay == 0 {
+			f.writeDueLocked()
+		} else if !f.writeArmed {
+			f.armWriteLocked(f.writeDelay)
+		}
+	}
 	var logDrops uint64
 	if dropped > 0 || refused {
 		f.droppedLog += uint64(dropped) + b2u(refused)
@@ -283,19 +311,21 @@ func (f *forwarder) admit(e fwdEntry) (dropped int, refused bool) {
 
 // indexOf finds the entry with id in pending (-1: not there).
 func (f *forwarder) indexOf(id uint64) int {
-	i, ok := slices.BinarySearchFunc(f.pending, id, func(e fwdEntry, id uint64) int {
-		switch {
-		case e.id < id:
-			return -1
-		case e.id > id:
-			return 1
-		}
-		return 0
-	})
+	i, ok := slices.BinarySearchFunc(f.pending, id, func(e fwdEntry, id uint64) int { return cmpID(e.id, id) })
 	if !ok {
 		return -1
 	}
 	return i
+}
+
+func cmpID(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 // dropOldestAck drops the oldest live ack; false when there is none.
@@ -417,7 +447,10 @@ func (f *forwarder) drain(ctx context.Context) (more bool, sent int, err error) 
 		}
 	}
 	if len(f.batch) == 0 && len(f.pending) > 0 {
-		// Only dead entries: replay makes them dead again, no record needed.
+		// Only dead entries. Replay would make them dead again only if it had their
+		// killers' records, which write-behind may never have written: a reported record
+		// covers them, if the journal holds one of them.
+		_ = f.recordGoneLocked(f.pending[len(f.pending)-1].id)
 		clear(f.pending)
 		f.resetPending()
 	}
@@ -498,14 +531,12 @@ func (f *forwarder) topic(e fwdEntry) string {
 	return t[1]
 }
 
-// markReported drops the entries up to id from the backlog and records that (lazily:
-// losing the record in a crash only sends them twice).
+// markReported drops the entries up to id from the backlog and records that, if the
+// journal holds any of them (recordGoneLocked).
 func (f *forwarder) markReported(id uint64) error {
 	f.mu.Lock()
 	f.removeReported(id)
-	f.scratch = appendForwardRecord(f.scratch[:0], fwdRecordReported, id, "", nil)
-	_, err := f.j.AppendLazy(f.scratch)
-	f.records++
+	err := f.recordGoneLocked(id)
 	compact := f.records-f.live >= f.compactAfter
 	f.gaugeLocked()
 	f.mu.Unlock()
@@ -536,6 +567,10 @@ func (f *forwarder) compact() error {
 		}
 	}
 	next := f.nextID
+	// The snapshot holds the live entries not yet written too: a reported record must
+	// cover them from now on. (writeDue may still append them after the snapshot: replay
+	// skips those, as it does adds that landed between the checkpoint and the capture.)
+	f.lastWritten = max(f.lastWritten, next-1)
 	// The snapshot, and what came after the checkpoint (counted high: some of those may
 	// have landed before it, in the segments the snapshot replaces).
 	f.records = len(live) + 1 + f.records - before
@@ -556,8 +591,20 @@ func (f *forwarder) compact() error {
 	})
 }
 
-// close flushes and closes the log; the goroutines must have ended.
-func (f *forwarder) close() error { return f.j.Close() }
+// close appends the records of the entries not yet written, then flushes and closes the
+// log; the goroutines must have ended. Adds from then on are refused.
+func (f *forwarder) close() error {
+	f.mu.Lock()
+	if !f.closing {
+		f.closing = true
+		if f.writeTimer != nil {
+			f.writeTimer.Stop()
+		}
+		f.writeDueLocked()
+	}
+	f.mu.Unlock()
+	return f.j.Close()
+}
 
 // poke signals c (capacity 1) without blocking.
 func poke(c chan struct{}) {

@@ -362,6 +362,7 @@ func TestForwarderCompacts(t *testing.T) {
 	pub := newTopicCollector()
 	f := openTestForwarder(t, dir, pub, maxForwarded, maxForwardedBytes)
 	f.compactAfter = every
+	f.writeDelay = 0 // every add written at once, as if the upstream always took longer
 	compacted := func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()

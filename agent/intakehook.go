@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -52,6 +51,9 @@ func newTaker(cfg *config.Config, m *agentMetrics, log *slog.Logger) *taker {
 // errNotReady is returned while the outbox is not open (start-up, shutdown).
 var errNotReady = errors.New("agent: not accepting tasks right now")
 
+// accept stores one task message: its tasks in the outbox, its rejects in the deadletter
+// log. It keeps nothing of payload once it returns (parsing copies the strings, a reject
+// its payload): the embedded broker's hook hands it the packet's own buffer.
 func (t *taker) accept(ctx context.Context, payload []byte) error {
 	ob := t.ob.Load()
 	if ob == nil {
@@ -84,16 +86,25 @@ func (t *taker) accept(ctx context.Context, payload []byte) error {
 	}
 	if len(batch.Tasks) > 0 {
 		tasks := make([]outbox.Task, len(batch.Tasks))
+		// The commands are encoded into one buffer for the batch (the outbox copies the
+		// payloads it keeps), sized for all of them: one allocation, not one per task.
+		size := 0
+		for i := range batch.Tasks {
+			cmd := batch.Command(i)
+			size += cmd.Msgsize()
+		}
+		buf := make([]byte, 0, size)
 		for i := range batch.Tasks {
 			task := &batch.Tasks[i]
 			cmd := batch.Command(i) // the id Parse computed: each task is hashed once
-			p, err := cmd.AppendMsg(nil)
-			if err != nil { // Parse validated the task; this would be a bug in one of them
+			start := len(buf)
+			var err error
+			if buf, err = cmd.AppendMsg(buf); err != nil { // Parse validated the task; this would be a bug in one of them
 				return fmt.Errorf("encoding task %s: %w", task.TaskID, err)
 			}
 			tasks[i] = outbox.Task{
 				MessageID: cmd.MessageID, TaskID: task.TaskID, DeviceID: task.DeviceID,
-				Op: string(task.Op), PersonID: task.Person.ID, Payload: p,
+				Op: string(task.Op), PersonID: task.Person.ID, Payload: buf[start:len(buf):len(buf)],
 			}
 		}
 		errs := ob.EnqueueBatch(tasks)
@@ -155,7 +166,7 @@ func (h *intakeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Pack
 	if cl.Net.Inline || pk.TopicName != h.topic {
 		return pk, nil
 	}
-	err := h.take.accept(context.Background(), bytes.Clone(pk.Payload))
+	err := h.take.accept(context.Background(), pk.Payload)
 	if err == nil {
 		return pk, nil // acknowledged (and routed, so the back office may watch tasks)
 	}

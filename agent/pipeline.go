@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/eclipse/paho.golang/paho/session"
 	"github.com/eclipse/paho.golang/paho/session/state"
+	"github.com/eclipse/paho.golang/paho/store/memory"
 )
 
 // defaultPublishWindow is how many reports (results, forwarded acks and heartbeats,
@@ -68,6 +70,16 @@ func (f *inFlight) wait(ctx context.Context) error {
 	}
 	t := time.NewTimer(pubackTimeout)
 	defer t.Stop()
+	return f.waitWith(ctx, t)
+}
+
+// waitWith is wait with the caller's timer, (re)armed for pubackTimeout here: a stream
+// waits for its messages one after the other with one timer, not one per message.
+func (f *inFlight) waitWith(ctx context.Context, t *time.Timer) error {
+	if f == nil {
+		return nil
+	}
+	t.Reset(pubackTimeout) // Go 1.23 timers: no stale tick survives a Reset
 	select {
 	case r := <-f.resp:
 		if r.Type != packets.PUBACK {
@@ -111,11 +123,13 @@ func publishInOrder(ctx context.Context, pub publisher, n int, msg func(i int) (
 	}
 	window := max(1, ap.publishWindow())
 	queue := make([]*inFlight, 0, min(n, window))
+	t := time.NewTimer(pubackTimeout)
+	defer t.Stop()
 	var err error
 	acked, sent := 0, 0
 	for sent < n {
 		if sent-acked >= window {
-			if err := queue[0].wait(ctx); err != nil {
+			if err := queue[0].waitWith(ctx, t); err != nil {
 				return acked, err // the prefix ends here; what follows is sent again
 			}
 			queue[0] = nil
@@ -136,7 +150,7 @@ func publishInOrder(ctx context.Context, pub publisher, n int, msg func(i int) (
 	// Wait for what is in flight, in order: the messages before a failure may still be
 	// accepted (after a reconnect the session sends them again).
 	for _, f := range queue {
-		if werr := f.wait(ctx); werr != nil {
+		if werr := f.waitWith(ctx, t); werr != nil {
 			if err == nil {
 				err = werr
 			}
@@ -175,12 +189,57 @@ type pipeSession struct {
 	mu   sync.Mutex
 	conn io.Writer     // the connection given to ConAckReceived; nil while down
 	lost chan struct{} // closed (and replaced) when the session's messages were dropped
+	sent *sentStore    // the session's store of our messages, which keeps their encoding
 }
 
 var _ session.SessionManager = (*pipeSession)(nil)
 
 func newPipeSession(expiry uint32) *pipeSession {
-	return &pipeSession{State: state.NewInMemory(), expiry: expiry, lost: make(chan struct{})}
+	sent := &sentStore{Store: memory.New()}
+	return &pipeSession{State: state.New(sent, memory.New()), expiry: expiry, lost: make(chan struct{}), sent: sent}
+}
+
+// sentStore is paho's in-memory store of the messages we publish (kept until their
+// PUBACK, resent after a reconnect) that also remembers the encoding of the message put
+// last, for publish to write: a message is encoded once, for the store and the wire,
+// instead of once each (paho's encoder allocates about ten times per message).
+type sentStore struct {
+	*memory.Store
+	mu   sync.Mutex
+	id   uint16 // packet id of last
+	last []byte // the encoding Put last; the store keeps its own copy
+}
+
+func (s *sentStore) Put(packetID uint16, packetType byte, w io.WriterTo) error {
+	var b bytes.Buffer
+	if _, err := w.WriteTo(&b); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.id, s.last = packetID, b.Bytes()
+	s.mu.Unlock()
+	return s.Store.Put(packetID, packetType, encodedPacket(b.Bytes()))
+}
+
+// take returns the encoding of the message with packet id put last, once (nil: another
+// message was put since, or none).
+func (s *sentStore) take(id uint16) []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.last
+	s.last = nil
+	if s.id != id {
+		return nil
+	}
+	return b
+}
+
+// encodedPacket is a packet already encoded.
+type encodedPacket []byte
+
+func (p encodedPacket) WriteTo(w io.Writer) (int64, error) {
+	n, err := w.Write(p)
+	return int64(n), err
 }
 
 // ConAckReceived records the new connection. A CONNACK without a session present makes
@@ -235,6 +294,21 @@ func (s *pipeSession) publish(ctx context.Context, topic string, payload []byte,
 		return nil, err
 	}
 	f.lost = s.lost
-	_, _ = pb.WriteTo(s.conn) // a failed write: paho drops the connection; the session keeps the message
+	// A failed write: paho drops the connection; the session keeps the message.
+	if b := s.sent.take(pb.PacketID); b != nil {
+		writeEncoded(s.conn, b)
+	} else {
+		_, _ = pb.WriteTo(s.conn)
+	}
 	return f, nil
+}
+
+// writeEncoded writes an encoded packet in one call, under the connection's lock if it
+// has one (as paho's ControlPacket.WriteTo does: its other writers take it too).
+func writeEncoded(conn io.Writer, b []byte) {
+	if l, ok := conn.(sync.Locker); ok {
+		l.Lock()
+		defer l.Unlock()
+	}
+	_, _ = conn.Write(b)
 }

@@ -97,10 +97,34 @@ func upstreamTopics(gw string) topics {
 
 // resultJSON is the upstream result of an outbox result, written by appendResultJSON:
 // byte for byte what encoding/json writes for intake.Result (FuzzResultJSON checks),
-// without its reflection. The reporter encodes one per finished task.
+// without its reflection. The reporter encodes one per finished task (appendResultsJSON).
 func resultJSON(r outbox.Result) []byte {
 	out := upstreamResult(r)
-	return appendResultJSON(make([]byte, 0, 128+len(out.TaskID)+len(out.DeviceID)+len(out.MessageID)+len(out.Error)), &out)
+	return appendResultJSON(make([]byte, 0, resultJSONSize(&r)), &out)
+}
+
+// resultJSONSize is about what appendResultJSON writes for r (more with escapes).
+func resultJSONSize(r *outbox.Result) int {
+	return 128 + len(r.TaskID) + len(r.DeviceID) + len(r.MessageID) + len(r.Err)
+}
+
+// appendResultsJSON appends each result's upstream JSON to payloads, all of them in one
+// new buffer (a buffer is never reused: a publisher may hold a payload past the round —
+// paho's session until the PUBACK). A result that outgrows the estimate moves on to a
+// larger buffer; the payloads before it keep the old one.
+func appendResultsJSON(payloads [][]byte, results []outbox.Result) [][]byte {
+	size := 0
+	for i := range results {
+		size += resultJSONSize(&results[i])
+	}
+	buf := make([]byte, 0, size)
+	for i := range results {
+		out := upstreamResult(results[i])
+		start := len(buf)
+		buf = appendResultJSON(buf, &out)
+		payloads = append(payloads, buf[start:len(buf):len(buf)])
+	}
+	return payloads
 }
 
 // appendResultJSON appends r as encoding/json writes it (field order and escaping).
@@ -156,6 +180,11 @@ type reporter struct {
 	state  *stateWriter
 	poster *resultPoster // nil without intake.http.results_url
 	wg     sync.WaitGroup
+
+	// The publisher goroutine's own, used again every round (cleared after it, so that
+	// they pin no payload).
+	payloads [][]byte
+	ids      []string
 }
 
 const reportBatch = 256
@@ -191,10 +220,9 @@ func (r *reporter) drain(ctx context.Context) (more bool, sent int, err error) {
 		}
 		return false, 0, nil
 	}
-	payloads := make([][]byte, len(results))
-	for i, res := range results {
-		payloads[i] = resultJSON(res)
-	}
+	all := appendResultsJSON(r.payloads[:0], results)
+	defer func() { clear(all); r.payloads = all[:0] }()
+	payloads := all
 	// In order, up to the publisher's window in flight; n is the prefix accepted. Stop at
 	// the first failure so results stay in order. A result the embedded broker dropped
 	// for one subscriber reached the others: they get it again.
@@ -221,15 +249,17 @@ func (r *reporter) drain(ctx context.Context) (more bool, sent int, err error) {
 			done, err = nil, perr
 		}
 	}
-	ids := make([]string, len(done))
-	for i, res := range done {
-		ids[i] = res.MessageID
+	ids := r.ids[:0]
+	for _, res := range done {
+		ids = append(ids, res.MessageID)
 		r.m.result(res)
 		r.state.result(res)
 	}
 	if merr := r.ob.MarkReported(ids...); merr != nil && !errors.Is(merr, outbox.ErrClosed) {
 		r.log.Error("marking results reported", "err", merr)
 	}
+	clear(ids)
+	r.ids = ids[:0]
 	if err != nil {
 		return true, len(done), err
 	}

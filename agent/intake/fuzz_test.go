@@ -122,3 +122,47 @@ func FuzzParseResultPlain(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParsePlainTasks: where the plain decoder takes a task message, encoding/json takes
+// it too and decodes the same tasks (a Task for an object, a []Task for an array).
+func FuzzParsePlainTasks(f *testing.F) {
+	files, _ := filepath.Glob("testdata/*")
+	for _, p := range files {
+		if b, err := os.ReadFile(p); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Add([]byte(` [ ] `))
+	f.Add([]byte(`[{"taskId":"a","deviceId":"2042253","op":"DeletePerson","person":{"id":"1"}},null]`))
+	f.Add([]byte(`[{"taskId":"a","person":{"id":"1","name":"é"},"person":{"name":"b"},"taskId":"c"},{}]`))
+	f.Add([]byte(`{"taskId":"a","TaskId":"b","op":1,"person":null,"x":"\u00e9"}`))
+	f.Add([]byte("{\"taskId\":\"\xff\"}"))
+	f.Add([]byte(`[{},]`))
+	f.Add([]byte(`{"taskId":"a"} {}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, ok := parsePlainTasks(data)
+		if !ok {
+			return
+		}
+		var want []Task
+		var err error
+		if t0 := bytes.TrimSpace(data); len(t0) > 0 && t0[0] == '{' {
+			var one Task
+			err = json.Unmarshal(data, &one)
+			want = []Task{one}
+		} else {
+			err = json.Unmarshal(data, &want)
+		}
+		if err != nil {
+			t.Fatalf("plain decoder took %q, encoding/json refuses it: %v", data, err)
+		}
+		if len(got) != len(want) || got == nil || want == nil {
+			t.Fatalf("%q: plain %d tasks (nil %v), encoding/json %d (nil %v)", data, len(got), got == nil, len(want), want == nil)
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("%q: task %d: plain %+v, encoding/json %+v", data, i, got[i], want[i])
+			}
+		}
+	})
+}

@@ -273,27 +273,32 @@ func (b *Batch) one(raw json.RawMessage, lim Limits, i int, seen map[string]stru
 	b.ids = append(b.ids, id)
 }
 
-// parseClean is Parse for a message with nothing to refuse, the usual case: one
-// json.Unmarshal straight into the tasks instead of splitting a batch into raw elements
-// and decoding each again, and each task hashed once. ok is false as soon as anything
-// would be refused (malformed JSON, a wrong type, a null element, an invalid or duplicate
-// task, an unknown device, a batch over MaxBatch): Parse then starts over on the path
-// that finds and words each reject. Both paths decode with the same encoding/json rules
-// into the same Task, so an accepted message gives the same tasks either way
-// (FuzzParseCleanSameAsElementwise).
+// parseClean is Parse for a message with nothing to refuse, the usual case: one decode
+// straight into the tasks (parsePlainTasks for the plain JSON back offices write, else
+// one json.Unmarshal) instead of splitting a batch into raw elements and decoding each
+// again, and each task hashed once. ok is false as soon as anything would be refused
+// (malformed JSON, a wrong type, a null element, an invalid or duplicate task, an unknown
+// device, a batch over MaxBatch): Parse then starts over on the path that finds and words
+// each reject. Both paths decode with the same encoding/json rules into the same Task, so
+// an accepted message gives the same tasks either way (FuzzParseCleanSameAsElementwise,
+// FuzzParsePlainTasks).
 func parseClean(msg []byte, lim Limits) (b Batch, ok bool) {
 	if len(msg) == 0 {
 		return b, false
 	}
 	switch msg[0] {
-	case '{':
-		var t Task
-		if json.Unmarshal(msg, &t) != nil {
-			return b, false
+	case '{', '[':
+		if tasks, ok := parsePlainTasks(msg); ok {
+			b.Tasks = tasks
+			break
 		}
-		b.Tasks = []Task{t}
-	case '[':
-		if json.Unmarshal(msg, &b.Tasks) != nil {
+		if msg[0] == '{' {
+			var t Task
+			if json.Unmarshal(msg, &t) != nil {
+				return b, false
+			}
+			b.Tasks = []Task{t}
+		} else if json.Unmarshal(msg, &b.Tasks) != nil {
 			return b, false
 		}
 	default:

@@ -1,0 +1,90 @@
+package intake
+
+import (
+	"bytes"
+
+	"github.com/seed0e69bba5/faceagent/device/face"
+	"github.com/seed0e69bba5/faceagent/internal/jsonplain"
+)
+
+// maxSharedMessage bounds the messages whose decoded strings share one copy of the message
+// (one allocation per message instead of one per field; the outbox copies what it keeps, so
+// the copy goes with the batch). Above it each field gets its own copy.
+const maxSharedMessage = 256 << 10
+
+// parsePlainTasks decodes msg — a task object, or an array of them — as encoding/json
+// decodes it into a Task or a []Task, when msg is written in the plain subset the back
+// office writes (internal/jsonplain): the fields by their exact names (any order; a
+// repeated one: the last wins, a repeated "person" merges, as with encoding/json), white
+// space anywhere JSON allows it, strings in valid UTF-8 with no escape and no control
+// character. It gives up (ok false) on anything else — another spelling of a key, an
+// unknown member, null, an escape, a number, malformed JSON — and parseClean then
+// decodes with encoding/json, which gives that input the same answer as before
+// (FuzzParsePlainTasks). A batch of 64 tasks was 64 reflective decodes and about 400
+// string allocations; here it is one copy of the message.
+func parsePlainTasks(msg []byte) (tasks []Task, ok bool) {
+	p := jsonplain.NewScanner(msg, maxSharedMessage)
+	p.Space()
+	if !p.Byte('[') {
+		var t Task
+		if !plainTask(&p, &t) || !p.End() {
+			return nil, false
+		}
+		return []Task{t}, true
+	}
+	tasks = make([]Task, 0, bytes.Count(msg, []byte(`"taskId"`)))
+	p.Space()
+	if p.Byte(']') {
+		return tasks, p.End()
+	}
+	for {
+		tasks = append(tasks, Task{})
+		if !plainTask(&p, &tasks[len(tasks)-1]) {
+			return nil, false
+		}
+		p.Space()
+		if p.Byte(']') {
+			break
+		}
+		if !p.Byte(',') {
+			return nil, false
+		}
+	}
+	if !p.End() {
+		return nil, false
+	}
+	return tasks, true
+}
+
+// plainTask reads one task object into t.
+func plainTask(p *jsonplain.Scanner, t *Task) bool {
+	return p.Object(func(key []byte) bool {
+		switch string(key) { // compared without a copy
+		case "taskId":
+			return p.Str(&t.TaskID)
+		case "deviceId":
+			return p.Str(&t.DeviceID)
+		case "op":
+			var op string
+			ok := p.Str(&op)
+			t.Op = face.Op(op)
+			return ok
+		case "person":
+			// Into the same Person: a repeated "person" merges, as with encoding/json.
+			return p.Object(func(key []byte) bool {
+				switch string(key) {
+				case "id":
+					return p.Str(&t.Person.ID)
+				case "name":
+					return p.Str(&t.Person.Name)
+				case "validFrom":
+					return p.Str(&t.Person.ValidFrom)
+				case "validTo":
+					return p.Str(&t.Person.ValidTo)
+				}
+				return false
+			})
+		}
+		return false
+	})
+}
