@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func readRecordsT(t *testing.T, j *Journal) ([]string, []Loss) {
@@ -230,12 +231,16 @@ func TestReadRecordsDuringAppendsAndCompactions(t *testing.T) {
 		wg      sync.WaitGroup
 		snaps   atomic.Int64
 	)
-	const total = 3000
+	// The appender goes on past total until the reader and the compactor have each had
+	// their rounds (on a loaded machine 3,000 appends can end before either starts),
+	// bounded by maxTotal appends and the deadline.
+	const total, maxTotal = 3000, 200_000
+	deadline := time.Now().Add(30 * time.Second)
 	errc := make(chan error, 2)
 	wg.Add(2)
 	go func() { // the appender
 		defer wg.Done()
-		for i := range total {
+		for i := 0; i < maxTotal && !stop.Load(); i++ {
 			rec := fmt.Sprintf("r-%04d", i)
 			mu.Lock()
 			seq, err := j.AppendAsync([]byte(rec))
@@ -276,7 +281,10 @@ func TestReadRecordsDuringAppendsAndCompactions(t *testing.T) {
 		}
 	}()
 	reads := 0
-	for durable.Load() < total && len(errc) == 0 {
+	for len(errc) == 0 && durable.Load() < maxTotal && time.Now().Before(deadline) {
+		if durable.Load() >= total && reads >= 5 && snaps.Load() >= 5 {
+			break
+		}
 		before := int(durable.Load())
 		got, losses := readRecordsT(t, j)
 		if len(losses) != 0 || len(got) < before {
