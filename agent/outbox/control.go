@@ -23,6 +23,9 @@ func (o *Outbox) Results(n int) ([]Result, error) {
 		return nil, ErrClosed
 	}
 	var out []Result
+	if c := min(n, len(o.t.results)); c > 0 {
+		out = make([]Result, 0, c) // at most that many: one allocation, not a doubling
+	}
 	var last journal.Seq
 	for _, r := range o.t.results {
 		if len(out) >= n {
@@ -58,7 +61,11 @@ func (o *Outbox) MarkReported(ids ...string) error {
 	if err := o.usable(); err != nil {
 		return err
 	}
-	var take []string
+	take := o.takeIDs[:0] // encoded and applied before this returns: reused
+	defer func() {
+		clear(take) // the caller's strings
+		o.takeIDs = take[:0]
+	}()
 	var failed []*item
 	for _, id := range ids {
 		if it := o.t.items.get(id); it != nil && it.status.Terminal() && !it.reported {

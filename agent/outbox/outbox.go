@@ -74,6 +74,7 @@ type Outbox struct {
 	pending    map[string]pendingAdd // adds written but not yet durable
 	enc        []byte
 	sends      []sendJob // decided under mu, handed on by startSendsLocked
+	takeIDs    []string  // MarkReported's list of ids to record, reused
 	inline     []sendJob // non-blocking sends for unlock to make
 	nonBlock   NonBlockingSender
 	heap       deviceHeap
@@ -315,6 +316,7 @@ func (o *Outbox) EnqueueBatch(tasks []Task) (errs []error) {
 		seq journal.Seq
 	}
 	var acc []accepted
+	var recs []record // the accepted tasks' add records, in one allocation
 	var dups []dup
 	var last journal.Seq
 	o.mu.Lock()
@@ -363,10 +365,16 @@ func (o *Outbox) EnqueueBatch(tasks []Task) (errs []error) {
 			continue
 		}
 		o.t.maxOrd++
-		r := &record{
+		if recs == nil {
+			// Never grown past len(tasks): the pointers to its elements stay valid.
+			recs = make([]record, 0, len(tasks)-i)
+			acc = make([]accepted, 0, len(tasks)-i)
+		}
+		recs = append(recs, record{
 			Kind: kindAdd, ID: t.MessageID, Task: t.TaskID, Device: t.DeviceID, Op: t.Op,
 			Person: t.PersonID, Payload: t.Payload, Ord: o.t.maxOrd, Added: now,
-		}
+		})
+		r := &recs[len(recs)-1]
 		if !t.ExpiresAt.IsZero() {
 			r.Expires = t.ExpiresAt.UnixNano()
 		}

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -38,9 +39,12 @@ func (o *Outbox) startSendsLocked() {
 		o.sends = o.sends[:0]
 		return
 	}
-	for _, s := range o.sends {
+	for i, s := range o.sends {
 		o.wg.Add(1)
 		if s.nonBlocking {
+			if len(o.inline) == cap(o.inline) {
+				o.inline = slices.Grow(o.inline, len(o.sends)-i) // room for the rest at once
+			}
 			o.inline = append(o.inline, s)
 			continue
 		}
@@ -67,8 +71,20 @@ func (o *Outbox) startSendsLocked() {
 // unlock releases o.mu, then makes the non-blocking sends decided under it. Every method
 // that may decide a send unlocks with it.
 func (o *Outbox) unlock() {
-	jobs := o.inline
-	o.inline = nil // the next holder of o.mu starts a list of its own
+	// One send (an ack's next command, the common case) is copied out, and o.inline keeps
+	// its array for the next holder of o.mu: no allocation per ack. More (an EnqueueBatch
+	// that found many idle devices) take the list along; the next holder starts its own.
+	var one [1]sendJob
+	var jobs []sendJob
+	switch len(o.inline) {
+	case 0:
+	case 1:
+		one[0], o.inline[0] = o.inline[0], sendJob{}
+		o.inline = o.inline[:0]
+		jobs = one[:]
+	default:
+		jobs, o.inline = o.inline, nil
+	}
 	retired := o.t.spill.takeRetired()
 	o.mu.Unlock()
 	o.sendInline(jobs)

@@ -325,7 +325,11 @@ func (d *device) dequeue(it *item) {
 	if i < len(d.queue) && d.queue[i] == it {
 		if i == 0 {
 			d.queue[0] = nil
-			d.queue = d.queue[1:]
+			if len(d.queue) == 1 {
+				d.queue = d.queue[:0] // the array from its start, for the device's next command
+			} else {
+				d.queue = d.queue[1:]
+			}
 		} else {
 			d.queue = slices.Delete(d.queue, i, i+1)
 		}
@@ -346,10 +350,14 @@ func (d *device) dequeue(it *item) {
 			}
 		}
 	}
-	if len(d.queue) == 0 {
-		d.queue = nil // let a drained queue's array go
+	if len(d.queue) == 0 && cap(d.queue) > keepQueueCap {
+		d.queue = nil // let a drained queue's large array go
 	}
 }
+
+// keepQueueCap is the largest array a drained queue keeps: a device that gets a command at
+// a time (the usual flow) does not allocate one for each.
+const keepQueueCap = 16
 
 // latestQueued returns the queued item for person with the highest ord, or nil.
 func (d *device) latestQueued(person string) *item {
