@@ -59,7 +59,7 @@ func TestItemIndexAgainstAMap(t *testing.T) {
 		p := fmt.Sprint(rng.IntN(300))
 		switch rng.IntN(3) {
 		case 0, 1:
-			it := newItem(fmt.Sprint("m", step), "", p)
+			it := newItem(nil, fmt.Sprint("m", step), "", p)
 			x.put(it)
 			want[p] = it
 		case 2:

@@ -23,7 +23,7 @@ import (
 // (Settings.MaxTries is capped below that). The payload is not here but in the payload
 // file (spill.go); pay says where.
 type item struct {
-	// blob points to id, task id and person id in one allocation; the lengths split it. A
+	// blob points to id, task id and person id one after another (cut from a chunk: blobs.go); the lengths split it. A
 	// pointer rather than a string: the lengths already say where it ends, and the 8 bytes
 	// of a string's length hold pay within the 64.
 	blob  *byte
@@ -52,19 +52,6 @@ const maxFieldLen = 0xffff
 const maxTries = 0xffff
 
 func triesOf(n uint32) uint16 { return uint16(min(n, maxTries)) }
-
-// newItem copies id, task and person into one allocation of the item's own: they may alias
-// a replay buffer, which the journal reuses for the next segment.
-func newItem(id, task, person string) *item {
-	b := make([]byte, len(id)+len(task)+len(person))
-	n := copy(b, id)
-	n += copy(b[n:], task)
-	copy(b[n:], person)
-	return &item{
-		blob:  unsafe.SliceData(b),
-		idLen: uint16(len(id)), taskLen: uint16(len(task)), personLen: uint16(len(person)),
-	}
-}
 
 // field returns the n bytes of the blob from i on as a string; the blob is never modified.
 func (it *item) field(i, n int) string {
@@ -181,6 +168,7 @@ func (d *device) dropRetriable(it *item) {
 
 type table struct {
 	items   itemIndex // by id
+	blobs   blobArena // the items' ids (blobs.go)
 	devices map[string]*device
 	results []result // terminal and unreported, in finish order
 	maxOrd  uint64
@@ -288,6 +276,7 @@ func (t *table) forget(it *item) {
 	delete(t.expires, it)
 	delete(t.outdated, it)
 	t.remember(it.id())
+	t.blobLeft(it)
 }
 
 // device returns the device, creating it. id may alias a replay buffer: it is copied.
@@ -414,7 +403,7 @@ func (t *table) apply(r *record) error {
 		if len(r.ID) > maxFieldLen || len(r.Task) > maxFieldLen || len(r.Person) > maxFieldLen {
 			return fmt.Errorf("outbox: message %.64q: an id, task id or person id is longer than %d bytes", r.ID, maxFieldLen)
 		}
-		it := newItem(r.ID, r.Task, r.Person)
+		it := newItem(&t.blobs, r.ID, r.Task, r.Person)
 		it.op, it.dev = t.intern(r.Op), t.device(r.Device)
 		it.ord, it.added = r.Ord, r.Added
 		if r.Expires != 0 {

@@ -1,0 +1,94 @@
+package outbox
+
+import (
+	"fmt"
+	"testing"
+)
+
+// Items leave the table until their dead ids call for a compaction of the chunks: the ids
+// of the items still in it stay right (the indexes find them, the table replays to the
+// same state), an id taken before the compaction still reads the same, and the chunks
+// hold no more than the bound of blobs.go.
+func TestBlobCompaction(t *testing.T) {
+	e := newEnv(t, Options{Journal: fastJournal(), MaxQueued: 10_000, MaxQueuedPerDevice: 10_000})
+	const n = 2000 // 2,000 dead ids of ~40 bytes: past blobMinDead
+	id := func(round, i int) string { return fmt.Sprintf("AddPerson-%d-149452706753844%04d-%d", i, i, round) }
+	for i := range n {
+		e.enqueue(id(0, i), fmt.Sprint("d", i%3), fmt.Sprint("p", i))
+	}
+	e.o.mu.Lock()
+	held := e.o.t.items.get(id(0, 7)).id() // points into a chunk about to be left behind
+	e.o.mu.Unlock()
+	// A later command for each person supersedes the first (never sent: the devices are
+	// offline); reporting the superseded results takes them out of the table.
+	for i := range n {
+		e.enqueue(id(1, i), fmt.Sprint("d", i%3), fmt.Sprint("p", i))
+	}
+	reported := 0
+	for res := e.results(); len(res) > 0; res = e.results() {
+		for _, r := range res {
+			if err := e.o.MarkReported(r.MessageID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		reported += len(res)
+	}
+	if reported != n {
+		t.Fatalf("%d results, want %d", reported, n)
+	}
+	e.o.mu.Lock()
+	a := e.o.t.blobs
+	for i := range n {
+		it := e.o.t.items.get(id(1, i))
+		if it == nil || it.task() != "t-"+id(1, i) || it.person() != fmt.Sprint("p", i) || it.dev.scheduledFor(it.person()) != it {
+			e.o.mu.Unlock()
+			t.Fatalf("after the compaction, %s is %v", id(1, i), it)
+		}
+		if e.o.t.items.get(id(0, i)) != nil {
+			e.o.mu.Unlock()
+			t.Fatalf("%s reported and still in the table", id(0, i))
+		}
+	}
+	live := e.o.t.dump()
+	e.o.mu.Unlock()
+	deadIDs := 0 // what the reported commands' ids took
+	for i := range n {
+		deadIDs += len(id(0, i)) + len("t-"+id(0, i)) + len(fmt.Sprint("p", i))
+	}
+	if a.dead >= deadIDs || (a.dead >= blobMinDead && a.dead*2 > a.live) {
+		t.Fatalf("chunks: %d live bytes, %d dead of %d that died: not compacted", a.live, a.dead, deadIDs)
+	}
+	if held != id(0, 7) {
+		t.Fatalf("an id held across the compaction reads %q", held)
+	}
+	e.restart()
+	e.o.mu.Lock()
+	replayed := e.o.t.dump()
+	e.o.mu.Unlock()
+	if replayed != live {
+		t.Fatalf("replayed table differs:\n%s\nlive:\n%s", replayed, live)
+	}
+}
+
+// Blobs from chunks take their own length; long ones and empty ones are allocated apart.
+func TestBlobArenaAlloc(t *testing.T) {
+	var a blobArena
+	b1, b2 := a.alloc(10), a.alloc(20)
+	if len(b1) != 10 || cap(b1) != 10 || len(b2) != 20 || &a.chunk[10] != &b2[0] || a.live != 30 {
+		t.Fatalf("alloc: len %d cap %d, len %d, live %d", len(b1), cap(b1), len(b2), a.live)
+	}
+	if b := a.alloc(0); b != nil {
+		t.Fatalf("alloc(0) = %v", b)
+	}
+	if b := a.alloc(blobOwnSize); len(b) != blobOwnSize || a.live != 30 {
+		t.Fatalf("a long blob: len %d, live %d", len(b), a.live)
+	}
+	first := &a.chunk[0]
+	for cap(a.chunk)-len(a.chunk) >= 10 {
+		a.alloc(min(200, cap(a.chunk)-len(a.chunk)-5))
+	}
+	a.alloc(10) // does not fit: a new chunk
+	if &a.chunk[0] == first || len(a.chunk) != 10 {
+		t.Fatalf("a blob past the chunk's end: chunk len %d", len(a.chunk))
+	}
+}
