@@ -23,9 +23,9 @@ import (
 // (Settings.MaxTries is capped below that). The payload is not here but in the payload
 // file (spill.go); pay says where.
 type item struct {
-	// blob points to id, task id and person id one after another (cut from a chunk: blobs.go); the lengths split it. A
-	// pointer rather than a string: the lengths already say where it ends, and the 8 bytes
-	// of a string's length hold pay within the 64.
+	// blob points to id, task id and person id one after another (cut from a chunk:
+	// blobs.go); the lengths split it. A pointer rather than a string: the lengths already
+	// say where it ends, and the 8 bytes of a string's length hold pay within the 64.
 	blob  *byte
 	dev   *device
 	ord   uint64
