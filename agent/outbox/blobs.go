@@ -1,10 +1,13 @@
 package outbox
 
-import "unsafe"
+import (
+	"strings"
+	"unsafe"
+)
 
 // The ids of the items in the table (item.blob: message id, task id and person id, one
-// after another) are cut from chunks of blobChunkSize bytes rather than allocated one by
-// one. A queued task's ids are ~50 bytes, which the allocator rounds up to 64, and each was
+// after another), and their last errors (table.errs), are cut from chunks of
+// blobChunkSize bytes rather than allocated one by one. A queued task's ids are ~50 bytes, which the allocator rounds up to 64, and each was
 // a small object of its own, made during an intake burst between the agent's short-lived
 // objects of the same size class: once those are collected, the spans that hold the ids
 // stay partly empty (heap fragmentation), and every id was one more object for the GC.
@@ -64,22 +67,32 @@ func newItem(a *blobArena, id, task, person string) *item {
 // blobLen is the length of it's blob.
 func (it *item) blobLen() int { return int(it.idLen) + int(it.taskLen) + int(it.personLen) }
 
-// blobLeft accounts for it, which left the table: its blob is dead (it keeps it, valid, for
-// whoever still holds it). It compacts the chunks when it is time.
-func (t *table) blobLeft(it *item) {
-	a := &t.blobs
-	n := it.blobLen()
-	if n >= blobOwnSize {
-		return
+// clone returns a copy of s cut from the chunks (one of its own when long).
+func (a *blobArena) clone(s string) string {
+	b := a.alloc(len(s))
+	if len(b) == 0 {
+		return ""
 	}
-	a.live -= n
-	a.dead += n
-	if a.dead >= blobMinDead && a.dead > a.live/2 {
+	copy(b, s)
+	return unsafe.String(&b[0], len(b))
+}
+
+// left accounts for n bytes from alloc that are no longer used.
+func (a *blobArena) left(n int) {
+	if n > 0 && n < blobOwnSize {
+		a.live -= n
+		a.dead += n
+	}
+}
+
+// maybeCompactBlobs compacts the chunks when their dead bytes call for it.
+func (t *table) maybeCompactBlobs() {
+	if a := &t.blobs; a.dead >= blobMinDead && a.dead > a.live/2 {
 		t.compactBlobs()
 	}
 }
 
-// compactBlobs copies the blobs of the items in the table into fresh chunks.
+// compactBlobs copies the blobs and errors of the items in the table into fresh chunks.
 func (t *table) compactBlobs() {
 	a := &t.blobs
 	*a = blobArena{}
@@ -92,4 +105,33 @@ func (t *table) compactBlobs() {
 		copy(b, unsafe.Slice(it.blob, n))
 		it.blob = unsafe.SliceData(b)
 	}
+	for it, e := range t.errs {
+		if len(e) < blobOwnSize {
+			t.errs[it] = a.clone(e)
+		}
+	}
+}
+
+// idChunks holds the ids the table remembers for dedupe (table.recent), one after another
+// in chunks of blobChunkSize, rather than each in an allocation of its own: they are
+// remembered as messages leave, which during an intake burst (the superseded ones) put
+// them among the burst's short-lived ids of the same size class, and the spans they kept
+// were mostly empty (heap fragmentation). The ring forgets them in the order they came, so
+// a chunk is left to the GC once the last of its ids was forgotten: no compaction.
+type idChunks struct {
+	chunk []byte // being filled: len is used
+}
+
+// clone returns a copy of s.
+func (c *idChunks) clone(s string) string {
+	n := len(s)
+	if n == 0 || n >= blobOwnSize {
+		return strings.Clone(s)
+	}
+	if cap(c.chunk)-len(c.chunk) < n {
+		c.chunk = make([]byte, 0, blobChunkSize)
+	}
+	used := len(c.chunk)
+	c.chunk = append(c.chunk, s...)
+	return unsafe.String(&c.chunk[used], n)
 }

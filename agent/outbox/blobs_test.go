@@ -3,6 +3,7 @@ package outbox
 import (
 	"fmt"
 	"testing"
+	"unsafe"
 )
 
 // Items leave the table until their dead ids call for a compaction of the chunks: the ids
@@ -50,6 +51,10 @@ func TestBlobCompaction(t *testing.T) {
 		}
 	}
 	live := e.o.t.dump()
+	if err := checkBlobs(e.o.t); err != nil {
+		e.o.mu.Unlock()
+		t.Fatal(err)
+	}
 	e.o.mu.Unlock()
 	deadIDs := 0 // what the reported commands' ids took
 	for i := range n {
@@ -64,6 +69,10 @@ func TestBlobCompaction(t *testing.T) {
 	e.restart()
 	e.o.mu.Lock()
 	replayed := e.o.t.dump()
+	if err := checkBlobs(e.o.t); err != nil {
+		e.o.mu.Unlock()
+		t.Fatal(err)
+	}
 	e.o.mu.Unlock()
 	if replayed != live {
 		t.Fatalf("replayed table differs:\n%s\nlive:\n%s", replayed, live)
@@ -91,4 +100,51 @@ func TestBlobArenaAlloc(t *testing.T) {
 	if &a.chunk[0] == first || len(a.chunk) != 10 {
 		t.Fatalf("a blob past the chunk's end: chunk len %d", len(a.chunk))
 	}
+}
+
+// The table remembers the last recentCap ids that left it, in their order, as copies: the
+// id it was given may alias a buffer that is then reused.
+func TestRememberCopiesAndForgetsInOrder(t *testing.T) {
+	tb := newTable()
+	buf := make([]byte, 0, 64)
+	const n = recentCap + 3000 // past the ring's size, over many chunks
+	name := func(i int) string { return fmt.Sprintf("AddPerson-%d-1494527067538440192", i) }
+	for i := range n {
+		buf = append(buf[:0], name(i)...)
+		tb.remember(unsafe.String(&buf[0], len(buf)))
+		tb.remember(name(i)) // again: already remembered, not a second entry
+	}
+	for i := range len(buf) {
+		buf[i] = 'x' // the last caller's buffer, overwritten
+	}
+	list := tb.recentList()
+	if len(list) != recentCap || len(tb.recentSet) != recentCap {
+		t.Fatalf("remembers %d ids (set %d), want %d", len(list), len(tb.recentSet), recentCap)
+	}
+	for k, id := range list {
+		if want := name(n - recentCap + k); id != want {
+			t.Fatalf("remembered #%d is %q, want %q", k, id, want)
+		}
+	}
+	if tb.seen(name(n-recentCap-1)) || !tb.seen(name(n-recentCap)) || !tb.seen(name(n-1)) {
+		t.Fatal("forgot the wrong ids")
+	}
+}
+
+// checkBlobs checks the chunks' accounting: live is what the table's items and errors use
+// of them, and dead is below the compaction's threshold.
+func checkBlobs(tb *table) error {
+	live := 0
+	for _, it := range tb.items.all() {
+		if n := it.blobLen(); n < blobOwnSize {
+			live += n
+		}
+		if e := tb.errs[it]; len(e) < blobOwnSize {
+			live += len(e)
+		}
+	}
+	if a := tb.blobs; a.live != live || (a.dead >= blobMinDead && a.dead > a.live/2) {
+		return fmt.Errorf("blob chunks: %d live bytes (the table uses %d), %d dead", a.live, live, a.dead)
+	}
+	return nil
 }

@@ -190,6 +190,7 @@ type table struct {
 	recent    []string
 	recentPos int
 	recentSet map[string]struct{}
+	recentIDs idChunks // the bytes of recent's ids
 }
 
 // recentCap is part of the table's definition (replay must forget the same ids), so it is
@@ -203,7 +204,7 @@ func (t *table) remember(id string) {
 	if _, ok := t.recentSet[id]; ok {
 		return
 	}
-	id = strings.Clone(id) // do not pin a message's blob (or a replay buffer)
+	id = t.recentIDs.clone(id) // do not pin a message's blob (or a replay buffer)
 	if len(t.recent) < recentCap {
 		t.recent = append(t.recent, id)
 	} else {
@@ -223,8 +224,8 @@ func (t *table) seen(id string) bool {
 	return ok
 }
 
-// recentIDs lists the remembered ids, oldest first.
-func (t *table) recentIDs() []string {
+// recentList lists the remembered ids, oldest first.
+func (t *table) recentList() []string {
 	out := make([]string, 0, len(t.recent))
 	out = append(out, t.recent[t.recentPos:]...)
 	return append(out, t.recent[:t.recentPos]...)
@@ -256,12 +257,18 @@ func (t *table) lastErr(it *item) string { return t.errs[it] }
 // expiresAt is the message's Task.ExpiresAt in unix ns, 0 for none.
 func (t *table) expiresAt(it *item) int64 { return t.expires[it] }
 
+// setErr sets it's last error. Like ids, errors are cut from the blob chunks (blobs.go):
+// a superseded command's ("superseded by" and the later id) is made during an intake burst.
 func (t *table) setErr(it *item, e string) {
+	if old, ok := t.errs[it]; ok {
+		t.blobs.left(len(old))
+	}
 	if e == "" {
 		delete(t.errs, it)
 	} else {
-		t.errs[it] = strings.Clone(e)
+		t.errs[it] = t.blobs.clone(e)
 	}
+	t.maybeCompactBlobs()
 }
 
 // forget drops a message from the table.
@@ -272,11 +279,17 @@ func (t *table) forget(it *item) {
 	}
 	t.items.del(it.id())
 	t.dropPayload(it)
-	delete(t.errs, it)
+	if e, ok := t.errs[it]; ok {
+		t.blobs.left(len(e))
+		delete(t.errs, it)
+	}
 	delete(t.expires, it)
 	delete(t.outdated, it)
 	t.remember(it.id())
-	t.blobLeft(it)
+	// Its blob is dead (it keeps it, valid, for whoever still holds it). Accounted before
+	// a compaction, which recounts what is live from the items left in the table.
+	t.blobs.left(it.blobLen())
+	t.maybeCompactBlobs()
 }
 
 // device returns the device, creating it. id may alias a replay buffer: it is copied.
@@ -531,7 +544,7 @@ func (t *table) trimResults() {
 // where to read it (0 for the others).
 func (t *table) snapshotRecords(emit func(r *record, ref payRef) error) error {
 	if len(t.recent) > 0 {
-		if err := emit(&record{Kind: kindRecent, IDs: t.recentIDs()}, 0); err != nil {
+		if err := emit(&record{Kind: kindRecent, IDs: t.recentList()}, 0); err != nil {
 			return err
 		}
 	}
@@ -613,6 +626,6 @@ func (t *table) dump() string {
 	for _, r := range t.results {
 		fmt.Fprintf(&b, "%s,", r.it.id())
 	}
-	fmt.Fprintf(&b, "\nactive %d\nrecent %v\n", t.active, t.recentIDs())
+	fmt.Fprintf(&b, "\nactive %d\nrecent %v\n", t.active, t.recentList())
 	return b.String()
 }
