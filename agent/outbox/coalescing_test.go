@@ -86,3 +86,24 @@ func TestCoalescingIndexKeepsARetriedCommand(t *testing.T) {
 		e.restart()
 	}
 }
+
+// A superseded command's result names the command that superseded it, live and after a
+// restart, however many were superseded since.
+func TestSupersededResultNamesTheLaterCommand(t *testing.T) {
+	e := newEnv(t, Options{Journal: fastJournal()})
+	e.enqueue("m1", "d", "951") // the device is offline: nothing is sent
+	e.enqueue("m2", "d", "951")
+	e.enqueue("m3", "d", "952")
+	e.enqueue("long-id-m4", "d", "952")
+	want := "m1:superseded by m2 m3:superseded by long-id-m4 "
+	for _, when := range []string{"live", "after a restart"} {
+		got := ""
+		for _, r := range e.results() {
+			got += fmt.Sprintf("%s:%s ", r.MessageID, r.Err)
+		}
+		if got != want {
+			t.Fatalf("%s: results %q, want %q", when, got, want)
+		}
+		e.restart()
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/seed0e69bba5/faceagent/agent/journal"
 )
@@ -75,6 +76,7 @@ type Outbox struct {
 	enc        []byte
 	sends      []sendJob // decided under mu, handed on by startSendsLocked
 	takeIDs    []string  // MarkReported's list of ids to record, reused
+	errBuf     []byte    // supersededBy's
 	inline     []sendJob // non-blocking sends for unlock to make
 	nonBlock   NonBlockingSender
 	heap       deviceHeap
@@ -448,15 +450,23 @@ func (o *Outbox) applyAdd(r *record) {
 	// It is left to finish; the later command follows it (the last one still wins).
 	if r.Person != "" && prev != nil && prev.status == Scheduled && prev.tries == 0 {
 		if prev.ord < it.ord {
-			o.finishItem(prev, Superseded, "superseded by "+it.id())
+			o.finishItem(prev, Superseded, o.supersededBy(it.id()))
 		} else {
-			o.finishItem(it, Superseded, "superseded by "+prev.id())
+			o.finishItem(it, Superseded, o.supersededBy(prev.id()))
 		}
 	}
 	if d.live.cfg == (DeviceConfig{}) {
 		d.live.cfg = o.configs[d.id]
 	}
 	o.pump(d)
+}
+
+// supersededBy returns the error of a command superseded by the one with id later. It is
+// built in o.errBuf and valid until the next call: finishItem encodes it into its record,
+// and the table keeps a copy (setErr), so a supersede allocates no string of its own.
+func (o *Outbox) supersededBy(later string) string {
+	o.errBuf = append(append(o.errBuf[:0], "superseded by "...), later...)
+	return unsafe.String(unsafe.SliceData(o.errBuf), len(o.errBuf))
 }
 
 func (d *device) unfinished() int {
