@@ -134,3 +134,24 @@ func BenchmarkTaskCycle(b *testing.B) {
 	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(b.N*devs), "B/task")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*devs), "ns/task")
 }
+
+// BenchmarkBlobCompaction measures one compaction of the id chunks (blobs.go; made under
+// the outbox's lock) with rss.sh's 10,000 tasks in the table.
+func BenchmarkBlobCompaction(b *testing.B) {
+	o, err := Open(b.TempDir(), nopSender, &Options{Journal: journal.Options{Sync: journal.SyncNone}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer o.Close()
+	tasks := agentTasks(10_000, 64)
+	for i := 0; i < len(tasks); i += 100 {
+		o.EnqueueBatch(tasks[i : i+100])
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	b.ReportAllocs()
+	for range b.N {
+		o.t.compactBlobs()
+	}
+	b.ReportMetric(float64(o.t.blobs.live)/1e3, "live-KB")
+}

@@ -143,7 +143,7 @@ func checkBlobs(tb *table) error {
 			live += len(e)
 		}
 	}
-	if a := tb.blobs; a.live != live || (a.dead >= blobMinDead && a.dead > a.live/2) {
+	if a := tb.blobs; a.live != live || (a.dead >= blobMinDead && a.dead > a.live/4) {
 		return fmt.Errorf("blob chunks: %d live bytes (the table uses %d), %d dead", a.live, live, a.dead)
 	}
 	return nil
