@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func TestCoalescingNeverTouchesInFlight(t *testing.T) {
@@ -100,6 +101,12 @@ func TestSupersededResultNamesTheLaterCommand(t *testing.T) {
 		got := ""
 		for _, r := range e.results() {
 			got += fmt.Sprintf("%s:%s ", r.MessageID, r.Err)
+			e.o.mu.Lock()
+			shared := unsafe.StringData(r.Err) == unsafe.StringData(e.o.t.errs[e.o.t.items.get(r.MessageID)])
+			e.o.mu.Unlock()
+			if shared {
+				t.Fatalf("%s: the result's error is the table's (callers keep it: it would keep a chunk)", when)
+			}
 		}
 		if got != want {
 			t.Fatalf("%s: results %q, want %q", when, got, want)

@@ -3,6 +3,7 @@ package outbox
 import (
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/journal"
@@ -37,7 +38,7 @@ func (o *Outbox) Results(n int) ([]Result, error) {
 		}
 		out = append(out, Result{
 			MessageID: it.id(), TaskID: it.task(), DeviceID: it.dev.id, Status: it.status,
-			Tries: int(it.tries), Err: o.t.lastErr(it),
+			Tries: int(it.tries), Err: strings.Clone(o.t.lastErr(it)), // kept by callers (the agent's state writer): not a chunk's
 			AddedAt: time.Unix(0, it.added), FinishedAt: time.Unix(0, it.next),
 		})
 		last = max(last, r.seq)
