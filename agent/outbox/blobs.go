@@ -1,9 +1,6 @@
 package outbox
 
-import (
-	"strings"
-	"unsafe"
-)
+import "unsafe"
 
 // The ids of the items in the table (item.blob: message id, task id and person id, one
 // after another), and their last errors (table.errs), are cut from chunks of
@@ -117,28 +114,4 @@ func (t *table) compactBlobs() {
 			t.errs[it] = a.clone(e)
 		}
 	}
-}
-
-// idChunks holds the ids the table remembers for dedupe (table.recent), one after another
-// in chunks of blobChunkSize, rather than each in an allocation of its own: they are
-// remembered as messages leave, which during an intake burst (the superseded ones) put
-// them among the burst's short-lived ids of the same size class, and the spans they kept
-// were mostly empty (heap fragmentation). The ring forgets them in the order they came, so
-// a chunk is left to the GC once the last of its ids was forgotten: no compaction.
-type idChunks struct {
-	chunk []byte // being filled: len is used
-}
-
-// clone returns a copy of s.
-func (c *idChunks) clone(s string) string {
-	n := len(s)
-	if n == 0 || n >= blobOwnSize {
-		return strings.Clone(s)
-	}
-	if cap(c.chunk)-len(c.chunk) < n {
-		c.chunk = make([]byte, 0, blobChunkSize)
-	}
-	used := len(c.chunk)
-	c.chunk = append(c.chunk, s...)
-	return unsafe.String(&c.chunk[used], n)
 }

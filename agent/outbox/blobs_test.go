@@ -2,6 +2,8 @@ package outbox
 
 import (
 	"fmt"
+	"hash/maphash"
+	"math/rand/v2"
 	"testing"
 	"unsafe"
 )
@@ -118,8 +120,16 @@ func TestRememberCopiesAndForgetsInOrder(t *testing.T) {
 		buf[i] = 'x' // the last caller's buffer, overwritten
 	}
 	list := tb.recentList()
-	if len(list) != recentCap || len(tb.recentSet) != recentCap {
-		t.Fatalf("remembers %d ids (set %d), want %d", len(list), len(tb.recentSet), recentCap)
+	if len(list) != recentCap || tb.recent.n != recentCap {
+		t.Fatalf("remembers %d ids (set %d), want %d", len(list), tb.recent.n, recentCap)
+	}
+	if len(tb.recent.slots) != 16384 {
+		t.Fatalf("%d slots for %d ids", len(tb.recent.slots), recentCap)
+	}
+	for i, s := range tb.recent.slots {
+		if (s == 0) != (tb.recent.tags[i] == 0) || (s != 0 && tb.recent.tags[i] != tagOf(maphash.String(indexSeed, tb.recent.ring[s-1]))) {
+			t.Fatalf("slot %d holds position %d with tag %#x", i, s, tb.recent.tags[i])
+		}
 	}
 	for k, id := range list {
 		if want := name(n - recentCap + k); id != want {
@@ -128,6 +138,11 @@ func TestRememberCopiesAndForgetsInOrder(t *testing.T) {
 	}
 	if tb.seen(name(n-recentCap-1)) || !tb.seen(name(n-recentCap)) || !tb.seen(name(n-1)) {
 		t.Fatal("forgot the wrong ids")
+	}
+	// An id forgotten long ago comes back as the newest; the oldest goes.
+	tb.remember(name(0))
+	if !tb.seen(name(0)) || tb.seen(name(n-recentCap)) || tb.recentList()[recentCap-1] != name(0) {
+		t.Fatal("a forgotten id remembered again is not the newest")
 	}
 }
 
@@ -147,4 +162,39 @@ func checkBlobs(tb *table) error {
 		return fmt.Errorf("blob chunks: %d live bytes (the table uses %d), %d dead", a.live, live, a.dead)
 	}
 	return nil
+}
+
+// recentIDs against the ring and map it replaced: random ids from a universe larger than
+// the ring, so that ids are remembered again, forgotten, and come back.
+func TestRecentIDsAgainstAMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var r recentIDs
+	var ring []string
+	pos := 0
+	set := map[string]bool{}
+	for step := range 60_000 {
+		id := fmt.Sprint("m", rng.IntN(12_000))
+		if !set[id] {
+			if len(ring) < recentCap {
+				ring = append(ring, id)
+			} else {
+				delete(set, ring[pos])
+				ring[pos] = id
+				pos = (pos + 1) % recentCap
+			}
+			set[id] = true
+		}
+		r.add(id)
+		if r.n != len(set) {
+			t.Fatalf("step %d: %d ids, want %d", step, r.n, len(set))
+		}
+		if step%1000 == 0 {
+			for q := range 12_000 {
+				k := fmt.Sprint("m", q)
+				if r.has(k) != set[k] {
+					t.Fatalf("step %d: has(%s) = %v", step, k, r.has(k))
+				}
+			}
+		}
+	}
 }

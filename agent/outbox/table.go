@@ -187,49 +187,16 @@ type table struct {
 
 	// recent remembers the ids of the last recentCap messages that left the table, so a
 	// redelivered task is still recognised as a duplicate after its result was reported.
-	recent    []string
-	recentPos int
-	recentSet map[string]struct{}
-	recentIDs idChunks // the bytes of recent's ids
+	recent recentIDs
 }
 
-// recentCap is part of the table's definition (replay must forget the same ids), so it is
-// a constant, not an option.
-const recentCap = 8192
-
-func (t *table) remember(id string) {
-	if t.recentSet == nil {
-		t.recentSet = map[string]struct{}{}
-	}
-	if _, ok := t.recentSet[id]; ok {
-		return
-	}
-	id = t.recentIDs.clone(id) // do not pin a message's blob (or a replay buffer)
-	if len(t.recent) < recentCap {
-		t.recent = append(t.recent, id)
-	} else {
-		delete(t.recentSet, t.recent[t.recentPos])
-		t.recent[t.recentPos] = id
-		t.recentPos = (t.recentPos + 1) % recentCap
-	}
-	t.recentSet[id] = struct{}{}
-}
+func (t *table) remember(id string) { t.recent.add(id) }
 
 // seen reports whether id is in the table or among the recently finished.
-func (t *table) seen(id string) bool {
-	if t.items.get(id) != nil {
-		return true
-	}
-	_, ok := t.recentSet[id]
-	return ok
-}
+func (t *table) seen(id string) bool { return t.items.get(id) != nil || t.recent.has(id) }
 
 // recentList lists the remembered ids, oldest first.
-func (t *table) recentList() []string {
-	out := make([]string, 0, len(t.recent))
-	out = append(out, t.recent[t.recentPos:]...)
-	return append(out, t.recent[:t.recentPos]...)
-}
+func (t *table) recentList() []string { return t.recent.list() }
 
 func newTable() *table {
 	return &table{items: byID(), devices: map[string]*device{}, opIdx: map[string]uint16{}, errs: map[*item]string{},
@@ -543,7 +510,7 @@ func (t *table) trimResults() {
 // message whose payload is in the payload file comes with its Payload nil and ref saying
 // where to read it (0 for the others).
 func (t *table) snapshotRecords(emit func(r *record, ref payRef) error) error {
-	if len(t.recent) > 0 {
+	if len(t.recent.ring) > 0 {
 		if err := emit(&record{Kind: kindRecent, IDs: t.recentList()}, 0); err != nil {
 			return err
 		}
