@@ -36,9 +36,11 @@ func (o *Outbox) Results(n int) ([]Result, error) {
 		if it.reported || !it.status.Terminal() {
 			continue
 		}
+		// Err is a copy: callers keep it (the agent's state writer, per device), and the
+		// table's is in a chunk of ids (blobs.go) that it would keep whole.
 		out = append(out, Result{
 			MessageID: it.id(), TaskID: it.task(), DeviceID: it.dev.id, Status: it.status,
-			Tries: int(it.tries), Err: strings.Clone(o.t.lastErr(it)), // kept by callers (the agent's state writer): not a chunk's
+			Tries: int(it.tries), Err: strings.Clone(o.t.lastErr(it)),
 			AddedAt: time.Unix(0, it.added), FinishedAt: time.Unix(0, it.next),
 		})
 		last = max(last, r.seq)
