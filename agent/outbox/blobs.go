@@ -98,20 +98,11 @@ func (t *table) compactBlobs() {
 	a := &t.blobs
 	*a = blobArena{}
 	for _, it := range t.items.slots { // not all(): that cuts each key from its blob
-		n := 0
 		if it != nil {
-			n = it.blobLen()
+			it.blob = unsafe.StringData(a.clone(unsafe.String(it.blob, it.blobLen())))
 		}
-		if n == 0 || n >= blobOwnSize {
-			continue
-		}
-		b := a.alloc(n)
-		copy(b, unsafe.Slice(it.blob, n))
-		it.blob = unsafe.SliceData(b)
 	}
 	for it, e := range t.errs {
-		if len(e) < blobOwnSize {
-			t.errs[it] = a.clone(e)
-		}
+		t.errs[it] = a.clone(e)
 	}
 }

@@ -65,10 +65,6 @@ func (o *Outbox) MarkReported(ids ...string) error {
 		return err
 	}
 	take := o.takeIDs[:0] // encoded and applied before this returns: reused
-	defer func() {
-		clear(take) // the caller's strings
-		o.takeIDs = take[:0]
-	}()
 	var failed []*item
 	for _, id := range ids {
 		if it := o.t.items.get(id); it != nil && it.status.Terminal() && !it.reported {
@@ -81,7 +77,10 @@ func (o *Outbox) MarkReported(ids ...string) error {
 	if len(take) == 0 {
 		return nil
 	}
-	if _, err := o.appendApply(&record{Kind: kindReported, IDs: take}, true); err != nil {
+	_, err := o.appendApply(&record{Kind: kindReported, IDs: take}, true)
+	clear(take) // the caller's strings
+	o.takeIDs = take[:0]
+	if err != nil {
 		return err
 	}
 	for _, it := range failed {

@@ -449,11 +449,11 @@ func (o *Outbox) applyAdd(r *record) {
 	// come after the next command had already been sent: two in flight for the terminal.
 	// It is left to finish; the later command follows it (the last one still wins).
 	if r.Person != "" && prev != nil && prev.status == Scheduled && prev.tries == 0 {
-		if prev.ord < it.ord {
-			o.finishItem(prev, Superseded, o.supersededBy(it.id()))
-		} else {
-			o.finishItem(it, Superseded, o.supersededBy(prev.id()))
+		older, later := prev, it
+		if prev.ord > it.ord {
+			older, later = it, prev
 		}
+		o.finishItem(older, Superseded, o.supersededBy(later.id()))
 	}
 	if d.live.cfg == (DeviceConfig{}) {
 		d.live.cfg = o.configs[d.id]

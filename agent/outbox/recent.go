@@ -1,10 +1,6 @@
 package outbox
 
-import (
-	"hash/maphash"
-	"strings"
-	"unsafe"
-)
+import "hash/maphash"
 
 // recentCap is part of the table's definition (replay must forget the same ids), so it is
 // a constant, not an option.
@@ -15,14 +11,18 @@ const recentCap = 8192
 // set is an open-addressing table like itemIndex (tags, 3/4 full, backward-shift
 // deletion), whose entry is a 16-bit ring position: with the ring full, 16,384 slots of 3
 // bytes, where a map[string]struct{} took ~47 bytes an id (~380 KB for 8,192). The ids'
-// bytes are in idChunks.
+// bytes are cut from chunks like the items' (blobs.go): remembered as messages leave, which
+// during an intake burst (the superseded ones) put them, one allocation each, among the
+// burst's short-lived ids of the same size class, and the spans they kept were mostly
+// empty. The ring forgets them in the order they came, so a chunk is left to the GC once
+// its last id was forgotten: they need no compaction (the arena's counts are not used).
 type recentIDs struct {
 	ring  []string // ring[pos] is the oldest once the ring is full
 	pos   int
 	slots []uint16 // 0: empty, else ring position + 1
 	tags  []uint8  // as itemIndex's
 	n     int
-	bytes idChunks
+	bytes blobArena
 }
 
 // The positions must fit the slots.
@@ -120,28 +120,4 @@ func (r *recentIDs) list() []string {
 	out := make([]string, 0, len(r.ring))
 	out = append(out, r.ring[r.pos:]...)
 	return append(out, r.ring[:r.pos]...)
-}
-
-// idChunks holds the ids the table remembers for dedupe (recentIDs), one after another
-// in chunks of blobChunkSize, rather than each in an allocation of its own: they are
-// remembered as messages leave, which during an intake burst (the superseded ones) put
-// them among the burst's short-lived ids of the same size class, and the spans they kept
-// were mostly empty (heap fragmentation). The ring forgets them in the order they came, so
-// a chunk is left to the GC once the last of its ids was forgotten: no compaction.
-type idChunks struct {
-	chunk []byte // being filled: len is used
-}
-
-// clone returns a copy of s.
-func (c *idChunks) clone(s string) string {
-	n := len(s)
-	if n == 0 || n >= blobOwnSize {
-		return strings.Clone(s)
-	}
-	if cap(c.chunk)-len(c.chunk) < n {
-		c.chunk = make([]byte, 0, blobChunkSize)
-	}
-	used := len(c.chunk)
-	c.chunk = append(c.chunk, s...)
-	return unsafe.String(&c.chunk[used], n)
 }

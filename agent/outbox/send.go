@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"slices"
 	"time"
 )
 
@@ -39,12 +38,9 @@ func (o *Outbox) startSendsLocked() {
 		o.sends = o.sends[:0]
 		return
 	}
-	for i, s := range o.sends {
+	for _, s := range o.sends {
 		o.wg.Add(1)
 		if s.nonBlocking {
-			if len(o.inline) == cap(o.inline) {
-				o.inline = slices.Grow(o.inline, len(o.sends)-i) // room for the rest at once
-			}
 			o.inline = append(o.inline, s)
 			continue
 		}
