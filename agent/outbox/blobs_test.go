@@ -120,16 +120,14 @@ func TestRememberCopiesAndForgetsInOrder(t *testing.T) {
 		buf[i] = 'x' // the last caller's buffer, overwritten
 	}
 	list := tb.recentList()
-	if len(list) != recentCap || tb.recent.n != recentCap {
-		t.Fatalf("remembers %d ids (set %d), want %d", len(list), tb.recent.n, recentCap)
+	if len(list) != recentCap {
+		t.Fatalf("remembers %d ids, want %d", len(list), recentCap)
+	}
+	if err := checkRecent(&tb.recent); err != nil {
+		t.Fatal(err)
 	}
 	if len(tb.recent.slots) != 16384 {
 		t.Fatalf("%d slots for %d ids", len(tb.recent.slots), recentCap)
-	}
-	for i, s := range tb.recent.slots {
-		if (s == 0) != (tb.recent.tags[i] == 0) || (s != 0 && tb.recent.tags[i] != tagOf(maphash.String(indexSeed, tb.recent.ring[s-1]))) {
-			t.Fatalf("slot %d holds position %d with tag %#x", i, s, tb.recent.tags[i])
-		}
 	}
 	for k, id := range list {
 		if want := name(n - recentCap + k); id != want {
@@ -185,10 +183,13 @@ func TestRecentIDsAgainstAMap(t *testing.T) {
 			set[id] = true
 		}
 		r.add(id)
-		if r.n != len(set) {
-			t.Fatalf("step %d: %d ids, want %d", step, r.n, len(set))
+		if len(r.ring) != len(set) {
+			t.Fatalf("step %d: %d ids, want %d", step, len(r.ring), len(set))
 		}
 		if step%1000 == 0 {
+			if err := checkRecent(&r); err != nil {
+				t.Fatalf("step %d: %v", step, err)
+			}
 			for q := range 12_000 {
 				k := fmt.Sprint("m", q)
 				if r.has(k) != set[k] {
@@ -197,4 +198,36 @@ func TestRecentIDsAgainstAMap(t *testing.T) {
 			}
 		}
 	}
+}
+
+// checkRecent checks the set against the ring: each position once, under its id's tag;
+// empty slots and tombstones hold none; used counts what is not empty; at most 3/4 used.
+func checkRecent(r *recentIDs) error {
+	seen := make([]bool, len(r.ring))
+	used := 0
+	for i, s := range r.slots {
+		tag := r.tags[i]
+		if tag != 0 {
+			used++
+		}
+		if tag == 0 || tag == tombstone {
+			if s != 0 {
+				return fmt.Errorf("slot %d (tag %#x) holds position %d", i, tag, s)
+			}
+			continue
+		}
+		if s == 0 || int(s) > len(r.ring) || seen[s-1] || tag != tagOf(maphash.String(indexSeed, r.ring[s-1])) {
+			return fmt.Errorf("slot %d holds position %d with tag %#x", i, s, tag)
+		}
+		seen[s-1] = true
+	}
+	for p, ok := range seen {
+		if !ok {
+			return fmt.Errorf("position %d (%s) is in no slot", p, r.ring[p])
+		}
+	}
+	if used != r.used || used*4 > len(r.slots)*3 {
+		return fmt.Errorf("%d slots used (counted %d) of %d", used, r.used, len(r.slots))
+	}
+	return nil
 }

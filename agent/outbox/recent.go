@@ -7,23 +7,28 @@ import "hash/maphash"
 const recentCap = 8192
 
 // recentIDs remembers the ids of the last recentCap messages that left the table (dedupe).
-// A ring holds them in the order they came; a hash set of ring positions finds them. The
-// set is an open-addressing table like itemIndex (tags, 3/4 full, backward-shift
-// deletion), whose entry is a 16-bit ring position: with the ring full, 16,384 slots of 3
-// bytes, where a map[string]struct{} took ~47 bytes an id (~380 KB for 8,192). The ids'
-// bytes are cut from chunks like the items' (blobs.go): remembered as messages leave, which
-// during an intake burst (the superseded ones) put them, one allocation each, among the
-// burst's short-lived ids of the same size class, and the spans they kept were mostly
-// empty. The ring forgets them in the order they came, so a chunk is left to the GC once
-// its last id was forgotten: they need no compaction (the arena's counts are not used).
+// A ring holds them in the order they came; a hash set of ring positions finds them: an
+// open-addressing table with tags like itemIndex's, whose entry is a 16-bit ring position.
+// With the ring full that is 16,384 slots of 3 bytes, where a map[string]struct{} took ~47
+// bytes an id (~380 KB for 8,192). A forgotten id leaves a tombstone (the ring forgets one
+// id for each it takes, so deletions are as frequent as insertions); the set is rebuilt
+// from the ring, half full, once entries and tombstones fill 3/4 of it.
+//
+// The ids' bytes are cut from chunks like the items' (blobs.go): remembered as messages
+// leave, which during an intake burst (the superseded ones) put them, one allocation each,
+// among the burst's short-lived ids of the same size class, and the spans they kept were
+// mostly empty. The ring forgets them in the order they came, so a chunk is left to the GC
+// once its last id was forgotten: they need no compaction (the arena's counts are unused).
 type recentIDs struct {
 	ring  []string // ring[pos] is the oldest once the ring is full
 	pos   int
-	slots []uint16 // 0: empty, else ring position + 1
-	tags  []uint8  // as itemIndex's
-	n     int
+	slots []uint16 // ring position + 1; 0 in an empty slot or a tombstone
+	tags  []uint8  // 0: empty, tombstone, else tagOf the id's hash
+	used  int      // slots not empty: entries and tombstones
 	bytes blobArena
 }
+
+const tombstone = 1 // a tag no id has: tagOf sets the top bit
 
 // The positions must fit the slots.
 var _ [0xffff - recentCap]struct{}
@@ -36,21 +41,17 @@ func (r *recentIDs) has(id string) bool {
 // find returns id's slot, or -1, and the hash of id.
 func (r *recentIDs) find(id string) (int, uint64) {
 	h := maphash.String(indexSeed, id)
-	if r.n == 0 {
+	if len(r.slots) == 0 {
 		return -1, h
 	}
 	mask := len(r.slots) - 1
 	tag := tagOf(h)
-	for i := int(h) & mask; ; i = (i + 1) & mask {
-		switch r.tags[i] {
-		case 0:
-			return -1, h
-		case tag:
-			if r.ring[r.slots[i]-1] == id {
-				return i, h
-			}
+	for i := int(h) & mask; r.tags[i] != 0; i = (i + 1) & mask {
+		if r.tags[i] == tag && r.ring[r.slots[i]-1] == id {
+			return i, h
 		}
 	}
+	return -1, h
 }
 
 // add remembers id, forgetting the oldest id when the ring is full.
@@ -60,58 +61,46 @@ func (r *recentIDs) add(id string) {
 		return
 	}
 	id = r.bytes.clone(id) // do not pin a message's blob (or a replay buffer)
-	var p int
-	if len(r.ring) < recentCap {
-		p = len(r.ring)
+	p := len(r.ring)
+	if p < recentCap {
 		r.ring = append(r.ring, id)
-		if (r.n+1)*4 > len(r.slots)*3 {
-			r.resize(max(8, len(r.slots)*2))
-		}
 	} else {
 		p = r.pos
-		r.del(p)
+		old, _ := r.find(r.ring[p])
+		r.slots[old], r.tags[old] = 0, tombstone
 		r.ring[p] = id
 		r.pos = (p + 1) % recentCap
 	}
-	r.insert(p, h)
+	if (r.used+1)*4 > len(r.slots)*3 {
+		r.rebuild()
+	} else {
+		r.insert(p, h)
+	}
 }
 
-// insert adds ring position p, whose id hashes to h.
+// insert files ring position p, whose id (not in the set) hashes to h, in the first empty
+// slot or tombstone of its probe sequence.
 func (r *recentIDs) insert(p int, h uint64) {
 	mask := len(r.slots) - 1
 	i := int(h) & mask
-	for r.tags[i] != 0 {
+	for r.tags[i] > tombstone {
 		i = (i + 1) & mask
 	}
+	if r.tags[i] == 0 {
+		r.used++
+	}
 	r.slots[i], r.tags[i] = uint16(p+1), tagOf(h)
-	r.n++
 }
 
-// del removes ring position p from the set.
-func (r *recentIDs) del(p int) {
-	i, _ := r.find(r.ring[p])
-	if i < 0 {
-		return
+// rebuild files the whole ring in a set at most half full, without tombstones.
+func (r *recentIDs) rebuild() {
+	size := 8
+	for len(r.ring)*2 > size {
+		size *= 2
 	}
-	mask := len(r.slots) - 1
-	for j := (i + 1) & mask; r.tags[j] != 0; j = (j + 1) & mask {
-		h := int(maphash.String(indexSeed, r.ring[r.slots[j]-1])) & mask
-		if (i <= j && (h <= i || h > j)) || (i > j && h <= i && h > j) {
-			r.slots[i], r.tags[i] = r.slots[j], r.tags[j]
-			i = j
-		}
-	}
-	r.slots[i], r.tags[i] = 0, 0
-	r.n--
-}
-
-func (r *recentIDs) resize(size int) {
-	old := r.slots
-	r.slots, r.tags, r.n = make([]uint16, size), make([]uint8, size), 0
-	for _, s := range old {
-		if s != 0 {
-			r.insert(int(s-1), maphash.String(indexSeed, r.ring[s-1]))
-		}
+	r.slots, r.tags, r.used = make([]uint16, size), make([]uint8, size), 0
+	for p, id := range r.ring {
+		r.insert(p, maphash.String(indexSeed, id))
 	}
 }
 
