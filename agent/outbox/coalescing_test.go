@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func TestCoalescingNeverTouchesInFlight(t *testing.T) {
@@ -82,6 +83,33 @@ func TestCoalescingIndexKeepsARetriedCommand(t *testing.T) {
 		n, err := e.o.RetryFailed("d")
 		if err != nil || n != 0 {
 			t.Fatalf("round %d: RetryFailed brought back %d (err %v); m0 is older than the scheduled m1", round, n, err)
+		}
+		e.restart()
+	}
+}
+
+// A superseded command's result names the command that superseded it, live and after a
+// restart, however many were superseded since.
+func TestSupersededResultNamesTheLaterCommand(t *testing.T) {
+	e := newEnv(t, Options{Journal: fastJournal()})
+	e.enqueue("m1", "d", "951") // the device is offline: nothing is sent
+	e.enqueue("m2", "d", "951")
+	e.enqueue("m3", "d", "952")
+	e.enqueue("long-id-m4", "d", "952")
+	want := "m1:superseded by m2 m3:superseded by long-id-m4 "
+	for _, when := range []string{"live", "after a restart"} {
+		got := ""
+		for _, r := range e.results() {
+			got += fmt.Sprintf("%s:%s ", r.MessageID, r.Err)
+			e.o.mu.Lock()
+			shared := unsafe.StringData(r.Err) == unsafe.StringData(e.o.t.errs[e.o.t.items.get(r.MessageID)])
+			e.o.mu.Unlock()
+			if shared {
+				t.Fatalf("%s: the result's error is the table's (callers keep it: it would keep a chunk)", when)
+			}
+		}
+		if got != want {
+			t.Fatalf("%s: results %q, want %q", when, got, want)
 		}
 		e.restart()
 	}

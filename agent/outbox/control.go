@@ -3,6 +3,7 @@ package outbox
 import (
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/journal"
@@ -23,6 +24,9 @@ func (o *Outbox) Results(n int) ([]Result, error) {
 		return nil, ErrClosed
 	}
 	var out []Result
+	if c := min(n, len(o.t.results)); c > 0 {
+		out = make([]Result, 0, c) // at most that many: one allocation, not a doubling
+	}
 	var last journal.Seq
 	for _, r := range o.t.results {
 		if len(out) >= n {
@@ -32,9 +36,11 @@ func (o *Outbox) Results(n int) ([]Result, error) {
 		if it.reported || !it.status.Terminal() {
 			continue
 		}
+		// Err is a copy: callers keep it (the agent's state writer, per device), and the
+		// table's is in a chunk of ids (blobs.go) that it would keep whole.
 		out = append(out, Result{
 			MessageID: it.id(), TaskID: it.task(), DeviceID: it.dev.id, Status: it.status,
-			Tries: int(it.tries), Err: o.t.lastErr(it),
+			Tries: int(it.tries), Err: strings.Clone(o.t.lastErr(it)),
 			AddedAt: time.Unix(0, it.added), FinishedAt: time.Unix(0, it.next),
 		})
 		last = max(last, r.seq)
@@ -58,7 +64,7 @@ func (o *Outbox) MarkReported(ids ...string) error {
 	if err := o.usable(); err != nil {
 		return err
 	}
-	var take []string
+	take := o.takeIDs[:0] // encoded and applied before this returns: reused
 	var failed []*item
 	for _, id := range ids {
 		if it := o.t.items.get(id); it != nil && it.status.Terminal() && !it.reported {
@@ -71,7 +77,10 @@ func (o *Outbox) MarkReported(ids ...string) error {
 	if len(take) == 0 {
 		return nil
 	}
-	if _, err := o.appendApply(&record{Kind: kindReported, IDs: take}, true); err != nil {
+	_, err := o.appendApply(&record{Kind: kindReported, IDs: take}, true)
+	clear(take) // the caller's strings
+	o.takeIDs = take[:0]
+	if err != nil {
 		return err
 	}
 	for _, it := range failed {

@@ -3,6 +3,7 @@ package outbox
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -58,7 +59,7 @@ func TestItemIndexAgainstAMap(t *testing.T) {
 		p := fmt.Sprint(rng.IntN(300))
 		switch rng.IntN(3) {
 		case 0, 1:
-			it := newItem(fmt.Sprint("m", step), "", p)
+			it := newItem(nil, fmt.Sprint("m", step), "", p)
 			x.put(it)
 			want[p] = it
 		case 2:
@@ -77,6 +78,14 @@ func TestItemIndexAgainstAMap(t *testing.T) {
 			}
 			if len(x.slots) > 8 && x.n*8 < len(x.slots) {
 				t.Fatalf("step %d: %d slots for %d entries: never shrunk", step, len(x.slots), x.n)
+			}
+			if x.n*4 > len(x.slots)*3 {
+				t.Fatalf("step %d: %d slots for %d entries: more than 3/4 full", step, len(x.slots), x.n)
+			}
+			for i, it := range x.slots {
+				if (it == nil) != (x.tags[i] == 0) || (it != nil && x.tags[i] != tagOf(maphash.String(indexSeed, it.person()))) {
+					t.Fatalf("step %d: slot %d holds %v with tag %#x", step, i, it, x.tags[i])
+				}
 			}
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/seed0e69bba5/faceagent/agent/journal"
 )
@@ -74,6 +75,8 @@ type Outbox struct {
 	pending    map[string]pendingAdd // adds written but not yet durable
 	enc        []byte
 	sends      []sendJob // decided under mu, handed on by startSendsLocked
+	takeIDs    []string  // MarkReported's list of ids to record, reused
+	errBuf     []byte    // supersededBy's
 	inline     []sendJob // non-blocking sends for unlock to make
 	nonBlock   NonBlockingSender
 	heap       deviceHeap
@@ -315,6 +318,7 @@ func (o *Outbox) EnqueueBatch(tasks []Task) (errs []error) {
 		seq journal.Seq
 	}
 	var acc []accepted
+	var recs []record // the accepted tasks' add records, in one allocation
 	var dups []dup
 	var last journal.Seq
 	o.mu.Lock()
@@ -363,10 +367,16 @@ func (o *Outbox) EnqueueBatch(tasks []Task) (errs []error) {
 			continue
 		}
 		o.t.maxOrd++
-		r := &record{
+		if recs == nil {
+			// Never grown past len(tasks): the pointers to its elements stay valid.
+			recs = make([]record, 0, len(tasks)-i)
+			acc = make([]accepted, 0, len(tasks)-i)
+		}
+		recs = append(recs, record{
 			Kind: kindAdd, ID: t.MessageID, Task: t.TaskID, Device: t.DeviceID, Op: t.Op,
 			Person: t.PersonID, Payload: t.Payload, Ord: o.t.maxOrd, Added: now,
-		}
+		})
+		r := &recs[len(recs)-1]
 		if !t.ExpiresAt.IsZero() {
 			r.Expires = t.ExpiresAt.UnixNano()
 		}
@@ -439,16 +449,24 @@ func (o *Outbox) applyAdd(r *record) {
 	// come after the next command had already been sent: two in flight for the terminal.
 	// It is left to finish; the later command follows it (the last one still wins).
 	if r.Person != "" && prev != nil && prev.status == Scheduled && prev.tries == 0 {
-		if prev.ord < it.ord {
-			o.finishItem(prev, Superseded, "superseded by "+it.id())
-		} else {
-			o.finishItem(it, Superseded, "superseded by "+prev.id())
+		older, later := prev, it
+		if prev.ord > it.ord {
+			older, later = it, prev
 		}
+		o.finishItem(older, Superseded, o.supersededBy(later.id()))
 	}
 	if d.live.cfg == (DeviceConfig{}) {
 		d.live.cfg = o.configs[d.id]
 	}
 	o.pump(d)
+}
+
+// supersededBy returns the error of a command superseded by the one with id later. It is
+// built in o.errBuf and valid until the next call: finishItem encodes it into its record,
+// and the table keeps a copy (setErr), so a supersede allocates no string of its own.
+func (o *Outbox) supersededBy(later string) string {
+	o.errBuf = append(append(o.errBuf[:0], "superseded by "...), later...)
+	return unsafe.String(unsafe.SliceData(o.errBuf), len(o.errBuf))
 }
 
 func (d *device) unfinished() int {

@@ -241,6 +241,9 @@ func checkInvariants(t *testing.T, e *env, seed uint64, step int, accepted map[s
 	failed := map[*device]int{}
 	active := 0
 	checkPayloads(t, o, func(it *item) string { return it.id() }, fmt.Sprintf("seed %d step %d", seed, step))
+	if err := checkBlobs(o.t); err != nil {
+		t.Fatalf("seed %d step %d: %v", seed, step, err)
+	}
 	for id, it := range o.t.items.all() {
 		if it.status == Failed {
 			failed[it.dev]++

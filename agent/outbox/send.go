@@ -67,8 +67,20 @@ func (o *Outbox) startSendsLocked() {
 // unlock releases o.mu, then makes the non-blocking sends decided under it. Every method
 // that may decide a send unlocks with it.
 func (o *Outbox) unlock() {
-	jobs := o.inline
-	o.inline = nil // the next holder of o.mu starts a list of its own
+	// One send (an ack's next command, the common case) is copied out, and o.inline keeps
+	// its array for the next holder of o.mu: no allocation per ack. More (an EnqueueBatch
+	// that found many idle devices) take the list along; the next holder starts its own.
+	var one [1]sendJob
+	var jobs []sendJob
+	switch len(o.inline) {
+	case 0:
+	case 1:
+		one[0], o.inline[0] = o.inline[0], sendJob{}
+		o.inline = o.inline[:0]
+		jobs = one[:]
+	default:
+		jobs, o.inline = o.inline, nil
+	}
 	retired := o.t.spill.takeRetired()
 	o.mu.Unlock()
 	o.sendInline(jobs)

@@ -23,9 +23,9 @@ import (
 // (Settings.MaxTries is capped below that). The payload is not here but in the payload
 // file (spill.go); pay says where.
 type item struct {
-	// blob points to id, task id and person id in one allocation; the lengths split it. A
-	// pointer rather than a string: the lengths already say where it ends, and the 8 bytes
-	// of a string's length hold pay within the 64.
+	// blob points to id, task id and person id one after another (cut from a chunk:
+	// blobs.go); the lengths split it. A pointer rather than a string: the lengths already
+	// say where it ends, and the 8 bytes of a string's length hold pay within the 64.
 	blob  *byte
 	dev   *device
 	ord   uint64
@@ -52,19 +52,6 @@ const maxFieldLen = 0xffff
 const maxTries = 0xffff
 
 func triesOf(n uint32) uint16 { return uint16(min(n, maxTries)) }
-
-// newItem copies id, task and person into one allocation of the item's own: they may alias
-// a replay buffer, which the journal reuses for the next segment.
-func newItem(id, task, person string) *item {
-	b := make([]byte, len(id)+len(task)+len(person))
-	n := copy(b, id)
-	n += copy(b[n:], task)
-	copy(b[n:], person)
-	return &item{
-		blob:  unsafe.SliceData(b),
-		idLen: uint16(len(id)), taskLen: uint16(len(task)), personLen: uint16(len(person)),
-	}
-}
 
 // field returns the n bytes of the blob from i on as a string; the blob is never modified.
 func (it *item) field(i, n int) string {
@@ -181,6 +168,7 @@ func (d *device) dropRetriable(it *item) {
 
 type table struct {
 	items   itemIndex // by id
+	blobs   blobArena // the items' ids (blobs.go)
 	devices map[string]*device
 	results []result // terminal and unreported, in finish order
 	maxOrd  uint64
@@ -199,48 +187,16 @@ type table struct {
 
 	// recent remembers the ids of the last recentCap messages that left the table, so a
 	// redelivered task is still recognised as a duplicate after its result was reported.
-	recent    []string
-	recentPos int
-	recentSet map[string]struct{}
+	recent recentIDs
 }
 
-// recentCap is part of the table's definition (replay must forget the same ids), so it is
-// a constant, not an option.
-const recentCap = 8192
-
-func (t *table) remember(id string) {
-	if t.recentSet == nil {
-		t.recentSet = map[string]struct{}{}
-	}
-	if _, ok := t.recentSet[id]; ok {
-		return
-	}
-	id = strings.Clone(id) // do not pin a message's blob (or a replay buffer)
-	if len(t.recent) < recentCap {
-		t.recent = append(t.recent, id)
-	} else {
-		delete(t.recentSet, t.recent[t.recentPos])
-		t.recent[t.recentPos] = id
-		t.recentPos = (t.recentPos + 1) % recentCap
-	}
-	t.recentSet[id] = struct{}{}
-}
+func (t *table) remember(id string) { t.recent.add(id) }
 
 // seen reports whether id is in the table or among the recently finished.
-func (t *table) seen(id string) bool {
-	if t.items.get(id) != nil {
-		return true
-	}
-	_, ok := t.recentSet[id]
-	return ok
-}
+func (t *table) seen(id string) bool { return t.items.get(id) != nil || t.recent.has(id) }
 
-// recentIDs lists the remembered ids, oldest first.
-func (t *table) recentIDs() []string {
-	out := make([]string, 0, len(t.recent))
-	out = append(out, t.recent[t.recentPos:]...)
-	return append(out, t.recent[:t.recentPos]...)
-}
+// recentList lists the remembered ids, oldest first.
+func (t *table) recentList() []string { return t.recent.list() }
 
 func newTable() *table {
 	return &table{items: byID(), devices: map[string]*device{}, opIdx: map[string]uint16{}, errs: map[*item]string{},
@@ -268,12 +224,18 @@ func (t *table) lastErr(it *item) string { return t.errs[it] }
 // expiresAt is the message's Task.ExpiresAt in unix ns, 0 for none.
 func (t *table) expiresAt(it *item) int64 { return t.expires[it] }
 
+// setErr sets it's last error. Like ids, errors are cut from the blob chunks (blobs.go):
+// a superseded command's ("superseded by" and the later id) is made during an intake burst.
 func (t *table) setErr(it *item, e string) {
+	if old, ok := t.errs[it]; ok {
+		t.blobs.left(len(old))
+	}
 	if e == "" {
 		delete(t.errs, it)
 	} else {
-		t.errs[it] = strings.Clone(e)
+		t.errs[it] = t.blobs.clone(e)
 	}
+	t.maybeCompactBlobs()
 }
 
 // forget drops a message from the table.
@@ -284,10 +246,17 @@ func (t *table) forget(it *item) {
 	}
 	t.items.del(it.id())
 	t.dropPayload(it)
-	delete(t.errs, it)
+	if e, ok := t.errs[it]; ok {
+		t.blobs.left(len(e))
+		delete(t.errs, it)
+	}
 	delete(t.expires, it)
 	delete(t.outdated, it)
 	t.remember(it.id())
+	// Its blob is dead (it keeps it, valid, for whoever still holds it). Accounted before
+	// a compaction, which recounts what is live from the items left in the table.
+	t.blobs.left(it.blobLen())
+	t.maybeCompactBlobs()
 }
 
 // device returns the device, creating it. id may alias a replay buffer: it is copied.
@@ -325,7 +294,11 @@ func (d *device) dequeue(it *item) {
 	if i < len(d.queue) && d.queue[i] == it {
 		if i == 0 {
 			d.queue[0] = nil
-			d.queue = d.queue[1:]
+			if len(d.queue) == 1 {
+				d.queue = d.queue[:0] // the array from its start, for the device's next command
+			} else {
+				d.queue = d.queue[1:]
+			}
 		} else {
 			d.queue = slices.Delete(d.queue, i, i+1)
 		}
@@ -346,10 +319,14 @@ func (d *device) dequeue(it *item) {
 			}
 		}
 	}
-	if len(d.queue) == 0 {
-		d.queue = nil // let a drained queue's array go
+	if len(d.queue) == 0 && cap(d.queue) > keepQueueCap {
+		d.queue = nil // let a drained queue's large array go
 	}
 }
+
+// keepQueueCap is the largest array a drained queue keeps: a device that gets a command at
+// a time (the usual flow) does not allocate one for each.
+const keepQueueCap = 16
 
 // latestQueued returns the queued item for person with the highest ord, or nil.
 func (d *device) latestQueued(person string) *item {
@@ -406,7 +383,7 @@ func (t *table) apply(r *record) error {
 		if len(r.ID) > maxFieldLen || len(r.Task) > maxFieldLen || len(r.Person) > maxFieldLen {
 			return fmt.Errorf("outbox: message %.64q: an id, task id or person id is longer than %d bytes", r.ID, maxFieldLen)
 		}
-		it := newItem(r.ID, r.Task, r.Person)
+		it := newItem(&t.blobs, r.ID, r.Task, r.Person)
 		it.op, it.dev = t.intern(r.Op), t.device(r.Device)
 		it.ord, it.added = r.Ord, r.Added
 		if r.Expires != 0 {
@@ -533,8 +510,8 @@ func (t *table) trimResults() {
 // message whose payload is in the payload file comes with its Payload nil and ref saying
 // where to read it (0 for the others).
 func (t *table) snapshotRecords(emit func(r *record, ref payRef) error) error {
-	if len(t.recent) > 0 {
-		if err := emit(&record{Kind: kindRecent, IDs: t.recentIDs()}, 0); err != nil {
+	if len(t.recent.ring) > 0 {
+		if err := emit(&record{Kind: kindRecent, IDs: t.recentList()}, 0); err != nil {
 			return err
 		}
 	}
@@ -616,6 +593,6 @@ func (t *table) dump() string {
 	for _, r := range t.results {
 		fmt.Fprintf(&b, "%s,", r.it.id())
 	}
-	fmt.Fprintf(&b, "\nactive %d\nrecent %v\n", t.active, t.recentIDs())
+	fmt.Fprintf(&b, "\nactive %d\nrecent %v\n", t.active, t.recentList())
 	return b.String()
 }
