@@ -1191,16 +1191,10 @@ func (s *Server) reusePacketID(cl *Client, pk *packets.Packet) (inUse, displaced
 	return false, false, nil
 }
 
-// publishHooks runs the OnPublish hooks, which may replace pk. faceagent patch (stack): out
-// of admitPublish with the packets they take and return by value.
-//
-//go:noinline
+// publishHooks runs the OnPublish hooks, which may replace pk. faceagent patch (stack): by
+// pointer (Hooks.onPublish), each hook in a frame of its own.
 func (s *Server) publishHooks(cl *Client, pk *packets.Packet) error {
-	pkx, err := s.hooks.OnPublish(cl, *pk)
-	if err == nil {
-		*pk = pkx
-	}
-	return err
+	return s.hooks.onPublish(cl, pk)
 }
 
 // writeAckFor writes the acknowledgement of type pkt with reason for the publish pk.
