@@ -90,13 +90,14 @@
 //
 // A queued command costs the heap about 170 bytes (its outbox entry and ids); its payload
 // waits in the outbox's payload file beside the journal (payloads.cache, read back with
-// pread when the command is sent). A connected terminal costs two mochi goroutines (8 KiB
-// of stack for its reader, 16 KiB while it acks commands; 4 KiB for its writer; our copy
-// of mochi, third_party/mochi, passes packets by pointer) and ~5 KB of heap. A reader
-// that needs more than 8 KiB once grows to 16 KiB until the collections after it shrink
-// it again, so a terminal's heartbeats (every 5 s) must fit: the outbox, the forward log
-// and the device state take them on the MQTT link's pump, not on the reader (an ack may
-// so be handled before a heartbeat sent just before it; both mark the terminal online).
+// pread when the command is sent). A connected terminal costs two mochi goroutines (4 KiB
+// of stack each once a collection found them parked; its reader 8 KiB after a heartbeat
+// and 16 KiB after an ack; our copy of mochi, third_party/mochi, passes packets by
+// pointer) and ~5 KB of heap. A reader keeps what it grew to until the collections after
+// it, so a terminal's heartbeats (every 5 s) must fit in 8 KiB: the outbox, the forward
+// log and the device state take them on the MQTT link's pump, not on the reader (an ack
+// may so be handled before a heartbeat sent just before it; both mark the terminal
+// online).
 // Terminals, recognised by their first SUBSCRIBE, get a 32-message write queue and a
 // 512-byte read buffer instead of the broker's defaults. The daemon (agent/cmd/faceagent, internal/memtrim) unmaps the
 // start-up-only pages of its binary once ready and returns free heap to the kernel after
