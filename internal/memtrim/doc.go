@@ -27,7 +27,7 @@
 // every two minutes arms it once, and the release is skipped when there is nothing to give
 // back). After a release (or a skipped one) it looks at the heap once more: a process that
 // goes on allocating a little, too little to be collected for minutes, is collected once
-// its heap has grown by 64 KiB, which arms the next release; otherwise its garbage would
+// its heap has grown by 64 KiB (and what that frees is given back); otherwise its garbage would
 // take fresh pages until the heap doubled. It looks again, backing off up to two minutes,
 // while the heap grows by less, and stops when it has not grown at all.
 //

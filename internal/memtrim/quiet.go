@@ -130,8 +130,8 @@ func (q *QuietRelease) release() {
 
 // watchGrowth looks at the heap again after wait, when a release has run (or found
 // nothing to give back): if it has grown by minGrowth since (heapAlloc, after collection
-// numGC) with no collection meanwhile, it collects, which arms the next release as any
-// collection does. A process that keeps allocating a little (64 terminals' heartbeats:
+// numGC) with no collection meanwhile, it collects and returns the free heap to the
+// kernel (debug.FreeOSMemory; the collection arms the next release as any does). A process that keeps allocating a little (64 terminals' heartbeats:
 // ~15 KB/s) would otherwise not be collected for minutes, until its heap doubled, and
 // its garbage would take fresh pages all that time: with the agent, resident memory grew
 // by 2 MB a minute. While the heap grows by less, it looks again after twice the wait, up
@@ -153,7 +153,10 @@ func (q *QuietRelease) watchGrowth(heapAlloc uint64, numGC uint32, wait time.Dur
 		case m.NumGC != numGC || m.HeapAlloc <= heapAlloc:
 			// a collection came first (and armed the release), or nothing happened
 		case m.HeapAlloc-heapAlloc >= minGrowth:
-			runtime.GC()
+			// Collect and give back at once what that frees (garbage, and the stacks
+			// it shrinks): the process is quiet enough, it has not been collected
+			// for a whole wait.
+			debug.FreeOSMemory()
 		default:
 			q.watchGrowth(heapAlloc, numGC, min(2*wait, maxGrowthWait))
 		}
