@@ -30,7 +30,7 @@ type links struct {
 	all         []device.Link
 	devices     map[device.Link][]string // the devices each link carries (for Up/Down of a shared connection)
 	nonBlocking map[string]bool          // devices whose link's Send only queues (the embedded broker)
-	// direct handles acks and heartbeats on the goroutine that received them (mqttlink's
+	// direct handles acks on the goroutine that received them (mqttlink's
 	// Config.Deliver), once the pumps have started; nil before.
 	direct atomic.Pointer[func(device.Event)]
 	// journal is the outbox's journal, set when the outbox opens it (openOutbox): Send
@@ -48,7 +48,21 @@ func (l *links) SendsWithoutBlocking(deviceID string) bool { return l.nonBlockin
 // deliver is mqttlink's Config.Deliver: an ack goes straight to the outbox (and the next
 // command out) on the terminal's own delivery goroutine, not through the link's Events
 // channel and the one pump goroutine behind it.
+//
+// A heartbeat is left to Events and the pump (false). With the embedded broker the
+// delivery goroutine is the terminal's mochi reader, whose stack the GC shrinks to 8 KiB
+// between packets: handled there, a heartbeat (every 5 s by default) needed more and grew
+// all 64 readers back to 16 KiB (+0.5 MB resident) after every collection. Nothing waits
+// for a heartbeat's handling, so the hop costs nothing that matters; acks stay direct,
+// each one's next command is on the critical path of the throughput. The pump keeps a
+// terminal's heartbeats in order, and after the link's Up queued before them. An ack the
+// terminal sent after a heartbeat may be handled before it: both mark the terminal
+// online (outbox), so only their order upstream (faceagent/{gw}/devices/{id}/...) can
+// differ, on two different topics.
 func (l *links) deliver(ev device.Event) bool {
+	if ev.Kind != device.Ack {
+		return false
+	}
 	h := l.direct.Load()
 	if h == nil {
 		return false // not started yet: Events, drained by the pump once it starts
@@ -202,9 +216,9 @@ func settings(d config.Dispatch) outbox.Settings {
 }
 
 // pumps move link events into the outbox and upstream. One goroutine per link; they end
-// when the link's Events channel closes (on link Close). MQTT terminals' acks and
-// heartbeats bypass them once started (links.deliver): the pumps then carry link Up/Down,
-// errors, serial links' events, and what arrived before the start.
+// when the link's Events channel closes (on link Close). MQTT terminals' acks bypass them
+// once started (links.deliver): the pumps then carry link Up/Down, errors, MQTT
+// terminals' heartbeats, serial links' events, and what arrived before the start.
 type pumps struct {
 	wg sync.WaitGroup
 }

@@ -66,10 +66,11 @@
 //     (one MQTT link through the broker's inline client, one serial link per port).
 //  3. Link events go to the outbox (acks, heartbeats, link up/down) and acks and
 //     heartbeats are forwarded to faceagent/{gw}/devices/{id}/ack|heartbeat. The MQTT
-//     link hands acks and heartbeats over on the goroutine that read them (no channel,
-//     no pump): the outbox takes the ack and the device's next command is published
-//     before that goroutine returns, which keeps the agent's share of a command cycle to
-//     microseconds. Serial links and link up/down still go through one pump per link.
+//     link hands acks over on the goroutine that read them (no channel, no pump): the
+//     outbox takes the ack and the device's next command is published before that
+//     goroutine returns, which keeps the agent's share of a command cycle to
+//     microseconds. Heartbeats, serial links' events and link up/down go through one
+//     pump per link (heartbeats: see "Memory").
 //  4. The reporter publishes each finished task's result on faceagent/{gw}/results and
 //     marks it reported only after that; unreported results are sent again after a
 //     restart.
@@ -89,11 +90,16 @@
 //
 // A queued command costs the heap about 170 bytes (its outbox entry and ids); its payload
 // waits in the outbox's payload file beside the journal (payloads.cache, read back with
-// pread when the command is sent). A connected terminal costs two mochi goroutines (8–16
-// KiB of stack for its reader while it talks, 4 KiB for its writer; our copy of mochi,
-// third_party/mochi, passes packets by pointer) and ~5 KB of heap: terminals, recognised by
-// their first SUBSCRIBE, get a 32-message write queue and a 512-byte read buffer instead
-// of the broker's defaults. The daemon (agent/cmd/faceagent, internal/memtrim) unmaps the
+// pread when the command is sent). A connected terminal costs two mochi goroutines (4 KiB
+// of stack each once a collection found them parked; its reader 8 KiB after a heartbeat
+// and 16 KiB after an ack; our copy of mochi, third_party/mochi, passes packets by
+// pointer) and ~5 KB of heap. A reader keeps what it grew to until the collections after
+// it, so a terminal's heartbeats (every 5 s) must fit in 8 KiB: the outbox, the forward
+// log and the device state take them on the MQTT link's pump, not on the reader (an ack
+// may so be handled before a heartbeat sent just before it; both mark the terminal
+// online).
+// Terminals, recognised by their first SUBSCRIBE, get a 32-message write queue and a
+// 512-byte read buffer instead of the broker's defaults. The daemon (agent/cmd/faceagent, internal/memtrim) unmaps the
 // start-up-only pages of its binary once ready and returns free heap to the kernel after
 // 5 s without a garbage collection (collecting again while that still shrinks goroutine
 // stacks), so a burst's memory does not stay resident. /metrics has

@@ -25,7 +25,11 @@
 // QuietRelease has no ticker: it waits on garbage collections, which only happen when
 // something allocates, so an idle agent is not woken (the runtime's own forced collection
 // every two minutes arms it once, and the release is skipped when there is nothing to give
-// back).
+// back). After a release (or a skipped one) it looks at the heap once more: a process that
+// goes on allocating a little, too little to be collected for minutes, is collected once
+// its heap has grown by 64 KiB (and what that frees is given back); otherwise its garbage would
+// take fresh pages until the heap doubled. It looks again, backing off up to two minutes,
+// while the heap grows by less, and stops when it has not grown at all.
 //
 // Caveats: ReleaseImage is Linux-only (elsewhere it does nothing and reports 0). It
 // reads /proc/self/smaps and leaves alone any read-only segment holding copy-on-write

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"strconv"
 	"strings"
@@ -250,4 +251,45 @@ func TestQuietReleaseShrinksStacks(t *testing.T) {
 			grownInuse>>10, m.StackInuse>>10, limit>>10)
 	}
 	t.Logf("stacks in use: %d KiB grown, %d KiB after the release", grownInuse>>10, m.StackInuse>>10)
+}
+
+// TestQuietReleaseCollectsSlowGrowth: after a release, a process that goes on allocating
+// a little (not enough to start a collection for a long time) is collected again once its
+// heap has grown by minGrowth, so the release can run again; without that its garbage
+// took fresh pages until the heap doubled. Automatic collections are off here, so only
+// QuietRelease can collect.
+func TestQuietReleaseCollectsSlowGrowth(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	released := make(chan Release, 4)
+	q := StartQuietRelease(50*time.Millisecond, func(r Release) { released <- r })
+	defer q.Stop()
+	for range 1024 {
+		sink = append(sink, make([]byte, 4096))
+	}
+	sink = nil
+	runtime.GC()
+	select {
+	case <-released:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no release within 10 s after a 4 MiB burst went quiet")
+	}
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	after := m.NumGC
+	// Garbage, 4 KiB every millisecond or so, until QuietRelease collects.
+	deadline := time.Now().Add(5 * time.Second)
+	allocated := 0
+	for {
+		runtime.ReadMemStats(&m)
+		if m.NumGC > after {
+			sink = nil
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no collection within 5 s while the heap grew by %d bytes since the release", allocated)
+		}
+		sink = append(sink[:0], make([]byte, 4096))
+		allocated += 4096
+		time.Sleep(time.Millisecond)
+	}
 }

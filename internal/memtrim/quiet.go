@@ -11,6 +11,14 @@ import (
 // collection.
 const minFree = 256 << 10
 
+// minGrowth is how much a slowly allocating process's heap must have grown since a release
+// (with no collection since) for QuietRelease to collect again (watchGrowth).
+const minGrowth = 64 << 10
+
+// maxGrowthWait bounds the backoff of watchGrowth's checks while the heap grows by less
+// than minGrowth between two of them.
+const maxGrowthWait = 2 * time.Minute
+
 // maxStackRounds bounds the extra collections a release runs while they still shrink
 // goroutine stacks: a stack grown to 64 KiB needs five halvings to reach 2 KiB.
 const maxStackRounds = 4
@@ -30,6 +38,7 @@ type QuietRelease struct {
 	mu      sync.Mutex
 	stopped bool
 	timer   *time.Timer
+	growth  *time.Timer // watchGrowth's next check; nil when none is armed
 }
 
 // StartQuietRelease starts watching garbage collections: once after seconds pass without
@@ -52,6 +61,9 @@ func (q *QuietRelease) Stop() {
 	defer q.mu.Unlock()
 	q.stopped = true
 	q.timer.Stop()
+	if q.growth != nil {
+		q.growth.Stop()
+	}
 }
 
 // sentinel is collected by the next garbage collection; its cleanup is how QuietRelease
@@ -90,6 +102,7 @@ func (q *QuietRelease) release() {
 	runtime.ReadMemStats(&m)
 	free, releasedBefore := m.HeapIdle-m.HeapReleased, m.HeapReleased
 	if free < minFree {
+		q.watchGrowth(m.HeapAlloc, m.NumGC, q.after)
 		return
 	}
 	debug.FreeOSMemory()
@@ -105,6 +118,7 @@ func (q *QuietRelease) release() {
 			break
 		}
 	}
+	q.watchGrowth(m.HeapAlloc, m.NumGC, q.after)
 	if q.onRelease != nil {
 		var gained uint64
 		if m.HeapReleased > releasedBefore {
@@ -112,4 +126,39 @@ func (q *QuietRelease) release() {
 		}
 		q.onRelease(Release{Free: free, Released: gained})
 	}
+}
+
+// watchGrowth looks at the heap again after wait, when a release has run (or found
+// nothing to give back): if it has grown by minGrowth since (heapAlloc, after collection
+// numGC) with no collection meanwhile, it collects and returns the free heap to the
+// kernel (debug.FreeOSMemory; the collection arms the next release as any does). A process that keeps allocating a little (64 terminals' heartbeats:
+// ~15 KB/s) would otherwise not be collected for minutes, until its heap doubled, and
+// its garbage would take fresh pages all that time: with the agent, resident memory grew
+// by 2 MB a minute. While the heap grows by less, it looks again after twice the wait, up
+// to maxGrowthWait; it stops when the heap has not grown at all, or a collection came
+// first (that one arms the release), so an idle process is not woken again.
+func (q *QuietRelease) watchGrowth(heapAlloc uint64, numGC uint32, wait time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.stopped {
+		return
+	}
+	if q.growth != nil {
+		q.growth.Stop()
+	}
+	q.growth = time.AfterFunc(wait, func() {
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		switch {
+		case m.NumGC != numGC || m.HeapAlloc <= heapAlloc:
+			// a collection came first (and armed the release), or nothing happened
+		case m.HeapAlloc-heapAlloc >= minGrowth:
+			// Collect and give back at once what that frees (garbage, and the stacks
+			// it shrinks): the process is quiet enough, it has not been collected
+			// for a whole wait.
+			debug.FreeOSMemory()
+		default:
+			q.watchGrowth(heapAlloc, numGC, min(2*wait, maxGrowthWait))
+		}
+	})
 }

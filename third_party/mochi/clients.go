@@ -464,12 +464,15 @@ func (cl *Client) readAndHandle(fh *packets.FixedHeader, packetHandler ReadFn) e
 }
 
 // readInbound reads the packet fh starts into cl.inbound. faceagent patch (stack): the
-// packet ReadPacket returns by value is in this frame, which returns before the handler
-// runs.
+// packet is decoded in place (readPacket), not returned by value; on an error cl.inbound
+// is cleared, and the read loop ends.
 //
 //go:noinline
-func (cl *Client) readInbound(fh *packets.FixedHeader) (err error) {
-	cl.inbound, err = cl.ReadPacket(fh)
+func (cl *Client) readInbound(fh *packets.FixedHeader) error {
+	err := cl.readPacket(fh, &cl.inbound)
+	if err != nil {
+		cl.inbound = packets.Packet{}
+	}
 	return err
 }
 
@@ -547,21 +550,30 @@ func (cl *Client) ReadFixedHeader(fh *packets.FixedHeader) error {
 
 // ReadPacket reads the remaining buffer into an MQTT packet.
 func (cl *Client) ReadPacket(fh *packets.FixedHeader) (pk packets.Packet, err error) {
+	err = cl.readPacket(fh, &pk)
+	return pk, err
+}
+
+// readPacket is ReadPacket decoding into *pk, which must be a zero packet. faceagent patch
+// (stack): a terminal's reader decodes into its client's own packet (readInbound), and
+// the OnPacketRead hooks get it by pointer (Hooks.onPacketRead); ReadPacket's result, its
+// copies and the hooks' copies made a packet read take more than 8 KiB of stack, so
+// every read grew a reader's stack back to 16 KiB after the GC had shrunk it. Also
+// (allocations): the packet is decoded from the buffer it was read into, without a copy
+// of it; that buffer is the packet's own, made for each read.
+func (cl *Client) readPacket(fh *packets.FixedHeader, pk *packets.Packet) (err error) {
 	atomic.AddInt64(&cl.ops.info.PacketsReceived, 1)
 
 	pk.ProtocolVersion = cl.Properties.ProtocolVersion // inherit client protocol version for decoding
 	pk.FixedHeader = *fh
-	p := make([]byte, pk.FixedHeader.Remaining)
-	n, err := io.ReadFull(cl.Net.bconn, p)
+	px := make([]byte, pk.FixedHeader.Remaining)
+	n, err := io.ReadFull(cl.Net.bconn, px)
 	if err != nil {
-		return pk, err
+		return err
 	}
 
 	atomic.AddInt64(&cl.ops.info.BytesReceived, int64(n))
 
-	// Decode the remaining packet values using a fresh copy of the bytes,
-	// otherwise the next packet will change the data of this one.
-	px := append([]byte{}, p[:]...)
 	switch pk.FixedHeader.Type {
 	case packets.Connect:
 		err = pk.ConnectDecode(px)
@@ -599,11 +611,10 @@ func (cl *Client) ReadPacket(fh *packets.FixedHeader) (pk packets.Packet, err er
 	}
 
 	if err != nil {
-		return pk, err
+		return err
 	}
 
-	pk, err = cl.ops.hooks.OnPacketRead(cl, pk)
-	return
+	return cl.ops.hooks.onPacketRead(cl, pk)
 }
 
 // WritePacket encodes and writes a packet to the client.
