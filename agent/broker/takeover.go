@@ -85,7 +85,14 @@ func (g *takeoverGuard) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	}
 	g.settling[cl.ID] = &settling{next: cl, done: make(chan struct{})}
 	if !pk.Connect.Clean { // a clean start discards the old session's messages by design
-		g.incoming[cl.ID] = &takeover{next: cl}
+		t := &takeover{next: cl}
+		// A takeover of a takeover: what the connection taken over was still to get (routed
+		// to the one before it, delivered only once it is established, which it no longer
+		// will be) goes to this one, which clones its in-flight set but not these.
+		if prev := g.incoming[cl.ID]; prev != nil {
+			t.pending = prev.pending
+		}
+		g.incoming[cl.ID] = t
 	}
 }
 
