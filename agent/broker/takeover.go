@@ -210,6 +210,14 @@ func (g *takeoverGuard) deliver(cl *mqtt.Client, pk packets.Packet) {
 		}
 		cl.State.Inflight.DecreaseSendQuota()
 	}
+	// cl taken over meanwhile (before Set, since mochi marks it before copying its set): the
+	// connection taking over may have copied and cleared the set already, leaving pk in it,
+	// never sent. It goes on as a message routed to cl now would (a copy it holds already is
+	// not delivered twice).
+	if cl.IsTakenOver() {
+		g.rescue(cl, pk)
+		return
+	}
 	// A message that finds the client closed, or its queue of pending writes full, stays in
 	// flight: it goes out with the next session (mochi resends in-flight messages on
 	// reconnect; a client that stopped reading is cut at its write timeout).
