@@ -44,6 +44,10 @@ func (h *sessionStore) OnQosPublish(cl *mqtt.Client, pk packets.Packet, sent int
 		return
 	}
 	switch from, known := h.publisher(pk); {
+	case pk.FixedHeader.Type == packets.Publish && pk.FixedHeader.Dup:
+		// A resumed session's resend (mochi's ResendInflightMessages, one message after the
+		// other before the new connection is read): the record was committed when the
+		// message was routed, and waiting for this rewrite took a commit per message.
 	case known && from.Net.Inline:
 		// The inline publisher takes Publish's return as "stored": the agent marks a
 		// result reported then.

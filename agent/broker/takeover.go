@@ -85,7 +85,14 @@ func (g *takeoverGuard) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	}
 	g.settling[cl.ID] = &settling{next: cl, done: make(chan struct{})}
 	if !pk.Connect.Clean { // a clean start discards the old session's messages by design
-		g.incoming[cl.ID] = &takeover{next: cl}
+		t := &takeover{next: cl}
+		// A takeover of a takeover: what the connection taken over was still to get (routed
+		// to the one before it, delivered only once it is established, which it no longer
+		// will be) goes to this one, which clones its in-flight set but not these.
+		if prev := g.incoming[cl.ID]; prev != nil {
+			t.pending = prev.pending
+		}
+		g.incoming[cl.ID] = t
 	}
 }
 
@@ -202,6 +209,14 @@ func (g *takeoverGuard) deliver(cl *mqtt.Client, pk packets.Packet) {
 			g.store.OnQosPublish(cl, pk, pk.Created, 0)
 		}
 		cl.State.Inflight.DecreaseSendQuota()
+	}
+	// cl taken over meanwhile (before Set, since mochi marks it before copying its set): the
+	// connection taking over may have copied and cleared the set already, leaving pk in it,
+	// never sent. It goes on as a message routed to cl now would (a copy it holds already is
+	// not delivered twice).
+	if cl.IsTakenOver() {
+		g.rescue(cl, pk)
+		return
 	}
 	// A message that finds the client closed, or its queue of pending writes full, stays in
 	// flight: it goes out with the next session (mochi resends in-flight messages on

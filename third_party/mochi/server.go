@@ -938,11 +938,15 @@ func (s *Server) packetProcessed(cl *Client, pk *packets.Packet, err error) erro
 func (s *Server) sendNextImmediate(cl *Client) {
 	next, ok := cl.State.Inflight.NextImmediate()
 	if ok {
-		_ = cl.WritePacket(next)
-		if ok := cl.State.Inflight.Delete(next.PacketID); ok {
-			atomic.AddInt64(&s.Info.Inflight, -1)
-		}
+		// faceagent patch (send quota): the message stays in flight until its PUBACK, no
+		// longer waiting for quota (Expiry -1 replaced what publishToClient had; 0: none).
+		// Upstream deleted it once written: its PUBACK found nothing and gave the quota it
+		// took back to no one (a client with Receive Maximum 1 got nothing more), and a
+		// session resumed before that PUBACK was not sent it again.
+		next.Expiry = 0
+		cl.State.Inflight.Set(next)
 		cl.State.Inflight.DecreaseSendQuota()
+		_ = cl.WritePacket(next)
 	}
 }
 
