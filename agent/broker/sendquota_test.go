@@ -1,8 +1,6 @@
 package broker
 
 import (
-	"bufio"
-	"net"
 	"testing"
 
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -11,21 +9,7 @@ import (
 // connectReceiveMax connects the kept session id with Receive Maximum max (MQTT 5).
 func connectReceiveMax(t *testing.T, addr, id string, clean bool, max uint16) *memClient {
 	t.Helper()
-	conn, err := net.DialTimeout("tcp", addr, promptly)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &memClient{conn: conn, r: bufio.NewReader(conn)}
-	t.Cleanup(c.close)
-	c.write(t, packets.Packet{
-		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
-		ProtocolVersion: 5,
-		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: clean,
-			Keepalive: 60, ClientIdentifier: id},
-		Properties: packets.Properties{SessionExpiryInterval: 3600, SessionExpiryIntervalFlag: true,
-			ReceiveMaximum: max},
-	})
-	expectWithin(t, c, packets.Connack, id+"'s CONNACK")
+	c, _ := connectKeptMax(t, addr, id, clean, max)
 	return c
 }
 

@@ -200,6 +200,13 @@ func TestWedgedTerminalStallsNoOne(t *testing.T) {
 // clean or resuming, and returns it with CONNACK's session present flag.
 func connectKept(t *testing.T, addr, id string, clean bool) (*memClient, bool) {
 	t.Helper()
+	return connectKeptMax(t, addr, id, clean, 0)
+}
+
+// connectKeptMax is connectKept with Receive Maximum max (0: none sent, the protocol's
+// 65,535).
+func connectKeptMax(t *testing.T, addr, id string, clean bool, max uint16) (*memClient, bool) {
+	t.Helper()
 	conn, err := net.DialTimeout("tcp", addr, promptly)
 	if err != nil {
 		t.Fatal(err)
@@ -211,7 +218,8 @@ func connectKept(t *testing.T, addr, id string, clean bool) (*memClient, bool) {
 		ProtocolVersion: 5,
 		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: clean,
 			Keepalive: 60, ClientIdentifier: id},
-		Properties: packets.Properties{SessionExpiryInterval: 3600, SessionExpiryIntervalFlag: true},
+		Properties: packets.Properties{SessionExpiryInterval: 3600, SessionExpiryIntervalFlag: true,
+			ReceiveMaximum: max},
 	})
 	ack := expectWithin(t, c, packets.Connack, id+"'s CONNACK")
 	return c, len(ack) > 0 && ack[0]&1 == 1
