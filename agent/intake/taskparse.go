@@ -65,25 +65,9 @@ func plainTask(p *jsonplain.Scanner, t *Task) bool {
 		case "deviceId":
 			return p.Str(&t.DeviceID)
 		case "op":
-			var op string
-			ok := p.Str(&op)
-			t.Op = face.Op(op)
-			return ok
+			return face.ScanPlainOp(p, &t.Op)
 		case "person":
-			// Into the same Person: a repeated "person" merges, as with encoding/json.
-			return p.Object(func(key []byte) bool {
-				switch string(key) {
-				case "id":
-					return p.Str(&t.Person.ID)
-				case "name":
-					return p.Str(&t.Person.Name)
-				case "validFrom":
-					return p.Str(&t.Person.ValidFrom)
-				case "validTo":
-					return p.Str(&t.Person.ValidTo)
-				}
-				return false
-			})
+			return face.ScanPlainPerson(p, &t.Person)
 		}
 		return false
 	})

@@ -148,25 +148,9 @@ func parsePlainCommand(b []byte) (c Command, ok bool) {
 		case "messageId":
 			return p.Str(&c.MessageID)
 		case "op":
-			var op string
-			ok := p.Str(&op)
-			c.Op = Op(op)
-			return ok
+			return ScanPlainOp(&p, &c.Op)
 		case "person":
-			// Into the same Person: a repeated "person" merges, as with encoding/json.
-			return p.Object(func(key []byte) bool {
-				switch string(key) {
-				case "id":
-					return p.Str(&c.Person.ID)
-				case "name":
-					return p.Str(&c.Person.Name)
-				case "validFrom":
-					return p.Str(&c.Person.ValidFrom)
-				case "validTo":
-					return p.Str(&c.Person.ValidTo)
-				}
-				return false
-			})
+			return ScanPlainPerson(&p, &c.Person)
 		}
 		return false
 	})
@@ -218,4 +202,32 @@ func parsePlainHeartbeat(b []byte) (h Heartbeat, ok bool) {
 		return Heartbeat{}, false
 	}
 	return h, true
+}
+
+// ScanPlainOp reads an op string into op from the plain JSON p is at (see above); a task
+// message (agent/intake) has the same member as a command.
+func ScanPlainOp(p *jsonplain.Scanner, op *Op) bool {
+	var s string
+	ok := p.Str(&s)
+	*op = Op(s)
+	return ok
+}
+
+// ScanPlainPerson reads a person object into pr from the plain JSON p is at: into the same
+// Person, so a repeated "person" member merges, as with encoding/json. Task messages
+// (agent/intake) carry the same object as commands.
+func ScanPlainPerson(p *jsonplain.Scanner, pr *Person) bool {
+	return p.Object(func(key []byte) bool {
+		switch string(key) {
+		case "id":
+			return p.Str(&pr.ID)
+		case "name":
+			return p.Str(&pr.Name)
+		case "validFrom":
+			return p.Str(&pr.ValidFrom)
+		case "validTo":
+			return p.Str(&pr.ValidTo)
+		}
+		return false
+	})
 }
