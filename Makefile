@@ -41,7 +41,7 @@ QEMU_ARM64    ?= $(shell command -v qemu-aarch64-static 2>/dev/null || command -
 # do so under qemu-user without binfmt_misc. ARM_TEST_FLAGS=-short trims the run if needed.
 ARM_TEST_FLAGS ?=
 
-.PHONY: all build test fmt-check vet vet-arm staticcheck unit bench fuzz cross cross-pkgs cross-boards \
+.PHONY: all build test fmt-check vet vet-arm staticcheck unit unit-norace bench fuzz cross cross-pkgs cross-boards \
 	dist repro repro-quick size size-report test-arm smoke-arm generate clean
 
 all: build
@@ -50,7 +50,7 @@ build:
 	$(GO) build $(PKGS)
 
 # vet-arm, test-arm, size and repro-quick cost about 2 minutes together (docs/benchmarks.md).
-test: fmt-check vet vet-arm staticcheck unit test-arm size repro-quick
+test: fmt-check vet vet-arm staticcheck unit unit-norace test-arm size repro-quick
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -74,6 +74,12 @@ MOCHI_PKGS ?= github.com/mochi-mqtt/server/v2/...
 
 unit:
 	$(GO) test -race -timeout 12m $(PKGS) $(MOCHI_PKGS)
+
+# unit-norace: tests that measure what the race detector changes (stack frames, so they
+# skip themselves under -race) run once more in a plain build.
+NORACE_TESTS ?= ^TestHeartbeatsKeepReaderStacksSmall$$
+unit-norace:
+	$(GO) test -count=1 -run '$(NORACE_TESTS)' ./agent/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
