@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -62,4 +63,99 @@ func TestMessageWaitingForSendQuotaStaysInFlight(t *testing.T) {
 	if got, _, _ := readPublish(t, again); got != "three" {
 		t.Fatalf("got %q, want three", got)
 	}
+}
+
+// keptWithTen leaves the kept session id with ten QoS 1 messages for quota/resume, msg-0 to
+// msg-9, in flight: its connection with Receive Maximum 4 read msg-0 to msg-3 (sent, not
+// acknowledged) and closed; msg-4 to msg-9 wait for send quota, never sent.
+func keptWithTen(t *testing.T, b *Broker, id string) []string {
+	t.Helper()
+	const topic = "quota/resume"
+	c := connectReceiveMax(t, b.Addr(), id, true, 4)
+	c.write(t, packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
+		PacketID:    1,
+		Filters:     packets.Subscriptions{{Filter: topic, Qos: 1}},
+	})
+	expectWithin(t, c, packets.Suback, "SUBACK")
+	var msgs []string
+	for i := range 10 {
+		msgs = append(msgs, fmt.Sprintf("msg-%d", i))
+		if err := b.Server().Publish(topic, []byte(msgs[i]), false, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 4 {
+		if got, _, _ := readPublish(t, c); got != msgs[i] {
+			t.Fatalf("first connection got %q, want %s", got, msgs[i])
+		}
+	}
+	c.close()
+	return msgs
+}
+
+// nothingPending fails unless the next packet c reads answers a PINGREQ: the broker wrote no
+// PUBLISH before it (it handles the PINGREQ after everything it wrote so far).
+func nothingPending(t *testing.T, c *memClient, what string) {
+	t.Helper()
+	c.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pingreq}})
+	expectWithin(t, c, packets.Pingresp, what)
+}
+
+// TestResumeResendsWithinReceiveMaximum: a kept session with ten QoS 1 messages in flight
+// (four sent, six waiting for send quota) resumes with Receive Maximum 2. It gets the two
+// oldest again (DUP) and nothing more until it acknowledges one, then one more per PUBACK,
+// all ten in order, DUP on the four sent before. mochi v2.7.9 resent all ten at once
+// [MQTT-3.3.4-9] (a strict client disconnects with 0x93 Receive Maximum exceeded, and gets
+// the same on its next resume), in the map's order within a second, and the six waiting
+// ones again with the next free quota.
+func TestResumeResendsWithinReceiveMaximum(t *testing.T) {
+	b := startBroker(t, Options{})
+	msgs := keptWithTen(t, b, "small")
+	c := connectReceiveMax(t, b.Addr(), "small", false, 2)
+	var ids []uint16
+	next := func(i int) {
+		t.Helper()
+		got, id, dup := readPublish(t, c)
+		if got != msgs[i] || dup != (i < 4) {
+			t.Fatalf("got %q (dup %v), want %s (dup %v)", got, dup, msgs[i], i < 4)
+		}
+		ids = append(ids, id)
+	}
+	next(0)
+	next(1)
+	nothingPending(t, c, "Receive Maximum 2 with two unacknowledged")
+	for i := 2; i < len(msgs); i++ {
+		c.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: ids[i-2]})
+		next(i)
+		nothingPending(t, c, fmt.Sprintf("after PUBACK %d", i-1))
+	}
+	for _, id := range ids[len(ids)-2:] {
+		c.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: id})
+	}
+	nothingPending(t, c, "all acknowledged")
+	if cl, ok := b.Server().Clients.Get("small"); !ok || cl.State.Inflight.Len() != 0 {
+		t.Fatalf("session found %v, messages still in flight, want none", ok)
+	}
+}
+
+// TestResumeWithLargerReceiveMaximum: the same session resumed with Receive Maximum 20 gets
+// all ten at once, in order, DUP only on the four sent before, and none of them again.
+func TestResumeWithLargerReceiveMaximum(t *testing.T) {
+	b := startBroker(t, Options{})
+	msgs := keptWithTen(t, b, "large")
+	c := connectReceiveMax(t, b.Addr(), "large", false, 20)
+	var ids []uint16
+	for i, want := range msgs {
+		got, id, dup := readPublish(t, c)
+		if got != want || dup != (i < 4) {
+			t.Fatalf("got %q (dup %v), want %s (dup %v)", got, dup, want, i < 4)
+		}
+		ids = append(ids, id)
+	}
+	nothingPending(t, c, "all ten sent")
+	for _, id := range ids {
+		c.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: id})
+	}
+	nothingPending(t, c, "all acknowledged")
 }

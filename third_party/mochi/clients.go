@@ -364,13 +364,18 @@ func (cl *Client) NextPacketID() (i uint32, err error) {
 // faceagent patch (wedged peer): only those the session brought and those waiting for send
 // quota (Inflight.takeResend), not the ones routed to this connection since, which its writer
 // sends.
+//
+// faceagent patch (send quota): of the QoS 1/2 PUBLISHes, only as many as the client's send
+// quota allows; the rest wait for quota (takeResend).
 func (cl *Client) ResendInflightMessages(force bool) error {
 	if cl.State.Inflight.Len() == 0 {
 		return nil
 	}
 
 	for _, tk := range cl.State.Inflight.takeResend() {
-		if tk.FixedHeader.Type == packets.Publish {
+		// faceagent patch (send quota): not a message that waited for send quota (Expiry < 0),
+		// which takeResend sends now for the first time.
+		if tk.FixedHeader.Type == packets.Publish && tk.Expiry >= 0 {
 			tk.FixedHeader.Dup = true // [MQTT-3.3.1-1] [MQTT-3.3.1-3]
 		}
 

@@ -166,6 +166,18 @@ func (i *Inflight) Clone() *Inflight {
 // resends after) is also in its queue of pending writes, and went out twice. The client's
 // lock, taken by NextPacketID, used to hold such a publisher back while the CONNACK was
 // written, which made that rare.
+//
+// faceagent patch (send quota): of the QoS 1/2 PUBLISHes among them it returns only as
+// many as the send quota (the new connection's Receive Maximum, less what is already in
+// flight on it) allows, oldest first, and takes that quota; the rest wait for it in the set
+// (Expiry -1, DUP set on those sent before), sent one per PUBACK or PUBCOMP as a message
+// routed to a client with no quota left is (sendNextImmediate). A PUBREL is always sent and
+// takes quota: its PUBLISH is unacknowledged until the PUBCOMP. Upstream resent every
+// message: a client with a smaller Receive Maximum than the messages in flight got more
+// unacknowledged PUBLISHes than it allows [MQTT-3.3.4-9] (a strict one disconnects with
+// 0x93 and gets the same flood on its next resume), and the waiting ones, still Expiry -1,
+// went out again with the next free quota. A client without a Receive Maximum (MQTT
+// 3.1.1: maximumSendQuota 0) has no quota, and gets them all as before.
 func (i *Inflight) takeResend() []packets.Packet {
 	i.Lock()
 	defer i.Unlock()
@@ -177,9 +189,46 @@ func (i *Inflight) takeResend() []packets.Packet {
 	}
 	i.inherited = nil
 	sort.Slice(m, func(i, j int) bool {
-		return uint16(m[i].Created) < uint16(m[j].Created)
+		return createdBefore(&m[i], &m[j])
 	})
-	return m
+	if atomic.LoadInt32(&i.maximumSendQuota) == 0 {
+		return m
+	}
+	send := m[:0]
+	for _, pk := range m {
+		p := i.internal[pk.PacketID]
+		switch {
+		case pk.FixedHeader.Type == packets.Pubrel:
+			i.DecreaseSendQuota()
+		case pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Qos == 0:
+		case atomic.LoadInt32(&i.sendQuota) > 0:
+			i.DecreaseSendQuota()
+			if p.Expiry < 0 { // sent now: no longer waiting (as in sendNextImmediate)
+				p.Expiry = 0 // pk keeps -1: never sent, no DUP (ResendInflightMessages)
+				i.waiting--
+			}
+		default:
+			if p.Expiry >= 0 { // sent before: waits again, and goes out as a duplicate
+				p.Expiry = -1
+				p.FixedHeader.Dup = true
+				i.waiting++
+			}
+			continue
+		}
+		send = append(send, pk)
+	}
+	return send
+}
+
+// createdBefore orders messages in flight by creation (Created, in seconds, as upstream
+// compared it) and, created in the same second, by packet id. faceagent patch (send
+// quota): upstream's sort by Created alone left messages of the same second in the map's
+// random order, so those waiting for send quota went out shuffled.
+func createdBefore(a, b *packets.Packet) bool {
+	if uint16(a.Created) != uint16(b.Created) {
+		return uint16(a.Created) < uint16(b.Created)
+	}
+	return a.PacketID < b.PacketID
 }
 
 // GetAll returns all the inflight messages.
@@ -222,7 +271,7 @@ func (i *Inflight) NextImmediate() (packets.Packet, bool) {
 	}
 	var next *packets.Packet
 	for _, v := range i.internal {
-		if v.Expiry < 0 && (next == nil || uint16(v.Created) < uint16(next.Created)) {
+		if v.Expiry < 0 && (next == nil || createdBefore(v, next)) { // faceagent patch (send quota): same second, by id
 			next = v
 		}
 	}
