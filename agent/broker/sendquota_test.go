@@ -1,10 +1,14 @@
 package broker
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
+	"net"
 	"testing"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
 // connectReceiveMax connects the kept session id with Receive Maximum max (MQTT 5).
@@ -158,4 +162,88 @@ func TestResumeWithLargerReceiveMaximum(t *testing.T) {
 		c.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: id})
 	}
 	nothingPending(t, c, "all acknowledged")
+}
+
+// connect311 connects id as an MQTT 3.1.1 client (no Receive Maximum) with a persistent
+// session unless clean.
+func connect311(t *testing.T, addr, id string, clean bool) *memClient {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, promptly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &memClient{conn: conn, r: bufio.NewReader(conn)}
+	t.Cleanup(c.close)
+	write311(t, c, packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Connect},
+		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: clean,
+			Keepalive: 60, ClientIdentifier: id},
+	})
+	expectWithin(t, c, packets.Connack, id+"'s CONNACK")
+	return c
+}
+
+// write311 writes pk to c as an MQTT 3.1.1 client (memClient.write: MQTT 5).
+func write311(t *testing.T, c *memClient, pk packets.Packet) {
+	t.Helper()
+	pk.ProtocolVersion = 4
+	var buf bytes.Buffer
+	if err := testutil.EncodeClientPacket(&buf, pk); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.conn.Write(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestResume311ResendsEverything: an MQTT 3.1.1 client has no Receive Maximum, so no send
+// quota: its resumed persistent session is sent every message in flight again at once, with
+// DUP, as before the send-quota patch; in order, which it was not before (messages created
+// in the same second came in the map's order: createdBefore).
+func TestResume311ResendsEverything(t *testing.T) {
+	const id, topic = "old", "quota/311"
+	b := startBroker(t, Options{})
+	c := connect311(t, b.Addr(), id, false)
+	write311(t, c, packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
+		PacketID:    1,
+		Filters:     packets.Subscriptions{{Filter: topic, Qos: 1}},
+	})
+	expectWithin(t, c, packets.Suback, "SUBACK")
+	const n = 10
+	for i := range n {
+		if err := b.Server().Publish(topic, []byte(fmt.Sprintf("msg-%d", i)), false, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read311 := func(c *memClient, dup bool) []uint16 {
+		t.Helper()
+		var ids []uint16
+		for i := range n {
+			first, body, err := readWithin(c, promptly)
+			if err != nil || first>>4 != packets.Publish || len(body) < 2 {
+				t.Fatalf("got 0x%02x, %v; want a PUBLISH", first, err)
+			}
+			if first&0x08 != 0 != dup {
+				t.Fatalf("PUBLISH %d: DUP %v, want %v", i, !dup, dup)
+			}
+			l := int(body[0])<<8 | int(body[1])
+			if len(body) < 4+l {
+				t.Fatal("PUBLISH without a packet id")
+			}
+			if got, want := string(body[4+l:]), fmt.Sprintf("msg-%d", i); got != want {
+				t.Fatalf("got %q, want %s", got, want)
+			}
+			ids = append(ids, uint16(body[2+l])<<8|uint16(body[3+l]))
+		}
+		return ids
+	}
+	read311(c, false)
+	c.close()
+	again := connect311(t, b.Addr(), id, false)
+	for _, pid := range read311(again, true) {
+		write311(t, again, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pid})
+	}
+	write311(t, again, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pingreq}})
+	expectWithin(t, again, packets.Pingresp, "all acknowledged")
 }
