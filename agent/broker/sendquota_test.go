@@ -1,10 +1,8 @@
 package broker
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
-	"net"
 	"testing"
 
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -168,12 +166,7 @@ func TestResumeWithLargerReceiveMaximum(t *testing.T) {
 // session unless clean.
 func connect311(t *testing.T, addr, id string, clean bool) *memClient {
 	t.Helper()
-	conn, err := net.DialTimeout("tcp", addr, promptly)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &memClient{conn: conn, r: bufio.NewReader(conn)}
-	t.Cleanup(c.close)
+	c := dialMem(t, addr)
 	write311(t, c, packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Connect},
 		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: clean,

@@ -207,12 +207,7 @@ func connectKept(t *testing.T, addr, id string, clean bool) (*memClient, bool) {
 // 65,535).
 func connectKeptMax(t *testing.T, addr, id string, clean bool, max uint16) (*memClient, bool) {
 	t.Helper()
-	conn, err := net.DialTimeout("tcp", addr, promptly)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &memClient{conn: conn, r: bufio.NewReader(conn)}
-	t.Cleanup(c.close)
+	c := dialMem(t, addr)
 	c.write(t, packets.Packet{
 		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
 		ProtocolVersion: 5,
@@ -341,4 +336,17 @@ func TestWedgedTerminalMqttlinkSend(t *testing.T) {
 	if got := healthy.expectPublishAndAck(t); !bytes.Contains(got, []byte(`"messageId":"m-healthy"`)) {
 		t.Fatalf("healthy terminal got %s, want the command m-healthy", got)
 	}
+}
+
+// dialMem opens a raw MQTT connection to addr, closed when t ends; the caller sends its
+// CONNECT.
+func dialMem(t *testing.T, addr string) *memClient {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, promptly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &memClient{conn: conn, r: bufio.NewReader(conn)}
+	t.Cleanup(c.close)
+	return c
 }
