@@ -2,9 +2,7 @@ package broker
 
 import (
 	"strconv"
-	"sync"
 	"testing"
-	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 )
@@ -22,28 +20,9 @@ func TestClientsGetByListenerWithWriters(t *testing.T) {
 	for i := range some {
 		some[i] = srv.NewClient(nil, "tcp", strconv.Itoa(i), false)
 	}
-	const rounds = 20_000 // mochi v2.7.9 hung within a few thousand here (-race)
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		for range rounds {
-			clients.GetByListener("tcp")
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		for i := range rounds {
-			cl := some[i%len(some)]
-			clients.Add(cl)
-			clients.Delete(cl.ID)
-		}
-	}()
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("GetByListener and Add/Delete deadlocked")
-	}
+	runAgainst(t, "GetByListener and Add/Delete", func(int) { clients.GetByListener("tcp") }, func(i int) {
+		cl := some[i%len(some)]
+		clients.Add(cl)
+		clients.Delete(cl.ID)
+	})
 }
