@@ -3,6 +3,7 @@ package broker
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -219,7 +220,17 @@ func (c *memClient) expectPublish(tb testing.TB) []byte {
 // publishPayload returns the payload of a PUBLISH's body from its properties on.
 func publishPayload(tb testing.TB, rest []byte) []byte {
 	tb.Helper()
-	n, shift, i := 0, 0, 0 // MQTT 5 properties length (a variable byte integer)
+	payload, err := skipProperties(rest)
+	if err != nil {
+		tb.Fatal("memClient: " + err.Error())
+	}
+	return payload
+}
+
+// skipProperties returns what follows an MQTT 5 property block (its variable byte integer
+// length and the properties) at the start of rest.
+func skipProperties(rest []byte) ([]byte, error) {
+	n, shift, i := 0, 0, 0
 	for ; i < len(rest) && i < 4; i++ {
 		n |= int(rest[i]&0x7f) << shift
 		shift += 7
@@ -228,9 +239,9 @@ func publishPayload(tb testing.TB, rest []byte) []byte {
 		}
 	}
 	if i >= len(rest) || 1+i+n > len(rest) {
-		tb.Fatal("memClient: PUBLISH with malformed properties")
+		return nil, errors.New("PUBLISH with malformed properties")
 	}
-	return rest[1+i+n:]
+	return rest[1+i+n:], nil
 }
 
 func (c *memClient) close() { _ = c.conn.Close() }

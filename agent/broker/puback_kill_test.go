@@ -358,18 +358,7 @@ func (c *wireClient) nextPublishAndAck() ([]byte, error) {
 		return nil, err
 	}
 	rest := body[4+topicLen:]
-	n, shift, i := 0, 0, 0 // properties length (a variable byte integer)
-	for ; i < len(rest) && i < 4; i++ {
-		n |= int(rest[i]&0x7f) << shift
-		shift += 7
-		if rest[i]&0x80 == 0 {
-			break
-		}
-	}
-	if i >= len(rest) || 1+i+n > len(rest) {
-		return nil, errors.New("PUBLISH with malformed properties")
-	}
-	return rest[1+i+n:], nil
+	return skipProperties(rest)
 }
 
 func (c *wireClient) close() { _ = c.conn.Close() }

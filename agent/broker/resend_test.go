@@ -57,12 +57,7 @@ func TestResumedSessionSendsEachMessageOnce(t *testing.T) {
 	hook.srv = b.Server()
 
 	first, _ := connectKept(t, b.Addr(), "back-office", true)
-	first.write(t, packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
-		PacketID:    1,
-		Filters:     packets.Subscriptions{{Filter: topic, Qos: 1}},
-	})
-	expectWithin(t, first, packets.Suback, "SUBACK")
+	subscribeMem(t, first, topic)
 	if err := b.Server().Publish(topic, []byte("in-flight"), false, 1); err != nil {
 		t.Fatal(err)
 	}

@@ -26,12 +26,7 @@ func TestMessageWaitingForSendQuotaStaysInFlight(t *testing.T) {
 	const id, topic = "quota", "quota/results"
 	b := startBroker(t, Options{})
 	c := connectReceiveMax(t, b.Addr(), id, true, 1)
-	c.write(t, packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
-		PacketID:    1,
-		Filters:     packets.Subscriptions{{Filter: topic, Qos: 1}},
-	})
-	expectWithin(t, c, packets.Suback, "SUBACK")
+	subscribeMem(t, c, topic)
 	publish := func(msg string) {
 		t.Helper()
 		if err := b.Server().Publish(topic, []byte(msg), false, 1); err != nil {
@@ -74,12 +69,7 @@ func keptWithTen(t *testing.T, b *Broker, id string) []string {
 	t.Helper()
 	const topic = "quota/resume"
 	c := connectReceiveMax(t, b.Addr(), id, true, 4)
-	c.write(t, packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
-		PacketID:    1,
-		Filters:     packets.Subscriptions{{Filter: topic, Qos: 1}},
-	})
-	expectWithin(t, c, packets.Suback, "SUBACK")
+	subscribeMem(t, c, topic)
 	var msgs []string
 	for i := range 10 {
 		msgs = append(msgs, fmt.Sprintf("msg-%d", i))

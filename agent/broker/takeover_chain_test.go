@@ -70,12 +70,7 @@ func TestTakeoverOfATakeoverKeepsRescuedMessages(t *testing.T) {
 	t.Cleanup(letBGo)
 
 	a, _ := connectKept(t, b.Addr(), id, true)
-	a.write(t, packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
-		PacketID:    1,
-		Filters:     packets.Subscriptions{{Filter: topic, Qos: 1}},
-	})
-	expectWithin(t, a, packets.Suback, "SUBACK")
+	subscribeMem(t, a, topic)
 	if err := b.Server().Publish(topic, []byte("first"), false, 1); err != nil {
 		t.Fatal(err)
 	}

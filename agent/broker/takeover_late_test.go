@@ -19,12 +19,7 @@ func TestDeliveryToATakenOverConnectionMovesOn(t *testing.T) {
 	const id, topic = "late", "late/results"
 	b := startBroker(t, Options{})
 	old, _ := connectKept(t, b.Addr(), id, true)
-	old.write(t, packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
-		PacketID:    1,
-		Filters:     packets.Subscriptions{{Filter: topic, Qos: 1}},
-	})
-	expectWithin(t, old, packets.Suback, "SUBACK")
+	subscribeMem(t, old, topic)
 	oldClient, ok := b.Server().Clients.Get(id)
 	if !ok {
 		t.Fatal("first connection not registered")

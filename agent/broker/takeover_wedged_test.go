@@ -55,12 +55,7 @@ func TestTakeoverRedeliveryWaitsForNoOne(t *testing.T) {
 	b := startBroker(t, Options{})
 	srv := b.Server()
 	first, _ := connectKept(t, b.Addr(), "office", true)
-	first.write(t, packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
-		PacketID:    1,
-		Filters:     packets.Subscriptions{{Filter: "faceagent/gw/results", Qos: 1}},
-	})
-	expectWithin(t, first, packets.Suback, "SUBACK")
+	subscribeMem(t, first, "faceagent/gw/results")
 	old, ok := srv.Clients.Get("office")
 	if !ok {
 		t.Fatal("no client office")

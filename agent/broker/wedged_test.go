@@ -229,12 +229,7 @@ func connectKeptMax(t *testing.T, addr, id string, clean bool, max uint16) (*mem
 func TestWedgedTerminalReconnects(t *testing.T) {
 	b := startBroker(t, wedgeOptions())
 	old, _ := connectKept(t, b.Addr(), "stuck", true)
-	old.write(t, packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
-		PacketID:    1,
-		Filters:     packets.Subscriptions{{Filter: "dev/face/stuck", Qos: 1}},
-	})
-	expectWithin(t, old, packets.Suback, "SUBACK")
+	subscribeMem(t, old, "dev/face/stuck")
 	if tc, ok := old.conn.(*net.TCPConn); ok {
 		_ = tc.SetReadBuffer(4096)
 	}
@@ -349,4 +344,15 @@ func dialMem(t *testing.T, addr string) *memClient {
 	c := &memClient{conn: conn, r: bufio.NewReader(conn)}
 	t.Cleanup(c.close)
 	return c
+}
+
+// subscribeMem subscribes c to filter at QoS 1 (packet id 1) and waits for the SUBACK.
+func subscribeMem(t *testing.T, c *memClient, filter string) {
+	t.Helper()
+	c.write(t, packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
+		PacketID:    1,
+		Filters:     packets.Subscriptions{{Filter: filter, Qos: 1}},
+	})
+	expectWithin(t, c, packets.Suback, "SUBACK")
 }
