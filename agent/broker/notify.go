@@ -93,9 +93,9 @@ func (n *notifier) overflow() {
 
 // write sends one notification as a QoS 1 PUBLISH, recorded in the client's
 // inflight set so its PUBACK is accounted for (field note).
-func (n *notifier) write(note statestore.Notification) {
+func (n *notifier) write(note statestore.Notification) bool {
 	if n.cl.Closed() {
-		return
+		return false
 	}
 	pk := packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
@@ -109,7 +109,7 @@ func (n *notifier) write(note statestore.Notification) {
 	id, err := n.cl.NextPacketID()
 	if err != nil {
 		n.svc.log.Warn("state store: no packet id for a notification", "client", n.cl.ID, "error", err)
-		return
+		return false
 	}
 	pk.PacketID = uint16(id)
 	pk.Created = time.Now().Unix() // mochi expires inflight entries from Created
@@ -126,4 +126,5 @@ func (n *notifier) write(note statestore.Notification) {
 		}
 		n.svc.log.Debug("state store: notification not written", "client", n.cl.ID, "error", err)
 	}
+	return false
 }

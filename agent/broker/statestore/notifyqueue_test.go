@@ -33,11 +33,12 @@ func (c *fakeConn) room() bool {
 	return false
 }
 
-func (c *fakeConn) send(n Notification) {
+func (c *fakeConn) send(n Notification) bool {
 	if got := c.inflight.Add(1); got > c.max {
 		c.t.Errorf("%d notifications unacknowledged, Receive Maximum %d", got, c.max)
 	}
 	c.sent <- n
+	return false
 }
 
 func (c *fakeConn) ack(q *NotifyQueue) {
@@ -120,7 +121,8 @@ func TestNotifyQueueOverflow(t *testing.T) {
 		size int // value bytes per notification
 	}{
 		{"count", NotifyQueueOptions{MaxQueued: 3}, 1},
-		{"bytes", NotifyQueueOptions{MaxQueuedBytes: 100}, 30}, // 31 bytes with the key: 3 fit
+		// 31 bytes with the key: 4 fit, the one waiting for room and 3 queued.
+		{"bytes", NotifyQueueOptions{MaxQueuedBytes: 124}, 30},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newFakeConn(t, 1)
