@@ -46,9 +46,15 @@
 // (statestore.NotifyQueue) and a goroutine writing it, which never leaves more
 // QoS 1 PUBLISHes unacknowledged than the client's Receive Maximum (MQTT 5
 // section 3.3.4; mochi's own messages to the client count too) and waits for
-// a PUBACK when it would; a connection that falls 1024 notifications (or
-// 16 MiB) behind is disconnected with CodeNotifyOverflow. Registrations
-// belong to the connection: they end when it disconnects or is taken over.
+// a PUBACK when it would. A notification's bytes count from the change until
+// the client acknowledges it: a connection with 1024 notifications waiting,
+// or 16 MiB waiting or unacknowledged, or that would take the notifications
+// of all connections past Options.MaxBytes, is disconnected with
+// CodeNotifyOverflow (0x97); one that keeps a notification waiting for room
+// and acknowledges nothing for NotifyAckTimeout (30 s) is disconnected with
+// CodeNotifyStalled (0x97). Either re-registers when it reconnects and
+// rereads the keys. Registrations belong to the connection: they end when it
+// disconnects or is taken over.
 //
 // # Connections
 //

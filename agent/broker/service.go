@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -58,6 +59,10 @@ type service struct {
 	auth      *authHook
 	log       *slog.Logger
 	responder *mqtt.Client // dedicated inline client (wire fact 11)
+	// notifyBudget bounds the notification bytes queued or unacknowledged
+	// across all connections (Options.MaxBytes; nil: none).
+	notifyBudget     *statestore.ByteBudget
+	notifyAckTimeout time.Duration
 
 	mu        sync.Mutex
 	notifiers map[*mqtt.Client]*notifier
@@ -66,15 +71,20 @@ type service struct {
 	closeErr  error
 }
 
-func newService(srv *mqtt.Server, store *statestore.Store, auth *authHook, log *slog.Logger) *service {
+func newService(srv *mqtt.Server, store *statestore.Store, auth *authHook, log *slog.Logger, o *Options) *service {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	// The Go SDK subscribes to its response topic with No Local: responses
 	// must come from a client id no real client uses, not mochi's "inline".
 	responder := srv.NewClient(nil, mqtt.LocalListener, "$statestore-"+hex.EncodeToString(id[:]), true)
 	responder.Properties.ProtocolVersion = 5
+	ackTimeout := o.NotifyAckTimeout
+	if ackTimeout <= 0 {
+		ackTimeout = DefaultNotifyAckTimeout
+	}
 	return &service{
 		srv: srv, store: store, auth: auth, log: log, responder: responder,
+		notifyBudget: statestore.NewByteBudget(o.MaxBytes), notifyAckTimeout: ackTimeout,
 		notifiers: make(map[*mqtt.Client]*notifier),
 	}
 }
@@ -85,19 +95,20 @@ func (s *service) Provides(b byte) bool {
 	return b == mqtt.OnPublish || b == mqtt.OnDisconnect || b == mqtt.OnQosComplete || b == mqtt.OnQosDropped
 }
 
-// OnQosComplete wakes cl's notifier: a PUBACK freed room in the client's
-// Receive Maximum, for a notification or for any message mochi routed.
-func (s *service) OnQosComplete(cl *mqtt.Client, _ packets.Packet) { s.wakeNotifier(cl) }
+// OnQosComplete tells cl's notifier: a PUBACK freed room in the client's
+// Receive Maximum, for a notification (whose bytes are released) or for any
+// message mochi routed.
+func (s *service) OnQosComplete(cl *mqtt.Client, pk packets.Packet) { s.completed(cl, pk.PacketID) }
 
-// OnQosDropped wakes cl's notifier: mochi gave up an inflight message.
-func (s *service) OnQosDropped(cl *mqtt.Client, _ packets.Packet) { s.wakeNotifier(cl) }
+// OnQosDropped tells cl's notifier: mochi gave up an inflight message.
+func (s *service) OnQosDropped(cl *mqtt.Client, pk packets.Packet) { s.completed(cl, pk.PacketID) }
 
-func (s *service) wakeNotifier(cl *mqtt.Client) {
+func (s *service) completed(cl *mqtt.Client, id uint16) {
 	s.mu.Lock()
 	n := s.notifiers[cl]
 	s.mu.Unlock()
 	if n != nil {
-		n.Acked()
+		n.completed(id)
 	}
 }
 
