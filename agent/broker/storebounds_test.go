@@ -7,6 +7,8 @@ import (
 	"time"
 
 	mp "github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
 )
 
 // keyNotifyRaw registers a raw client for key and reads the PUBACK.
@@ -92,4 +94,137 @@ func TestUnacknowledgedNotificationsAreBounded(t *testing.T) {
 	}
 	<-done
 	eventually(t, "the budget given back", func() bool { return b.service.notifyBudget.Used() == 0 })
+}
+
+// TestResponseTopicHexAlias: the Go SDK's response topic names its client
+// in upper-case hex, which is also a client id in its own right: client "AB"
+// answers itself on clients/4142/…, client "4142"'s namespace. The alias
+// covers only that one topic, and only while no client "4142" exists;
+// anything else under clients/4142/ belongs to "4142". Before, "AB" could
+// have the store publish anywhere under clients/4142/.
+func TestResponseTopicHexAlias(t *testing.T) {
+	b := startBroker(t, Options{UsersFile: writeUsersFile(t)})
+	device := dialOptions{user: "device", password: "device-secret"}
+	ab := dial(t, b.Addr(), "AB", device)
+	if goResponseTopic("AB") != "clients/4142/"+InvokeTopic+"/response" {
+		t.Fatalf("helper: %s", goResponseTopic("AB"))
+	}
+	if p := ab.do(cmd("GET", "faceagent/x"), req{}); string(p.Payload) != "$-1\r\n" {
+		t.Fatalf("the Go SDK's topic, no client 4142: %q", p.Payload)
+	}
+	for _, rt := range []string{
+		"clients/4142/services/statestore/_any_/command/invoke/response", // 4142's Rust SDK topic
+		"clients/4142/" + InvokeTopic,                                    // 4142's .NET SDK topic
+		"clients/4142/anything",
+	} {
+		rt := rt
+		if _, _, err := ab.publish(cmd("GET", "k"), req{responseTopic: &rt}); err == nil {
+			t.Errorf("AB may have responses published on %s", rt)
+		}
+	}
+	// Once a client 4142 exists, even the Go SDK's topic is its namespace.
+	owner := dial(t, b.Addr(), "4142", device)
+	goTopic := goResponseTopic("AB")
+	if _, _, err := ab.publish(cmd("GET", "k"), req{responseTopic: &goTopic}); err == nil {
+		t.Error("AB may have responses published in the namespace of the connected client 4142")
+	}
+	own := "clients/4142/services/statestore/_any_/command/invoke/response"
+	if _, _, err := owner.publish(cmd("GET", "k"), req{responseTopic: &own}); err != nil {
+		t.Errorf("4142 refused its own namespace: %v", err)
+	}
+	for _, c := range []struct {
+		id, topic string
+		known     bool
+		want      bool
+	}{
+		{"AB", "clients/AB/x", false, true},
+		{"AB", "clients/AB", false, false},
+		{"AB", "clients/ABC/x", false, false},
+		{"AB", "clients/4142/" + InvokeTopic + "/response", false, true},
+		{"AB", "clients/4142/" + InvokeTopic + "/response", true, false},
+		{"ab", "clients/6162/" + InvokeTopic + "/response", false, true},
+		{"ab", "clients/6162/" + InvokeTopic + "/responseX", false, false},
+		{"a+", "clients/a+/x", false, false},
+		{"", "clients//x", false, false},
+	} {
+		known := func(string) bool { return c.known }
+		if got := ownsResponseTopic(c.id, c.topic, known); got != c.want {
+			t.Errorf("ownsResponseTopic(%q, %q, known=%v) = %v", c.id, c.topic, c.known, got)
+		}
+	}
+}
+
+// TestResponseExpiryFollowsTheRequest: a response's Message Expiry is what
+// remains of its request's, never longer (it was mochi's 86,400 s maximum
+// against a request's 10); a request without one keeps the maximum.
+func TestResponseExpiryFollowsTheRequest(t *testing.T) {
+	b := startBroker(t, Options{DataDir: t.TempDir()})
+	c := dial(t, b.Addr(), "expiry", dialOptions{})
+	for _, r := range []req{{}, {persist: true}} { // answered at once, and after the snapshot
+		p := c.do(cmd("SET", "k", "v"), r)
+		if e := p.Properties.MessageExpiry; e == nil || *e > 10 || *e < 9 {
+			t.Fatalf("response to a request with Message Expiry 10 (persist %v): expiry %s", r.persist, deref(e))
+		}
+	}
+	p := c.do(cmd("GET", "k"), req{noExpiry: true})
+	if e := p.Properties.MessageExpiry; e == nil || *e != uint32(b.Server().Options.Capabilities.MaximumMessageExpiryInterval) {
+		t.Fatalf("response to a request without Message Expiry: expiry %s, want the server's maximum", deref(e))
+	}
+	at := time.Unix(1000, 0)
+	for _, c := range []struct {
+		now  time.Time
+		want uint32
+	}{
+		{at.Add(-10 * time.Second), 10},
+		{at.Add(-9500 * time.Millisecond), 10},
+		{at.Add(-9 * time.Second), 9},
+		{at.Add(-time.Millisecond), 1},
+		{at, 1}, // expired: 1, never 0 ("no expiry")
+		{at.Add(time.Hour), 1},
+	} {
+		if got := responseExpiry(at, c.now); got != c.want {
+			t.Errorf("%v before the request expires: %d, want %d", at.Sub(c.now), got, c.want)
+		}
+	}
+	if got := responseExpiry(time.Time{}, at); got != 0 {
+		t.Errorf("no request expiry: %d", got)
+	}
+}
+
+func deref(p *uint32) string {
+	if p == nil {
+		return "none"
+	}
+	return fmt.Sprint(*p)
+}
+
+// TestReservedKeysOverMQTT: a network client cannot write (and so cannot
+// fence) a key under Options.ReservedKeyPrefixes; it reads and watches it, and
+// the in-process owner keeps writing it.
+func TestReservedKeysOverMQTT(t *testing.T) {
+	const key = "faceagent/gw-01/devices/d1"
+	b := startBroker(t, Options{ReservedKeyPrefixes: []string{"faceagent/gw-01/devices/"}})
+	c := dial(t, b.Addr(), "foreign", dialOptions{})
+	ft := c.clock.Now().String()
+	for _, r := range []struct {
+		cmd []byte
+		req req
+	}{{cmd("SET", key, "forged"), req{ft: ft}}, {cmd("SET", key, "forged"), req{}}, {cmd("DEL", key), req{ft: ft}}} {
+		if p := c.do(r.cmd, r.req); string(p.Payload) != "-ERR not authorized\r\n" {
+			t.Fatalf("%q from a client: %q", r.cmd, p.Payload)
+		}
+	}
+	if p := c.do(cmd("KEYNOTIFY", key), req{}); string(p.Payload) != "+OK\r\n" {
+		t.Fatalf("KEYNOTIFY: %q", p.Payload)
+	}
+	owner := &statestore.Request{Payload: cmd("SET", key, "state"), Timestamp: c.clock.Now().String(), HasTimestamp: true, Owner: true}
+	if out, _ := b.Store().Do(owner, nil); string(out) != "+OK\r\n" {
+		t.Fatalf("owner SET: %q", out)
+	}
+	if n := c.next(); string(n.Payload) != string(cmdNotifySet("state")) {
+		t.Fatalf("notification: %q", n.Payload)
+	}
+	if p := c.do(cmd("GET", key), req{}); string(p.Payload) != "$5\r\nstate\r\n" {
+		t.Fatalf("GET: %q", p.Payload)
+	}
 }
