@@ -237,6 +237,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	return err
 }
 
+// agentOwnedKeys are the key prefixes only the agent writes: its terminals' state and the
+// outcome of remote configuration and control (the back office writes faceagent/{gw}/config
+// and …/control themselves, so those stay open).
+func agentOwnedKeys(gw string) []string {
+	p := "faceagent/" + gw + "/"
+	return []string{upstreamTopics(gw).devices, p + "config/status", p + "control/status"}
+}
+
 // newBroker maps [broker] onto the embedded broker's options.
 func newBroker(cfg *config.Config, log *slog.Logger) (*broker.Broker, error) {
 	c := cfg.Broker
@@ -254,10 +262,10 @@ func newBroker(cfg *config.Config, log *slog.Logger) (*broker.Broker, error) {
 		Logger:         log.With("part", "broker"),
 	}
 	if cfg.Upstream == nil && !cfg.BrokerOnly() {
-		// The agent writes its terminals' state into this store in-process (engineSetter):
-		// nobody else may write those keys, and so nobody can fence them and freeze the
-		// agent's writes. Clients still read and watch them.
-		opts.ReservedKeyPrefixes = []string{upstreamTopics(cfg.Agent.GatewayID).devices}
+		// The agent writes these keys into this store in-process (engineSetter, engineKeys):
+		// nobody else may write them, and so nobody can fence them and freeze the agent's
+		// writes. Clients still read and watch them.
+		opts.ReservedKeyPrefixes = agentOwnedKeys(cfg.Agent.GatewayID)
 	}
 	if c.Persist {
 		opts.DataDir = filepath.Clean(cfg.Agent.DataDir)

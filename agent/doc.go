@@ -79,9 +79,11 @@
 //     rewritten once per heartbeat_timeout, with PX = 3 × heartbeat_timeout so a dead
 //     gateway's devices expire. It only ever gets marked dirty by the other parts, and
 //     writes on its own goroutine: the store never holds up dispatch. In the embedded
-//     store the prefix faceagent/{gw}/devices/ is reserved to it: clients read and watch
-//     those keys, and are refused "not authorized" when they write them (so nobody can
-//     put a fencing token on them and freeze the agent's writes). A write any store
+//     store the prefix faceagent/{gw}/devices/ is reserved to the agent (as are
+//     faceagent/{gw}/config/status and …/control/status, which it writes too): clients
+//     read and watch those keys, and are refused "not authorized" when they write them
+//     (so nobody can put a fencing token on them and freeze the agent's writes). A write
+//     any store
 //     refuses (an -ERR answer) is counted in faceagent_store_write_refused_total{reason},
 //     warned about at most once a minute, and named on /healthz (still 200: a restart
 //     would not help) until a write of that device succeeds.

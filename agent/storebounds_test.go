@@ -72,6 +72,14 @@ id = "d1"
 	if _, err := sc.Del(ctx, key, nil); !errors.Is(err, store.ErrNotAuthorized) {
 		t.Errorf("a client's DEL of the agent's key: %v, want %v", err, store.ErrNotAuthorized)
 	}
+	for _, k := range []string{"faceagent/gw-f/config/status", "faceagent/gw-f/control/status"} {
+		if _, err := sc.Set(ctx, k, []byte("{}"), &store.SetOptions{FencingToken: fence}); !errors.Is(err, store.ErrNotAuthorized) {
+			t.Errorf("a client's SET of %s: %v, want %v", k, err, store.ErrNotAuthorized)
+		}
+	}
+	if _, err := sc.Set(ctx, "faceagent/gw-f/config", []byte("[dispatch]\n"), nil); err != nil {
+		t.Errorf("the back office's config key must stay writable: %v", err)
+	}
 	// The agent rewrites the state every heartbeat_timeout: the next write must land.
 	for n := 0; ; {
 		select {
