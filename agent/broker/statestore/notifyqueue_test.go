@@ -231,7 +231,7 @@ func TestNotifyQueueAsWatcher(t *testing.T) {
 // no further change fills it; acknowledgements keep a slow but live
 // connection going.
 func TestNotifyQueueStalls(t *testing.T) {
-	const timeout = 400 * time.Millisecond
+	const timeout = time.Second
 	c := newFakeConn(t, 1)
 	stalled := make(chan time.Time, 2)
 	q := NewNotifyQueue(NotifyQueueOptions{Room: c.room, Send: c.send, AckTimeout: timeout,
@@ -244,9 +244,9 @@ func TestNotifyQueueStalls(t *testing.T) {
 	c.nextSent()
 	q.Notify("k", OpSet, []byte("2"), hlc.Timestamp{Wall: 2})
 	c.waitBlocked()
-	for range 3 {
-		time.Sleep(timeout / 4) // an ack that comes late, but within the timeout
-		q.Acked()               // another message's ack: no room yet, but alive
+	for range 15 { // 1.5 timeouts in all
+		time.Sleep(timeout / 10) // an ack that comes late, but well within the timeout
+		q.Acked()                // another message's ack: no room yet, but alive
 		c.waitBlocked()
 	}
 	select {
