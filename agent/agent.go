@@ -153,6 +153,16 @@ func (a *Agent) Healthy() error {
 	return nil
 }
 
+// Warnings lists what is wrong but is no reason to restart the agent (a restart would not
+// fix it): /healthz prints them under its "ok". Today: terminals whose state the state
+// store refuses to take.
+func (a *Agent) Warnings() []string {
+	if a.state == nil || !a.running.Load() {
+		return nil
+	}
+	return a.state.refusedWarnings()
+}
+
 // Run starts the configured parts in order, closes Ready, and blocks until ctx is
 // cancelled; then it stops everything in reverse order within agent.shutdown_timeout and
 // returns nil for a clean stop. A part that fails to start stops the ones already
@@ -227,6 +237,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	return err
 }
 
+// agentOwnedKeys are the key prefixes only the agent writes: its terminals' state and the
+// outcome of remote configuration and control (the back office writes faceagent/{gw}/config
+// and …/control themselves, so those stay open).
+func agentOwnedKeys(gw string) []string {
+	p := "faceagent/" + gw + "/"
+	return []string{upstreamTopics(gw).devices, p + "config/status", p + "control/status"}
+}
+
 // newBroker maps [broker] onto the embedded broker's options.
 func newBroker(cfg *config.Config, log *slog.Logger) (*broker.Broker, error) {
 	c := cfg.Broker
@@ -237,8 +255,17 @@ func newBroker(cfg *config.Config, log *slog.Logger) (*broker.Broker, error) {
 		UsersFile:      c.UsersFile,
 		MaxKeys:        c.StoreMaxKeys,
 		MaxValueSize:   int(c.StoreMaxValueSize),
+		MaxBytes:       int64(c.StoreMaxBytes),
+		MaxKeySize:     int(c.StoreMaxKeySize),
+		MaxNotify:      c.StoreMaxNotify,
 		StateStoreNode: cfg.Agent.GatewayID,
 		Logger:         log.With("part", "broker"),
+	}
+	if cfg.Upstream == nil && !cfg.BrokerOnly() {
+		// The agent writes these keys into this store in-process (engineSetter, engineKeys):
+		// nobody else may write them, and so nobody can fence them and freeze the agent's
+		// writes. Clients still read and watch them.
+		opts.ReservedKeyPrefixes = agentOwnedKeys(cfg.Agent.GatewayID)
 	}
 	if c.Persist {
 		opts.DataDir = filepath.Clean(cfg.Agent.DataDir)
@@ -274,6 +301,9 @@ func (a *Agent) startHTTP(addr string) error {
 			return
 		}
 		_, _ = io.WriteString(w, "ok\n")
+		for _, warning := range a.Warnings() {
+			_, _ = io.WriteString(w, "warning: "+warning+"\n")
+		}
 	})
 	a.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	a.httpAddr = l.Addr().String()

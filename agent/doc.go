@@ -78,10 +78,18 @@
 //     the embedded store: on change, at most once per store.write_interval per device,
 //     rewritten once per heartbeat_timeout, with PX = 3 × heartbeat_timeout so a dead
 //     gateway's devices expire. It only ever gets marked dirty by the other parts, and
-//     writes on its own goroutine: the store never holds up dispatch. Reload applies what
+//     writes on its own goroutine: the store never holds up dispatch. In the embedded
+//     store the prefix faceagent/{gw}/devices/ is reserved to the agent (as are
+//     faceagent/{gw}/config/status and …/control/status, which it writes too): clients
+//     read and watch those keys, and are refused "not authorized" when they write them
+//     (so nobody can put a fencing token on them and freeze the agent's writes). A write
+//     any store
+//     refuses (an -ERR answer) is counted in faceagent_store_write_refused_total{reason},
+//     warned about at most once a minute, and named on /healthz (still 200: a restart
+//     would not help) until a write of that device succeeds.
 //
-// can change live from a re-read file ([log] level, [dispatch], [store]) and names the
-// sections that need a restart (ErrNeedsRestart).
+// Reload applies what can change live from a re-read file ([log] level, [dispatch],
+// [store]) and names the sections that need a restart (ErrNeedsRestart).
 //
 // /metrics (Prometheus text, package agent/metrics) and /healthz are served on
 // metrics.listen when it is set.

@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
 )
@@ -24,10 +25,17 @@ type agentMetrics struct {
 	upstreamConnects *metrics.Counter
 	storeWrite       *metrics.Histogram
 	storeWriteErrors *metrics.Counter
-	journalRecords   *metrics.Counter
-	journalBytes     *metrics.Counter
-	journalBatches   *metrics.Counter
-	journalSegments  *metrics.Gauge
+	// storeWriteRefused counts device state writes the store refused, by reason.
+	storeWriteRefused *metrics.CounterVec
+	// The embedded state store's bounds (agent/broker/statestore Stats).
+	storeBytes      *metrics.Gauge
+	storeKeys       *metrics.Gauge
+	storeWatches    *metrics.Gauge
+	storeRefused    *metrics.CounterVec // by bound
+	journalRecords  *metrics.Counter
+	journalBytes    *metrics.Counter
+	journalBatches  *metrics.Counter
+	journalSegments *metrics.Gauge
 
 	// The outbox's payload file (queued commands' payloads kept off the heap).
 	payloadFileBytes *metrics.Gauge
@@ -84,10 +92,18 @@ func (a *Agent) registerMetrics() {
 		upstreamConnects: r.NewCounter("faceagent_upstream_connects_total", "Connections (and subscriptions) to the external upstream broker."),
 		storeWrite:       r.NewHistogram("faceagent_store_write_seconds", "Round trip of a device state write to the state store.", metrics.DefaultLatencyBuckets),
 		storeWriteErrors: r.NewCounter("faceagent_store_write_errors_total", "Device state writes that failed (retried later)."),
-		journalRecords:   r.NewCounter("faceagent_journal_records_total", "Records appended to the outbox journal."),
-		journalBytes:     r.NewCounter("faceagent_journal_bytes_total", "Bytes written to the outbox journal."),
-		journalBatches:   r.NewCounter("faceagent_journal_fsyncs_total", "Write+fsync rounds of the journal (records/fsyncs is the group-commit factor)."),
-		journalSegments:  r.NewGauge("faceagent_journal_segments", "Live journal segment files."),
+		storeWriteRefused: r.NewCounterVec("faceagent_store_write_refused_total",
+			"Device state writes the state store refused (answered -ERR; counted in faceagent_store_write_errors_total too), by reason: fencing, quota, not_authorized, other. /healthz names the devices.", "reason"),
+		storeBytes: r.NewGauge("faceagent_store_bytes",
+			"Memory the embedded state store counts against store_max_bytes (keys, values, bookkeeping, KEYNOTIFY registrations)."),
+		storeKeys:    r.NewGauge("faceagent_store_keys", "Keys in the embedded state store."),
+		storeWatches: r.NewGauge("faceagent_store_registrations", "KEYNOTIFY registrations in the embedded state store."),
+		storeRefused: r.NewCounterVec("faceagent_store_refused_total",
+			"Requests the embedded state store refused with \"the quota has been exceeded\", by bound: keys, bytes, key_size, value_size, notify.", "bound"),
+		journalRecords:  r.NewCounter("faceagent_journal_records_total", "Records appended to the outbox journal."),
+		journalBytes:    r.NewCounter("faceagent_journal_bytes_total", "Bytes written to the outbox journal."),
+		journalBatches:  r.NewCounter("faceagent_journal_fsyncs_total", "Write+fsync rounds of the journal (records/fsyncs is the group-commit factor)."),
+		journalSegments: r.NewGauge("faceagent_journal_segments", "Live journal segment files."),
 
 		payloadFileBytes: r.NewGauge("faceagent_outbox_payload_file_bytes",
 			"Size of the outbox's payload file (queued commands' payloads, kept off the heap; rebuilt from the journal at start)."),
@@ -119,6 +135,7 @@ func (a *Agent) registerMetrics() {
 			"Heartbeats not yet sent that a newer heartbeat of the same terminal replaced."),
 	}
 	r.OnScrape(a.scrapeOutbox)
+	r.OnScrape(a.scrapeStore)
 	r.OnScrape(func() {
 		if a.drops != nil {
 			a.m.brokerDropped.With("inflight_quota").Set(a.drops.inflightDropped())
@@ -153,6 +170,20 @@ func (a *Agent) scrapeOutbox() {
 		m.succeeded.With(id).Set(st.Succeeded)
 		m.failed.With(id).Set(st.Failed)
 		m.retries.With(id).Set(st.Retries)
+	}
+}
+
+// scrapeStore mirrors the embedded state store's counts.
+func (a *Agent) scrapeStore() {
+	if a.broker == nil {
+		return
+	}
+	st := a.broker.Store().Stats()
+	a.m.storeBytes.Set(float64(st.Bytes))
+	a.m.storeKeys.Set(float64(st.Keys))
+	a.m.storeWatches.Set(float64(st.Registrations))
+	for b, n := range st.Refused {
+		a.m.storeRefused.With(statestore.Bound(b).String()).Set(n)
 	}
 }
 

@@ -41,8 +41,9 @@ func (e engineKeys) do(args ...[]byte) resp3.Value {
 	for _, a := range args {
 		cmd = resp3.AppendBlob(cmd, a)
 	}
+	// Owner: the status keys it writes are reserved to the agent (agentOwnedKeys).
 	reply, version := e.st.Do(&statestore.Request{Payload: cmd, Timestamp: e.clock.Now().String(), HasTimestamp: true,
-		Watcher: nil}, nil)
+		Owner: true}, nil)
 	if !version.IsZero() {
 		e.clock.Observe(version)
 	}

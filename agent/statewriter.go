@@ -3,15 +3,19 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
 	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/agent/store"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/hlc"
 	"github.com/seed0e69bba5/faceagent/resp3"
@@ -31,7 +35,9 @@ func engineSetter(st *statestore.Store, clock *hlc.Clock) func(context.Context, 
 		cmd = resp3.AppendBlob(cmd, value)
 		cmd = resp3.AppendBlobString(cmd, "PX")
 		cmd = resp3.AppendBlobString(cmd, strconv.FormatInt(px.Milliseconds(), 10))
-		reply, version := st.Do(&statestore.Request{Payload: cmd, Timestamp: clock.Now().String(), HasTimestamp: true}, nil)
+		// Owner: the device-state keys are reserved to this writer (newBroker).
+		reply, version := st.Do(&statestore.Request{Payload: cmd, Timestamp: clock.Now().String(), HasTimestamp: true,
+			Owner: true}, nil)
 		if !version.IsZero() {
 			clock.Observe(version)
 		}
@@ -40,11 +46,30 @@ func engineSetter(st *statestore.Store, clock *hlc.Clock) func(context.Context, 
 			return fmt.Errorf("state store reply: %w", err)
 		}
 		if v.Kind == resp3.SimpleError || v.Kind == resp3.BlobError {
-			return fmt.Errorf("state store: %s", v.Str)
+			text, _ := strings.CutPrefix(string(v.Str), "ERR ")
+			return &store.ServerError{Text: text} // as the store client reports a refusal
 		}
 		return nil
 	}
 }
+
+// refusalReason is the label of faceagent_store_write_refused_total for a refusal.
+func refusalReason(err error) string {
+	switch {
+	case errors.Is(err, store.ErrFencingTokenRequired), errors.Is(err, store.ErrFencingTokenLowerVersion),
+		errors.Is(err, store.ErrFencingTokenSkew):
+		return "fencing"
+	case errors.Is(err, store.ErrQuotaExceeded):
+		return "quota"
+	case errors.Is(err, store.ErrNotAuthorized):
+		return "not_authorized"
+	}
+	return "other"
+}
+
+// refusalWarnEvery bounds the warnings of refused state writes: one a minute, with the
+// count since the last one.
+const refusalWarnEvery = time.Minute
 
 // stateWriter keeps faceagent/{gw}/devices/{id} current: it writes a device's state when
 // something about it changed, at most once per write_interval per device, and rewrites
@@ -70,6 +95,10 @@ type stateWriter struct {
 	written uint64 // writes done (tests, metrics)
 	failed  uint64
 	scans   uint64 // writeDue rounds: wake-ups of the writer (tests, benchmarks)
+	// refused counts writes the store refused (an -ERR answer, not a lost link);
+	// refusedWarned is refused at the last warning, logged at warnedAt.
+	refused, refusedWarned uint64
+	warnedAt               time.Time
 }
 
 type devState struct {
@@ -79,6 +108,10 @@ type devState struct {
 	hb        face.Heartbeat
 	hbAt      time.Time
 	lastErr   string
+	// refusal is the store's answer to the device's last write when it refused it ("" once a
+	// write succeeds), refusedSince when that started.
+	refusal      string
+	refusedSince time.Time
 }
 
 func newStateWriter(ids []string, set func(context.Context, string, []byte, time.Duration) error, ob *outbox.Outbox,
@@ -245,20 +278,62 @@ func (w *stateWriter) writeOne(ctx context.Context, id string, now time.Time) (f
 			w.m.storeWriteErrors.Inc()
 		}
 	}
+	var serr *store.ServerError
+	refused := errors.As(err, &serr)
 	w.mu.Lock()
+	warn, since := false, uint64(0)
 	if err != nil {
 		w.failed++
 		d.dirty = true // try again after the interval
 		d.lastWrite = now
+		if refused {
+			w.refused++
+			if d.refusal == "" {
+				d.refusedSince = now
+			}
+			d.refusal = serr.Text
+			if now.Sub(w.warnedAt) >= refusalWarnEvery {
+				warn, since = true, w.refused-w.refusedWarned
+				w.warnedAt, w.refusedWarned = now, w.refused
+			}
+		}
 	} else {
 		w.written++
 		d.last, d.lastWrite = body, now
+		d.refusal = ""
 	}
 	w.mu.Unlock()
-	if err != nil {
+	switch {
+	case refused:
+		// Not the link: the store answered, and will answer the same until someone acts (a
+		// fencing token on the key, a full store, a key rule). Warn, at most once a minute.
+		if w.m != nil {
+			w.m.storeWriteRefused.With(refusalReason(err)).Inc()
+		}
+		if warn {
+			w.log.Warn("the state store refuses the device state", "device", id, "key", w.prefix+id,
+				"answer", serr.Text, "refused_since_last_warning", since)
+		}
+	case err != nil:
 		w.log.Debug("device state not written", "device", id, "err", err)
 	}
 	return err != nil
+}
+
+// refusedWarnings describes the devices whose last state write the store refused, for
+// /healthz.
+func (w *stateWriter) refusedWarnings() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for id, d := range w.devs {
+		if d.refusal != "" {
+			out = append(out, fmt.Sprintf("state store refuses the state of device %s (%s%s) since %s: %s",
+				id, w.prefix, id, d.refusedSince.UTC().Format(time.RFC3339), d.refusal))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func unixMilli(t time.Time) int64 {

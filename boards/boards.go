@@ -58,6 +58,10 @@ type Profile struct {
 	JournalBatchWindow time.Duration // > 0 only when JournalSync is SyncBatch
 
 	DataDir string // absolute path for the journal and persisted store keys
+
+	// StoreMaxBytes, when not 0, is the board's [broker] store_max_bytes: the embedded state
+	// store's memory bound, for boards too small for the agent's default.
+	StoreMaxBytes int64
 }
 
 // Target is the build target as "GOOS/GOARCH" or "GOOS/arm/GOARM": "linux/arm/7", "linux/arm64".
@@ -162,6 +166,7 @@ type fileSchema struct {
 	JournalSync        string    `toml:"journal_sync"`
 	JournalBatchWindow *duration `toml:"journal_batch_window"` // only with journal_sync = "batch"
 	DataDir            string    `toml:"data_dir"`
+	StoreMaxBytes      *byteSize `toml:"store_max_bytes"` // optional
 }
 
 type byteSize struct {
@@ -232,6 +237,9 @@ func Parse(name string, data []byte) (Profile, error) {
 	if raw.JournalBatchWindow != nil {
 		p.JournalBatchWindow = time.Duration(*raw.JournalBatchWindow)
 	}
+	if raw.StoreMaxBytes != nil {
+		p.StoreMaxBytes = raw.StoreMaxBytes.n
+	}
 	if key, msg := validate(&p, md); msg != "" {
 		return Profile{}, &ProfileError{File: file, Line: keyLine(data, key), Msg: msg}
 	}
@@ -256,6 +264,9 @@ const maxBatchWindow = time.Second
 
 // Smallest soft memory limit that leaves the agent a working heap.
 const minMemLimit = 32 << 20
+
+// Smallest state store bound a profile may set (agent/config's own floor).
+const minStoreBytes = 64 << 10
 
 var knownArch = map[string]bool{"arm": true, "arm64": true, "amd64": true, "riscv64": true}
 
@@ -287,6 +298,9 @@ func validate(p *Profile, md toml.MetaData) (key, msg string) {
 		return "gomemlimit", fmt.Sprintf("gomemlimit %s is more than half of ram: the OS and page cache need the rest", p.GOMEMLIMITText)
 	case !path.IsAbs(p.DataDir) || path.Clean(p.DataDir) != p.DataDir || p.DataDir == "/":
 		return "data_dir", fmt.Sprintf("data_dir %q must be a clean absolute path other than /", p.DataDir)
+	case md.IsDefined("store_max_bytes") && (p.StoreMaxBytes < minStoreBytes || p.StoreMaxBytes > p.GOMEMLIMIT/4):
+		return "store_max_bytes", fmt.Sprintf("store_max_bytes %d must be at least %d KiB and at most a quarter of gomemlimit "+
+			"(the store's keys and, as much again, its queued notifications live in that heap)", p.StoreMaxBytes, minStoreBytes>>10)
 	}
 	seen := map[string]bool{}
 	for _, sp := range p.SerialPorts {

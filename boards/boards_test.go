@@ -128,8 +128,12 @@ func TestParseGood(t *testing.T) {
 		t.Fatal(err)
 	}
 	if p.GOMEMLIMIT != 128<<20 || p.RAM != 512<<20 || p.JournalBatchWindow != 10*time.Millisecond ||
-		p.Target() != "linux/arm/7" || p.GOMEMLIMITText != "128MiB" {
+		p.Target() != "linux/arm/7" || p.GOMEMLIMITText != "128MiB" || p.StoreMaxBytes != 0 {
 		t.Fatalf("%+v", p)
+	}
+	p, err = Parse("t", []byte(good+"store_max_bytes = \"16MiB\"\n"))
+	if err != nil || p.StoreMaxBytes != 16<<20 {
+		t.Fatalf("store_max_bytes: %+v, %v", p, err)
 	}
 }
 
@@ -164,6 +168,8 @@ func TestParseBad(t *testing.T) {
 		{"missing ram", `ram = "512MiB"`, ``, 0, `missing key "ram"`},
 		{"missing cpu", `qemu_cpu = "cortex-a7"`, ``, 0, `missing key "qemu_cpu"`},
 		{"bad cpu", `qemu_cpu = "cortex-a7"`, `qemu_cpu = "Cortex A7"`, 5, "qemu_cpu"},
+		{"store bytes big", `data_dir = "/var/lib/faceagent"`, "data_dir = \"/var/lib/faceagent\"\nstore_max_bytes = \"64MiB\"", 12, "quarter of gomemlimit"},
+		{"store bytes small", `data_dir = "/var/lib/faceagent"`, "data_dir = \"/var/lib/faceagent\"\nstore_max_bytes = 1000", 12, "at least 64 KiB"},
 		{"empty description", `description = "test board"`, `description = " "`, 1, "description"},
 	}
 	for _, c := range cases {

@@ -19,8 +19,8 @@
 // # Profile file format
 //
 // Flat TOML; every key is required except goarm (required with goarch = "arm" only),
-// serial_ports (may be empty) and journal_batch_window (required with journal_sync = "batch"
-// only). Unknown keys are errors.
+// serial_ports (may be empty), journal_batch_window (required with journal_sync = "batch"
+// only) and store_max_bytes. Unknown keys are errors.
 //
 //	description          = "one line"
 //	goos                 = "linux"
@@ -33,6 +33,7 @@
 //	journal_sync         = "batch"          # always | batch | none
 //	journal_batch_window = "20ms"           # (0, 1s]
 //	data_dir             = "/var/lib/faceagent"
+//	store_max_bytes      = "8MiB"           # optional: [broker] store_max_bytes; ≤ gomemlimit/4
 //
 // # Choosing a journal sync policy
 //

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"bytes"
-	"encoding/hex"
 	"fmt"
 	"strings"
 	"sync"
@@ -177,26 +176,6 @@ func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 		}
 	}
 	return false
-}
-
-// responseTopicAllowed reports whether the store may answer cl on topic:
-// when cl's publish rules allow it, or when it lies under the client's own
-// clients/{clientId}/ or clients/{HEX(clientId)}/ (the SDKs' response
-// topics, wire fact 10), which users' publish rules do not list.
-func (h *authHook) responseTopicAllowed(cl *mqtt.Client, topic string) bool {
-	if r := h.rules(cl); r == nil || r.Publish == nil {
-		return true
-	}
-	rest, ok := strings.CutPrefix(topic, "clients/")
-	if ok && !strings.ContainsAny(cl.ID, "+#/") && cl.ID != "" {
-		if own, ok := strings.CutPrefix(rest, cl.ID); ok && strings.HasPrefix(own, "/") {
-			return true
-		}
-		if own, ok := strings.CutPrefix(rest, strings.ToUpper(hex.EncodeToString([]byte(cl.ID)))); ok && strings.HasPrefix(own, "/") {
-			return true
-		}
-	}
-	return h.OnACLCheck(cl, topic, true)
 }
 
 // isNotifyTopic reports whether topic is under the store's notification

@@ -85,10 +85,25 @@ type Options struct {
 	TerminalTopic         func(topic string) bool
 	TerminalPendingWrites int32
 
-	// State store quotas; 0 means no bound.
+	// State store bounds; 0 means no bound (see statestore.Options). MaxBytes
+	// bounds the store's keys, values, bookkeeping and KEYNOTIFY
+	// registrations, and, as a second budget of the same size, the
+	// notifications queued for or unacknowledged by all watchers together.
 	MaxKeys      int
 	MaxBytes     int64
+	MaxKeySize   int
 	MaxValueSize int
+	MaxNotify    int // KEYNOTIFY registrations per connection
+	// ReservedKeyPrefixes are state store key prefixes only the in-process
+	// owner writes (Store().Do with statestore.Request.Owner); network
+	// clients may read and watch them, and are answered "not authorized" when
+	// they write there. The agent reserves its device-state keys.
+	ReservedKeyPrefixes []string
+	// NotifyAckTimeout: a connection that keeps a KEYNOTIFY notification
+	// waiting for room in its Receive Maximum and acknowledges nothing for
+	// this long is disconnected (CodeNotifyStalled). 0 means
+	// DefaultNotifyAckTimeout (30 s).
+	NotifyAckTimeout time.Duration
 	// StateStoreNode is the HLC node id of the store's versions
 	// (statestore.DefaultNode when empty).
 	StateStoreNode string
@@ -233,11 +248,14 @@ func New(opts *Options) (*Broker, error) {
 		return nil, err
 	}
 	storeOpts := &statestore.Options{
-		Node:         o.StateStoreNode,
-		MaxKeys:      o.MaxKeys,
-		MaxBytes:     o.MaxBytes,
-		MaxValueSize: o.MaxValueSize,
-		Logger:       o.Logger,
+		Node:             o.StateStoreNode,
+		MaxKeys:          o.MaxKeys,
+		MaxBytes:         o.MaxBytes,
+		MaxKeySize:       o.MaxKeySize,
+		MaxValueSize:     o.MaxValueSize,
+		MaxNotify:        o.MaxNotify,
+		ReservedPrefixes: o.ReservedKeyPrefixes,
+		Logger:           o.Logger,
 	}
 	if o.DataDir != "" {
 		storeOpts.SnapshotPath = filepath.Join(o.DataDir, SnapshotFile)
@@ -247,7 +265,7 @@ func New(opts *Options) (*Broker, error) {
 		b.srv.Close()
 		return nil, err
 	}
-	b.service = newService(srv, b.store, b.auth, o.Logger)
+	b.service = newService(srv, b.store, b.auth, o.Logger, &o)
 	if err := srv.AddHook(b.service, nil); err != nil {
 		_ = b.store.Close()
 		srv.Close()

@@ -33,11 +33,19 @@
 // NotifyTopicPrefix, or that is no valid topic name (wildcards, $SYS,
 // $share), disconnects the client with CodeForbiddenResponseTopic; a
 // request without a response topic is dropped and logged (there is nowhere
-// to answer). For a user with publish rules the response topic must lie
-// under clients/{clientId}/ or clients/{HEX(clientId)}/ (what the SDKs use)
-// or be allowed by those rules; otherwise the request is refused (PUBACK
-// 0x87), since responses are published without an ACL check. A request not sent with QoS 1 or without correlation data is
-// answered with "-ERR " + ErrTextQoS or ErrTextNoCorrelation.
+// to answer). For a user with publish rules the response topic must belong
+// to the client or be allowed by those rules; otherwise the request is
+// refused (PUBACK 0x87), since responses are published without an ACL check.
+// A client owns clients/{clientId}/… (the .NET and Rust SDKs' response
+// topics), and is lent the one topic
+// clients/{UPPERHEX(clientId)}/statestore/v1/…/command/invoke/response (the
+// Go SDK's) while no client or kept session has the id UPPERHEX(clientId),
+// whose namespace it is: client "AB" answers itself on clients/4142/… only
+// while there is no client "4142". A request not sent with QoS 1 or without
+// correlation data is answered with "-ERR " + ErrTextQoS or
+// ErrTextNoCorrelation. A response's Message Expiry is what remains of its
+// request's (rounded up to whole seconds, at least 1), so it never outlives
+// the request; a request without one gets mochi's maximum.
 //
 // KEYNOTIFY notifications are written straight to the connection that
 // registered, on NotifyTopic(clientID, key), whether or not it subscribed to
@@ -46,9 +54,15 @@
 // (statestore.NotifyQueue) and a goroutine writing it, which never leaves more
 // QoS 1 PUBLISHes unacknowledged than the client's Receive Maximum (MQTT 5
 // section 3.3.4; mochi's own messages to the client count too) and waits for
-// a PUBACK when it would; a connection that falls 1024 notifications (or
-// 16 MiB) behind is disconnected with CodeNotifyOverflow. Registrations
-// belong to the connection: they end when it disconnects or is taken over.
+// a PUBACK when it would. A notification's bytes count from the change until
+// the client acknowledges it: a connection with 1024 notifications waiting,
+// or 16 MiB waiting or unacknowledged, or that would take the notifications
+// of all connections past Options.MaxBytes, is disconnected with
+// CodeNotifyOverflow (0x97); one that keeps a notification waiting for room
+// and acknowledges nothing for NotifyAckTimeout (30 s) is disconnected with
+// CodeNotifyStalled (0x97). Either re-registers when it reconnects and
+// rereads the keys. Registrations belong to the connection: they end when it
+// disconnects or is taken over.
 //
 // # Connections
 //

@@ -71,8 +71,9 @@ func TestWillCannotBypassTopicRules(t *testing.T) {
 // TestResponseTopicNeedsPublishRights: the store publishes responses without
 // an ACL check, so a client could have a value it SET published, through a
 // GET, on any topic its rules deny. A response topic must now be under the
-// client's own clients/{id}/ or clients/{HEX(id)}/, or allowed by its
-// publish rules; one with wildcards is forbidden outright.
+// client's own clients/{id}/ or be the Go SDK's clients/{HEX(id)}/…/response,
+// or be allowed by its publish rules; one with wildcards is forbidden
+// outright.
 func TestResponseTopicNeedsPublishRights(t *testing.T) {
 	b := startBroker(t, Options{UsersFile: writeUsersFile(t)})
 	victim := dial(t, b.Addr(), "999", dialOptions{user: "agent", password: "agent-secret", subscribe: []string{"dev/999/#"}})
@@ -85,7 +86,7 @@ func TestResponseTopicNeedsPublishRights(t *testing.T) {
 	if err == nil {
 		t.Error("request with a response topic outside the publish rules: PUBACK success, want 0x87")
 	}
-	// Allowed: the SDKs' response topics (the helper's is clients/{HEX(id)}/…),
+	// Allowed: the SDKs' response topics (the helper's is the Go SDK's),
 	// clients/{id}/…, and a topic the rules allow.
 	for _, rt := range []string{"clients/2042253/services/statestore/_any_/command/invoke/response", "dev/2042253/responses"} {
 		rt := rt

@@ -110,7 +110,7 @@ func tryDial(t testing.TB, addr, id string, o dialOptions) (*client, error) {
 	}
 	cl := &client{
 		t: t, id: id,
-		responseTopic: "clients/" + strings.ToUpper(hex.EncodeToString([]byte(id))) + "/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/response",
+		responseTopic: goResponseTopic(id),
 		clock:         hlc.NewClock(id),
 		pending:       make(map[string]chan *paho.Publish),
 		other:         make(chan *paho.Publish, 1024),
@@ -170,6 +170,11 @@ func tryDial(t testing.TB, addr, id string, o dialOptions) (*client, error) {
 	return cl, nil
 }
 
+// goResponseTopic is the Go SDK's response topic for client id.
+func goResponseTopic(id string) string {
+	return "clients/" + strings.ToUpper(hex.EncodeToString([]byte(id))) + "/" + InvokeTopic + "/response"
+}
+
 func (c *client) close() {
 	_ = c.c.Disconnect(&paho.Disconnect{})
 	select {
@@ -200,6 +205,7 @@ func (c *client) route(p *paho.Publish) {
 // req describes one request; the zero value is what the Go SDK sends.
 type req struct {
 	noTS          bool
+	noExpiry      bool   // no Message Expiry (the SDKs always send one)
 	ts            string // "" = the client's clock
 	ft            string
 	persist       bool
@@ -231,6 +237,9 @@ func (c *client) publish(payload []byte, r req) (correlation []byte, wait chan *
 	}
 	if !r.noCorrelation {
 		props.CorrelationData = correlation
+	}
+	if r.noExpiry {
+		props.MessageExpiry = nil
 	}
 	if r.responseTopic != nil {
 		props.ResponseTopic = *r.responseTopic

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -12,16 +13,27 @@ import (
 )
 
 // notifyQueueLen bounds the notifications waiting for one connection (and
-// statestore.DefaultMaxQueuedBytes their bytes). A client that falls this far
-// behind is disconnected (it re-registers when it reconnects) rather than
-// silently missing changes.
+// statestore.DefaultMaxQueuedBytes the bytes of those waiting and those sent
+// but not acknowledged). A client that falls this far behind is disconnected
+// (it re-registers when it reconnects) rather than silently missing changes.
 const notifyQueueLen = statestore.DefaultMaxQueued
+
+// DefaultNotifyAckTimeout is Options.NotifyAckTimeout when it is zero.
+const DefaultNotifyAckTimeout = 30 * time.Second
 
 // CodeNotifyOverflow is the DISCONNECT reason for a client whose
 // notification queue overflowed.
 var CodeNotifyOverflow = packets.Code{
 	Code:   packets.ErrQuotaExceeded.Code,
 	Reason: "state store: notification queue overflow",
+}
+
+// CodeNotifyStalled is the DISCONNECT reason for a client that kept a
+// notification waiting for room in its Receive Maximum while acknowledging
+// nothing for Options.NotifyAckTimeout.
+var CodeNotifyStalled = packets.Code{
+	Code:   packets.ErrQuotaExceeded.Code,
+	Reason: "state store: notifications not acknowledged",
 }
 
 // notifier delivers one connection's KEYNOTIFY notifications. The store
@@ -32,26 +44,58 @@ var CodeNotifyOverflow = packets.Code{
 // client's Receive Maximum (MQTT 5 section 3.3.4): the next one waits for a
 // PUBACK (service.OnQosComplete). Writing from that goroutine keeps a slow
 // watcher from stalling the read loop of the client whose SET caused it.
+//
+// A notification's bytes count against the connection's queue bound and the
+// service's budget (Options.MaxBytes, shared by all connections) from Notify
+// until the client acknowledges it, not only while it waits: a client with a
+// large Receive Maximum that acknowledges nothing is held to the same bound.
 type notifier struct {
 	*statestore.NotifyQueue
 	svc    *service
 	cl     *mqtt.Client
 	prefix string // NotifyTopicPrefix/{HEX(clientId)}/command/notify/
+
+	mu      sync.Mutex
+	unacked map[uint16]int64 // packet id → Size of a notification not yet acknowledged
 }
 
 func newNotifier(s *service, cl *mqtt.Client) *notifier {
 	n := &notifier{
-		svc:    s,
-		cl:     cl,
-		prefix: string(sswire.AppendNotifyTopic(nil, []byte(cl.ID), nil)),
+		svc:     s,
+		cl:      cl,
+		prefix:  string(sswire.AppendNotifyTopic(nil, []byte(cl.ID), nil)),
+		unacked: make(map[uint16]int64),
 	}
 	n.NotifyQueue = statestore.NewNotifyQueue(statestore.NotifyQueueOptions{
-		MaxQueued: notifyQueueLen,
-		Room:      n.room,
-		Send:      n.write,
-		Overflow:  n.overflow,
+		MaxQueued:  notifyQueueLen,
+		Budget:     s.notifyBudget,
+		AckTimeout: s.notifyAckTimeout,
+		Room:       n.room,
+		Send:       n.write,
+		Overflow:   n.overflow,
+		Stalled:    n.stalled,
 	})
 	return n
+}
+
+// completed is called for every acknowledgement (or drop) of one of cl's
+// messages: a notification's bytes are released once its packet id has left
+// the client's inflight set. (An id still there was reused, or is a PUBACK of
+// the client's own publish under the same id: the notification is still in
+// flight, and its bytes stay counted.)
+func (n *notifier) completed(id uint16) {
+	n.mu.Lock()
+	size, ok := n.unacked[id]
+	if ok && !n.cl.State.Inflight.Has(id) {
+		delete(n.unacked, id)
+	} else {
+		ok = false
+	}
+	n.mu.Unlock()
+	if ok {
+		n.Release(size)
+	}
+	n.Acked()
 }
 
 // NotifyTopic returns the topic of the notifications for key sent to
@@ -85,17 +129,28 @@ func (n *notifier) run() {
 	n.Run()
 }
 
-// overflow disconnects a client that fell notifyQueueLen behind.
+// overflow disconnects a client that fell notifyQueueLen (or the byte
+// bounds) behind.
 func (n *notifier) overflow() {
 	n.svc.log.Warn("state store: notification queue overflow, disconnecting", "client", n.cl.ID)
 	_ = n.svc.srv.DisconnectClient(n.cl, CodeNotifyOverflow)
 }
 
+// stalled disconnects a client that acknowledged nothing for
+// NotifyAckTimeout while a notification waited for room.
+func (n *notifier) stalled() {
+	n.svc.log.Warn("state store: notifications not acknowledged, disconnecting", "client", n.cl.ID,
+		"ack_timeout", n.svc.notifyAckTimeout)
+	_ = n.svc.srv.DisconnectClient(n.cl, CodeNotifyStalled)
+}
+
 // write sends one notification as a QoS 1 PUBLISH, recorded in the client's
-// inflight set so its PUBACK is accounted for (field note).
-func (n *notifier) write(note statestore.Notification) {
+// inflight set so its PUBACK is accounted for (field note). It reports
+// whether completed releases the notification's bytes (false: the queue
+// does, now).
+func (n *notifier) write(note statestore.Notification) bool {
 	if n.cl.Closed() {
-		return
+		return false
 	}
 	pk := packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
@@ -109,10 +164,15 @@ func (n *notifier) write(note statestore.Notification) {
 	id, err := n.cl.NextPacketID()
 	if err != nil {
 		n.svc.log.Warn("state store: no packet id for a notification", "client", n.cl.ID, "error", err)
-		return
+		return false
 	}
 	pk.PacketID = uint16(id)
 	pk.Created = time.Now().Unix() // mochi expires inflight entries from Created
+	// Tracked before it is in the inflight set: its PUBACK may come back
+	// before WritePacket returns.
+	n.mu.Lock()
+	n.unacked[pk.PacketID] = note.Size()
+	n.mu.Unlock()
 	if n.cl.State.Inflight.Set(pk) {
 		// Account for it as mochi does for routed messages, since its PUBACK
 		// goes through mochi's processPuback, which undoes both.
@@ -125,5 +185,11 @@ func (n *notifier) write(note statestore.Notification) {
 			n.cl.State.Inflight.IncreaseSendQuota()
 		}
 		n.svc.log.Debug("state store: notification not written", "client", n.cl.ID, "error", err)
+		n.mu.Lock()
+		_, tracked := n.unacked[pk.PacketID]
+		delete(n.unacked, pk.PacketID)
+		n.mu.Unlock()
+		return !tracked // tracked: the queue releases it; not: completed did
 	}
+	return true // completed releases it (or has already)
 }

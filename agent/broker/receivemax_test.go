@@ -83,6 +83,8 @@ func (c *rawClient) read() mp.Packet {
 			err = pk.PublishDecode(body)
 		case mp.Puback:
 			err = pk.PubackDecode(body)
+		case mp.Disconnect:
+			err = pk.DisconnectDecode(body)
 		}
 	}
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -58,6 +59,10 @@ type service struct {
 	auth      *authHook
 	log       *slog.Logger
 	responder *mqtt.Client // dedicated inline client (wire fact 11)
+	// notifyBudget bounds the notification bytes queued or unacknowledged
+	// across all connections (Options.MaxBytes; nil: none).
+	notifyBudget     *statestore.ByteBudget
+	notifyAckTimeout time.Duration
 
 	mu        sync.Mutex
 	notifiers map[*mqtt.Client]*notifier
@@ -66,15 +71,20 @@ type service struct {
 	closeErr  error
 }
 
-func newService(srv *mqtt.Server, store *statestore.Store, auth *authHook, log *slog.Logger) *service {
+func newService(srv *mqtt.Server, store *statestore.Store, auth *authHook, log *slog.Logger, o *Options) *service {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	// The Go SDK subscribes to its response topic with No Local: responses
 	// must come from a client id no real client uses, not mochi's "inline".
 	responder := srv.NewClient(nil, mqtt.LocalListener, "$statestore-"+hex.EncodeToString(id[:]), true)
 	responder.Properties.ProtocolVersion = 5
+	ackTimeout := o.NotifyAckTimeout
+	if ackTimeout <= 0 {
+		ackTimeout = DefaultNotifyAckTimeout
+	}
 	return &service{
 		srv: srv, store: store, auth: auth, log: log, responder: responder,
+		notifyBudget: statestore.NewByteBudget(o.MaxBytes), notifyAckTimeout: ackTimeout,
 		notifiers: make(map[*mqtt.Client]*notifier),
 	}
 }
@@ -85,19 +95,20 @@ func (s *service) Provides(b byte) bool {
 	return b == mqtt.OnPublish || b == mqtt.OnDisconnect || b == mqtt.OnQosComplete || b == mqtt.OnQosDropped
 }
 
-// OnQosComplete wakes cl's notifier: a PUBACK freed room in the client's
-// Receive Maximum, for a notification or for any message mochi routed.
-func (s *service) OnQosComplete(cl *mqtt.Client, _ packets.Packet) { s.wakeNotifier(cl) }
+// OnQosComplete tells cl's notifier: a PUBACK freed room in the client's
+// Receive Maximum, for a notification (whose bytes are released) or for any
+// message mochi routed.
+func (s *service) OnQosComplete(cl *mqtt.Client, pk packets.Packet) { s.completed(cl, pk.PacketID) }
 
-// OnQosDropped wakes cl's notifier: mochi gave up an inflight message.
-func (s *service) OnQosDropped(cl *mqtt.Client, _ packets.Packet) { s.wakeNotifier(cl) }
+// OnQosDropped tells cl's notifier: mochi gave up an inflight message.
+func (s *service) OnQosDropped(cl *mqtt.Client, pk packets.Packet) { s.completed(cl, pk.PacketID) }
 
-func (s *service) wakeNotifier(cl *mqtt.Client) {
+func (s *service) completed(cl *mqtt.Client, id uint16) {
 	s.mu.Lock()
 	n := s.notifiers[cl]
 	s.mu.Unlock()
 	if n != nil {
-		n.Acked()
+		n.completed(id)
 	}
 }
 
@@ -134,7 +145,7 @@ func (s *service) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet,
 		s.log.Warn("state store: request without a response topic dropped", "client", cl.ID)
 		return pk, packets.CodeSuccessIgnore
 	}
-	if !s.auth.responseTopicAllowed(cl, rt) {
+	if !s.responseTopicAllowed(cl, rt) {
 		// The responder publishes without an ACL check: a response topic the
 		// client may not publish to would let it publish there (a value it
 		// SET, through a GET) by way of the store.
@@ -146,6 +157,55 @@ func (s *service) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet,
 	}
 	s.serve(cl, &pk)
 	return pk, packets.CodeSuccessIgnore
+}
+
+// goResponseSuffix follows clients/{UPPERHEX(clientId)} in the Go SDK's
+// response topic (its prefix, the request topic and its suffix "response").
+const goResponseSuffix = "/" + InvokeTopic + "/response"
+
+// responseTopicAllowed reports whether the store may answer cl on topic.
+// Responses are published without an ACL check, so for a client with publish
+// rules the topic must be the client's own (ownsResponseTopic) or allowed by
+// those rules; a client without publish rules may publish anywhere anyway.
+func (s *service) responseTopicAllowed(cl *mqtt.Client, topic string) bool {
+	if r := s.auth.rules(cl); r == nil || r.Publish == nil {
+		return true
+	}
+	return ownsResponseTopic(cl.ID, topic, s.knownClient) || s.auth.OnACLCheck(cl, topic, true)
+}
+
+// knownClient reports whether the broker has a client or a kept session with
+// this id.
+func (s *service) knownClient(id string) bool {
+	_, ok := s.srv.Clients.Get(id)
+	return ok
+}
+
+// ownsResponseTopic reports whether topic belongs to client id, by the SDKs'
+// conventions:
+//   - clients/{id}/… is the client's own namespace (the .NET and Rust SDKs'
+//     response topics lie there), whoever else is connected;
+//   - clients/{UPPERHEX(id)}/statestore/v1/…/command/invoke/response, exactly
+//     (the Go SDK's response topic), is lent to it as long as no client or
+//     kept session has the id UPPERHEX(id): that string is also a client id,
+//     whose own namespace it is. Client "AB" may answer itself on
+//     clients/4142/statestore/…/response only while there is no client "4142".
+//
+// Nothing else under clients/{UPPERHEX(id)}/ is the client's: that hex
+// alias used to cover the whole of another client's namespace.
+func ownsResponseTopic(id, topic string, known func(id string) bool) bool {
+	if id == "" || strings.ContainsAny(id, "+#/") {
+		return false
+	}
+	rest, ok := strings.CutPrefix(topic, "clients/")
+	if !ok {
+		return false
+	}
+	if own, ok := strings.CutPrefix(rest, id); ok && strings.HasPrefix(own, "/") {
+		return true
+	}
+	hexID := strings.ToUpper(hex.EncodeToString([]byte(id)))
+	return rest == hexID+goResponseSuffix && !known(hexID)
 }
 
 // serve answers one request that has a usable response topic.
@@ -179,27 +239,61 @@ func (s *service) serve(cl *mqtt.Client, pk *packets.Packet) {
 		}
 		// A change of a persistent key is answered once it is on disk; the
 		// persistence goroutine sends that response, not this read loop.
-		clientID, topic, corr := cl.ID, pk.Properties.ResponseTopic, pk.Properties.CorrelationData
+		to := responseTo{clientID: cl.ID, topic: pk.Properties.ResponseTopic,
+			correlation: pk.Properties.CorrelationData, expiresAt: requestExpiry(pk)}
 		out, v, wait := s.store.DoDurable(&req, out, func(reply []byte, v hlc.Timestamp, err error) {
 			if err != nil {
-				s.log.Error("state store: persistent change answered without a snapshot", "client", clientID, "error", err)
+				s.log.Error("state store: persistent change answered without a snapshot", "client", to.clientID, "error", err)
 			}
-			s.respond(clientID, topic, corr, reply, v)
+			s.respond(to, reply, v)
 		})
 		if wait {
 			return
 		}
-		s.respond(cl.ID, pk.Properties.ResponseTopic, pk.Properties.CorrelationData, out, v)
+		s.respond(to, out, v)
 		return
 	}
-	s.respond(cl.ID, pk.Properties.ResponseTopic, pk.Properties.CorrelationData, out, version)
+	s.respond(responseTo{clientID: cl.ID, topic: pk.Properties.ResponseTopic,
+		correlation: pk.Properties.CorrelationData, expiresAt: requestExpiry(pk)}, out, version)
+}
+
+// responseTo is where a response goes and until when it is worth reading.
+type responseTo struct {
+	clientID, topic string
+	correlation     []byte
+	expiresAt       time.Time // the request's expiry; zero: it had none
+}
+
+// requestExpiry returns when the request expires: its arrival (mochi's
+// Created, whole seconds) plus its Message Expiry Interval; zero without one.
+func requestExpiry(pk *packets.Packet) time.Time {
+	if pk.Properties.MessageExpiryInterval == 0 || pk.Created == 0 {
+		return time.Time{}
+	}
+	return time.Unix(pk.Created+int64(pk.Properties.MessageExpiryInterval), 0)
+}
+
+// responseExpiry is the Message Expiry Interval of a response to a request
+// that expires at expiresAt: what remains of the request's, rounded up to
+// whole seconds and at least 1 (0 would mean "never"), so that a response
+// never outlives the request it answers (the requester has given up by
+// then). A request without one gets none: mochi then applies its maximum,
+// as to any message.
+func responseExpiry(expiresAt, now time.Time) uint32 {
+	if expiresAt.IsZero() {
+		return 0
+	}
+	left := expiresAt.Sub(now)
+	secs := (left + time.Second - 1) / time.Second
+	return uint32(max(secs, 1))
 }
 
 // respond publishes a reply through the responder (wire facts 5 and 11).
-func (s *service) respond(clientID, topic string, correlation, payload []byte, version hlc.Timestamp) {
+func (s *service) respond(to responseTo, payload []byte, version hlc.Timestamp) {
 	props := packets.Properties{
-		ContentType:     contentType,
-		CorrelationData: correlation,
+		ContentType:           contentType,
+		CorrelationData:       to.correlation,
+		MessageExpiryInterval: responseExpiry(to.expiresAt, time.Now()),
 		User: []packets.UserProperty{
 			{Key: "__stat", Val: "200"},
 			{Key: "__protVer", Val: protocolVersion},
@@ -210,13 +304,13 @@ func (s *service) respond(clientID, topic string, correlation, payload []byte, v
 	}
 	err := s.srv.InjectPacket(s.responder, packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
-		TopicName:   topic,
+		TopicName:   to.topic,
 		Payload:     payload,
 		Properties:  props,
 		PacketID:    1, // field note: QoS>0 needs a non-zero id; the inline client never uses it
 	})
 	if err != nil {
-		s.log.Warn("state store: response not sent", "client", clientID, "error", err)
+		s.log.Warn("state store: response not sent", "client", to.clientID, "error", err)
 	}
 }
 

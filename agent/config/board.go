@@ -15,6 +15,7 @@ import (
 //
 //	[agent]   gomemlimit, data_dir
 //	[journal] sync, batch_window
+//	[broker]  store_max_bytes (when the profile sets it; it does not switch the broker on)
 //
 // and its serial ports fill in serial devices without a port (assignBoardPorts).
 //
@@ -32,6 +33,9 @@ func profileTOML(p boards.Profile) []byte {
 		p.GOMEMLIMIT, strconv.Quote(p.DataDir), strconv.Quote(string(p.JournalSync)))
 	if p.JournalBatchWindow > 0 {
 		b = fmt.Appendf(b, "batch_window = %s\n", strconv.Quote(time.Duration(p.JournalBatchWindow).String()))
+	}
+	if p.StoreMaxBytes > 0 {
+		b = fmt.Appendf(b, "[broker]\nstore_max_bytes = %d\n", p.StoreMaxBytes)
 	}
 	return b
 }

@@ -69,6 +69,14 @@ type Broker struct {
 	MaxQueuedMessages int  `toml:"max_queued_messages"`
 	StoreMaxKeys      int  `toml:"store_max_keys"`
 	StoreMaxValueSize Size `toml:"store_max_value_size"`
+	// StoreMaxBytes bounds the state store's memory: keys, values, their bookkeeping and
+	// KEYNOTIFY registrations; the notifications waiting for slow watchers get a second
+	// budget of the same size. Boards too small for the default set their own.
+	StoreMaxBytes Size `toml:"store_max_bytes"`
+	// StoreMaxKeySize bounds one key (in every command).
+	StoreMaxKeySize Size `toml:"store_max_key_size"`
+	// StoreMaxNotify bounds the KEYNOTIFY registrations of one connection.
+	StoreMaxNotify int `toml:"store_max_notify"`
 }
 
 // Anonymous reports whether anonymous clients are accepted, resolving the unset default.
@@ -279,6 +287,9 @@ var (
 		MaxQueuedMessages: 10000,
 		StoreMaxKeys:      100000,
 		StoreMaxValueSize: 64 << 10,
+		StoreMaxBytes:     32 << 20,
+		StoreMaxKeySize:   1 << 10,
+		StoreMaxNotify:    1024,
 	}
 	defaultUpstream = Upstream{
 		KeepAlive:      D(30 * time.Second),

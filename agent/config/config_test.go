@@ -303,6 +303,28 @@ func TestBoardsPackage(t *testing.T) {
 	}
 }
 
+// A small board's store_max_bytes fills in under [broker], without switching the broker on;
+// the file's value wins.
+func TestBoardStoreMaxBytes(t *testing.T) {
+	p, err := boards.Lookup("imx6ull-armv7")
+	if err != nil || p.StoreMaxBytes == 0 || p.StoreMaxBytes >= int64(defaultBroker.StoreMaxBytes) {
+		t.Fatalf("imx6ull-armv7 should set a store_max_bytes below the default: %+v %v", p, err)
+	}
+	base := "[agent]\ngateway_id = \"g\"\nboard = \"imx6ull-armv7\"\n"
+	c, err := Parse("f.toml", []byte(base+"[broker]\n"), testOpts)
+	if err != nil || int64(c.Broker.StoreMaxBytes) != p.StoreMaxBytes {
+		t.Fatalf("board store_max_bytes not applied: %+v %v", c.Broker, err)
+	}
+	c, err = Parse("f.toml", []byte(base+"[broker]\nstore_max_bytes = \"12MiB\"\n"), testOpts)
+	if err != nil || c.Broker.StoreMaxBytes != 12<<20 {
+		t.Fatalf("explicit store_max_bytes must win: %+v %v", c.Broker, err)
+	}
+	c, err = Parse("f.toml", []byte(base+"[upstream]\nurl = \"mqtt://h:1\"\n"), testOpts)
+	if err != nil || c.Broker != nil {
+		t.Fatalf("a board's store_max_bytes must not switch the broker on: %+v %v", c.Broker, err)
+	}
+}
+
 func TestEffectiveConfigRoundTrips(t *testing.T) {
 	for _, f := range []string{"testdata/minimal.toml", "testdata/broker-only.toml", "testdata/serial.toml", "../../configs/agent.toml"} {
 		c, err := Load(f, testOpts)

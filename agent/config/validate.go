@@ -88,8 +88,24 @@ func (d *decoder) validateBroker(b *Broker) {
 		d.errf("broker.store_max_value_size", "must be positive")
 	} else if b.MaxPacketSize != 0 && b.StoreMaxValueSize > b.MaxPacketSize {
 		d.errf("broker.store_max_value_size", "%d bytes exceeds max_packet_size (%d): such values could never be sent", b.StoreMaxValueSize, b.MaxPacketSize)
+	} else if b.StoreMaxBytes >= MinStoreMaxBytes && b.StoreMaxValueSize > b.StoreMaxBytes {
+		d.errf("broker.store_max_value_size", "%d bytes exceeds store_max_bytes (%d): such values could never be stored", b.StoreMaxValueSize, b.StoreMaxBytes)
 	}
+	if b.StoreMaxBytes < MinStoreMaxBytes {
+		d.errf("broker.store_max_bytes", "%d bytes is too small (at least 64KiB)", b.StoreMaxBytes)
+	}
+	if b.StoreMaxKeySize < 1 || b.StoreMaxKeySize > MaxStoreKeySize {
+		d.errf("broker.store_max_key_size", "%d bytes is out of range (1..16KiB: a notification's topic carries the key in hex, and MQTT bounds a topic at 65,535 bytes)", b.StoreMaxKeySize)
+	}
+	d.atLeast("broker.store_max_notify", b.StoreMaxNotify, 1)
 }
+
+// Bounds of the state store keys: store_max_bytes is at least MinStoreMaxBytes and
+// store_max_key_size at most MaxStoreKeySize.
+const (
+	MinStoreMaxBytes = 64 << 10
+	MaxStoreKeySize  = 16 << 10
+)
 
 var upstreamSchemes = map[string]bool{"mqtt": false, "tcp": false, "mqtts": true, "ssl": true, "tls": true}
 

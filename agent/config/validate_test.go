@@ -51,6 +51,15 @@ func TestValidationErrors(t *testing.T) {
 		{"store value size zero", brokerBase + "store_max_value_size = 0\n", "f.toml:4: broker.store_max_value_size: must be positive"},
 		{"store value over packet", brokerBase + "max_packet_size = \"64KiB\"\nstore_max_value_size = \"1MiB\"\n",
 			"f.toml:5: broker.store_max_value_size: 1048576 bytes exceeds max_packet_size (65536): such values could never be sent"},
+		{"store value over store bytes", brokerBase + "store_max_bytes = \"64KiB\"\nstore_max_value_size = \"128KiB\"\n",
+			"f.toml:5: broker.store_max_value_size: 131072 bytes exceeds store_max_bytes (65536): such values could never be stored"},
+		{"store bytes tiny", brokerBase + "store_max_bytes = 1000\nstore_max_value_size = 100\n",
+			"f.toml:4: broker.store_max_bytes: 1000 bytes is too small (at least 64KiB)"},
+		{"store key size zero", brokerBase + "store_max_key_size = 0\n",
+			"f.toml:4: broker.store_max_key_size: 0 bytes is out of range (1..16KiB: a notification's topic carries the key in hex, and MQTT bounds a topic at 65,535 bytes)"},
+		{"store key size huge", brokerBase + "store_max_key_size = \"1MiB\"\n",
+			"f.toml:4: broker.store_max_key_size: 1048576 bytes is out of range (1..16KiB: a notification's topic carries the key in hex, and MQTT bounds a topic at 65,535 bytes)"},
+		{"store notify zero", brokerBase + "store_max_notify = 0\n", "f.toml:4: broker.store_max_notify: 0 is less than 1"},
 
 		// [upstream]
 		{"no upstream no broker", "[agent]\ngateway_id = \"gw\"\n[[devices]]\nid = \"a\"\n",

@@ -112,3 +112,43 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 		s.Close()
 	}
 }
+
+// BenchmarkMemoryPerRegistration registers many watchers (connections) for
+// 16-byte keys that do not exist, 8 keys each, and reports the heap bytes per
+// registration beyond the key bytes: what RegistrationOverhead must cover.
+func BenchmarkMemoryPerRegistration(b *testing.B) {
+	const watchers, each = 25_000, 8
+	payloads := make([][]byte, watchers*each)
+	for i := range payloads {
+		payloads[i] = cmd("KEYNOTIFY", fmt.Sprintf("key-%011d", i))
+	}
+	ws := make([]*countingWatcher, watchers)
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		s := benchStore(b)
+		req := &Request{}
+		for i, p := range payloads {
+			if i%each == 0 {
+				ws[i/each] = &countingWatcher{}
+			}
+			req.Payload, req.Watcher = p, ws[i/each]
+			s.Do(req, nil)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if st := s.Stats(); st.Registrations != len(payloads) {
+			b.Fatalf("%d registrations", st.Registrations)
+		}
+		per := float64(after.HeapAlloc-before.HeapAlloc-uint64(watchers*8)) / float64(len(payloads))
+		b.ReportMetric(per, "B/registration")
+		b.ReportMetric(per-16, "overhead-B/registration")
+		runtime.KeepAlive(payloads)
+		s.Close()
+	}
+}
+
+type countingWatcher struct{ n int }
+
+func (w *countingWatcher) Notify(string, Op, []byte, hlc.Timestamp) { w.n++ }

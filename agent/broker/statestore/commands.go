@@ -34,6 +34,10 @@ type Request struct {
 	Watcher Watcher
 	// Access decides key-prefix authorization; nil allows every key.
 	Access KeyAccess
+	// Owner marks a request of the in-process owner of
+	// Options.ReservedPrefixes: it may write keys under them. Never set it for
+	// a request that came from a network client.
+	Owner bool
 
 	persistSeq uint64 // set by Do: the change of the persistent set it made
 }
@@ -74,12 +78,22 @@ func (s *Store) Do(req *Request, dst []byte) (out []byte, version hlc.Timestamp)
 	return appendErr(dst, ErrTextUnknown), version
 }
 
-// checkKey applies the checks every verb shares once arity is known.
-func checkKey(req *Request, key []byte, write bool) string {
+// checkKey applies the checks every verb shares once arity is known. A key
+// over MaxKeySize is refused by every verb, as an empty one is: it can never
+// be stored.
+func (s *Store) checkKey(req *Request, key []byte, write bool) string {
 	if len(key) == 0 {
 		return ErrTextZeroKey
 	}
+	if s.maxKeySize > 0 && len(key) > s.maxKeySize {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.refuse(BoundKeySize)
+	}
 	if req.Access != nil && !req.Access.AllowKey(key, write) {
+		return ErrTextNotAuthorized
+	}
+	if write && !req.Owner && s.reserved(key) {
 		return ErrTextNotAuthorized
 	}
 	return ""
@@ -129,7 +143,7 @@ func (s *Store) set(req *Request, args [][]byte, dst []byte) ([]byte, hlc.Timest
 	if !ok {
 		return appendErr(dst, ErrTextSyntax), none
 	}
-	if msg := checkKey(req, key, true); msg != "" {
+	if msg := s.checkKey(req, key, true); msg != "" {
 		return appendErr(dst, msg), none
 	}
 	// protocol: "When clients do a SET, they must set the MQTT5 user property __ts"
@@ -147,12 +161,12 @@ func (s *Store) set(req *Request, args [][]byte, dst []byte) ([]byte, hlc.Timest
 	if err := s.clock.CheckDrift(ts); err != nil {
 		return appendErr(dst, ErrTextTimestampAhead), none
 	}
-	if s.maxValue > 0 && len(value) > s.maxValue {
-		return appendErr(dst, ErrTextQuota), none
-	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.maxValue > 0 && len(value) > s.maxValue {
+		return appendErr(dst, s.refuse(BoundValueSize)), none
+	}
 	e := s.lookup(key)
 	if e != nil {
 		// wire fact 1: a refused SET is :-1 with the stored version in __ts.
@@ -165,17 +179,26 @@ func (s *Store) set(req *Request, args [][]byte, dst []byte) ([]byte, hlc.Timest
 			return appendErr(dst, msg), none
 		}
 	}
-	grow := int64(len(value))
+	// The fence the key will have: the request's token when it is newer.
+	var fence *hlc.Timestamp
+	if e != nil {
+		fence = e.fence
+	}
+	newFence := req.HasFencingToken && (fence == nil || hlc.Compare(ft, *fence) > 0)
+	if newFence {
+		fence = &ft
+	}
+	grow := entryCost(len(key), len(value), fence)
+	bounded := !(req.Owner && s.reserved(key)) // see Options.ReservedPrefixes
 	if e == nil {
-		grow += int64(len(key))
-		if s.maxKeys > 0 && len(s.keys) >= s.maxKeys {
-			return appendErr(dst, ErrTextQuota), none
+		if bounded && s.maxKeys > 0 && len(s.keys) >= s.maxKeys {
+			return appendErr(dst, s.refuse(BoundKeys)), none
 		}
 	} else {
-		grow -= int64(len(e.value))
+		grow -= e.cost()
 	}
-	if s.maxBytes > 0 && grow > 0 && s.bytes+grow > s.maxBytes {
-		return appendErr(dst, ErrTextQuota), none
+	if bounded && s.maxBytes > 0 && grow > 0 && s.bytes+grow > s.maxBytes {
+		return appendErr(dst, s.refuse(BoundBytes)), none
 	}
 	version, err := s.clock.Update(ts)
 	if err != nil { // raced past the drift check: the wall clock moved back
@@ -190,7 +213,7 @@ func (s *Store) set(req *Request, args [][]byte, dst []byte) ([]byte, hlc.Timest
 	s.bytes += grow
 	e.value = stored
 	e.version = version
-	if req.HasFencingToken && (e.fence == nil || hlc.Compare(ft, *e.fence) > 0) {
+	if newFence {
 		f := ft
 		f.Node = strings.Clone(ft.Node) // keep the node id, not the request's property string
 		e.fence = &f
@@ -218,7 +241,7 @@ func (s *Store) get(req *Request, args [][]byte, dst []byte) ([]byte, hlc.Timest
 	if len(args) != 2 {
 		return appendErr(dst, ErrTextArity), none
 	}
-	if msg := checkKey(req, args[1], false); msg != "" {
+	if msg := s.checkKey(req, args[1], false); msg != "" {
 		return appendErr(dst, msg), none
 	}
 	s.mu.Lock()
@@ -237,7 +260,7 @@ func (s *Store) del(req *Request, args [][]byte, dst []byte, vdel bool) ([]byte,
 		return appendErr(dst, ErrTextArity), none
 	}
 	key := args[1]
-	if msg := checkKey(req, key, true); msg != "" {
+	if msg := s.checkKey(req, key, true); msg != "" {
 		return appendErr(dst, msg), none
 	}
 	ft, msg := s.parseFence(req)
@@ -269,21 +292,36 @@ func (s *Store) keynotify(req *Request, args [][]byte, dst []byte) []byte {
 	if stop && !equalFold(args[2], "STOP") {
 		return appendErr(dst, ErrTextSyntax)
 	}
-	if msg := checkKey(req, args[1], false); msg != "" {
+	if msg := s.checkKey(req, args[1], false); msg != "" {
 		return appendErr(dst, msg)
 	}
 	if req.Watcher == nil {
 		return appendErr(dst, ErrTextNotAuthorized)
 	}
+	key := args[1]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if stop {
-		if !s.watchers.remove(args[1], req.Watcher) {
+		if !s.watchers.remove(key, req.Watcher) {
 			return resp3.AppendInt(dst, 0) // protocol: STOP on a key not watched is :0
 		}
+		s.bytes -= registrationCost(len(key))
 		return resp3.AppendSimpleString(dst, "OK")
 	}
-	s.watchers.add(string(args[1]), req.Watcher)
+	if s.watchers.registered(key, req.Watcher) {
+		return resp3.AppendSimpleString(dst, "OK") // registering twice is one registration
+	}
+	// Registrations are bounded whether or not the key exists: each one holds
+	// its key until STOP or the connection ends.
+	if s.maxNotify > 0 && s.watchers.watching(req.Watcher) >= s.maxNotify {
+		return appendErr(dst, s.refuse(BoundNotify))
+	}
+	cost := registrationCost(len(key))
+	if s.maxBytes > 0 && s.bytes+cost > s.maxBytes {
+		return appendErr(dst, s.refuse(BoundBytes))
+	}
+	s.watchers.add(key, req.Watcher)
+	s.bytes += cost
 	return resp3.AppendSimpleString(dst, "OK")
 }
 

@@ -34,6 +34,35 @@
 // time than the connection's Receive Maximum (MQTT 5 section 3.3.4), and
 // bounds what waits (past the bound it reports an overflow; agent/broker
 // then disconnects the client, which registers again and rereads the keys).
+// A notification's bytes count from Notify until the connection acknowledges
+// it (NotifyQueueOptions.Send, Release), against the queue's bound and a
+// ByteBudget the queues of all connections may share; with AckTimeout, a
+// notification waiting for room while the connection acknowledges nothing
+// for that long ends the queue too (Stalled).
+//
+// # Bounds
+//
+// Options bound what clients can make the store hold; a request past a bound
+// is answered "-ERR the quota has been exceeded" (ErrTextQuota, the protocol's
+// one text for it, which every SDK recognises), counted in Stats.Refused by
+// Bound and warned about at most once a minute per bound:
+//
+//   - MaxBytes: for each key its key and value bytes plus KeyOverhead (160,
+//     BenchmarkMemoryPerKey measures 131), plus FenceOverhead and the token's
+//     node id when it is fenced; for each KEYNOTIFY registration its key
+//     bytes plus RegistrationOverhead (160, BenchmarkMemoryPerRegistration
+//     measures 134), whether or not the key exists. Registrations of one key
+//     share one copy of it.
+//   - MaxKeys, MaxValueSize.
+//   - MaxKeySize: one key, in every command (GET, DEL and KEYNOTIFY of a key
+//     that could never be stored are refused as SET is).
+//   - MaxNotify: the registrations of one Watcher.
+//
+// ReservedPrefixes name keys only requests with Request.Owner (the
+// in-process owner, never a network client) may write; everyone may read and
+// watch them. The owner's writes there are not refused by MaxKeys or MaxBytes
+// (they still count). The agent reserves its device-state keys this way, so
+// that no client can write them, nor fence them against the agent.
 //
 // # Versions and fencing
 //
@@ -69,10 +98,21 @@
 // reply back likewise), so that no client acts on a change a crash would
 // undo; later changes of the same key queue behind it, so the per-key order
 // holds, while other keys' notifications are not delayed. On start the
-// snapshot is loaded (expired keys
-// skipped) and the clock observes every restored version, so versions never
-// go back across a restart. A damaged snapshot makes New fail with
-// ErrCorruptSnapshot and leaves the file for the operator.
+// snapshot is loaded (expired keys skipped) and the clock observes every
+// restored version, so versions never go back across a restart. A damaged
+// snapshot makes New fail with ErrCorruptSnapshot and leaves the file for the
+// operator.
+//
+// The snapshot is read and written one record at a time, so neither holds a
+// second copy of the persistent set. Loading stays within the bounds, by one
+// rule: records are taken in file order; one whose key or value is over
+// MaxKeySize or MaxValueSize is left out (a frame longer than both together
+// is not even read into memory), and so is one that would take the store past
+// MaxKeys or MaxBytes (a later, smaller one may still fit). One warning names
+// the counts. The file keeps what was left out until the next snapshot is
+// written (the next change of a persistent key): restarting with the old
+// bounds before that brings it back. A fencing token on a key under
+// ReservedPrefixes is dropped at load.
 //
 // # Caveats
 //
@@ -91,6 +131,9 @@
 //     request; it is not the bottleneck behind an MQTT broker.
 //   - The engine trusts the caller for the MQTT preconditions (QoS, response
 //     topic, correlation data); agent/broker checks them.
-//   - Quotas count key and value bytes only, not the per-key bookkeeping
-//     (about 130 bytes, see docs/benchmarks.md).
+//   - MaxBytes counts estimates of the bookkeeping (KeyOverhead,
+//     RegistrationOverhead), measured on amd64; the Go heap around live data
+//     (GOGC) comes on top: a store full to MaxBytes showed about 2.3 times
+//     MaxBytes of RSS (docs/benchmarks.md, "State store bounds").
+//   - Every bound answers the same text; Stats tells them apart.
 package statestore

@@ -33,11 +33,12 @@ func (c *fakeConn) room() bool {
 	return false
 }
 
-func (c *fakeConn) send(n Notification) {
+func (c *fakeConn) send(n Notification) bool {
 	if got := c.inflight.Add(1); got > c.max {
 		c.t.Errorf("%d notifications unacknowledged, Receive Maximum %d", got, c.max)
 	}
 	c.sent <- n
+	return false
 }
 
 func (c *fakeConn) ack(q *NotifyQueue) {
@@ -120,7 +121,8 @@ func TestNotifyQueueOverflow(t *testing.T) {
 		size int // value bytes per notification
 	}{
 		{"count", NotifyQueueOptions{MaxQueued: 3}, 1},
-		{"bytes", NotifyQueueOptions{MaxQueuedBytes: 100}, 30}, // 31 bytes with the key: 3 fit
+		// 31 bytes with the key: 4 fit, the one waiting for room and 3 queued.
+		{"bytes", NotifyQueueOptions{MaxQueuedBytes: 124}, 30},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newFakeConn(t, 1)
@@ -222,4 +224,104 @@ func TestNotifyQueueAsWatcher(t *testing.T) {
 		c.ack(q)
 	}
 	wg.Wait()
+}
+
+// TestNotifyQueueStalls: a notification waiting for room while the connection
+// acknowledges nothing for AckTimeout ends the queue (Stalled), even though
+// no further change fills it; acknowledgements keep a slow but live
+// connection going.
+func TestNotifyQueueStalls(t *testing.T) {
+	const timeout = time.Second
+	c := newFakeConn(t, 1)
+	stalled := make(chan time.Time, 2)
+	q := NewNotifyQueue(NotifyQueueOptions{Room: c.room, Send: c.send, AckTimeout: timeout,
+		Stalled: func() { stalled <- time.Now() }, Overflow: func() { t.Error("Overflow called for a stall") }})
+	done := runQueue(t, q)
+
+	// Live: each ack comes within the timeout, though the head waits longer
+	// than the timeout in total.
+	q.Notify("k", OpSet, []byte("1"), hlc.Timestamp{Wall: 1})
+	c.nextSent()
+	q.Notify("k", OpSet, []byte("2"), hlc.Timestamp{Wall: 2})
+	c.waitBlocked()
+	for range 15 { // 1.5 timeouts in all
+		time.Sleep(timeout / 10) // an ack that comes late, but well within the timeout
+		q.Acked()                // another message's ack: no room yet, but alive
+		c.waitBlocked()
+	}
+	select {
+	case <-stalled:
+		t.Fatal("stalled although the connection acknowledged within the timeout")
+	default:
+	}
+	c.ack(q)
+	c.nextSent()
+
+	// Stalled: the head waits and nothing is acknowledged.
+	q.Notify("k", OpSet, []byte("3"), hlc.Timestamp{Wall: 3})
+	waitingSince := time.Now()
+	select {
+	case at := <-stalled:
+		if at.Sub(waitingSince) < timeout {
+			t.Fatalf("stalled after %v, AckTimeout %v", at.Sub(waitingSince), timeout)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stalled not called")
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after the stall")
+	}
+	if q.Len() != 0 || q.Bytes() != 0 {
+		t.Fatalf("a stalled queue keeps %d notifications, %d bytes", q.Len(), q.Bytes())
+	}
+}
+
+// TestNotifyQueueBudgetAndRelease: notifications count against the queue's
+// bytes and the shared budget until released (acknowledged), not only while
+// they wait; a queue whose Notify does not fit the budget overflows, and
+// what a finished queue held goes back to the budget.
+func TestNotifyQueueBudgetAndRelease(t *testing.T) {
+	budget := NewByteBudget(100)
+	if NewByteBudget(0) != nil || (*ByteBudget)(nil).Used() != 0 {
+		t.Fatal("a zero budget is no bound")
+	}
+	sent := make(chan Notification, 8)
+	held := func(n Notification) bool { sent <- n; return true } // unacknowledged until Release
+	overflowA := make(chan struct{}, 1)
+	a := NewNotifyQueue(NotifyQueueOptions{Budget: budget, Send: held, Overflow: func() { overflowA <- struct{}{} }})
+	b := NewNotifyQueue(NotifyQueueOptions{Budget: budget, Send: held})
+	runQueue(t, a)
+	runQueue(t, b)
+	value := make([]byte, 29) // 30 bytes with the key
+	a.Notify("k", OpSet, value, hlc.Timestamp{Wall: 1})
+	a.Notify("k", OpSet, value, hlc.Timestamp{Wall: 2})
+	b.Notify("k", OpSet, value, hlc.Timestamp{Wall: 1})
+	for range 3 {
+		<-sent
+	}
+	if budget.Used() != 90 || a.Bytes() != 60 {
+		t.Fatalf("sent and unacknowledged: budget %d, queue %d; want 90, 60", budget.Used(), a.Bytes())
+	}
+	a.Release(30) // one acknowledged
+	if budget.Used() != 60 {
+		t.Fatalf("after Release: budget %d", budget.Used())
+	}
+	a.Notify("k", OpSet, value, hlc.Timestamp{Wall: 3}) // 90
+	<-sent
+	a.Notify("k", OpSet, value, hlc.Timestamp{Wall: 4}) // 120 > 100: overflow
+	select {
+	case <-overflowA:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no overflow past the budget")
+	}
+	if budget.Used() != 30 {
+		t.Fatalf("the overflowed queue kept %d bytes of the budget; want only b's 30", budget.Used()-30)
+	}
+	a.Release(30) // a late acknowledgement after the overflow: nothing more to give back
+	b.Stop()
+	if budget.Used() != 0 {
+		t.Fatalf("budget %d after both queues ended", budget.Used())
+	}
 }

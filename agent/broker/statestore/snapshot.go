@@ -1,11 +1,12 @@
 package statestore
 
 import (
-	"bytes"
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -39,64 +40,210 @@ type snapshotFile struct {
 	mu sync.Mutex
 }
 
-// load reads the snapshot; a missing file is an empty store.
-func (f *snapshotFile) load() ([]keyRecord, error) {
-	b, err := os.ReadFile(f.path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return decodeSnapshot(b)
+// snapshotReader reads a snapshot one frame at a time, so that loading never
+// holds more than one record beyond what the store keeps: a snapshot larger
+// than the bounds allow (written before they were lowered) costs reading
+// time, not memory.
+type snapshotReader struct {
+	r     *bufio.Reader
+	buf   []byte // the last frame read; reused
+	limit uint32 // frames longer than this are skipped unread (checksummed only)
 }
 
-func decodeSnapshot(b []byte) ([]keyRecord, error) {
-	if !bytes.HasPrefix(b, []byte(snapshotMagic)) {
-		return nil, fmt.Errorf("%w: bad magic", ErrCorruptSnapshot)
+// readFrame reads the next frame into buf and checks it; skipped reports a
+// frame over limit, streamed through the checksum and not kept.
+func (sr *snapshotReader) readFrame() (frame []byte, skipped bool, err error) {
+	var n32 [4]byte
+	if _, err := io.ReadFull(sr.r, n32[:]); err != nil {
+		return nil, false, truncated(err)
 	}
-	b = b[len(snapshotMagic):]
-	frame, b, err := nextFrame(b)
+	n := binary.BigEndian.Uint32(n32[:])
+	if n > maxFrame {
+		return nil, false, fmt.Errorf("%w: frame length %d", ErrCorruptSnapshot, n)
+	}
+	var sum uint32
+	if n > sr.limit {
+		h := crc32.New(castagnoli)
+		if _, err := io.CopyN(h, sr.r, int64(n)); err != nil {
+			return nil, false, truncated(err)
+		}
+		sum, skipped = h.Sum32(), true
+	} else {
+		if cap(sr.buf) < int(n) {
+			sr.buf = make([]byte, n)
+		}
+		frame = sr.buf[:n]
+		if _, err := io.ReadFull(sr.r, frame); err != nil {
+			return nil, false, truncated(err)
+		}
+		sum = crc32.Checksum(frame, castagnoli)
+	}
+	if _, err := io.ReadFull(sr.r, n32[:]); err != nil {
+		return nil, false, truncated(err)
+	}
+	if sum != binary.BigEndian.Uint32(n32[:]) {
+		return nil, false, fmt.Errorf("%w: checksum mismatch", ErrCorruptSnapshot)
+	}
+	return frame, skipped, nil
+}
+
+func truncated(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: truncated frame", ErrCorruptSnapshot)
+	}
+	return err
+}
+
+// scanSnapshot reads a snapshot from r and calls each for every key record in
+// file order (nil for a record skipped as longer than limit). It fails with
+// ErrCorruptSnapshot on any damage: the records already passed to each are
+// then not to be trusted as the whole.
+func scanSnapshot(r io.Reader, limit uint32, each func(rec *keyRecord)) error {
+	sr := &snapshotReader{r: bufio.NewReaderSize(r, 64<<10), limit: max(limit, 64<<10)}
+	var magic [len(snapshotMagic)]byte
+	if _, err := io.ReadFull(sr.r, magic[:]); err != nil || string(magic[:]) != snapshotMagic {
+		return fmt.Errorf("%w: bad magic", ErrCorruptSnapshot)
+	}
+	frame, skipped, err := sr.readFrame()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var h snapshotHeader
+	if skipped {
+		return fmt.Errorf("%w: header too long", ErrCorruptSnapshot)
+	}
 	if _, err := h.UnmarshalMsg(frame); err != nil {
-		return nil, fmt.Errorf("%w: header: %v", ErrCorruptSnapshot, err)
+		return fmt.Errorf("%w: header: %v", ErrCorruptSnapshot, err)
 	}
 	if h.Format != snapshotFormat {
-		return nil, fmt.Errorf("%w: unknown format %d", ErrCorruptSnapshot, h.Format)
+		return fmt.Errorf("%w: unknown format %d", ErrCorruptSnapshot, h.Format)
 	}
-	recs := make([]keyRecord, 0, min(h.Count, 1<<16))
 	for i := uint32(0); i < h.Count; i++ {
-		if frame, b, err = nextFrame(b); err != nil {
-			return nil, fmt.Errorf("record %d: %w", i, err)
+		frame, skipped, err := sr.readFrame()
+		if err != nil {
+			return fmt.Errorf("record %d: %w", i, err)
 		}
-		var r keyRecord
-		if _, err := r.UnmarshalMsg(frame); err != nil {
-			return nil, fmt.Errorf("%w: record %d: %v", ErrCorruptSnapshot, i, err)
+		if skipped {
+			each(nil)
+			continue
 		}
-		recs = append(recs, r)
+		var rec keyRecord // fresh: the store keeps its Value
+		if _, err := rec.UnmarshalMsg(frame); err != nil {
+			return fmt.Errorf("%w: record %d: %v", ErrCorruptSnapshot, i, err)
+		}
+		each(&rec)
 	}
-	if len(b) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing bytes", ErrCorruptSnapshot, len(b))
+	if _, err := sr.r.ReadByte(); err != io.EOF {
+		return fmt.Errorf("%w: trailing bytes", ErrCorruptSnapshot)
 	}
-	return recs, nil
+	return nil
 }
 
-func nextFrame(b []byte) (frame, rest []byte, err error) {
-	if len(b) < 8 {
-		return nil, nil, fmt.Errorf("%w: truncated frame", ErrCorruptSnapshot)
+// loadReport counts what a load left out.
+type loadReport struct {
+	loaded, expired     int
+	tooLarge            int   // key or value over MaxKeySize or MaxValueSize
+	overKeys, overBytes int   // did not fit in MaxKeys or MaxBytes
+	leftOutBytes        int64 // key and value bytes of tooLarge, overKeys and overBytes (when decoded)
+	fencesDropped       int   // fences on reserved keys
+}
+
+// load reads the snapshot into the empty store (a missing file is an empty
+// store), within the store's bounds, by this rule: records are taken in
+// file order; one whose key or value is longer than MaxKeySize or
+// MaxValueSize is left out, and so is one that would take the store past
+// MaxKeys or MaxBytes (a later, smaller one may still fit). What is left out
+// is logged in one warning; the file keeps it until the next snapshot is
+// written (on the next change of a persistent key), which holds only what
+// was loaded: restarting with the old bounds before that brings it back.
+func (s *Store) load() error {
+	f, err := os.Open(s.snapshot.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
 	}
-	n := binary.BigEndian.Uint32(b)
-	if n > maxFrame || uint64(len(b)) < 8+uint64(n) {
-		return nil, nil, fmt.Errorf("%w: frame length %d", ErrCorruptSnapshot, n)
+	if err != nil {
+		return err
 	}
-	frame = b[4 : 4+n]
-	if crc32.Checksum(frame, castagnoli) != binary.BigEndian.Uint32(b[4+n:]) {
-		return nil, nil, fmt.Errorf("%w: checksum mismatch", ErrCorruptSnapshot)
+	defer f.Close()
+	limit := uint32(maxFrame)
+	if s.maxKeySize > 0 && s.maxValue > 0 {
+		// A frame holds the key, the value and less than 64 KiB of the rest
+		// (field names, versions, the fence's node id).
+		limit = uint32(min(int64(s.maxKeySize)+int64(s.maxValue)+64<<10, maxFrame))
 	}
-	return frame, b[8+n:], nil
+	var rep loadReport
+	now := s.now()
+	err = scanSnapshot(f, limit, func(r *keyRecord) { s.restoreRecord(r, now, &rep) })
+	if err != nil {
+		return err
+	}
+	if rep.tooLarge+rep.overKeys+rep.overBytes > 0 {
+		s.log.Warn("statestore: the snapshot holds more than the bounds allow; keys left out "+
+			"(the file keeps them until the next persistent change is written)",
+			"path", s.snapshot.path, "loaded", rep.loaded, "left_out_too_large", rep.tooLarge,
+			"left_out_max_keys", rep.overKeys, "left_out_max_bytes", rep.overBytes,
+			"left_out_bytes", rep.leftOutBytes, "max_keys", s.maxKeys, "max_bytes", s.maxBytes,
+			"max_key_size", s.maxKeySize, "max_value_size", s.maxValue)
+	}
+	if rep.fencesDropped > 0 {
+		s.log.Warn("statestore: fencing tokens on reserved keys dropped at load", "keys", rep.fencesDropped)
+	}
+	return nil
+}
+
+// restoreRecord loads one record (nil: one skipped unread as too long) into
+// the store being loaded, by load's rule.
+func (s *Store) restoreRecord(r *keyRecord, now int64, rep *loadReport) {
+	if r == nil {
+		rep.tooLarge++
+		return
+	}
+	if len(r.Key) == 0 || (r.ExpireAt != 0 && r.ExpireAt <= now) {
+		rep.expired++
+		return
+	}
+	if (s.maxKeySize > 0 && len(r.Key) > s.maxKeySize) || (s.maxValue > 0 && len(r.Value) > s.maxValue) {
+		rep.tooLarge++
+		rep.leftOutBytes += int64(len(r.Key) + len(r.Value))
+		return
+	}
+	e := &entry{
+		key:       string(r.Key),
+		value:     r.Value,
+		version:   hlc.Timestamp{Wall: r.Wall, Counter: r.Counter, Node: r.Node},
+		heapIndex: -1,
+		persist:   true,
+	}
+	if r.Fenced {
+		if s.reserved(r.Key) {
+			rep.fencesDropped++
+		} else {
+			e.fence = &hlc.Timestamp{Wall: r.FenceWall, Counter: r.FenceCounter, Node: r.FenceNode}
+		}
+	}
+	if old := s.keys[e.key]; old != nil { // duplicate: the later record wins
+		s.remove(old)
+		rep.loaded--
+	}
+	switch {
+	case s.maxKeys > 0 && len(s.keys) >= s.maxKeys:
+		rep.overKeys++
+	case s.maxBytes > 0 && s.bytes+e.cost() > s.maxBytes:
+		rep.overBytes++
+	default:
+		s.keys[e.key] = e
+		s.bytes += e.cost()
+		s.persisted[e] = struct{}{}
+		if r.ExpireAt != 0 {
+			s.setExpiry(e, r.ExpireAt-now)
+		}
+		// The clock must never issue a version below one already handed out.
+		s.clock.Restore(e.version) // not Observe: no drift check on our own past versions
+		rep.loaded++
+		return
+	}
+	rep.leftOutBytes += int64(len(r.Key) + len(r.Value))
+	s.clock.Restore(e.version) // a version handed out once, even if the key is left out
 }
 
 func appendFrame(dst []byte, marshal func([]byte) ([]byte, error)) ([]byte, error) {
@@ -111,28 +258,16 @@ func appendFrame(dst []byte, marshal func([]byte) ([]byte, error)) ([]byte, erro
 	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(frame, castagnoli)), nil
 }
 
-func encodeSnapshot(h snapshotHeader, recs []keyRecord) ([]byte, error) {
-	b := append([]byte(nil), snapshotMagic...)
-	b, err := appendFrame(b, h.MarshalMsg)
-	if err != nil {
-		return nil, err
-	}
-	for i := range recs {
-		if b, err = appendFrame(b, recs[i].MarshalMsg); err != nil {
-			return nil, err
-		}
-	}
-	return b, nil
-}
-
-// write replaces the snapshot atomically (see the layout comment).
-func (f *snapshotFile) write(b []byte) error {
+// write replaces the snapshot atomically (see the layout comment) with h and
+// recs, one record at a time: writing holds one encoded record, not a copy
+// of the whole set.
+func (f *snapshotFile) write(h snapshotHeader, recs []keyRecord) error {
 	tmp := f.path + ".tmp"
 	file, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	_, err = file.Write(b)
+	err = writeSnapshot(file, h, recs)
 	if err == nil {
 		err = file.Sync()
 	}
@@ -157,36 +292,24 @@ func (f *snapshotFile) write(b []byte) error {
 	return err
 }
 
-// restore loads records into an empty store, skipping keys already expired.
-func (s *Store) restore(recs []keyRecord) {
-	now := s.now()
-	for i := range recs {
-		r := &recs[i]
-		if len(r.Key) == 0 || (r.ExpireAt != 0 && r.ExpireAt <= now) {
-			continue
-		}
-		e := &entry{
-			key:       string(r.Key),
-			value:     r.Value,
-			version:   hlc.Timestamp{Wall: r.Wall, Counter: r.Counter, Node: r.Node},
-			heapIndex: -1,
-			persist:   true,
-		}
-		if r.Fenced {
-			e.fence = &hlc.Timestamp{Wall: r.FenceWall, Counter: r.FenceCounter, Node: r.FenceNode}
-		}
-		if old := s.keys[e.key]; old != nil { // duplicate: the later record wins
-			s.remove(old)
-		}
-		s.keys[e.key] = e
-		s.bytes += int64(len(e.key) + len(e.value))
-		s.persisted[e] = struct{}{}
-		if r.ExpireAt != 0 {
-			s.setExpiry(e, r.ExpireAt-now)
-		}
-		// The clock must never issue a version below one already handed out.
-		s.clock.Restore(e.version) // not Observe: no drift check on our own past versions
+func writeSnapshot(w io.Writer, h snapshotHeader, recs []keyRecord) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	buf, err := appendFrame(append(make([]byte, 0, 4<<10), snapshotMagic...), h.MarshalMsg)
+	if err != nil {
+		return err
 	}
+	if _, err := bw.Write(buf); err != nil {
+		return err
+	}
+	for i := range recs {
+		if buf, err = appendFrame(buf[:0], recs[i].MarshalMsg); err != nil {
+			return err
+		}
+		if _, err := bw.Write(buf); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
 }
 
 // collect copies the persistent entries into records. Values are shared:
@@ -222,15 +345,12 @@ func (s *Store) writeSnapshot() error {
 	recs := s.collect()
 	hook := s.testHookWrite
 	s.mu.Unlock()
-	b, err := encodeSnapshot(snapshotHeader{
+	if hook != nil {
+		hook()
+	}
+	err := s.snapshot.write(snapshotHeader{
 		Format: snapshotFormat, Node: s.node, Count: uint32(len(recs)), WrittenAt: s.now(),
 	}, recs)
-	if err == nil {
-		if hook != nil {
-			hook()
-		}
-		err = s.snapshot.write(b)
-	}
 	if err != nil {
 		s.mu.Lock()
 		s.dirty = true // try again on the next change or at Close

@@ -31,11 +31,29 @@ type Options struct {
 
 	// MaxKeys bounds the number of stored keys; 0 means no bound.
 	MaxKeys int
-	// MaxBytes bounds the sum of len(key)+len(value) over all keys; 0 means
-	// no bound.
+	// MaxBytes bounds the memory the store holds: for every key its key and
+	// value bytes plus KeyOverhead (and FenceOverhead with the token's node id
+	// when it is fenced), and for every KEYNOTIFY registration its key bytes
+	// plus RegistrationOverhead, whether or not the key exists. 0 means no
+	// bound.
 	MaxBytes int64
+	// MaxKeySize bounds one key, in every command (a longer key can never be
+	// stored, so GET, DEL and KEYNOTIFY of one are refused as SET is); 0
+	// means no bound.
+	MaxKeySize int
 	// MaxValueSize bounds one value; 0 means no bound.
 	MaxValueSize int
+	// MaxNotify bounds the KEYNOTIFY registrations of one Watcher (one
+	// connection); 0 means no bound.
+	MaxNotify int
+	// ReservedPrefixes are key prefixes only requests with Request.Owner set
+	// may write (SET, DEL, VDEL); every client may read and watch them. Others
+	// are answered "not authorized". Owner writes there are not refused by
+	// MaxKeys or MaxBytes (they still count): the owner's keys are bounded by
+	// its own configuration, and other clients filling the store must not
+	// stop them. A fencing token that a snapshot holds on such a key is
+	// dropped at load (only the owner writes there, and it fences nothing).
+	ReservedPrefixes []string
 
 	// SnapshotPath, when not empty, is the file that keeps the keys written
 	// with Request.Persist across a restart (see doc.go, "Persistence").
@@ -50,26 +68,32 @@ type Options struct {
 // concurrent use; all operations are serialised by one mutex, which makes
 // every operation linearizable (the protocol asks for per-key order only).
 type Store struct {
-	node     string
-	clock    *hlc.Clock
-	now      func() int64
-	maxKeys  int
-	maxBytes int64
-	maxValue int
-	log      *slog.Logger
+	node             string
+	clock            *hlc.Clock
+	now              func() int64
+	maxKeys          int
+	maxBytes         int64
+	maxKeySize       int
+	maxValue         int
+	maxNotify        int
+	reservedPrefixes [][]byte
+	log              *slog.Logger
 
-	mu         sync.Mutex
-	keys       map[string]*entry
-	bytes      int64               // sum of len(key)+len(value)
-	expiry     expiryHeap          // entries with a PX deadline
-	watchers   watchRegistry       // KEYNOTIFY registrations
-	persisted  map[*entry]struct{} // entries with persist set
-	dirty      bool                // persistent set changed since the last snapshot
-	dirtySeq   uint64              // counts changes of the persistent set
-	durableSeq uint64              // dirtySeq of the last snapshot on disk
-	waiters    []durableWaiter     // DoDurable callers waiting for a snapshot
-	deferred   []deferredNote      // notifications waiting for their snapshot, in order
-	deferredBy map[string]int      // how many of deferred are for each key
+	mu            sync.Mutex
+	keys          map[string]*entry
+	bytes         int64                // what counts against maxBytes (see Options.MaxBytes)
+	refused       [numBounds]uint64    // requests each bound refused
+	refusedLogged [numBounds]uint64    // refused[b] at the last warning
+	refusalLogged [numBounds]time.Time // when that warning was logged
+	expiry        expiryHeap           // entries with a PX deadline
+	watchers      watchRegistry        // KEYNOTIFY registrations
+	persisted     map[*entry]struct{}  // entries with persist set
+	dirty         bool                 // persistent set changed since the last snapshot
+	dirtySeq      uint64               // counts changes of the persistent set
+	durableSeq    uint64               // dirtySeq of the last snapshot on disk
+	waiters       []durableWaiter      // DoDurable callers waiting for a snapshot
+	deferred      []deferredNote       // notifications waiting for their snapshot, in order
+	deferredBy    map[string]int       // how many of deferred are for each key
 
 	wakeSweeper chan struct{} // cap 1: the earliest deadline changed
 	wakePersist chan struct{} // cap 1: the persistent set changed
@@ -123,7 +147,9 @@ func New(opts *Options) (*Store, error) {
 		now:         o.Now,
 		maxKeys:     o.MaxKeys,
 		maxBytes:    o.MaxBytes,
+		maxKeySize:  o.MaxKeySize,
 		maxValue:    o.MaxValueSize,
+		maxNotify:   o.MaxNotify,
 		log:         o.Logger,
 		keys:        make(map[string]*entry),
 		persisted:   make(map[*entry]struct{}),
@@ -133,13 +159,17 @@ func New(opts *Options) (*Store, error) {
 		wakePersist: make(chan struct{}, 1),
 		done:        make(chan struct{}),
 	}
+	for _, p := range o.ReservedPrefixes {
+		if p == "" {
+			return nil, fmt.Errorf("statestore: an empty reserved prefix would reserve every key")
+		}
+		s.reservedPrefixes = append(s.reservedPrefixes, []byte(p))
+	}
 	if o.SnapshotPath != "" {
 		s.snapshot = &snapshotFile{path: o.SnapshotPath}
-		recs, err := s.snapshot.load()
-		if err != nil {
+		if err := s.load(); err != nil {
 			return nil, fmt.Errorf("statestore: load %s: %w", o.SnapshotPath, err)
 		}
-		s.restore(recs)
 		s.wg.Add(1)
 		go s.persistLoop()
 	}
@@ -185,7 +215,7 @@ func (s *Store) Len() int {
 	return len(s.keys)
 }
 
-// Bytes returns the sum of len(key)+len(value) over stored keys.
+// Bytes returns what counts against Options.MaxBytes now (see there).
 func (s *Store) Bytes() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -211,7 +241,7 @@ func (s *Store) lookup(key []byte) *entry {
 // the change (0 when e was not persistent). Called with s.mu held.
 func (s *Store) remove(e *entry) (seq uint64) {
 	delete(s.keys, e.key)
-	s.bytes -= int64(len(e.key) + len(e.value))
+	s.bytes -= e.cost()
 	if e.heapIndex >= 0 {
 		s.expiry.remove(e)
 	}

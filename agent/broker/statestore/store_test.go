@@ -385,7 +385,8 @@ func TestExpiryRenewAndClear(t *testing.T) {
 }
 
 func TestQuotas(t *testing.T) {
-	s, _ := newTestStore(t, &Options{MaxKeys: 2, MaxBytes: 20, MaxValueSize: 8})
+	const k = KeyOverhead
+	s, _ := newTestStore(t, &Options{MaxKeys: 2, MaxBytes: 2*k + 20, MaxValueSize: 8})
 	now := ts(t0, 0, "c")
 	quota := "-ERR the quota has been exceeded\r\n"
 	steps := []struct {
@@ -403,15 +404,22 @@ func TestQuotas(t *testing.T) {
 			t.Fatalf("step %d: %q, want %q", i, got, st.want)
 		}
 	}
-	if s.Bytes() != 18 {
-		t.Fatalf("Bytes = %d, want 18", s.Bytes())
+	if s.Bytes() != 2*k+18 {
+		t.Fatalf("Bytes = %d, want %d", s.Bytes(), 2*k+18)
 	}
-	if got := do(s, setReq(now, "aa", "1")).reply; got != quota {
+	// A fencing token is counted too (its node id is the request's choice).
+	fenced := setReq(now, "b", "12345678")
+	fenced.FencingToken, fenced.HasFencingToken = ts(t0, 0, "node"), true
+	if got := do(s, fenced).reply; got != quota {
 		t.Fatalf("bytes quota: %q", got)
 	}
 	do(s, &Request{Payload: cmd("DEL", "a")})
 	if got := do(s, setReq(now, "c", "1")).reply; got != "+OK\r\n" {
 		t.Fatalf("after DEL: %q", got)
+	}
+	st := s.Stats()
+	if st.Refused[BoundValueSize] != 1 || st.Refused[BoundKeys] != 1 || st.Refused[BoundBytes] != 1 {
+		t.Fatalf("refusals counted: %v", st.Refused)
 	}
 }
 
@@ -569,8 +577,7 @@ func TestDoDurableWaitsForTheSnapshot(t *testing.T) {
 	now := hlc.Timestamp{Wall: time.Now().UnixMilli(), Node: "c"}.String()
 	durable := make(chan error, 1)
 	onDisk := func(reply []byte, _ hlc.Timestamp, err error) {
-		b, _ := os.ReadFile(path)
-		recs, derr := decodeSnapshot(b)
+		recs, derr := readSnapshotFile(path)
 		if err == nil && (derr != nil || len(recs) != 1 || string(recs[0].Value) != "v1" || string(reply) != "+OK\r\n") {
 			err = errors.New("done called before the snapshot held the change")
 		}
@@ -599,6 +606,18 @@ func TestDoDurableWaitsForTheSnapshot(t *testing.T) {
 	if _, _, wait := s.DoDurable(&Request{Payload: cmd("DEL", "config")}, nil, func([]byte, hlc.Timestamp, error) {}); !wait {
 		t.Fatal("DEL of a persistent key does not wait")
 	}
+}
+
+// readSnapshotFile returns every record of the snapshot at path.
+func readSnapshotFile(path string) ([]keyRecord, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var recs []keyRecord
+	err = scanSnapshot(f, maxFrame, func(r *keyRecord) { recs = append(recs, *r) })
+	return recs, err
 }
 
 func TestNodeWithColonIsRefused(t *testing.T) {

@@ -40,39 +40,64 @@ type Watcher interface {
 }
 
 // watchRegistry maps keys to the watchers that registered them, and each
-// watcher to its keys so that Unwatch is proportional to what it watched.
+// watcher to its keys so that Unwatch is proportional to what it watched. A
+// key's string is allocated once, by its first registration, and shared by
+// every later one.
 type watchRegistry struct {
-	byKey     map[string][]Watcher
+	byKey     map[string]*keyWatchers
 	byWatcher map[Watcher]map[string]struct{}
+	count     int // registrations
+}
+
+type keyWatchers struct {
+	key      string // the one copy of the key the registrations share
+	watchers []Watcher
 }
 
 func newWatchRegistry() watchRegistry {
 	return watchRegistry{
-		byKey:     make(map[string][]Watcher),
+		byKey:     make(map[string]*keyWatchers),
 		byWatcher: make(map[Watcher]map[string]struct{}),
 	}
 }
 
-func (r *watchRegistry) has(key string) bool { return len(r.byKey[key]) > 0 }
+func (r *watchRegistry) has(key string) bool { return r.byKey[key] != nil }
 
 func (r *watchRegistry) notify(key string, op Op, value []byte, version hlc.Timestamp) {
-	for _, w := range r.byKey[key] {
-		w.Notify(key, op, value, version)
+	if kw := r.byKey[key]; kw != nil {
+		for _, w := range kw.watchers {
+			w.Notify(key, op, value, version)
+		}
 	}
 }
 
+// registered reports whether w registered key.
+func (r *watchRegistry) registered(key []byte, w Watcher) bool {
+	_, ok := r.byWatcher[w][string(key)]
+	return ok
+}
+
+// watching returns the number of keys w registered.
+func (r *watchRegistry) watching(w Watcher) int { return len(r.byWatcher[w]) }
+
 // add registers w for key; registering twice is one registration.
-func (r *watchRegistry) add(key string, w Watcher) {
+func (r *watchRegistry) add(key []byte, w Watcher) {
 	keys := r.byWatcher[w]
 	if keys == nil {
 		keys = make(map[string]struct{})
 		r.byWatcher[w] = keys
 	}
-	if _, ok := keys[key]; ok {
+	if _, ok := keys[string(key)]; ok {
 		return
 	}
-	keys[key] = struct{}{}
-	r.byKey[key] = append(r.byKey[key], w)
+	kw := r.byKey[string(key)]
+	if kw == nil {
+		kw = &keyWatchers{key: string(key)}
+		r.byKey[kw.key] = kw
+	}
+	keys[kw.key] = struct{}{}
+	kw.watchers = append(kw.watchers, w)
+	r.count++
 }
 
 // remove drops w's registration for key and reports whether there was one.
@@ -90,30 +115,37 @@ func (r *watchRegistry) remove(key []byte, w Watcher) bool {
 }
 
 func (r *watchRegistry) dropFromKey(key string, w Watcher) {
-	list := r.byKey[key]
+	kw := r.byKey[key]
+	if kw == nil {
+		return
+	}
+	list := kw.watchers
 	for i, x := range list {
 		if x == w {
 			list[i] = list[len(list)-1]
 			list[len(list)-1] = nil
 			list = list[:len(list)-1]
+			r.count--
 			break
 		}
 	}
 	if len(list) == 0 {
 		delete(r.byKey, key)
 	} else {
-		r.byKey[key] = list
+		kw.watchers = list
 	}
 }
 
-// removeAll drops every registration of w and returns how many there were.
-func (r *watchRegistry) removeAll(w Watcher) int {
+// removeAll drops every registration of w and returns how many there were
+// and what they counted against MaxBytes.
+func (r *watchRegistry) removeAll(w Watcher) (n int, cost int64) {
 	keys := r.byWatcher[w]
 	for key := range keys {
 		r.dropFromKey(key, w)
+		cost += registrationCost(len(key))
 	}
 	delete(r.byWatcher, w)
-	return len(keys)
+	return len(keys), cost
 }
 
 // Unwatch drops every KEYNOTIFY registration of w (its connection closed or
@@ -122,14 +154,16 @@ func (r *watchRegistry) removeAll(w Watcher) int {
 func (s *Store) Unwatch(w Watcher) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.watchers.removeAll(w)
+	n, cost := s.watchers.removeAll(w)
+	s.bytes -= cost
+	return n
 }
 
 // Watching returns the number of keys w is registered for.
 func (s *Store) Watching(w Watcher) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.watchers.byWatcher[w])
+	return s.watchers.watching(w)
 }
 
 // AppendNotification appends the RESP3 notification payload for op (wire

@@ -1,0 +1,228 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
+	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/intake"
+	"github.com/seed0e69bba5/faceagent/agent/store"
+	"github.com/seed0e69bba5/faceagent/hlc"
+	"github.com/seed0e69bba5/faceagent/resp3"
+)
+
+// A client of the embedded broker cannot put a fencing token on the agent's device-state
+// key: before, its SET with __ft was accepted and every later write of the agent was
+// refused ("the request fencing token is a lower version than …"), logged at debug only,
+// and the terminal's state froze. Now the key is reserved to the agent: the client is
+// refused, and the agent's refresh still lands.
+func TestDeviceStateKeysReservedToTheAgent(t *testing.T) {
+	src := fmt.Sprintf(`[agent]
+gateway_id = "gw-f"
+data_dir = %q
+[broker]
+listen = "127.0.0.1:0"
+persist = false
+[dispatch]
+heartbeat_timeout = "1s"
+[[devices]]
+id = "d1"
+`, t.TempDir())
+	cfg, err := config.Parse("fence.toml", []byte(src), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, a, _ := startAgentFull(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sc, err := store.Connect(ctx, &store.Options{URL: "mqtt://" + addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	const key = "faceagent/gw-f/devices/d1"
+	w, err := sc.KeyNotify(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := sc.Get(ctx, key); err == nil {
+			break
+		}
+		select { // the agent's first write
+		case <-w.C():
+		case <-ctx.Done():
+			t.Fatal("the agent never wrote its device state")
+		}
+	}
+	fence := hlc.Timestamp{Wall: time.Now().Add(30 * time.Second).UnixMilli(), Node: "attacker"}
+	_, err = sc.Set(ctx, key, []byte("forged"), &store.SetOptions{FencingToken: fence})
+	if !errors.Is(err, store.ErrNotAuthorized) {
+		t.Errorf("a client's fenced SET of the agent's key: %v, want %v", err, store.ErrNotAuthorized)
+	}
+	if _, err := sc.Del(ctx, key, nil); !errors.Is(err, store.ErrNotAuthorized) {
+		t.Errorf("a client's DEL of the agent's key: %v, want %v", err, store.ErrNotAuthorized)
+	}
+	for _, k := range []string{"faceagent/gw-f/config/status", "faceagent/gw-f/control/status"} {
+		if _, err := sc.Set(ctx, k, []byte("{}"), &store.SetOptions{FencingToken: fence}); !errors.Is(err, store.ErrNotAuthorized) {
+			t.Errorf("a client's SET of %s: %v, want %v", k, err, store.ErrNotAuthorized)
+		}
+	}
+	if _, err := sc.Set(ctx, "faceagent/gw-f/config", []byte("[dispatch]\n"), nil); err != nil {
+		t.Errorf("the back office's config key must stay writable: %v", err)
+	}
+	// The agent rewrites the state every heartbeat_timeout: the next write must land.
+	for n := 0; ; {
+		select {
+		case nt := <-w.C():
+			var st intake.DeviceState
+			if _, err := st.UnmarshalMsg(nt.Value); err != nil || st.DeviceID != "d1" {
+				continue // the forged value, before the fix
+			}
+			if n++; n == 2 {
+				if ws := a.Warnings(); len(ws) != 0 {
+					t.Errorf("warnings: %v", ws)
+				}
+				return
+			}
+		case <-ctx.Done():
+			t.Fatalf("the agent's state writes stopped landing (warnings %v)", a.Warnings())
+		}
+	}
+}
+
+// The embedded store takes its bounds from [broker]: before, store_max_bytes did not
+// exist, keys of any length up to the packet size were stored and KEYNOTIFY registrations
+// were unbounded (1,000 SETs of 1 MB keys took the agent from 13 MB to 1.3 GB).
+func TestEmbeddedStoreBoundsFromConfig(t *testing.T) {
+	cfg, err := config.Parse("b.toml", []byte("[broker]\nlisten = \"127.0.0.1:0\"\npersist = false\n"+
+		"store_max_bytes = \"1MiB\"\nstore_max_notify = 4\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := newBroker(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	st := b.Store()
+	clock := hlc.NewClock("test")
+	do := func(w statestore.Watcher, args ...string) string {
+		cmd := resp3.AppendArrayHeader(nil, len(args))
+		for _, a := range args {
+			cmd = resp3.AppendBlobString(cmd, a)
+		}
+		out, _ := st.Do(&statestore.Request{Payload: cmd, Timestamp: clock.Now().String(), HasTimestamp: true, Watcher: w}, nil)
+		return string(out)
+	}
+	quota := "-ERR the quota has been exceeded\r\n"
+	long := strings.Repeat("k", int(cfg.Broker.StoreMaxKeySize)+1)
+	if got := do(nil, "SET", long, "v"); got != quota {
+		t.Errorf("SET of a key over store_max_key_size: %q", got)
+	}
+	w := &countingWatcher{}
+	for i := range 5 {
+		want := "+OK\r\n"
+		if i == 4 {
+			want = quota
+		}
+		if got := do(w, "KEYNOTIFY", fmt.Sprint("missing-", i)); got != want {
+			t.Errorf("registration %d (store_max_notify 4): %q", i, got)
+		}
+	}
+	value := strings.Repeat("v", 60<<10)
+	stored := 0
+	for i := range 100 {
+		if do(nil, "SET", fmt.Sprint("k", i), value) == "+OK\r\n" {
+			stored++
+		}
+	}
+	if stored == 0 || stored > 17 || st.Bytes() > 1<<20 {
+		t.Errorf("%d values of 60 KiB stored, %d bytes counted, store_max_bytes 1 MiB", stored, st.Bytes())
+	}
+}
+
+type countingWatcher struct{ n int }
+
+func (w *countingWatcher) Notify(string, statestore.Op, []byte, hlc.Timestamp) { w.n++ }
+
+// A write the store refuses (an external store, or the embedded one) is counted by
+// reason, warned about at most once a minute, and named in /healthz until a write of
+// that device succeeds. Before, it was logged at debug only.
+func TestStateWriterReportsRefusals(t *testing.T) {
+	refuse := make(chan error, 1)
+	refuse <- store.ErrFencingTokenLowerVersion
+	set := func(context.Context, string, []byte, time.Duration) error {
+		select {
+		case err := <-refuse:
+			return err
+		default:
+			return nil
+		}
+	}
+	var logs bytes.Buffer
+	a, err := New(&Options{Config: config.Default()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newStateWriter([]string{"d1", "d2"}, set, openStateWriterOutbox(t), "gw", time.Hour, time.Hour, time.Second,
+		slog.New(slog.NewTextHandler(&logs, nil)))
+	w.m = a.m
+	now := time.Now()
+	if !w.writeOne(context.Background(), "d1", now) {
+		t.Fatal("a refused write reported as written")
+	}
+	ws := w.refusedWarnings()
+	if len(ws) != 1 || !strings.Contains(ws[0], "faceagent/gw/devices/d1") ||
+		!strings.Contains(ws[0], store.ErrFencingTokenLowerVersion.Text) {
+		t.Fatalf("warnings %v", ws)
+	}
+	refuse <- store.ErrQuotaExceeded
+	w.writeOne(context.Background(), "d2", now.Add(time.Second))
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 {
+		t.Fatalf("%d warnings logged within a minute, want 1:\n%s", n, logs.String())
+	}
+	refuse <- errors.New("link down") // not a refusal: not counted as one
+	w.writeOne(context.Background(), "d2", now.Add(2*time.Second))
+	var exp strings.Builder
+	if _, err := a.registry.WriteTo(&exp); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`faceagent_store_write_refused_total{reason="fencing"} 1`,
+		`faceagent_store_write_refused_total{reason="quota"} 1`, `faceagent_store_write_errors_total 3`} {
+		if !strings.Contains(exp.String(), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	w.writeOne(context.Background(), "d1", now.Add(3*time.Second)) // accepted
+	if ws := w.refusedWarnings(); len(ws) != 1 || !strings.Contains(ws[0], "device d2") {
+		t.Fatalf("after d1's write succeeded: %v", ws)
+	}
+
+	// /healthz stays 200 (a restart would not help) and names the device.
+	a.state = w
+	a.running.Store(true)
+	if err := a.startHTTP("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	defer a.httpServer.Close()
+	resp, err := http.Get("http://" + a.httpAddr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(string(body), "ok\nwarning: state store refuses the state of device d2 ") ||
+		!strings.Contains(string(body), store.ErrQuotaExceeded.Text) {
+		t.Fatalf("/healthz: %d %q", resp.StatusCode, body)
+	}
+}
