@@ -143,6 +143,10 @@ func New(opts *Options) (*Broker, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	// Every line a client can cause is rate-limited per reason and clipped (ratelog.go):
+	// mochi's, the hooks', the store's, the listener's.
+	logs := newLogLimiter(LogEvery)
+	o.Logger = newLimitedLogger(o.Logger, logs, false)
 	users, fileAnonymous, err := loadUsers(o.UsersFile, o.Users)
 	if err != nil {
 		return nil, err
@@ -203,7 +207,8 @@ func New(opts *Options) (*Broker, error) {
 		srv.Close()
 		return nil, err
 	}
-	b.auth = newAuthHook(users, o.AllowAnonymous, o.Anonymous)
+	certUsers := tlsConfig != nil && tlsConfig.ClientCAs != nil && len(users) > 0
+	b.auth = newAuthHook(users, o.AllowAnonymous, o.Anonymous, certUsers, newSessionOwners(srv), o.Logger)
 	if err := srv.AddHook(b.auth, nil); err != nil {
 		return nil, err
 	}
