@@ -137,6 +137,9 @@ func (c *deadlineConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
+// NetConn returns the connection it wraps (a *tls.Conn with TLS), as tls.Conn.NetConn does.
+func (c *deadlineConn) NetConn() net.Conn { return c.Conn }
+
 func (c *deadlineConn) Close() error {
 	err := c.Conn.Close()
 	c.closeOnce.Do(func() {
