@@ -109,6 +109,7 @@ func TestConnectionsBeyondLimitsAreClosedAtAccept(t *testing.T) {
 	if _, code, _ := connectAs(t, b.Addr(), "real", "", "", 5, true); code != 0 {
 		t.Fatalf("a client with a free slot: CONNACK %#x", code)
 	}
+	eventually(t, "the client past CONNECT", func() bool { _, n := b.listener.counts(); return n == 1 })
 	_ = s2.Close()
 
 	// Two clients connected (MaxClients), two sockets before CONNECT: the next is closed.
@@ -118,9 +119,11 @@ func TestConnectionsBeyondLimitsAreClosedAtAccept(t *testing.T) {
 			t.Fatalf("%s: CONNACK %#x", id, code)
 		}
 	}
+	// Past CONNECT once OnSessionEstablished ran, just after their CONNACK.
+	eventually(t, "two clients established", func() bool { open, n := b.listener.counts(); return open == 2 && n == 0 })
 	dialSilent(t, b.Addr())
 	dialSilent(t, b.Addr())
-	eventually(t, "four connections", func() bool { open, _ := b.listener.counts(); return open == 4 })
+	eventually(t, "four connections", func() bool { open, n := b.listener.counts(); return open == 4 && n == 2 })
 	expectClosedAtAccept(t, b.Addr(), "a socket beyond max_clients + max_connecting")
 	if n := b.RefusedConnections(); n != 1 {
 		t.Errorf("RefusedConnections = %d, want 1", n)
