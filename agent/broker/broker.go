@@ -277,8 +277,7 @@ func New(opts *Options) (*Broker, error) {
 		log: newLimitedLogger(o.Logger, logs, true),
 	}
 	if err := srv.AddHook(&listenerHook{l: b.listener}, nil); err != nil {
-		_ = b.store.Close()
-		srv.Close()
+		srv.Close() // stops the service hook, which closes the store
 		return nil, err
 	}
 	return b, nil
