@@ -176,6 +176,7 @@ func TestLogsCarryNoPacketContents(t *testing.T) {
 		t.Fatal("a second CONNECT did not end the connection")
 	}
 	got := log.String()
+	t.Logf("%d bytes of log", len(got))
 	// %v prints a []byte as decimal bytes: "hunter2" is "104 117 110 116 101 114 50".
 	for _, secret := range []string{"hunter2-password", "104 117 110 116 101 114 50", "ZZZZ", "90 90 90", "secret/topic-name"} {
 		if strings.Contains(got, secret) {
