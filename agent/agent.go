@@ -13,7 +13,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
@@ -150,6 +149,13 @@ func (a *Agent) Healthy() error {
 			return fmt.Errorf("deadletter log: %w", err)
 		}
 	}
+	if a.broker != nil {
+		// The embedded broker cannot accept connections (out of file descriptors, say):
+		// terminals and the back office that reconnect are locked out until it can again.
+		if err := a.broker.Healthy(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -216,7 +222,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		close(a.brokerServing) // inline publishers may route now: sessions are loaded
 	}
 	if cfg.Metrics.Listen != "" {
-		if err := a.startHTTP(cfg.Metrics.Listen); err != nil {
+		if err := a.startHTTP(cfg.Metrics); err != nil {
 			return fail(err)
 		}
 		stops = append(stops, a.httpServer.Shutdown)
@@ -253,6 +259,7 @@ func newBroker(cfg *config.Config, log *slog.Logger) (*broker.Broker, error) {
 		TLS:            broker.TLSOptions{CertFile: c.TLSCert, KeyFile: c.TLSKey, ClientCAFile: c.TLSClientCA},
 		AllowAnonymous: c.Anonymous(),
 		UsersFile:      c.UsersFile,
+		MaxConnecting:  c.MaxConnecting,
 		MaxKeys:        c.StoreMaxKeys,
 		MaxValueSize:   int(c.StoreMaxValueSize),
 		MaxBytes:       int64(c.StoreMaxBytes),
@@ -288,10 +295,10 @@ func newBroker(cfg *config.Config, log *slog.Logger) (*broker.Broker, error) {
 	return b, nil
 }
 
-func (a *Agent) startHTTP(addr string) error {
-	l, err := net.Listen("tcp", addr)
+func (a *Agent) startHTTP(m config.Metrics) error {
+	l, err := net.Listen("tcp", m.Listen)
 	if err != nil {
-		return fmt.Errorf("metrics: listen %s: %w", addr, err)
+		return fmt.Errorf("metrics: listen %s: %w", m.Listen, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", a.registry.Handler())
@@ -305,10 +312,10 @@ func (a *Agent) startHTTP(addr string) error {
 			_, _ = io.WriteString(w, "warning: "+warning+"\n")
 		}
 	})
-	a.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	a.httpServer = newMetricsServer(m, mux, a.log)
 	a.httpAddr = l.Addr().String()
 	go func() {
-		if err := a.httpServer.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := a.httpServer.Serve(newLimitListener(l, m.MaxConnections, a.log)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.log.Error("metrics server", "err", err)
 		}
 	}()

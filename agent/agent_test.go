@@ -26,6 +26,10 @@ func TestMain(m *testing.M) {
 		forwardChild(dir) // the same for the forward log
 		return
 	}
+	if dir := os.Getenv(healthChildEnv); dir != "" {
+		healthChild(dir) // an agent short of file descriptors, until SIGKILL
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -92,7 +92,13 @@
 // [store]) and names the sections that need a restart (ErrNeedsRestart).
 //
 // /metrics (Prometheus text, package agent/metrics) and /healthz are served on
-// metrics.listen when it is set.
+// metrics.listen when it is set, by a server bounded by the [metrics] timeouts and
+// max_connections (a connection beyond it is closed as soon as it is accepted). /healthz
+// answers 503 with the reason while a part is unsound: the outbox's or the deadletter
+// log's journal refused a write, or the embedded broker cannot accept connections (Accept
+// failing, e.g. out of file descriptors; it recovers by itself once Accept succeeds). The
+// systemd watchdog asks the same (Healthy), so a broker that cannot accept for
+// WatchdogSec (30 s) gets the daemon restarted. See docs/security.md.
 //
 // # Memory
 //

@@ -211,7 +211,9 @@ func TestStateWriterReportsRefusals(t *testing.T) {
 	// /healthz stays 200 (a restart would not help) and names the device.
 	a.state = w
 	a.running.Store(true)
-	if err := a.startHTTP("127.0.0.1:0"); err != nil {
+	m := config.Default().Metrics
+	m.Listen = "127.0.0.1:0"
+	if err := a.startHTTP(m); err != nil {
 		t.Fatal(err)
 	}
 	defer a.httpServer.Close()

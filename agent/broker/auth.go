@@ -2,7 +2,12 @@ package broker
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"log/slog"
+	"net"
+	"slices"
 	"strings"
 	"sync"
 
@@ -18,6 +23,9 @@ type User struct {
 	// PasswordHash is a bcrypt hash ("$2a$…", e.g. from `htpasswd -nbB` or
 	// bcrypt.GenerateFromPassword).
 	PasswordHash string `toml:"password_hash"`
+	// CertificateCN, with mutual TLS, lists the client certificate Common Names this user
+	// accepts; nil: the Common Name must equal Name (doc.go, "Certificates and users").
+	CertificateCN []string `toml:"certificate_cn"`
 	Rules
 }
 
@@ -85,30 +93,90 @@ type authHook struct {
 	users          map[string]*User
 	allowAnonymous bool
 	anonymous      *Rules // nil: everything
+	// certUsers: client certificates are required (mutual TLS) and users are configured, so
+	// a user's certificate must be its own (certificateFits).
+	certUsers bool
+	owners    *sessionOwners
+	log       *slog.Logger
 
 	dummyOnce sync.Once
 	dummy     []byte
 }
 
-func newAuthHook(users map[string]*User, allowAnonymous bool, anonymous *Rules) *authHook {
-	return &authHook{users: users, allowAnonymous: allowAnonymous, anonymous: anonymous}
+func newAuthHook(users map[string]*User, allowAnonymous bool, anonymous *Rules, certUsers bool,
+	owners *sessionOwners, log *slog.Logger) *authHook {
+	return &authHook{users: users, allowAnonymous: allowAnonymous, anonymous: anonymous,
+		certUsers: certUsers, owners: owners, log: log}
 }
 
 func (h *authHook) ID() string { return "faceagent-auth" }
 
 func (h *authHook) Provides(b byte) bool {
-	return b == mqtt.OnConnectAuthenticate || b == mqtt.OnACLCheck
+	switch b {
+	case mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnSessionEstablished, mqtt.OnDisconnect:
+		return true
+	}
+	return false
 }
 
+// OnConnectAuthenticate lets a client in when its credentials are right, its certificate
+// (with mutual TLS) is its user's, its will's topic is allowed, and its client id is not
+// another user's. The last two checks come after the password, so that without credentials
+// nothing can be learnt about user names or client ids in use.
 func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 	if !h.authenticate(pk) {
 		return false
 	}
+	user := string(pk.Connect.Username)
+	if h.certUsers && user != "" {
+		if cn, ok := h.certificateFits(cl, user); !ok {
+			h.log.Warn("broker: CONNECT refused", "client", cl.ID, "user", user, "certificate_cn", cn,
+				"reason", "the client certificate is not the user's")
+			if cl.Properties.ProtocolVersion >= 5 {
+				cl.RefuseConnect(packets.ErrNotAuthorized) // 0x87
+			} // 3.1.1 has no 0x87: 0x86 becomes its 0x05 Not authorized
+			return false
+		}
+	}
 	// mochi publishes a will without asking OnACLCheck, so a will could reach
 	// any topic, a notification topic included: check it once the user is
-	// known. The refusal is CONNACK 0x86 (mochi's only answer to a false
-	// here), not 0x87, so that user names cannot be probed through wills.
-	return !pk.Connect.WillFlag || h.OnACLCheck(cl, pk.Connect.WillTopic, true)
+	// known. The refusal is CONNACK 0x86, not 0x87, so that user names cannot
+	// be probed through wills.
+	if pk.Connect.WillFlag && !h.OnACLCheck(cl, pk.Connect.WillTopic, true) {
+		return false
+	}
+	if holder, ok := h.owners.admit(cl); !ok {
+		h.log.Warn("broker: CONNECT refused", "client", cl.ID, "user", user, "holder", holder,
+			"reason", "the client id is held by another user")
+		cl.RefuseConnect(packets.ErrClientIdentifierNotValid) // 0x85; 3.1.1: 0x02
+		return false
+	}
+	return true
+}
+
+// OnSessionEstablished ends the client id's claim: mochi's client list holds it now.
+func (h *authHook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) { h.owners.release(cl) }
+
+// OnDisconnect ends a claim whose client left before it was established.
+func (h *authHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) { h.owners.release(cl) }
+
+// certificateFits reports whether the client certificate of cl's connection belongs to
+// user: its Subject Common Name is one of the user's CertificateCN, or the user name when
+// the user lists none. cn is the certificate's Common Name.
+func (h *authHook) certificateFits(cl *mqtt.Client, user string) (cn string, ok bool) {
+	cert := peerCertificate(cl.Net.Conn)
+	if cert == nil {
+		return "", false
+	}
+	cn = cert.Subject.CommonName
+	u := h.users[user]
+	if u == nil || cn == "" {
+		return cn, false
+	}
+	if u.CertificateCN == nil {
+		return cn, cn == u.Name
+	}
+	return cn, slices.Contains(u.CertificateCN, cn)
 }
 
 func (h *authHook) authenticate(pk packets.Packet) bool {
@@ -245,4 +313,24 @@ func filterCovers(rule, topic string) bool {
 		}
 	}
 	return len(r) == len(t)
+}
+
+// peerCertificate returns the client certificate of a TLS connection, looking through
+// wrappers that expose the connection they wrap (NetConn, as *tls.Conn and the listener's
+// deadlineConn do); nil without one.
+func peerCertificate(c net.Conn) *x509.Certificate {
+	for c != nil {
+		if t, ok := c.(interface{ ConnectionState() tls.ConnectionState }); ok {
+			if certs := t.ConnectionState().PeerCertificates; len(certs) > 0 {
+				return certs[0]
+			}
+			return nil
+		}
+		w, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return nil
+		}
+		c = w.NetConn()
+	}
+	return nil
 }

@@ -44,6 +44,10 @@ type Options struct {
 	// off instead of holding a goroutine, or Close, forever.
 	ConnectTimeout time.Duration
 	WriteTimeout   time.Duration
+	// MaxConnecting bounds the connections accepted but not yet past CONNECT (0:
+	// DefaultMaxConnecting). A socket beyond it, or beyond MaxClients + MaxConnecting open
+	// connections, is closed as soon as it is accepted.
+	MaxConnecting int
 
 	// AllowAnonymous lets clients connect without a user name. Without it, a
 	// client needs a user from UsersFile (or Users).
@@ -158,6 +162,10 @@ func New(opts *Options) (*Broker, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	// Every line a client can cause is rate-limited per reason and clipped (ratelog.go):
+	// mochi's, the hooks', the store's, the listener's.
+	logs := newLogLimiter(LogEvery)
+	o.Logger = newLimitedLogger(o.Logger, logs, false)
 	users, fileAnonymous, err := loadUsers(o.UsersFile, o.Users)
 	if err != nil {
 		return nil, err
@@ -218,7 +226,8 @@ func New(opts *Options) (*Broker, error) {
 		srv.Close()
 		return nil, err
 	}
-	b.auth = newAuthHook(users, o.AllowAnonymous, o.Anonymous)
+	certUsers := tlsConfig != nil && tlsConfig.ClientCAs != nil && len(users) > 0
+	b.auth = newAuthHook(users, o.AllowAnonymous, o.Anonymous, certUsers, newSessionOwners(srv), o.Logger)
 	if err := srv.AddHook(b.auth, nil); err != nil {
 		return nil, err
 	}
@@ -277,9 +286,17 @@ func New(opts *Options) (*Broker, error) {
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = DefaultWriteTimeout
 	}
+	if o.MaxConnecting <= 0 {
+		o.MaxConnecting = DefaultMaxConnecting
+	}
 	b.listener = &tcpListener{
 		id: "tcp", address: o.Listen, tlsConfig: tlsConfig, srv: srv,
-		connectTimeout: o.ConnectTimeout, writeTimeout: o.WriteTimeout,
+		connectTimeout: o.ConnectTimeout, writeTimeout: o.WriteTimeout, maxConnecting: o.MaxConnecting,
+		log: newLimitedLogger(o.Logger, logs, true),
+	}
+	if err := srv.AddHook(&listenerHook{l: b.listener}, nil); err != nil {
+		srv.Close() // stops the service hook, which closes the store
+		return nil, err
 	}
 	return b, nil
 }
@@ -365,6 +382,15 @@ func (b *Broker) SyncSessions() error {
 	}
 	return b.sessions.sync()
 }
+
+// Healthy reports nil unless the broker cannot accept connections: Accept has been failing
+// (out of file descriptors, say) and is being retried. It recovers by itself once Accept
+// succeeds again; the agent's /healthz and systemd watchdog ask it.
+func (b *Broker) Healthy() error { return b.listener.healthy() }
+
+// RefusedConnections returns how many sockets were closed as soon as they were accepted,
+// beyond Options.MaxConnecting or MaxClients + MaxConnecting.
+func (b *Broker) RefusedConnections() int64 { return b.listener.refused.Load() }
 
 // Addr returns the bound host:port (the configured address before Start).
 func (b *Broker) Addr() string { return b.listener.Address() }

@@ -75,6 +75,22 @@
 // once, so clients that stopped reading cost it one DISCONNECT grace (0.5 s)
 // together, not one each.
 //
+// Accepting never stops but for Close. A failed Accept (out of file descriptors
+// or buffers, a connection aborted in the queue) is logged (at most once a second
+// per error) and retried after a pause of 5 ms doubling to 1 s, as net/http's
+// Server.Serve does; meanwhile Healthy returns the error ("broker: not accepting
+// connections since …"), and it returns nil again once Accept succeeds (or has
+// not failed for 3 s: it is waiting for a connection). Upstream mochi returned on
+// the first error: one moment without descriptors ended accepting until a restart.
+//
+// At most MaxConnecting connections (default 128) are between accept and CONNACK,
+// and at most MaxClients + MaxConnecting are open: a socket beyond either is closed
+// as soon as it is accepted, before any CONNECT is read (RefusedConnections counts
+// them), so sockets that never send CONNECT cannot use up the process's
+// descriptors. Each holds its slot for at most ConnectTimeout; while an attacker
+// keeps MaxConnecting of them open, new clients are closed at accept and must retry
+// (MQTT clients reconnect by themselves).
+//
 // # Users file
 //
 // Users are TOML, with bcrypt password hashes (cost 10 or more recommended):
@@ -86,6 +102,7 @@
 //	subscribe     = ["faceagent/#", "clients/%c/#"]   # %c: the client id, %u: the user name
 //	read_keys     = ["faceagent/"]                    # state store key prefixes for GET, KEYNOTIFY
 //	write_keys    = ["faceagent/gw-01/"]              # … for SET, DEL, VDEL
+//	certificate_cn = ["gw-01-agent"]                  # with mutual TLS: see "Certificates and users"
 //
 // A list left out allows everything; an empty list allows nothing. A key
 // outside the prefixes is answered "-ERR not authorized"; a topic outside
@@ -98,6 +115,52 @@
 //
 //	[anonymous]
 //	write_keys = []   # anonymous clients may read but not write keys
+//
+// # Sessions belong to their user
+//
+// A CONNECT whose client id is held by another user — a connected client, a kept
+// session whose client is offline, or one restored from the sessions journal
+// after a restart (its record keeps the user name) — is refused with CONNACK
+// 0x85 Client Identifier not valid (MQTT 3.1.1: 0x02 Identifier rejected), and
+// the holder is left alone: not disconnected, its session not taken. The refusal
+// is logged with the client id and both user names. Anonymous clients count as
+// one user, "": an anonymous client cannot take a user's id, nor a user an
+// anonymous client's, but anonymous clients can take each other's (see
+// docs/security.md, "Anonymous mode"). The same user takes its own session over
+// as MQTT requires [MQTT-3.1.4-3]. The check comes after the password, so it
+// tells nothing to a client without credentials.
+//
+// Upstream mochi handed a session to whoever connected with its id: a
+// terminal's credentials and the back office's id got the back office's queued
+// results, and any user could disconnect any other connection. There is no
+// option to bring that back: a deployment that renames a user (a new password
+// keeps the name, and the sessions) must let the old user's kept sessions expire,
+// or start with an empty DataDir/broker-sessions.
+//
+// # Certificates and users
+//
+// With mutual TLS (TLS.ClientCAFile) and users, a user's client certificate must
+// be its own: its Subject Common Name must equal the user name, or be one of the
+// user's certificate_cn when the entry lists them (one user for many
+// terminals, each with a certificate of its own). Otherwise the CONNECT is
+// refused with 0x87 Not authorized (MQTT 3.1.1: 0x05), after the password check
+// (a wrong password is still 0x86). This is mosquitto's
+// use_identity_as_username rule, with the password still required. An
+// anonymous client (when AllowAnonymous) needs a valid certificate and no more.
+//
+// # Logs
+//
+// A line about a client names its client id, the packet type where there is one
+// ("packet.type=Publish packet.id=7 packet.qos=1 packet.payload_bytes=…", never
+// the packet) and the reason; it never holds a payload, a state store value or
+// a password. The broker's logger (mochi's, the hooks', the store's) clips every
+// string value to 256 bytes (client ids and topics may be 64 KiB) and prints
+// byte slices and structs as their size or type only. Lines about a client,
+// and every line of the listener, come at most once a second per reason (the
+// message and its error), the next one counting those held back
+// ("suppressed=N"; a reason that does not come again does not report its
+// count). A hundred refused 64 KiB requests and a second CONNECT made 22.8 MB of
+// log with the values and the password; now under 1 KB (TestRefusedPacketsKeepTheLogSmall).
 //
 // # Persistence
 //

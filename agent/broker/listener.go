@@ -2,9 +2,12 @@ package broker
 
 import (
 	"crypto/tls"
+	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -12,13 +15,16 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
-// Defaults of the connection deadlines (see Options).
+// Defaults of the connection deadlines and limits (see Options).
 const (
 	DefaultConnectTimeout = 10 * time.Second
 	DefaultWriteTimeout   = 30 * time.Second
+	// DefaultMaxConnecting bounds the connections accepted but not yet past CONNECT: the
+	// terminals of a large gateway (64) reconnecting at once after a restart, with room.
+	DefaultMaxConnecting = 128
 )
 
-// tcpListener is mochi's TCP listener with the deadlines mochi leaves out:
+// tcpListener is mochi's TCP listener with the deadlines and limits mochi leaves out:
 //
 //   - a connection must send CONNECT within connectTimeout (mochi reads the
 //     first packet with no deadline, so a silent peer would hold a goroutine
@@ -26,6 +32,13 @@ const (
 //   - every write must finish within writeTimeout (mochi writes with no
 //     deadline, so a peer that stops reading would block the goroutine
 //     writing to it: a notifier, or Close disconnecting it);
+//   - at most maxConnecting connections are between accept and CONNACK, and at most
+//     maxOpen (max clients + maxConnecting) open at all: a socket beyond either is closed
+//     as soon as it is accepted, without a goroutine or a wait for its CONNECT;
+//   - a failed Accept (out of file descriptors, of buffers, a connection aborted before it
+//     was accepted) is retried after a pause, as net/http's Server.Serve does, and reported
+//     by healthy meanwhile: upstream mochi's loop returned on any error, and the broker
+//     accepted nothing more until a restart;
 //   - Close closes every connection still open once mochi has disconnected
 //     its clients, so Close cannot wait on one that never finished CONNECT,
 //     and then waits for every connection goroutine (mochi counts them from
@@ -36,14 +49,38 @@ type tcpListener struct {
 	tlsConfig      *tls.Config
 	connectTimeout time.Duration
 	writeTimeout   time.Duration
+	maxConnecting  int
 	srv            *mqtt.Server // disconnects this listener's clients on Close; nil: mochi's closeClients
+	log            *slog.Logger // rate-limited (ratelog.go): peers cause every line
 
-	ln     net.Listener
-	wg     sync.WaitGroup // connection goroutines (mochi adds to its own count inside them, too late for Close)
-	mu     sync.Mutex
-	conns  map[*deadlineConn]struct{}
-	closed bool
+	ln      net.Listener
+	wg      sync.WaitGroup // connection goroutines (mochi adds to its own count inside them, too late for Close)
+	done    chan struct{}  // closed by Close: ends a retry pause
+	served  chan struct{}  // closed when Serve returns
+	failure atomic.Pointer[acceptFailure]
+	refused atomic.Int64 // sockets closed at accept by the limits
+
+	mu         sync.Mutex
+	conns      map[*deadlineConn]struct{}
+	connecting int // of conns, those not yet past CONNECT
+	serving    bool
+	closed     bool
 }
+
+// acceptFailure is the listener's state while Accept fails.
+type acceptFailure struct {
+	since, last time.Time
+	err         error
+}
+
+// Accept retry pauses, as net/http's Server.Serve: 5 ms, doubling up to 1 s.
+const (
+	acceptDelayMin = 5 * time.Millisecond
+	acceptDelayMax = time.Second
+	// acceptStale: a failure older than this, with no accept since, is over (Accept is
+	// waiting for a connection): a failing loop refreshes it at least every acceptDelayMax.
+	acceptStale = 3 * acceptDelayMax
+)
 
 var _ listeners.Listener = (*tcpListener)(nil)
 
@@ -71,36 +108,151 @@ func (l *tcpListener) Init(*slog.Logger) error {
 	l.mu.Lock()
 	l.ln = ln
 	l.conns = make(map[*deadlineConn]struct{})
+	l.done = make(chan struct{})
+	l.served = make(chan struct{})
 	l.mu.Unlock()
 	return nil
 }
 
-// Serve accepts until Close. mochi runs it in its own goroutine and counts
-// the per-connection goroutines (establish) in its ClientsWg.
+// Serve accepts until Close, and only Close ends it. mochi runs it in its own goroutine and
+// counts the per-connection goroutines (establish) in its ClientsWg.
 func (l *tcpListener) Serve(establish listeners.EstablishFn) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	l.serving = true
+	l.mu.Unlock()
+	defer close(l.served)
+
+	maxOpen := math.MaxInt
+	if l.srv != nil {
+		if c := l.srv.Options.Capabilities.MaximumClients; c < int64(math.MaxInt-l.maxConnecting) {
+			maxOpen = int(c) + l.maxConnecting
+		}
+	}
+	var delay time.Duration
 	for {
 		conn, err := l.ln.Accept()
 		if err != nil {
+			if l.isClosed() {
+				return
+			}
+			delay = min(max(2*delay, acceptDelayMin), acceptDelayMax)
+			l.acceptFailed(err, delay)
+			pause := time.NewTimer(delay)
+			select {
+			case <-l.done:
+				pause.Stop()
+				return
+			case <-pause.C:
+			}
+			continue
+		}
+		delay = 0
+		if f := l.failure.Swap(nil); f != nil {
+			l.log.Info("broker: accepting connections again", "failed_for", time.Since(f.since).Round(time.Millisecond))
+		}
+		if !l.admit(conn, maxOpen, establish) {
 			return
 		}
-		dc := &deadlineConn{Conn: conn, l: l}
-		l.mu.Lock()
-		if l.closed {
-			l.mu.Unlock()
-			_ = conn.Close()
-			return
-		}
-		l.conns[dc] = struct{}{}
-		l.wg.Add(1)
-		l.mu.Unlock()
-		// [MQTT-3.1.4-1]-adjacent: CONNECT must come first, and soon. mochi's
-		// keepalive deadline replaces this one once CONNECT is read.
-		_ = conn.SetReadDeadline(time.Now().Add(l.connectTimeout))
-		go func() {
-			defer l.wg.Done()
-			_ = establish(l.id, dc)
-		}()
 	}
+}
+
+// acceptFailed records and logs (rate-limited) a failed Accept, retried after delay.
+func (l *tcpListener) acceptFailed(err error, delay time.Duration) {
+	now := time.Now()
+	f := &acceptFailure{since: now, last: now, err: err}
+	if prev := l.failure.Load(); prev != nil {
+		f.since = prev.since
+	}
+	l.failure.Store(f)
+	l.log.Warn("broker: accepting a connection failed; retrying", "error", err, "retry_in", delay)
+}
+
+// admit serves conn, or closes it at once when a limit is reached; false when the
+// listener is closed.
+func (l *tcpListener) admit(conn net.Conn, maxOpen int, establish listeners.EstablishFn) bool {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		_ = conn.Close()
+		return false
+	}
+	var reason string
+	switch {
+	case l.connecting >= l.maxConnecting:
+		reason = "too many connections before CONNECT (max_connecting)"
+	case len(l.conns) >= maxOpen:
+		reason = "too many connections (max_clients + max_connecting)"
+	}
+	if reason != "" {
+		open, connecting := len(l.conns), l.connecting
+		l.mu.Unlock()
+		_ = conn.Close()
+		l.refused.Add(1)
+		l.log.Warn("broker: connection closed at accept", "reason", reason, "remote", conn.RemoteAddr().String(),
+			"open", open, "connecting", connecting, "refused_total", l.refused.Load())
+		return true
+	}
+	dc := &deadlineConn{Conn: conn, l: l}
+	l.conns[dc] = struct{}{}
+	l.connecting++
+	l.wg.Add(1)
+	l.mu.Unlock()
+	// [MQTT-3.1.4-1]-adjacent: CONNECT must come first, and soon. mochi's
+	// keepalive deadline replaces this one once CONNECT is read.
+	_ = conn.SetReadDeadline(time.Now().Add(l.connectTimeout))
+	go func() {
+		defer l.wg.Done()
+		_ = establish(l.id, dc)
+	}()
+	return true
+}
+
+func (l *tcpListener) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+// healthy reports nil unless Accept is failing (its last failure recent, no accept since).
+func (l *tcpListener) healthy() error {
+	f := l.failure.Load()
+	if f == nil || time.Since(f.last) > acceptStale {
+		return nil
+	}
+	return fmt.Errorf("broker: not accepting connections since %s: %v", f.since.Format(time.RFC3339), f.err)
+}
+
+// connectDone takes an established client's connection out of the count of those before
+// CONNECT (max_connecting).
+func (l *tcpListener) connectDone(cl *mqtt.Client) {
+	if dc, ok := cl.Net.Conn.(*deadlineConn); ok && dc.l == l && dc.state.CompareAndSwap(connConnecting, connEstablished) {
+		l.mu.Lock()
+		l.connecting--
+		l.mu.Unlock()
+	}
+}
+
+// counts returns the open connections and those of them before CONNECT (tests).
+func (l *tcpListener) counts() (open, connecting int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.conns), l.connecting
+}
+
+// listenerHook tells the listener when a client is past CONNECT.
+type listenerHook struct {
+	mqtt.HookBase
+	l *tcpListener
+}
+
+func (h *listenerHook) ID() string           { return "faceagent-listener" }
+func (h *listenerHook) Provides(b byte) bool { return b == mqtt.OnSessionEstablished }
+func (h *listenerHook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
+	h.l.connectDone(cl)
 }
 
 func (l *tcpListener) Close(closeClients listeners.CloseFn) {
@@ -110,9 +262,14 @@ func (l *tcpListener) Close(closeClients listeners.CloseFn) {
 		return
 	}
 	l.closed = true
+	serving := l.serving
 	l.mu.Unlock()
+	close(l.done)
 	l.disconnectClients(closeClients) // DISCONNECT to every known client
 	_ = l.ln.Close()
+	if serving {
+		<-l.served // no accept after this: every connection is in conns
+	}
 	l.mu.Lock()
 	open := make([]*deadlineConn, 0, len(l.conns))
 	for c := range l.conns {
@@ -129,19 +286,33 @@ func (l *tcpListener) Close(closeClients listeners.CloseFn) {
 type deadlineConn struct {
 	net.Conn
 	l         *tcpListener
+	state     atomic.Uint32 // connConnecting, connEstablished or connClosed
 	closeOnce sync.Once
 }
+
+// deadlineConn states: before CONNACK, past it, closed before it.
+const (
+	connConnecting uint32 = iota
+	connEstablished
+	connClosed
+)
 
 func (c *deadlineConn) Write(b []byte) (int, error) {
 	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.l.writeTimeout))
 	return c.Conn.Write(b)
 }
 
+// NetConn returns the connection it wraps (a *tls.Conn with TLS), as tls.Conn.NetConn does.
+func (c *deadlineConn) NetConn() net.Conn { return c.Conn }
+
 func (c *deadlineConn) Close() error {
 	err := c.Conn.Close()
 	c.closeOnce.Do(func() {
 		c.l.mu.Lock()
 		delete(c.l.conns, c)
+		if c.state.CompareAndSwap(connConnecting, connClosed) {
+			c.l.connecting--
+		}
 		c.l.mu.Unlock()
 	})
 	return err

@@ -24,6 +24,8 @@ type testPKI struct {
 	clientCert            tls.Certificate
 	caFile                string
 	serverCert, serverKey string
+	ca                    *x509.Certificate
+	caKey                 *ecdsa.PrivateKey
 }
 
 func newTestPKI(t *testing.T) *testPKI {
@@ -44,6 +46,7 @@ func newTestPKI(t *testing.T) *testPKI {
 		t.Fatal(err)
 	}
 	ca, _ := x509.ParseCertificate(caDER)
+	p.ca, p.caKey = ca, caKey
 	p.caPool.AddCert(ca)
 	p.caFile = p.write(t, "ca.pem", "CERTIFICATE", caDER)
 
@@ -134,4 +137,22 @@ func TestTLSConfigErrors(t *testing.T) {
 			t.Errorf("%+v accepted", o)
 		}
 	}
+}
+
+// clientCertificate issues a client certificate with Common Name cn from p's CA.
+func (p *testPKI) clientCertificate(t *testing.T, cn string) tls.Certificate {
+	t.Helper()
+	key := newKey(t)
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: cn},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, p.ca, &key.PublicKey, p.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }

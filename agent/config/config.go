@@ -63,7 +63,10 @@ type Broker struct {
 	// across restarts.
 	Persist bool `toml:"persist"`
 	// Quotas; 0 means unlimited where noted in configs/agent.toml.
-	MaxClients        int  `toml:"max_clients"`
+	MaxClients int `toml:"max_clients"`
+	// MaxConnecting bounds the connections accepted but not yet past CONNECT; a socket
+	// beyond it (or beyond max_clients + max_connecting) is closed as soon as it is accepted.
+	MaxConnecting     int  `toml:"max_connecting"`
 	MaxPacketSize     Size `toml:"max_packet_size"`
 	ReceiveMaximum    int  `toml:"receive_maximum"`
 	MaxQueuedMessages int  `toml:"max_queued_messages"`
@@ -211,6 +214,16 @@ type Log struct {
 type Metrics struct {
 	// Listen serves /metrics and /healthz; "" switches the endpoint off.
 	Listen string `toml:"listen"`
+	// Bounds of the HTTP server: a request's header must arrive within ReadHeaderTimeout
+	// and be at most MaxHeaderBytes, the whole request within ReadTimeout, the response be
+	// written within WriteTimeout; a keep-alive connection idle for IdleTimeout is closed;
+	// at most MaxConnections are open, and one beyond is closed as soon as it is accepted.
+	ReadHeaderTimeout Duration `toml:"read_header_timeout"`
+	ReadTimeout       Duration `toml:"read_timeout"`
+	WriteTimeout      Duration `toml:"write_timeout"`
+	IdleTimeout       Duration `toml:"idle_timeout"`
+	MaxHeaderBytes    Size     `toml:"max_header_bytes"`
+	MaxConnections    int      `toml:"max_connections"`
 }
 
 // Device is one [[devices]] entry.
@@ -282,6 +295,7 @@ var (
 		Listen:            "127.0.0.1:1883",
 		Persist:           true,
 		MaxClients:        0,
+		MaxConnecting:     128,
 		MaxPacketSize:     1 << 20,
 		ReceiveMaximum:    1024,
 		MaxQueuedMessages: 10000,
@@ -330,7 +344,15 @@ var (
 		DeviceAck:       "dev/face/{id}/Ack",
 		DeviceHeartbeat: "dev/face/{id}/heartbeat",
 	}
-	defaultLog    = Log{Level: "info", Format: "text"}
+	defaultLog     = Log{Level: "info", Format: "text"}
+	defaultMetrics = Metrics{
+		ReadHeaderTimeout: D(5 * time.Second),
+		ReadTimeout:       D(10 * time.Second),
+		WriteTimeout:      D(10 * time.Second),
+		IdleTimeout:       D(30 * time.Second),
+		MaxHeaderBytes:    8 << 10,
+		MaxConnections:    16,
+	}
 	defaultDevice = Device{
 		Transport: TransportMQTT,
 		Baud:      115200,
@@ -351,6 +373,7 @@ func Default() *Config {
 		Store:    defaultStore,
 		Topics:   defaultTopics,
 		Log:      defaultLog,
+		Metrics:  defaultMetrics,
 	}
 }
 

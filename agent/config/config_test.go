@@ -105,7 +105,7 @@ func TestAgentTOMLDocumentsEveryKey(t *testing.T) {
 	}
 	if c.Dispatch != defaultDispatch || c.Store != defaultStore || c.Topics != defaultTopics ||
 		c.Log != defaultLog || c.Intake.MaxBatch != defaultIntake.MaxBatch ||
-		c.Intake.MaxMessageSize != defaultIntake.MaxMessageSize || c.Metrics != (Metrics{}) {
+		c.Intake.MaxMessageSize != defaultIntake.MaxMessageSize || c.Metrics != defaultMetrics {
 		t.Errorf("agent.toml values differ from the defaults")
 	}
 	a := c.Agent

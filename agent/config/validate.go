@@ -42,9 +42,7 @@ func (d *decoder) validate(c *Config) {
 	d.validateTopics(c.Topics)
 	d.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	d.oneOf("log.format", c.Log.Format, "text", "json")
-	if c.Metrics.Listen != "" {
-		d.hostPort("metrics.listen", c.Metrics.Listen)
-	}
+	d.validateMetrics(c.Metrics)
 	d.validateDevices(c)
 }
 
@@ -77,6 +75,7 @@ func (d *decoder) validateBroker(b *Broker) {
 		d.errf("broker.allow_anonymous", "false, but no users_file or tls_client_ca: no client could connect")
 	}
 	d.atLeast("broker.max_clients", b.MaxClients, 0)
+	d.atLeast("broker.max_connecting", b.MaxConnecting, 1)
 	d.atLeast("broker.max_queued_messages", b.MaxQueuedMessages, 0)
 	d.atLeast("broker.store_max_keys", b.StoreMaxKeys, 0)
 	if b.ReceiveMaximum < 1 || b.ReceiveMaximum > 65535 {
@@ -106,6 +105,20 @@ const (
 	MinStoreMaxBytes = 64 << 10
 	MaxStoreKeySize  = 16 << 10
 )
+
+func (d *decoder) validateMetrics(m Metrics) {
+	if m.Listen != "" {
+		d.hostPort("metrics.listen", m.Listen)
+	}
+	d.positive("metrics.read_header_timeout", m.ReadHeaderTimeout)
+	d.positive("metrics.read_timeout", m.ReadTimeout)
+	d.positive("metrics.write_timeout", m.WriteTimeout)
+	d.positive("metrics.idle_timeout", m.IdleTimeout)
+	if m.MaxHeaderBytes < 1<<10 || m.MaxHeaderBytes > 1<<20 {
+		d.errf("metrics.max_header_bytes", "%d bytes is out of range (1KiB..1MiB)", m.MaxHeaderBytes)
+	}
+	d.atLeast("metrics.max_connections", m.MaxConnections, 1)
+}
 
 var upstreamSchemes = map[string]bool{"mqtt": false, "tcp": false, "mqtts": true, "ssl": true, "tls": true}
 

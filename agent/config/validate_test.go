@@ -42,6 +42,7 @@ func TestValidationErrors(t *testing.T) {
 		{"nobody can connect", brokerBase + "allow_anonymous = false\n",
 			"f.toml:4: broker.allow_anonymous: false, but no users_file or tls_client_ca: no client could connect"},
 		{"negative max clients", brokerBase + "max_clients = -1\n", "f.toml:4: broker.max_clients: -1 is less than 0"},
+		{"max connecting zero", brokerBase + "max_connecting = 0\n", "f.toml:4: broker.max_connecting: 0 is less than 1"},
 		{"negative queued", brokerBase + "max_queued_messages = -5\n", "f.toml:4: broker.max_queued_messages: -5 is less than 0"},
 		{"negative store keys", brokerBase + "store_max_keys = -1\n", "f.toml:4: broker.store_max_keys: -1 is less than 0"},
 		{"receive maximum zero", brokerBase + "receive_maximum = 0\n",
@@ -131,6 +132,10 @@ func TestValidationErrors(t *testing.T) {
 		{"log level", base + "[log]\nlevel = \"verbose\"\n", `f.toml:6: log.level: "verbose": must be one of debug, info, warn, error`},
 		{"log format", base + "[log]\nformat = \"xml\"\n", `f.toml:6: log.format: "xml": must be one of text, json`},
 		{"metrics listen", base + "[metrics]\nlisten = \"9108\"\n", `f.toml:6: metrics.listen: "9108": want host:port (address 9108: missing port in address)`},
+		{"metrics idle timeout zero", base + "[metrics]\nidle_timeout = \"0s\"\n", "f.toml:6: metrics.idle_timeout: must be positive"},
+		{"metrics read header timeout zero", base + "[metrics]\nread_header_timeout = \"0s\"\n", "f.toml:6: metrics.read_header_timeout: must be positive"},
+		{"metrics header bytes tiny", base + "[metrics]\nmax_header_bytes = 100\n", "f.toml:6: metrics.max_header_bytes: 100 bytes is out of range (1KiB..1MiB)"},
+		{"metrics no connections", base + "[metrics]\nmax_connections = 0\n", "f.toml:6: metrics.max_connections: 0 is less than 1"},
 
 		// [[devices]]
 		{"device id missing", base + "[[devices]]\ntransport = \"mqtt\"\n", "f.toml:5: devices[0].id: required"},

@@ -176,6 +176,10 @@ type ClientState struct {
 
 	// faceagent patch (terminal queues): a ResizeOutbound waiting for the writer goroutine.
 	resize atomic.Pointer[outboundResize]
+
+	// faceagent patch (refusal code): the CONNACK reason an OnConnectAuthenticate hook
+	// chose (RefuseConnect); read and written on the client's reader goroutine only.
+	connectRefusal packets.Code
 }
 
 // newClient returns a new instance of Client. This is almost exclusively used by Server
@@ -235,7 +239,7 @@ func (cl *Client) WriteLoop() {
 func (cl *Client) writeOutbound(pk *packets.Packet) {
 	if err := cl.WritePacket(*pk); err != nil {
 		// TODO : Figure out what to do with error
-		cl.ops.log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", pk)
+		cl.ops.log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", logPacket(pk)) // faceagent patch (no packets in logs)
 	}
 	releaseOutbound(pk)
 }

@@ -272,7 +272,7 @@ func (h *Hooks) OnPacketRead(cl *Client, pk packets.Packet) (pkx packets.Packet,
 		if hook.Provides(OnPacketRead) {
 			npk, err := hook.OnPacketRead(cl, pkx)
 			if err != nil && errors.Is(err, packets.ErrRejectPacket) {
-				h.Log.Debug("packet rejected", "hook", hook.ID(), "packet", pkx)
+				h.Log.Debug("packet rejected", "hook", hook.ID(), "client", cl.ID, "packet", logPacket(&pkx)) // faceagent patch (no packets in logs)
 				return pk, err
 			} else if err != nil {
 				continue
@@ -297,7 +297,7 @@ func (h *Hooks) onPacketRead(cl *Client, pk *packets.Packet) error {
 	for _, hook := range h.GetAll() {
 		if hook.Provides(OnPacketRead) {
 			if err := callOnPacketRead(hook, cl, pk); err != nil && errors.Is(err, packets.ErrRejectPacket) {
-				h.logRejected(hook, pk)
+				h.logRejected(hook, cl, pk)
 				return err
 			} // another error: the packet as it was, and the next hook (as OnPacketRead)
 		}
@@ -322,8 +322,8 @@ func callOnPacketRead(hook Hook, cl *Client, pk *packets.Packet) error {
 // packet's copy for the logger out of onPacketRead's frame.
 //
 //go:noinline
-func (h *Hooks) logRejected(hook Hook, pk *packets.Packet) {
-	h.Log.Debug("packet rejected", "hook", hook.ID(), "packet", *pk)
+func (h *Hooks) logRejected(hook Hook, cl *Client, pk *packets.Packet) {
+	h.Log.Debug("packet rejected", "hook", hook.ID(), "client", cl.ID, "packet", logPacket(pk)) // faceagent patch (no packets in logs)
 }
 
 // OnAuthPacket is called when an auth packet is received. It is intended to allow developers
@@ -441,18 +441,20 @@ func (h *Hooks) OnPublish(cl *Client, pk packets.Packet) (pkx packets.Packet, er
 			npk, err := hook.OnPublish(cl, pkx)
 			if err != nil {
 				if errors.Is(err, packets.ErrRejectPacket) {
-					h.Log.Debug("publish packet rejected",
+					h.Log.Debug("publish packet rejected", // faceagent patch (no packets in logs)
 						"error", err,
 						"hook", hook.ID(),
-						"packet", pkx)
+						"client", cl.ID,
+						"packet", logPacket(&pkx))
 					return pk, err
 				} else if errors.Is(err, packets.CodeSuccessIgnore) {
 					return pk, err
 				}
-				h.Log.Error("publish packet error",
+				h.Log.Error("publish packet error", // faceagent patch (no packets in logs)
 					"error", err,
 					"hook", hook.ID(),
-					"packet", pkx)
+					"client", cl.ID,
+					"packet", logPacket(&pkx))
 				return pk, err
 			}
 			pkx = npk
@@ -483,7 +485,7 @@ func (h *Hooks) onPublish(cl *Client, pk *packets.Packet) error {
 		}
 		if err := callOnPublish(hook, cl, &pkx); err != nil {
 			if !errors.Is(err, packets.CodeSuccessIgnore) {
-				h.logPublishError(hook, err, &pkx)
+				h.logPublishError(hook, cl, err, &pkx)
 			}
 			return err
 		}
@@ -498,12 +500,13 @@ func (h *Hooks) onPublish(cl *Client, pk *packets.Packet) error {
 // (stack): the packet's copy for the logger out of onPublish's frame.
 //
 //go:noinline
-func (h *Hooks) logPublishError(hook Hook, err error, pk *packets.Packet) {
+func (h *Hooks) logPublishError(hook Hook, cl *Client, err error, pk *packets.Packet) {
+	// faceagent patch (no packets in logs): the packet's type and sizes, not the packet.
 	if errors.Is(err, packets.ErrRejectPacket) {
-		h.Log.Debug("publish packet rejected", "error", err, "hook", hook.ID(), "packet", *pk)
+		h.Log.Debug("publish packet rejected", "error", err, "hook", hook.ID(), "client", cl.ID, "packet", logPacket(pk))
 		return
 	}
-	h.Log.Error("publish packet error", "error", err, "hook", hook.ID(), "packet", *pk)
+	h.Log.Error("publish packet error", "error", err, "hook", hook.ID(), "client", cl.ID, "packet", logPacket(pk))
 }
 
 // callOnPublish calls hook's OnPublish with *pk and, unless it returns an error, stores
@@ -611,7 +614,7 @@ func (h *Hooks) OnWill(cl *Client, will Will) Will {
 				h.Log.Error("parse will error",
 					"error", err,
 					"hook", hook.ID(),
-					"will", will)
+					"client", cl.ID) // faceagent patch (no packets in logs): not the will, its payload
 				continue
 			}
 			will = mlwt

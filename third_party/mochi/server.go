@@ -646,12 +646,13 @@ func (s *Server) connectClient(cl *Client, listener string) error {
 
 	cl.refreshDeadline(cl.State.Keepalive)
 	if !s.hooks.OnConnectAuthenticate(cl, pk) { // [MQTT-3.1.4-2]
-		err := s.SendConnack(cl, packets.ErrBadUsernameOrPassword, false, nil)
+		code := cl.refusalCode() // faceagent patch (refusal code): 0x86 unless a hook chose another
+		err := s.SendConnack(cl, code, false, nil)
 		if err != nil {
 			return fmt.Errorf("invalid connection send ack: %w", err)
 		}
 
-		return packets.ErrBadUsernameOrPassword
+		return code
 	}
 
 	atomic.AddInt64(&s.Info.ClientsConnected, 1)
@@ -725,7 +726,7 @@ func (s *Server) receivePacket(cl *Client, pk *packets.Packet) error {
 			_ = s.DisconnectClient(cl, code)
 		}
 
-		s.Log.Warn("error processing packet", "error", err, "client", cl.ID, "listener", cl.Net.Listener, "pk", *pk)
+		s.Log.Warn("error processing packet", "error", err, "client", cl.ID, "listener", cl.Net.Listener, "packet", logPacket(pk)) // faceagent patch (no packets in logs)
 
 		return err
 	}
@@ -1333,7 +1334,7 @@ func (s *Server) publishToSubscriber(id string, sub packets.Subscription, pk *pa
 	if cl, ok := s.Clients.Get(id); ok {
 		err := s.publishToClient(cl, sub, pk)
 		if err != nil {
-			s.Log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", *pk)
+			s.Log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", logPacket(pk)) // faceagent patch (no packets in logs)
 		}
 	}
 }
@@ -1521,7 +1522,7 @@ func (s *Server) publishRetainedToClient(cl *Client, sub packets.Subscription, e
 	for _, pkv := range s.Topics.Messages(sub.Filter) { // [MQTT-3.8.4-4]
 		err := s.publishToClient(cl, sub, &pkv)
 		if err != nil {
-			s.Log.Debug("failed to publish retained message", "error", err, "client", cl.ID, "listener", cl.Net.Listener, "packet", pkv)
+			s.Log.Debug("failed to publish retained message", "error", err, "client", cl.ID, "listener", cl.Net.Listener, "packet", logPacket(&pkv)) // faceagent patch (no packets in logs)
 			continue
 		}
 		s.hooks.OnRetainPublished(cl, pkv)
