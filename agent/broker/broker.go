@@ -248,10 +248,6 @@ func New(opts *Options) (*Broker, error) {
 	// Not in srv.Clients, so the session store does not wait for its messages' records.
 	b.deferred = srv.NewClient(nil, mqtt.LocalListener, "$deferred-inline", true)
 	takeover := newTakeoverGuard(srv, sessions, o.Logger)
-	if err := srv.AddHook(newClashGuard(srv, takeover), nil); err != nil {
-		srv.Close()
-		return nil, err
-	}
 	if err := srv.AddHook(takeover, nil); err != nil {
 		srv.Close()
 		return nil, err

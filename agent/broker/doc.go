@@ -240,21 +240,24 @@
 //     PUBACKs once they are on disk: one group commit for the messages of its
 //     that were read together (a burst), so a publisher with one message in
 //     flight at a time waits an fsync for each. A session taken over while its
-//     old connection waits for that commit copies the held acknowledgement
-//     and mochi resends it on the new connection at once (mochi's
-//     ResendInflightMessages), possibly before the commit: a crash in that
-//     gap can still lose the message.
-//   - mochi v2.7.9 keeps a client's own QoS 1/2 publishes and the messages it
-//     sends that client in one in-flight set keyed by packet id, though each
-//     side numbers its packets independently. A client publishing with QoS 1
-//     under the id of a message in flight to it made mochi drop that message
-//     (never resent; the client's send quota shrank by one), and a SUBSCRIBE
-//     or UNSUBSCRIBE under such an id was refused (SUBACK 0x91: a back office
-//     subscribing again as it resumes a session with results waiting).
-//     clash.go keeps the message and lets the packet through, and the
-//     sessions journal does not mix the two (ephemeral.go: inboundAck). Left
-//     as mochi has it: a QoS 2 publish under such an id still displaces the
-//     message.
+//     old connection waits for that commit does not take a QoS 1 PUBACK
+//     along: the client sends that PUBLISH again on the new connection and
+//     is acknowledged once the copy routed there is stored (at least once: a
+//     subscriber may get it twice). A QoS 2 flow goes with the session: a
+//     PUBLISH sent again is answered with a PUBREC (once stored) and not
+//     delivered again, a PUBREL completes it.
+//   - Packet ids are per direction (MQTT): a client's own QoS 1/2 publishes
+//     (the PUBACK or PUBREC held until the message is stored, a QoS 2 flow
+//     until PUBREL) are kept apart from the messages the broker sends that
+//     client (third_party/mochi/README.md, "packet-id spaces"; mochi v2.7.9
+//     kept both in one set keyed by packet id, and a request/response client
+//     with several requests in flight lost responses and, after max in-flight
+//     of them, got none). The receive quota (Receive Maximum) counts the
+//     client's publishes, the send quota and MaxInflight the broker's
+//     messages; the sessions journal holds only the broker's messages. A
+//     client's QoS 2 flows are kept in memory only: after a broker restart
+//     its PUBREL is answered PUBCOMP 0x92 (packet identifier not found), and
+//     a QoS 2 PUBLISH it sends again is delivered again.
 //   - One record (a message with its properties) larger than the journal's
 //     MaxRecordSize (16 MiB) cannot be stored: the error is logged and the
 //     message is kept in memory only. A compaction runs on the committer

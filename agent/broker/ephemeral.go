@@ -30,8 +30,14 @@ func sessionEndsWithConnection(cl *mqtt.Client) bool {
 
 // OnQosPublish stores an outgoing QoS 1/2 message unless its session ends with the
 // connection or its topic is volatile, through the committer (groupcommit.go).
+//
+// mochi (patched: packet-id spaces, third_party/mochi/README.md) reports through
+// OnQosPublish, OnQosComplete and OnQosDropped only the messages the broker sends a client
+// (a PUBLISH, and the PUBREL of a QoS 2 one), never its acknowledgements of the client's
+// own publishes, whose packet ids are the client's: every in-flight record is keyed by the
+// client and a packet id the broker chose, one message at a time.
 func (h *sessionStore) OnQosPublish(cl *mqtt.Client, pk packets.Packet, sent int64, _ int) {
-	if sessionEndsWithConnection(cl) || inboundAck(pk) || h.isVolatile(pk.TopicName) {
+	if sessionEndsWithConnection(cl) || h.isVolatile(pk.TopicName) {
 		return
 	}
 	rec, err := inflightRecord(cl, pk, sent)
@@ -62,33 +68,8 @@ func (h *sessionStore) OnQosPublish(cl *mqtt.Client, pk packets.Packet, sent int
 // OnQosComplete deletes a delivered message's record; a session that ends with the
 // connection has none (OnQosPublish did not write it).
 func (h *sessionStore) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
-	if sessionEndsWithConnection(cl) || inboundCompletion(&pk) {
+	if sessionEndsWithConnection(cl) {
 		return
 	}
 	h.deleteInflight(cl, pk)
-}
-
-// The broker's side of a client's own QoS 1/2 publish is not stored. mochi v2.7.9 puts its
-// PUBACK (QoS 1) or PUBREC (QoS 2) for an incoming message in the client's in-flight set and
-// reports it through OnQosPublish, then OnQosComplete (at once for QoS 1, at PUBREL for QoS
-// 2); mochi's bolt hook stored and deleted it under the same key as an outgoing message with
-// that packet id (client + packet id), although the two directions number their
-// packets independently. A back office with a kept session that published a task with the
-// id of a result still in flight to it thus deleted that result's record: after a restart
-// the result was not resent. (mochi's in-memory in-flight set has the same flaw, see the
-// package doc's Caveats; the file no longer adds to it, and saves two writes a message.)
-
-// inboundAck reports whether pk is the broker's acknowledgement of a client's publish.
-func inboundAck(pk packets.Packet) bool {
-	t := pk.FixedHeader.Type
-	return t == packets.Puback || t == packets.Pubrec
-}
-
-// inboundCompletion reports whether OnQosComplete is about a client's own publish: the
-// broker's PUBACK (built by the broker, so with a creation time; a client's PUBACK for an
-// outgoing message, read from the wire, has none) or the client's PUBREL (QoS 2; an
-// outgoing QoS 2 message completes with the client's PUBCOMP).
-func inboundCompletion(pk *packets.Packet) bool {
-	t := pk.FixedHeader.Type
-	return t == packets.Puback && pk.Created != 0 || t == packets.Pubrel
 }

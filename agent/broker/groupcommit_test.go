@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
-	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/seed0e69bba5/faceagent/agent/journal"
 )
@@ -285,46 +284,5 @@ func TestTopicMatches(t *testing.T) {
 		if got := topicMatches(c.filter, c.topic); got != c.want {
 			t.Errorf("topicMatches(%q, %q) = %v", c.filter, c.topic, got)
 		}
-	}
-}
-
-// TestInboundAcksLeaveOutgoingRecords: the broker's PUBACK to a kept session's own publish
-// carries the packet id of that client's numbering; it must not touch the record of an
-// outgoing message with the same id (mochi's bolt hook deleted it).
-func TestInboundAcksLeaveOutgoingRecords(t *testing.T) {
-	b := startBroker(t, Options{DataDir: t.TempDir()})
-	s := b.sessions
-	cl := b.Server().NewClient(nil, "tcp", "back-office", false)
-	cl.Properties.ProtocolVersion = 5
-	cl.Properties.Props.SessionExpiryInterval, cl.Properties.Props.SessionExpiryIntervalFlag = 3600, true
-	key := inflightKey("back-office", 7)
-	stored := func() bool {
-		if err := b.SyncSessions(); err != nil {
-			t.Fatal(err)
-		}
-		return s.commit.onDiskHas(key)
-	}
-
-	result := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: 7, TopicName: "results", Payload: []byte("r"), Created: time.Now().Unix()}
-	s.OnQosPublish(cl, result, result.Created, 0)
-	if !stored() {
-		t.Fatal("outgoing message not stored")
-	}
-	// The back office publishes a task with its own packet id 7: mochi reports the broker's
-	// PUBACK as published, then complete.
-	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: 7, Created: time.Now().Unix()}
-	s.OnQosPublish(cl, ack, ack.Created, 0)
-	s.OnQosComplete(cl, ack)
-	// QoS 2: PUBREC stored, then the client's PUBREL completes it.
-	rec := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrec}, PacketID: 7, Created: time.Now().Unix()}
-	s.OnQosPublish(cl, rec, rec.Created, 0)
-	s.OnQosComplete(cl, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrel}, PacketID: 7})
-	if !stored() {
-		t.Fatal("the broker's acknowledgement of an incoming message deleted an outgoing message's record")
-	}
-	// The back office's PUBACK for the result (read from the wire: no creation time).
-	s.OnQosComplete(cl, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: 7})
-	if stored() {
-		t.Fatal("the acknowledged outgoing message is still stored")
 	}
 }

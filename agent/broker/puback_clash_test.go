@@ -27,10 +27,8 @@ func readPublishID(t *testing.T, c *wireClient) (string, uint16) {
 
 // A back office's burst of QoS 1 PUBLISHes in which a later one uses the packet id of a
 // result in flight to it: the acknowledgements held for the earlier ones are written
-// before that one's, and each completion must not make the clash guard give up the
-// displaced result (it put it back only if the id was free, and the displacing PUBLISH's
-// PUBACK still held it). The result stays in flight and is sent again when the session
-// resumes.
+// before that one's, in order, and the result stays in flight (the PUBACK held under the
+// same id is the client's, kept apart from it) and is sent again when the session resumes.
 func TestHeldAcknowledgementsKeepDisplacedMessage(t *testing.T) {
 	b := startBroker(t, Options{})
 	bo := subscribeKept(t, b.Addr(), "bo", "results", 1)

@@ -148,10 +148,11 @@ func TestAcknowledgementWithStoringHooks(t *testing.T) {
 	}
 }
 
-// A PUBLISH of a burst that mochi refuses (here a QoS 2 one reusing the packet id of a
-// flow waiting for its PUBREL: PUBREC 0x91) does not overtake the acknowledgements held
-// for the PUBLISHes before it, nor leave them held until the client sends something else:
-// the client, which waits for them, gets them at once and in order.
+// A PUBLISH of a burst that mochi refuses (here a QoS 1 one under the packet id of a QoS 2
+// flow waiting for its PUBREL: PUBACK 0x91, packet identifier in use) does not overtake
+// the acknowledgements held for the PUBLISHes before it, nor leave them held until the
+// client sends something else: the client, which waits for them, gets them at once and in
+// order.
 func TestRefusedPublishFlushesHeldAcknowledgements(t *testing.T) {
 	b := startBroker(t, Options{})
 	pub, err := dialWire(b.Addr(), "publisher", true)
@@ -170,7 +171,7 @@ func TestRefusedPublishFlushesHeldAcknowledgements(t *testing.T) {
 	for _, pk := range []packets.Packet{
 		{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "results", PacketID: 1, Payload: []byte("a")},
 		{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "results", PacketID: 2, Payload: []byte("b")},
-		q2, // no PUBREL yet: id 3 is in use
+		{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "results", PacketID: 3, Payload: []byte("c")}, // no PUBREL yet: id 3 is in use
 	} {
 		pk.ProtocolVersion = 5
 		if err := testutil.EncodeClientPacket(&burst, pk); err != nil {
@@ -181,12 +182,15 @@ func TestRefusedPublishFlushesHeldAcknowledgements(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []struct {
-		typ byte
-		id  uint16
-	}{{packets.Puback, 1}, {packets.Puback, 2}, {packets.Pubrec, 3}} {
+		id     uint16
+		reason byte
+	}{{1, 0}, {2, 0}, {3, packets.ErrPacketIdentifierInUse.Code}} {
 		typ, body, err := pub.read()
-		if err != nil || typ != want.typ || len(body) < 2 || uint16(body[0])<<8|uint16(body[1]) != want.id {
-			t.Fatalf("got type %d, body % x, %v; want type %d for packet id %d", typ, body, err, want.typ, want.id)
+		if err != nil || typ != packets.Puback || len(body) < 2 || uint16(body[0])<<8|uint16(body[1]) != want.id {
+			t.Fatalf("got type %d, body % x, %v; want the PUBACK of packet id %d", typ, body, err, want.id)
+		}
+		if reason := append(body, 0)[2]; reason != want.reason {
+			t.Fatalf("PUBACK of packet id %d: reason %#x, want %#x", want.id, reason, want.reason)
 		}
 	}
 }

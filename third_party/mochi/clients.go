@@ -160,7 +160,8 @@ type Will struct {
 type ClientState struct {
 	TopicAliases    TopicAliases         // a map of topic aliases
 	stopCause       atomic.Value         // reason for stopping
-	Inflight        *Inflight            // a map of in-flight qos messages
+	Inflight        *Inflight            // a map of in-flight qos messages (faceagent patch (packet-id spaces): those sent to the client)
+	Inbound         *Inbound             // faceagent patch (packet-id spaces): the client's own unfinished QoS 1/2 publishes
 	Subscriptions   *Subscriptions       // a map of the subscription filters a client maintains
 	disconnected    int64                // the time the client disconnected in unix time, for calculating expiry
 	outbound        chan *packets.Packet // queue for pending outbound packets
@@ -189,6 +190,7 @@ func newClient(c net.Conn, o *ops) *Client {
 	cl := &Client{
 		State: ClientState{
 			Inflight:      NewInflights(),
+			Inbound:       NewInbound(),
 			Subscriptions: NewSubscriptions(),
 			TopicAliases:  NewTopicAliases(o.options.Capabilities.TopicAliasMaximum),
 			open:          ctx,

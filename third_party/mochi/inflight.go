@@ -14,6 +14,12 @@ import (
 
 // Inflight is a map of InflightMessage keyed on packet id.
 //
+// faceagent patch (packet-id spaces): it holds only the messages the server sends the
+// client (a QoS 1/2 PUBLISH, then the PUBREL of a QoS 2 one), keyed by the server's packet
+// ids, and sendQuota counts them; the client's own QoS 1/2 publishes, keyed by its ids, are
+// in ClientState.Inbound, and receiveQuota, kept here, counts those. Upstream kept both
+// directions in this map (see Inbound).
+//
 // faceagent patch (inflight allocations): the map holds pointers to packets of its own,
 // taken from inflightPackets and given back when their entry is deleted. It held the
 // ~800-byte packets by value, which a Go map keeps out of line anyway: every new entry was
@@ -92,19 +98,6 @@ func (i *Inflight) Get(id uint16) (packets.Packet, bool) {
 	}
 
 	return packets.Packet{}, false
-}
-
-// getInto copies the packet in flight under id to dst and reports whether there is one
-// (dst is left alone when not). faceagent patch (stack): Get, inlined, put its result and a
-// zero packet on its caller's frame besides the caller's own copy.
-func (i *Inflight) getInto(id uint16, dst *packets.Packet) bool {
-	i.RLock()
-	defer i.RUnlock()
-	m, ok := i.internal[id]
-	if ok {
-		*dst = *m
-	}
-	return ok
 }
 
 // Has reports whether a packet is in flight under id. faceagent patch (inflight

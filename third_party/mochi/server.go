@@ -161,16 +161,17 @@ type Server struct {
 // from a publisher with many messages in flight, not one for each.
 //
 // If WaitBeforeAck returns an error (the messages are not stored), none of the held
-// acknowledgements is written, they leave the client's in-flight set (a resumed session
-// must not send them), and the client is disconnected (MQTT 5: reason 0x80): it sends the
-// messages again.
+// acknowledgements is written, their flows end (the client's Inbound; a resumed session
+// must not take them over), and the client is disconnected (MQTT 5: reason 0x80): it sends
+// the messages again.
 type AckWaiter interface {
 	WaitBeforeAck(cl *Client) error
 }
 
 // heldAcks are the packet ids of the PUBACKs and PUBRECs routed but not yet written, per
 // client, in the order the client's PUBLISHes came; the acknowledgements themselves are in
-// the client's in-flight set. A client's slice stays while it is connected, to be reused.
+// the client's Inbound (faceagent patch (packet-id spaces): they were in its in-flight set,
+// with the messages sent to it). A client's slice stays while it is connected, to be reused.
 type heldAcks struct {
 	mu      sync.Mutex
 	clients atomic.Int32 // clients with held acknowledgements (receivePacket looks only then)
@@ -226,8 +227,8 @@ func (s *Server) forgetAcks(cl *Client) {
 }
 
 // flushAcks waits for the hooks' storage (AckWaiter), then writes cl's held
-// acknowledgements in order, and last (when not nil) ack. A held one no longer in flight
-// (the client published again under its id) is not written.
+// acknowledgements in order, and last (when not nil) ack. A held one no longer pending is
+// not written.
 func (s *Server) flushAcks(cl *Client, ack *packets.Packet) error {
 	ids := s.takeAcks(cl)
 	if len(ids) == 0 && ack == nil {
@@ -258,7 +259,7 @@ func (s *Server) writeHeldAcks(cl *Client, ids []uint16) error {
 	held := outboundPackets.Get().(*packets.Packet)
 	defer releaseOutbound(held)
 	for _, id := range ids {
-		if !cl.State.Inflight.getInto(id, held) || (held.FixedHeader.Type != packets.Puback && held.FixedHeader.Type != packets.Pubrec) {
+		if !cl.State.Inbound.pending(id, held) { // faceagent patch (packet-id spaces)
 			continue
 		}
 		if err := s.writeAck(cl, held); err != nil {
@@ -268,40 +269,34 @@ func (s *Server) writeHeldAcks(cl *Client, ids []uint16) error {
 	return nil
 }
 
-// dropAcks takes the acknowledgements held under ids, and ack, out of cl's in-flight set
-// unwritten: their messages were not stored (AckWaiter).
+// dropAcks ends the flows of the acknowledgements held under ids, and of ack, unwritten:
+// their messages were not stored (AckWaiter).
 func (s *Server) dropAcks(cl *Client, ids []uint16, ack *packets.Packet) {
-	drop := func(id uint16) {
-		typ, ok := cl.State.Inflight.TypeOf(id) // faceagent patch (inflight allocations): no copy
-		if !ok || (typ != packets.Puback && typ != packets.Pubrec) {
-			return
-		}
-		if cl.State.Inflight.Delete(id) {
-			atomic.AddInt64(&s.Info.Inflight, -1)
-		}
-		cl.State.Inflight.IncreaseReceiveQuota()
-	}
 	for _, id := range ids {
-		drop(id)
+		if cl.State.Inbound.drop(id) { // faceagent patch (packet-id spaces)
+			cl.State.Inflight.IncreaseReceiveQuota()
+		}
 	}
-	if ack != nil {
-		drop(ack.PacketID)
+	if ack != nil && cl.State.Inbound.drop(ack.PacketID) {
+		cl.State.Inflight.IncreaseReceiveQuota()
 	}
 }
 
-// writeAck writes a PUBACK or PUBREC and completes a QoS 1 flow, as upstream's
-// processPublish did. An acknowledgement that could not be written stays in the client's
-// in-flight set: a resumed session sends it.
+// writeAck writes a PUBACK or PUBREC: a PUBACK completes its QoS 1 flow, as upstream's
+// processPublish did; a PUBREC's flow waits for the client's PUBREL. An acknowledgement
+// that could not be written stays pending (the connection is going; a QoS 2 flow goes with
+// a resumed session, see Inbound.carry).
+//
+// faceagent patch (packet-id spaces): the flow is in cl's Inbound, not in its in-flight
+// set, and the hooks' OnQosComplete no longer sees it: it is about the messages the server
+// sends (upstream reported the server's own PUBACK too, which a storage hook keyed by
+// client and packet id took for the message in flight to the client under the same id).
 func (s *Server) writeAck(cl *Client, ack *packets.Packet) error {
 	if err := cl.WritePacket(*ack); err != nil {
 		return err
 	}
-	if ack.FixedHeader.Type == packets.Puback {
-		if ok := cl.State.Inflight.Delete(ack.PacketID); ok {
-			atomic.AddInt64(&s.Info.Inflight, -1)
-		}
+	if cl.State.Inbound.written(ack.PacketID) {
 		cl.State.Inflight.IncreaseReceiveQuota()
-		s.hooks.OnQosComplete(cl, *ack)
 	}
 	return nil
 }
@@ -770,6 +765,7 @@ func (s *Server) inheritClientSession(pk packets.Packet, cl *Client) bool {
 		}
 
 		existing.State.isTakenOver.Store(true)
+		cl.State.Inbound = existing.State.Inbound.carry() // faceagent patch (packet-id spaces): the client's QoS 2 flows [MQTT-4.3.3-10]
 		if existing.State.Inflight.Len() > 0 {
 			cl.State.Inflight = existing.State.Inflight.Clone() // [MQTT-3.1.2-5]
 			if cl.State.Inflight.maximumReceiveQuota == 0 && cl.ops.options.Capabilities.ReceiveMaximum != 0 {
@@ -1084,7 +1080,7 @@ func (s *Server) injectPacket(cl *Client, pk *packets.Packet) error {
 
 // processPublish processes a Publish packet.
 func (s *Server) processPublish(cl *Client, pk *packets.Packet) error {
-	route, displaced, err := s.admitPublish(cl, pk)
+	route, err := s.admitPublish(cl, pk)
 	if !route {
 		// faceagent patch (PUBACK after storing): a message refused or dropped here leaves
 		// no acknowledgement held for the client's earlier ones (writeAckFor wrote them
@@ -1108,14 +1104,13 @@ func (s *Server) processPublish(cl *Client, pk *packets.Packet) error {
 
 	// faceagent patch (PUBACK after storing): route the message first, then hold the
 	// acknowledgement until it is stored (AckWaiter); written at once unless more of the
-	// client's packets are buffered, or when this PUBLISH displaced a message in flight to
-	// the client (faceagent's clash guard puts that back once the PUBACK is written), or
-	// when it took the client's last receive quota: held acknowledgements count against it,
-	// and the next PUBLISH would find none and be disconnected (an MQTT 3.1.1 client has no
-	// Receive Maximum to keep it under, and upstream never let the quota run out).
+	// client's packets are buffered, or when it took the client's last receive quota: held
+	// acknowledgements count against it, and the next PUBLISH would find none and be
+	// disconnected (an MQTT 3.1.1 client has no Receive Maximum to keep it under, and
+	// upstream never let the quota run out).
 	s.publishToSubscribers(pk)
 	s.published(cl, pk)
-	if !displaced && atomic.LoadInt32(&cl.State.Inflight.receiveQuota) > 0 &&
+	if atomic.LoadInt32(&cl.State.Inflight.receiveQuota) > 0 &&
 		cl.Net.bconn != nil && cl.Net.bconn.Buffered() > 0 {
 		s.holdAck(cl, pk.PacketID)
 		return nil
@@ -1125,28 +1120,28 @@ func (s *Server) processPublish(cl *Client, pk *packets.Packet) error {
 
 // admitPublish is the first half of processPublish: it checks the message and runs the
 // OnPublish hooks, and reports whether the message is to be routed (otherwise err is what
-// processPublish returns) and whether it displaced a message in flight to the client.
+// processPublish returns).
 // faceagent patch (stack): split out so that the packets it builds (acks, the hooks'
 // result) are not in processPublish's frame while the message is routed; routing runs
 // inline subscribers, and through them the agent's next publish, on top.
 //
 //go:noinline
-func (s *Server) admitPublish(cl *Client, pk *packets.Packet) (route, displaced bool, err error) {
+func (s *Server) admitPublish(cl *Client, pk *packets.Packet) (route bool, err error) {
 	if !cl.Net.Inline && !IsValidFilter(pk.TopicName, true) {
-		return false, false, nil
+		return false, nil
 	}
 
 	if atomic.LoadInt32(&cl.State.Inflight.receiveQuota) == 0 {
-		return false, false, s.DisconnectClient(cl, packets.ErrReceiveMaximum) // ~[MQTT-3.3.4-7] ~[MQTT-3.3.4-8]
+		return false, s.DisconnectClient(cl, packets.ErrReceiveMaximum) // ~[MQTT-3.3.4-7] ~[MQTT-3.3.4-8]
 	}
 
 	if !cl.Net.Inline && !s.hooks.OnACLCheck(cl, pk.TopicName, true) {
 		if pk.FixedHeader.Qos == 0 {
-			return false, false, nil
+			return false, nil
 		}
 
 		if cl.Properties.ProtocolVersion != 5 {
-			return false, false, s.DisconnectClient(cl, packets.ErrNotAuthorized)
+			return false, s.DisconnectClient(cl, packets.ErrNotAuthorized)
 		}
 
 		ackType := packets.Puback
@@ -1154,7 +1149,7 @@ func (s *Server) admitPublish(cl *Client, pk *packets.Packet) (route, displaced 
 			ackType = packets.Pubrec
 		}
 
-		return false, false, s.writeAckFor(cl, pk, ackType, packets.ErrNotAuthorized)
+		return false, s.writeAckFor(cl, pk, ackType, packets.ErrNotAuthorized)
 	}
 
 	pk.Origin = cl.ID
@@ -1165,10 +1160,9 @@ func (s *Server) admitPublish(cl *Client, pk *packets.Packet) (route, displaced 
 		pk.Expiry = pk.Created + expiry
 	}
 
-	if !cl.Net.Inline {
-		var inUse bool
-		if inUse, displaced, err = s.reusePacketID(cl, pk); inUse {
-			return false, false, err
+	if !cl.Net.Inline && pk.FixedHeader.Qos > 0 {
+		if inUse, err := s.reusePacketID(cl, pk); inUse || err != nil {
+			return false, err
 		}
 	}
 
@@ -1182,41 +1176,55 @@ func (s *Server) admitPublish(cl *Client, pk *packets.Packet) (route, displaced 
 
 	if err = s.publishHooks(cl, pk); err != nil {
 		if errors.Is(err, packets.ErrRejectPacket) {
-			return false, false, nil
+			return false, nil
 		} else if errors.Is(err, packets.CodeSuccessIgnore) {
 			pk.Ignore = true
 		} else if cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos > 0 && errors.As(err, new(packets.Code)) {
 			err = s.writeAckFor(cl, pk, packets.Puback, err.(packets.Code))
 			if err != nil {
-				return false, false, err
+				return false, err
 			}
-			return false, false, nil
+			return false, nil
 		}
 	}
 
 	if pk.FixedHeader.Retain { // [MQTT-3.3.1-5] ![MQTT-3.3.1-8]
 		s.retainMessage(cl, pk)
 	}
-	return true, displaced, nil
+	return true, nil
 }
 
-// reusePacketID frees the packet id of a client's publish for reuse, unless a QoS 2 publish
-// still holds it: then it answers with a PUBREC (in use) and reports it. displaced: the id
-// was a message's in flight to the client. faceagent patch (stack): out of admitPublish,
-// with the inflight packet it reads.
+// reusePacketID checks the packet id of a client's QoS 1/2 publish against the client's
+// unfinished ones (Inbound) and reports whether the publish is answered here, not routed:
+// a QoS 2 publish sent again while its flow waits for PUBREL is answered with a PUBREC of
+// success and not delivered again [MQTT-4.3.3-10]; another publish under that id is
+// refused (0x91, packet identifier in use). A QoS 1 publish under the id of a PUBACK not
+// yet written (the client did not wait for it) has the held acknowledgements written
+// first, then is a new message. faceagent patch (stack): out of admitPublish, with the
+// packets it builds.
+//
+// faceagent patch (packet-id spaces): the messages in flight to the client are not
+// consulted: their ids are the server's, unrelated to the client's. Upstream looked the id
+// up in the one in-flight set holding both, deleted a message sent to the client under it
+// ("[MQTT-4.3.2-5]", displacing it for good) and answered a QoS 2 publish sent again with
+// 0x91, which tells the publisher its delivered message failed.
 //
 //go:noinline
-func (s *Server) reusePacketID(cl *Client, pk *packets.Packet) (inUse, displaced bool, err error) {
-	if pki, ok := cl.State.Inflight.Get(pk.PacketID); ok {
-		if pki.FixedHeader.Type == packets.Pubrec { // [MQTT-4.3.3-10]
-			return true, false, s.writeAckFor(cl, pk, packets.Pubrec, packets.ErrPacketIdentifierInUse)
+func (s *Server) reusePacketID(cl *Client, pk *packets.Packet) (inUse bool, err error) {
+	switch cl.State.Inbound.state(pk.PacketID) {
+	case inboundPuback:
+		return false, s.flushAcks(cl, nil)
+	case inboundQos2:
+		if pk.FixedHeader.Qos < 2 {
+			return true, s.writeAckFor(cl, pk, packets.Puback, packets.ErrPacketIdentifierInUse)
 		}
-		if ok := cl.State.Inflight.Delete(pk.PacketID); ok { // [MQTT-4.3.2-5]
-			atomic.AddInt64(&s.Info.Inflight, -1)
+		ack := s.buildAck(pk.PacketID, packets.Pubrec, 0, pk.Properties, packets.CodeSuccess)
+		if cl.State.Inbound.rearm(&ack) {
+			return true, s.ackNow(cl, pk.PacketID)
 		}
-		return false, true, nil
+		return true, nil // its PUBREC, still held, answers both
 	}
-	return false, false, nil
+	return false, nil
 }
 
 // publishHooks runs the OnPublish hooks, which may replace pk. faceagent patch (stack): by
@@ -1236,21 +1244,23 @@ func (s *Server) writeAckFor(cl *Client, pk *packets.Packet, pkt byte, reason pa
 	return cl.WritePacket(s.buildAck(pk.PacketID, pkt, 0, pk.Properties, reason))
 }
 
-// prepareAck puts the acknowledgement of a client's QoS 1 or 2 publish (PUBACK or PUBREC)
-// in its in-flight set, where flushAcks finds it. faceagent patch (stack): out of
-// processPublish, with the ack it builds.
+// prepareAck holds the acknowledgement of a client's QoS 1 or 2 publish (PUBACK or PUBREC)
+// in its Inbound, where flushAcks finds it; a new flow takes receive quota. faceagent patch
+// (stack): out of processPublish, with the ack it builds.
+//
+// faceagent patch (packet-id spaces): upstream put it in the client's in-flight set (where
+// it overwrote a message in flight to the client under the same id), counted it in
+// Info.Inflight and reported it to OnQosPublish, whose storage hooks then stored it under
+// that message's key. The hooks see only the messages the server sends.
 //
 //go:noinline
 func (s *Server) prepareAck(cl *Client, pk *packets.Packet) {
-	cl.State.Inflight.DecreaseReceiveQuota()
 	ack := s.buildAck(pk.PacketID, packets.Puback, 0, pk.Properties, packets.QosCodes[pk.FixedHeader.Qos]) // [MQTT-4.3.2-4]
 	if pk.FixedHeader.Qos == 2 {
 		ack = s.buildAck(pk.PacketID, packets.Pubrec, 0, pk.Properties, packets.CodeSuccess) // [MQTT-3.3.4-1] [MQTT-4.3.3-8]
 	}
-
-	if ok := cl.State.Inflight.Set(ack); ok {
-		atomic.AddInt64(&s.Info.Inflight, 1)
-		s.hooks.OnQosPublish(cl, ack, ack.Created, 0)
+	if cl.State.Inbound.put(&ack) {
+		cl.State.Inflight.DecreaseReceiveQuota()
 	}
 }
 
@@ -1264,8 +1274,8 @@ func (s *Server) prepareAck(cl *Client, pk *packets.Packet) {
 func (s *Server) ackNow(cl *Client, id uint16) error {
 	ack := outboundPackets.Get().(*packets.Packet)
 	defer releaseOutbound(ack)
-	if !cl.State.Inflight.getInto(id, ack) || (ack.FixedHeader.Type != packets.Puback && ack.FixedHeader.Type != packets.Pubrec) {
-		return s.flushAcks(cl, nil) // routing took the id over (as flushAcks skips it)
+	if !cl.State.Inbound.pending(id, ack) { // faceagent patch (packet-id spaces)
+		return s.flushAcks(cl, nil)
 	}
 	return s.flushAcks(cl, ack)
 }
@@ -1582,50 +1592,52 @@ func (s *Server) processPubrec(cl *Client, pk *packets.Packet) error {
 		return nil // as per MQTT5 Section 4.13.2 paragraph 2
 	}
 
+	// faceagent patch (packet-id spaces): the PUBREL stage of a message the server sends
+	// takes no receive quota (upstream took one here and gave it back at PUBCOMP): that
+	// quota counts the client's own publishes; the message keeps its send quota until PUBCOMP.
 	ack := s.buildAck(pk.PacketID, packets.Pubrel, 1, pk.Properties, packets.CodeSuccess) // [MQTT-4.3.3-4] ![MQTT-4.3.3-6]
-	cl.State.Inflight.DecreaseReceiveQuota()                                              // -1 RECV QUOTA
 	cl.State.Inflight.Set(ack)                                                            // [MQTT-4.3.3-5]
 	return cl.WritePacket(ack)
 }
 
 // processPubrel processes a Pubrel packet, denoting completion of a QOS 2 packet sent from the client.
+//
+// faceagent patch (packet-id spaces): the flow is in cl's Inbound, not its in-flight set;
+// its end gives back the receive quota it took and no send quota (upstream gave back both),
+// and the hooks' OnQosComplete and OnQosDropped no longer see it (their storage hooks took
+// the PUBREL for the message in flight to the client under the same id). A PUBCOMP that
+// cannot be written leaves the flow: the client sends PUBREL again on a resumed session.
 func (s *Server) processPubrel(cl *Client, pk *packets.Packet) error {
-	if !cl.State.Inflight.Has(pk.PacketID) { // [MQTT-4.3.3-7] [MQTT-4.3.3-13] faceagent patch (inflight allocations): no copy
+	if !cl.State.Inbound.Has(pk.PacketID) { // [MQTT-4.3.3-7] [MQTT-4.3.3-13]
 		return cl.WritePacket(s.buildAck(pk.PacketID, packets.Pubcomp, 0, pk.Properties, packets.ErrPacketIdentifierNotFound))
 	}
 
 	if pk.ReasonCode >= packets.ErrUnspecifiedError.Code || !pk.ReasonCodeValid() { // [MQTT-4.3.3-9]
-		if ok := cl.State.Inflight.Delete(pk.PacketID); ok {
-			atomic.AddInt64(&s.Info.Inflight, -1)
+		if cl.State.Inbound.end(pk.PacketID) {
+			cl.State.Inflight.IncreaseReceiveQuota()
 		}
-		cl.ops.hooks.OnQosDropped(cl, *pk)
 		return nil
 	}
 
 	ack := s.buildAck(pk.PacketID, packets.Pubcomp, 0, pk.Properties, packets.CodeSuccess) // [MQTT-4.3.3-11]
-	cl.State.Inflight.Set(ack)
-
-	err := cl.WritePacket(ack)
-	if err != nil {
+	if err := cl.WritePacket(ack); err != nil {
 		return err
 	}
-
-	cl.State.Inflight.IncreaseReceiveQuota()             // +1 RECV QUOTA
-	cl.State.Inflight.IncreaseSendQuota()                // +1 SENT QUOTA
-	if ok := cl.State.Inflight.Delete(pk.PacketID); ok { // [MQTT-4.3.3-12]
-		atomic.AddInt64(&s.Info.Inflight, -1)
-		s.hooks.OnQosComplete(cl, *pk)
+	if cl.State.Inbound.end(pk.PacketID) { // [MQTT-4.3.3-12]
+		cl.State.Inflight.IncreaseReceiveQuota() // +1 RECV QUOTA
 	}
-
 	return nil
 }
 
 // processPubcomp processes a Pubcomp packet, denoting completion of a QOS 2 packet sent from the server.
+//
+// faceagent patch (packet-id spaces): it gives back the send quota the message took, and
+// only for a message in flight under the id; upstream also gave back a receive quota (for
+// the one its PUBREC stage took) and did both for any id.
 func (s *Server) processPubcomp(cl *Client, pk *packets.Packet) error {
-	// regardless of whether the pubcomp is a success or failure, we end the qos flow, delete inflight, and restore the quotas.
-	cl.State.Inflight.IncreaseReceiveQuota() // +1 RECV QUOTA
-	cl.State.Inflight.IncreaseSendQuota()    // +1 SENT QUOTA
+	// regardless of whether the pubcomp is a success or failure, we end the qos flow, delete inflight, and restore the quota.
 	if ok := cl.State.Inflight.Delete(pk.PacketID); ok {
+		cl.State.Inflight.IncreaseSendQuota() // +1 SENT QUOTA
 		atomic.AddInt64(&s.Info.Inflight, -1)
 		s.hooks.OnQosComplete(cl, *pk)
 	}
@@ -1637,7 +1649,7 @@ func (s *Server) processPubcomp(cl *Client, pk *packets.Packet) error {
 func (s *Server) processSubscribe(cl *Client, pk *packets.Packet) error {
 	*pk = s.hooks.OnSubscribe(cl, *pk)
 	code := packets.CodeSuccess
-	if _, ok := cl.State.Inflight.Get(pk.PacketID); ok {
+	if cl.State.Inbound.Has(pk.PacketID) { // faceagent patch (packet-id spaces): the client's ids, not those of messages sent to it
 		code = packets.ErrPacketIdentifierInUse
 	}
 
@@ -1711,7 +1723,7 @@ func (s *Server) processSubscribe(cl *Client, pk *packets.Packet) error {
 // processUnsubscribe processes an unsubscribe packet.
 func (s *Server) processUnsubscribe(cl *Client, pk *packets.Packet) error {
 	code := packets.CodeSuccess
-	if _, ok := cl.State.Inflight.Get(pk.PacketID); ok {
+	if cl.State.Inbound.Has(pk.PacketID) { // faceagent patch (packet-id spaces): the client's ids, not those of messages sent to it
 		code = packets.ErrPacketIdentifierInUse
 	}
 
