@@ -245,7 +245,7 @@ clean:
 	rm -rf $(BINDIR) $(DISTDIR)
 
 # The embedded default: agent + broker + state store + simulated terminals + a batch of tasks
-# with live progress (configs/demo.sh; owner: the agent, issue 7).
+# with live progress (configs/demo.sh).
 .PHONY: demo
 demo:
 	GO=$(GO) sh configs/demo.sh

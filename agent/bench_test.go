@@ -100,7 +100,8 @@ func reportThroughput(b *testing.B, tasks int, elapsed, cpu time.Duration) float
 //   - agent-persist-bo: the same with a back office whose session outlives its connection
 //     (expiry 1 h), so that every result and forwarded ack is kept in the sessions journal
 //     until acked.
-//   - poll500ms: the field report's design, same terminals and broker kind, for contrast:
+//   - poll500ms: the field report's design (docs/design.md "The field report"), same
+//     terminals and broker kind, for contrast:
 //     a loop that wakes every 500 ms and sends each device at most one command per tick
 //     (the next only on a later tick, after the ack). Each op is 4 tasks per terminal.
 //

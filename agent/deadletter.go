@@ -27,8 +27,9 @@ const (
 // fit in the backlog: the message is not acknowledged (it is delivered again later).
 var errDeadLetterBacklog = errors.New("agent: deadletter backlog full (the upstream broker is not taking them); message not acknowledged")
 
-// deadLetterLog is the durable queue of deadletters: DESIGN.md "Reports" wants them, like
-// results, kept in the journal until the upstream broker accepted them and sent in order.
+// deadLetterLog is the durable queue of deadletters, which are reports (docs/design.md
+// "Reports"): like results, kept in the journal until the upstream broker accepted them
+// and sent in order.
 //
 // It is a journal of its own (data_dir/deadletter, package agent/journal) beside the
 // outbox's. The outbox's journal holds the outbox's versioned msgp table records; a

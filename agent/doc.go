@@ -18,10 +18,10 @@
 //
 // # HTTP pull source ([intake.http])
 //
-// The back office API of the field report: pages of tasks fetched from url (page=N,
-// size=page_size) until a short page, every interval; each page goes through the same
-// intake as an MQTT message. Results are POSTed to results_url as JSON arrays, and marked
-// reported only once both MQTT and the POST took them.
+// The back office API of the field report (docs/design.md "The field report"): pages of
+// tasks fetched from url (page=N, size=page_size) until a short page, every interval; each
+// page goes through the same intake as an MQTT message. Results are POSTed to results_url
+// as JSON arrays, and marked reported only once both MQTT and the POST took them.
 //
 // # Remote management
 //
@@ -123,7 +123,7 @@
 // # Forwarded acks and heartbeats
 //
 // Every ack and heartbeat a terminal sends is copied to faceagent/{gw}/devices/{id}/ack
-// or …/heartbeat as a report (DESIGN.md "Reports"): kept in its own journal in
+// or …/heartbeat as a report (docs/design.md "Reports"): kept in its own journal in
 // data_dir/forward from 50 ms after it came until the broker accepted it (write-behind:
 // one the broker took within those 50 ms — every one while the upstream keeps up — is
 // never written), so the device event path never waits for the disk or the upstream

@@ -44,7 +44,7 @@ const (
 )
 
 // forwarder copies terminals' acks and heartbeats to faceagent/{gw}/devices/{id}/ack and
-// …/heartbeat (DESIGN.md "Reports": QoS 1, kept in the journal until the upstream broker
+// …/heartbeat (docs/design.md "Reports": QoS 1, kept in the journal until the upstream broker
 // accepted them, sent in order on reconnect). It is a journal of its own in
 // data_dir/forward, built like the deadletter log, with these differences:
 //

@@ -17,13 +17,13 @@ import (
 )
 
 // httpIntake polls a back office API for tasks ([intake.http]), the field report's
-// "schedule" loop done right: GET url?page=N&size=page_size from page 1 until a page
-// comes back short, then wait interval and start again. A page is a JSON array of tasks,
-// or an object {"tasks":[…]}. Pages go through the same intake as MQTT messages (the
-// journal append before anything is considered taken; rejects dead-lettered); a task
-// fetched again while still queued is a duplicate and stored once. Results are POSTed
-// to results_url (a JSON array per batch) by the reporter, so the back office can stop
-// listing finished tasks.
+// "schedule" loop (docs/design.md "The field report") done right: GET
+// url?page=N&size=page_size from page 1 until a page comes back short, then wait interval
+// and start again. A page is a JSON array of tasks, or an object {"tasks":[…]}. Pages go
+// through the same intake as MQTT messages (the journal append before anything is
+// considered taken; rejects dead-lettered); a task fetched again while still queued is a
+// duplicate and stored once. Results are POSTed to results_url (a JSON array per batch) by
+// the reporter, so the back office can stop listing finished tasks.
 type httpIntake struct {
 	cfg    *config.IntakeHTTP
 	take   *taker

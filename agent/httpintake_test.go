@@ -18,7 +18,7 @@ import (
 )
 
 // fakeBackOffice lists open tasks in pages and takes results; a task with a result is no
-// longer listed, as the field report's back office API does.
+// longer listed, as the field report's back office API does (docs/design.md "The field report").
 type fakeBackOffice struct {
 	mu      sync.Mutex
 	open    []intake.Task

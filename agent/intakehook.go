@@ -146,7 +146,7 @@ func (t *taker) accept(ctx context.Context, payload []byte) error {
 }
 
 // intakeHook journals task messages published to the embedded broker inside OnPublish,
-// before mochi routes the message or writes its PUBACK (DESIGN.md "Delivery semantics":
+// before mochi routes the message or writes its PUBACK (docs/design.md "Intake boundary":
 // upstream mochi wrote the PUBACK before routing, so only OnPublish comes early enough;
 // our copy now routes first, but OnPublish is still where a message can be refused with
 // an error PUBACK). The hook runs on the publisher's read loop: a slow journal slows that

@@ -87,7 +87,7 @@ func (p inlinePublisher) Publish(ctx context.Context, topic string, payload []by
 	return nil
 }
 
-// topics are the upstream topics of one gateway (DESIGN.md "Topics and keys").
+// topics are the upstream topics of one gateway (docs/design.md "Topics").
 type topics struct{ tasks, results, deadletter, devices string }
 
 func upstreamTopics(gw string) topics {

@@ -21,7 +21,7 @@ import (
 
 // upstreamConn is the agent's connection to an external broker ([upstream]): it takes
 // task messages with manual acknowledgement — the PUBACK leaves only after the journal
-// append returned (DESIGN.md "Delivery semantics") — and publishes reports with QoS 1.
+// append returned (docs/design.md "Intake boundary") — and publishes reports with QoS 1.
 // The session persists (clean start only on the very first connection, session expiry
 // from the config), so task messages not yet acknowledged when the connection or the
 // agent died are delivered again.
@@ -107,7 +107,7 @@ func dialUpstream(ctx context.Context, cfg *config.Config, take *taker, first, e
 		ConnectUsername:               u.Username,
 		ConnectPassword:               []byte(u.Password),
 		OnConnectionUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) {
-			// Must not block: subscribe from a goroutine (field note).
+			// Must not block: subscribe from a goroutine (docs/design.md "Library facts").
 			go uc.subscribe(ctx, cm)
 		},
 		OnConnectError: func(err error) { log.Warn("upstream connect failed", "err", err) },

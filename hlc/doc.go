@@ -10,7 +10,7 @@
 //
 // The SDKs write the padded form, fmt's "%015d:%05d:%s"; the protocol document's examples are
 // unpadded. Parse and ParseString read both; AppendText and String write the padded form
-// (DESIGN.md wire fact 7):
+// (docs/design.md, wire fact 7):
 //
 //	ts, err := hlc.ParseString("1696374425000:0:CLIENT")
 //	if err != nil { … } // errors.Is(err, hlc.ErrNotNumber) and friends; see ParseError

@@ -27,7 +27,7 @@ var (
 	ErrEmptyNode = errors.New("hlc: empty node id")
 
 	// ErrNodeColon is returned by Parse when the node id contains ':' (the text has more than
-	// three segments). Node ids never contain ':' (DESIGN.md wire fact 7).
+	// three segments). Node ids never contain ':' (docs/design.md, wire fact 7).
 	ErrNodeColon = errors.New("hlc: node id contains ':'")
 
 	// ErrTooFarAhead is returned (wrapped, test with errors.Is) by Clock.Update and

@@ -6,9 +6,9 @@ import (
 	"testing"
 )
 
-// docRequests are the protocol document's request examples, verbatim
-// (state-store-protocol.txt, "Request format" and "KEYNOTIFY request messages"), with the
-// arguments each must parse to.
+// docRequests are the protocol document's request examples, verbatim (its sections
+// "Request format" and "KEYNOTIFY request messages"; docs/design.md "State store wire
+// facts" names the document), with the arguments each must parse to.
 var docRequests = []struct {
 	name string
 	in   string
@@ -28,7 +28,7 @@ var docRequests = []struct {
 	{"keynotify stop", "*3\r\n$9\r\nKEYNOTIFY\r\n$7\r\nSOMEKEY\r\n$4\r\nSTOP\r\n", []string{"KEYNOTIFY", "SOMEKEY", "STOP"}},
 	// *4 NOTIFY SET VALUE abc: the notification for SOMEKEY set to abc.
 	{"notify set", "*4\r\n$6\r\nNOTIFY\r\n$3\r\nSET\r\n$5\r\nVALUE\r\n$3\r\nabc\r\n", []string{"NOTIFY", "SET", "VALUE", "abc"}},
-	// *2 NOTIFY DELETE (DESIGN.md wire fact 3: the document's "DEL" is "DELETE" on the wire).
+	// *2 NOTIFY DELETE (docs/design.md, wire fact 3: the document's "DEL" is "DELETE" on the wire).
 	{"notify delete", "*2\r\n$6\r\nNOTIFY\r\n$6\r\nDELETE\r\n", []string{"NOTIFY", "DELETE"}},
 	// The lock example: SET LockName Client1 NEX PX 10000 (wire fact 2: NEX takes no argument).
 	{"set nex px", "*6\r\n$3\r\nSET\r\n$8\r\nLockName\r\n$7\r\nClient1\r\n$3\r\nNEX\r\n$2\r\nPX\r\n$5\r\n10000\r\n",

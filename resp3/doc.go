@@ -1,5 +1,5 @@
 // Package resp3 is a zero-allocation RESP3 reader and writer, built for the state store's
-// MQTT payloads (docs: state-store-protocol.txt; RESP3:
+// MQTT payloads (its protocol document: docs/design.md "State store wire facts"; RESP3:
 // https://github.com/redis/redis-specifications/blob/master/protocol/RESP3.md).
 //
 // MQTT delivers whole messages, so the reader works on a complete []byte and returns views

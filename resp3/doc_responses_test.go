@@ -2,8 +2,8 @@ package resp3
 
 import "testing"
 
-// TestDocumentResponses walks every response form of state-store-protocol.txt, in the
-// spelling the real service uses (DESIGN.md wire facts 1 and 6), and the document's own
+// TestDocumentResponses walks every response form of the state store protocol document, in
+// the spelling the real service uses (docs/design.md, wire facts 1 and 6), and the document's own
 // deviant spellings, which must still read as something sensible.
 func TestDocumentResponses(t *testing.T) {
 	for _, f := range []struct {

@@ -17,7 +17,7 @@ var scalarFixtures = []struct {
 	// "+" simple string, "OK", CRLF — the state store's SET and KEYNOTIFY success.
 	{"ok", "+OK\r\n", Value{Kind: SimpleString, Str: []byte("OK")}},
 	{"empty simple", "+\r\n", Value{Kind: SimpleString, Str: []byte{}}},
-	// "-" simple error; the text keeps "ERR " (DESIGN.md wire fact 6).
+	// "-" simple error; the text keeps "ERR " (docs/design.md, wire fact 6).
 	{"err syntax", "-ERR syntax error\r\n", Value{Kind: SimpleError, Str: []byte("ERR syntax error")}},
 	// ":" integer "-1": SET NX/NEX refused, VDEL mismatch (wire fact 1).
 	{"int -1", ":-1\r\n", Value{Kind: Integer, Int: -1}},

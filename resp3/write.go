@@ -71,7 +71,7 @@ func AppendSimpleString(dst []byte, s string) []byte {
 }
 
 // AppendError appends the simple error "-msg\r\n". The state store's errors are
-// "-ERR <text>" (DESIGN.md wire fact 6), so callers pass "ERR syntax error". msg must not
+// "-ERR <text>" (docs/design.md, wire fact 6), so callers pass "ERR syntax error". msg must not
 // contain CR or LF.
 func AppendError(dst []byte, msg string) []byte {
 	dst = append(dst, '-')

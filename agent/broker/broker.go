@@ -182,8 +182,8 @@ func New(opts *Options) (*Broker, error) {
 	}
 
 	caps := mqtt.NewDefaultServerCapabilities()
-	// Field note: without this, mochi's PUBACK echoes the request's user
-	// properties with reason code 0x01.
+	// Without this, mochi's PUBACK echoes the request's user properties with
+	// reason code 0x01 (docs/design.md "Library facts").
 	caps.Compatibilities.NoInheritedPropertiesOnAck = true
 	if o.MaxClients > 0 {
 		caps.MaximumClients = o.MaxClients

@@ -16,7 +16,9 @@
 //
 // Clients publish state store requests (RESP3 payloads) with QoS 1, a
 // Response Topic and Correlation Data on InvokeTopic; the answer comes back
-// on the response topic. See package statestore for the commands.
+// on the response topic. See package statestore for the commands, and
+// docs/design.md "State store wire facts" for the wire where it differs from
+// the protocol document ("wire fact N" in this package's comments).
 //
 // # The state store service
 //

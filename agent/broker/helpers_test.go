@@ -260,7 +260,7 @@ func (c *client) publish(payload []byte, r req) (correlation []byte, wait chan *
 	if r.qos0 {
 		qos = 0
 	}
-	// Field note: the response can arrive before the PUBACK.
+	// The response can arrive before the PUBACK (docs/design.md "Library facts").
 	wait = make(chan *paho.Publish, 1)
 	c.mu.Lock()
 	if r.noCorrelation {

@@ -15,8 +15,8 @@ import (
 // mochi's event loop (server.go: eventLoop) selects on five *time.Ticker it makes in
 // mqtt.New: $SYS every SysTopicResendInterval, and every second the expiry of disconnected
 // sessions, of in-flight messages, of retained messages, and the sending of delayed wills.
-// None can be turned off through its options, so an idle broker woke five times a second
-// (issue 7: "Idle: no wake-ups when nothing happens"). Our copy of mochi has
+// None can be turned off through its options: an idle broker would wake five times a
+// second, and an idle daemon must not wake (docs/benchmarks.md "Targets"). Our copy of mochi has
 // Server.TakeOverLoopTicks, which New calls before Serve starts the loop: it replaces the
 // tickers with channels only the housekeeper sends on. The housekeeper keeps one deadline
 // per task, the earliest moment something of that kind can expire, computed with mochi's

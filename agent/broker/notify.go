@@ -145,9 +145,9 @@ func (n *notifier) stalled() {
 }
 
 // write sends one notification as a QoS 1 PUBLISH, recorded in the client's
-// inflight set so its PUBACK is accounted for (field note). It reports
-// whether completed releases the notification's bytes (false: the queue
-// does, now).
+// inflight set so its PUBACK is accounted for (docs/design.md "Library
+// facts"). It reports whether completed releases the notification's bytes
+// (false: the queue does, now).
 func (n *notifier) write(note statestore.Notification) bool {
 	if n.cl.Closed() {
 		return false

@@ -126,7 +126,7 @@ func (s *service) Stop() error {
 	return s.closeErr
 }
 
-// OnPublish serves requests on InvokeTopic. Field notes: answer, then
+// OnPublish serves requests on InvokeTopic (docs/design.md "Library facts"): answer, then
 // return CodeSuccessIgnore (PUBACK sent, the request not routed);
 // ErrRejectPacket only together with DisconnectClient.
 func (s *service) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
@@ -307,7 +307,7 @@ func (s *service) respond(to responseTo, payload []byte, version hlc.Timestamp) 
 		TopicName:   to.topic,
 		Payload:     payload,
 		Properties:  props,
-		PacketID:    1, // field note: QoS>0 needs a non-zero id; the inline client never uses it
+		PacketID:    1, // non-zero for QoS>0 (docs/design.md "Library facts"); the inline client never uses it
 	})
 	if err != nil {
 		s.log.Warn("state store: response not sent", "client", to.clientID, "error", err)
@@ -324,7 +324,8 @@ func isKeyNotify(payload []byte) bool {
 
 // OnDisconnect drops the client's registrations. Registrations belong to
 // the *mqtt.Client, not the client id: on a session takeover this fires for
-// the old connection, possibly after the new one registered (field note).
+// the old connection, possibly after the new one registered (docs/design.md
+// "Library facts").
 func (s *service) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 	s.mu.Lock()
 	n := s.notifiers[cl]

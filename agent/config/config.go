@@ -10,7 +10,7 @@ import (
 // ([broker], [upstream], [intake.http]) are pointers: nil means "not configured".
 //
 // The toml tags are the file's key names; tools read these structs, so the names are part
-// of the contract in DESIGN.md ("Config keys that tools and tests rely on").
+// of the contract in docs/design.md ("Configuration names").
 type Config struct {
 	Agent    Agent     `toml:"agent"`
 	Broker   *Broker   `toml:"broker,omitempty"`

@@ -72,7 +72,7 @@ func ParseDeadLetter(b []byte) (DeadLetter, error) {
 // Status is a finished task's outcome.
 type Status string
 
-// The outcomes (DESIGN.md "Delivery semantics": a finished task gets exactly one).
+// The outcomes (docs/design.md "Reports": a finished task gets exactly one).
 const (
 	Succeeded  Status = "succeeded"  // the terminal acked with code 0
 	Failed     Status = "failed"     // refused by the terminal, or max_tries spent

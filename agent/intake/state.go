@@ -3,7 +3,7 @@ package intake
 //go:generate go run github.com/tinylib/msgp -file=state.go -o=state_gen.go -tests=false
 
 // DeviceState is a terminal's state as the agent writes it to the state store under
-// faceagent/{gw}/devices/{id}, encoded with msgp (DESIGN.md "State store keys"). Times
+// faceagent/{gw}/devices/{id}, encoded with msgp (docs/design.md "State store keys"). Times
 // are Unix milliseconds (0: never). Field names are the msgp map keys: tools decode them
 // by name, so rename nothing.
 type DeviceState struct {

@@ -21,7 +21,7 @@ const (
 	MaxNameLen     = face.MaxTextLen
 )
 
-// Task is one whitelist task from the back office (DESIGN.md "Upstream messages"):
+// Task is one whitelist task from the back office (docs/design.md "Upstream messages"):
 //
 //	{"taskId":"t-1","deviceId":"2042253","op":"AddPerson","person":{"id":"951","name":"…","validFrom":"…","validTo":"…"}}
 type Task struct {
@@ -37,10 +37,11 @@ type Task struct {
 //
 // where n is the first 63 bits of SHA-256 over the task's fields (taskId, deviceId, op,
 // person id, name, validFrom, validTo, each length-prefixed), in decimal — the shape of the
-// field report's "EditPerson-951-1494527067538440192". The same task always gets the same
-// id (across resends and restarts, and when the back office redelivers it), so terminals
-// can recognise duplicates; two tasks differing in any field get different ids. The op and
-// person id up front keep ids readable in terminal logs.
+// field report's "EditPerson-951-1494527067538440192" (docs/design.md "The field report").
+// The same task always gets the same id (across resends and restarts, and when the back
+// office redelivers it), so terminals can recognise duplicates; two tasks differing in any
+// field get different ids. The op and person id up front keep ids readable in terminal
+// logs.
 func (t *Task) MessageID() string {
 	// The fields go into one buffer hashed by sha256.Sum256: a hash.Hash from sha256.New
 	// and the []byte(f) conversions written to it escape to the heap, and every task gets

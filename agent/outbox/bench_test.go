@@ -17,7 +17,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// benchTask is a realistic whitelist task: an id like the field report's, a ~120-byte person.
+// benchTask is a realistic whitelist task: an id like the field report's (docs/design.md
+// "The field report"), a ~120-byte person.
 func benchTask(i int) Task {
 	return Task{
 		MessageID: fmt.Sprintf("EditPerson-%d-%d", i%1000, 1494527067538440192+int64(i)),

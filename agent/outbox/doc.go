@@ -3,11 +3,12 @@
 // the next one the moment the terminal acks, retries what is not acked, and keeps every
 // result until the upstream broker has accepted it.
 //
-// It grows from the "local message table" field report (a .NET worker after eBay's pattern),
-// whose table lived in memory, never matched acks and polled every 500 ms. Here the table is a journal
-// (package agent/journal) replayed at start, acks are matched by message id, and dispatch is
-// driven by events: an ack, a heartbeat, an enqueue, or the one timer armed for the
-// earliest deadline. An idle outbox arms no timer at all.
+// It grows from the "local message table" field report (a .NET worker after eBay's pattern;
+// docs/design.md "The field report"), whose table lived in memory, never matched acks and
+// polled every 500 ms. Here the table is a journal (package agent/journal) replayed at
+// start, acks are matched by message id, and dispatch is driven by events: an ack, a
+// heartbeat, an enqueue, or the one timer armed for the earliest deadline. An idle outbox
+// arms no timer at all.
 //
 // # Tutorial: what the agent calls
 //

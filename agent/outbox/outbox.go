@@ -444,7 +444,7 @@ func (o *Outbox) applyAdd(r *record) {
 	if it == nil || it.status != Scheduled {
 		return
 	}
-	// Only a command never sent is superseded (DESIGN.md "Coalescing"). One that was sent
+	// Only a command never sent is superseded (docs/design.md "Coalescing"). One that was sent
 	// and waits for its retry may still be working in the terminal, whose late ack would
 	// come after the next command had already been sent: two in flight for the terminal.
 	// It is left to finish; the later command follows it (the last one still wins).

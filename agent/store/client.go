@@ -116,7 +116,7 @@ func New(opts *Options) (*Client, error) {
 		ClientConfig: paho.ClientConfig{
 			ClientID: o.ClientID,
 			// Handlers belong here, not in AddOnPublishReceived, which is lost on reconnect
-			// (DESIGN.md field notes). They run one at a time on paho's goroutine: they only
+			// (docs/design.md "Library facts"). They run one at a time on paho's goroutine: they only
 			// hand results over and never block.
 			OnPublishReceived: []func(paho.PublishReceived) (bool, error){c.onPublish},
 			PacketTimeout:     o.Timeout,

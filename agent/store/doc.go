@@ -45,7 +45,9 @@
 // 1.0, __srcId, $partition, $high_priority, and __ft / aio-persistence when asked for. Every
 // response's __ts is observed by the same clock. Any number of requests may be in flight on the
 // one connection; the correlator is the client's own (paho's rpc extension loses responses
-// under load and never re-subscribes).
+// under load and never re-subscribes). Where the service differs from the protocol
+// document, the client follows the service: docs/design.md "State store wire facts"
+// ("wire fact N" in this package's comments).
 //
 // # Connection loss
 //

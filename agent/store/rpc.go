@@ -39,7 +39,8 @@ type request struct {
 }
 
 // invoke publishes one request and waits for its response. The correlation id is registered
-// before the PUBLISH leaves because the response can beat the PUBACK (DESIGN.md field notes).
+// before the PUBLISH leaves because the response can beat the PUBACK (docs/design.md
+// "Library facts").
 func (c *Client) invoke(ctx context.Context, r request) (result, error) {
 	timeout := r.timeout
 	if timeout <= 0 {

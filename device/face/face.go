@@ -22,8 +22,8 @@ type Person struct {
 }
 
 // Command is sent to a terminal on dev/face/{id} (MQTT) or in a KindCommand frame (serial).
-// DESIGN.md "Terminal protocol v1": a resend keeps the MessageID and the terminal must ack
-// it again.
+// A resend keeps the MessageID and the terminal must ack it again (docs/protocol.md "Message
+// ids and duplicates").
 type Command struct {
 	MessageID string `json:"messageId" msg:"messageId"`
 	Op        Op     `json:"op" msg:"op"`

@@ -1,8 +1,8 @@
 // Package mqttlink is a device.Link to face terminals on local MQTT: protocol v1 as JSON on
-// dev/face/{id} (commands, QoS 1), dev/face/{id}/Ack and dev/face/{id}/heartbeat (DESIGN.md
-// "Topics and keys"). Every terminal shares one broker connection: the link subscribes to
-// one wildcard filter per message kind (dev/face/+/Ack, dev/face/+/heartbeat) and routes
-// what arrives by the {id} level of its topic.
+// dev/face/{id} (commands, QoS 1), dev/face/{id}/Ack and dev/face/{id}/heartbeat
+// (docs/protocol.md "MQTT transport"). Every terminal shares one broker connection: the
+// link subscribes to one wildcard filter per message kind (dev/face/+/Ack,
+// dev/face/+/heartbeat) and routes what arrives by the {id} level of its topic.
 //
 // Two ways to reach the broker:
 //

@@ -38,8 +38,9 @@ type Config struct {
 	// Topic templates; "{id}" is one whole topic level. Defaults DefaultCommandTopic,
 	// DefaultAckTopic, DefaultHeartbeatTopic.
 	CommandTopic, AckTopic, HeartbeatTopic string
-	// QoS of commands: 1 (the default) or 2. QoS 0 is not offered: the field report's QoS 0
-	// lost commands inside the broker, and each such loss costs a retry interval.
+	// QoS of commands: 1 (the default) or 2. QoS 0 is not offered: QoS 0 loses commands
+	// inside the broker (the field report's did: docs/design.md "The field report"), and
+	// each such loss costs a retry interval.
 	QoS byte
 	// Devices, when not empty, restricts the link to these terminals: Send refuses others
 	// with device.ErrUnknownDevice, and their messages become Error events.

@@ -37,7 +37,7 @@ func newPaho(l *Link) (transport, error) {
 		ConnectTimeout:                5 * time.Second,
 		ConnectUsername:               l.cfg.Username,
 		ConnectPassword:               []byte(l.cfg.Password),
-		// DESIGN.md field notes: OnConnectionUp must not block, so subscribing happens in
+		// docs/design.md "Library facts": OnConnectionUp must not block, so subscribing happens in
 		// a goroutine; handlers live in ClientConfig.OnPublishReceived (AddOnPublishReceived
 		// is lost on reconnect).
 		OnConnectionUp:   t.connectionUp,

@@ -7,7 +7,8 @@ import (
 	"github.com/seed0e69bba5/faceagent/device/face"
 )
 
-// Default topic templates (DESIGN.md "Topics and keys", from the field report).
+// Default topic templates: the field report's (docs/design.md "The field report"), as
+// docs/protocol.md "Topics" lists them.
 const (
 	DefaultCommandTopic   = "dev/face/{id}"
 	DefaultAckTopic       = "dev/face/{id}/Ack"

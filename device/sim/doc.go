@@ -25,8 +25,8 @@
 //
 // A command is applied and acked after AckLatency. AddPerson stores the person (replacing
 // one with the same id), DeletePerson removes it. A resend of a messageId already answered
-// is not executed again, only acked again with the same code (DESIGN.md: "terminals must
-// treat a repeated messageId as a duplicate and ack it again"); a refused messageId stays
+// is not executed again, only acked again with the same code (docs/protocol.md, "Message
+// ids and duplicates": the terminal's duty); a refused messageId stays
 // refused. Copies of one messageId waiting at once are answered once each, and only the
 // first answer executes. A lost ack means the command was applied and the terminal thinks
 // it answered. A crash applies the command or not (even odds), never acks it, forgets every
@@ -40,7 +40,7 @@
 // it answered), or forgets it (crash, offline period). A command C arriving while some other
 // command P is unacked is a violation unless C equals P in every field (same messageId, op
 // and person): that is the agent's own resend of the very command in flight after its retry
-// interval, which DESIGN.md allows. A repeated messageId with different content is a
+// interval, which docs/protocol.md allows. A repeated messageId with different content is a
 // violation. Copies of an already answered messageId that still wait for their repeated ack
 // do not count: when latency exceeds the agent's retry interval, the agent sends the next
 // command after the first ack while the resend is still queued in the terminal, and that is

@@ -218,7 +218,7 @@ func (t *Terminal) answer(p *pending) {
 		t.results[p.cmd.MessageID] = code
 	}
 	// A repeated messageId is a duplicate: acked again with the first answer's code, never
-	// executed again (DESIGN.md delivery semantics). Re-executing a late copy of an
+	// executed again (docs/protocol.md "Message ids and duplicates"). Re-executing a late copy of an
 	// AddPerson could otherwise undo the DeletePerson the agent sent after the first ack.
 	if p.loseAck {
 		t.stats.AcksLost++

@@ -21,7 +21,7 @@ func AppendUpperHex(dst, b []byte) []byte {
 
 // AppendNotifyTopic appends the topic of the notifications for key sent to
 // clientID, NotifyTopicPrefix/{HEX(clientId)}/command/notify/{HEX(key)},
-// both in upper-case base 16 (wire fact 3; 8 levels). With an empty key it
+// both in upper-case base 16 (docs/design.md, wire fact 3: 8 levels). With an empty key it
 // appends the client's prefix of its notification topics, ending in '/'.
 func AppendNotifyTopic(dst, clientID, key []byte) []byte {
 	dst = append(dst, NotifyTopicPrefix+"/"...)

@@ -96,9 +96,10 @@ func (cl *Clients) Delete(id string) {
 
 // GetByListener returns clients matching a listener id.
 //
-// faceagent patch (deadlock): sized from the map under the read lock already held. It
-// called Len, which read-locked again: an Add or Delete waiting between the two blocked the
-// second for good (sync.RWMutex), and Server.Close with it (mochi issue #488).
+// faceagent patch (deadlock): sized from the map under the read lock already held. Len
+// would read-lock again, and an Add or Delete waiting between the two would block the
+// second for good (sync.RWMutex), and Server.Close with it
+// (https://github.com/mochi-mqtt/server/issues/488).
 func (cl *Clients) GetByListener(id string) []*Client {
 	cl.RLock()
 	defer cl.RUnlock()

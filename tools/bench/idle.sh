@@ -1,6 +1,6 @@
 #!/bin/sh
-# idle.sh: wake-ups of the released daemon at rest (issue 7: "Idle: no wake-ups when nothing
-# happens"). Builds faceagent as released (static, stripped), starts it with the embedded
+# idle.sh: wake-ups of the released daemon at rest (target: none while nothing happens).
+# Builds faceagent as released (static, stripped), starts it with the embedded
 # broker and 64 configured MQTT terminals, none connected, nothing queued; after 15 s of
 # settling, counts the context switches of all its threads (/proc/PID/task/*/status) and its
 # CPU ticks (/proc/PID/stat, utime + stime) over 60 s, and prints its RSS.

@@ -1,6 +1,6 @@
 #!/bin/sh
 # rss.sh: steady RSS of the real faceagent binary with 64 terminals and 10,000 queued tasks
-# (issue 7: <= 15 MB). Builds faceagent, facesim and taskctl, starts the agent with its
+# (target <= 15 MB). Builds faceagent, facesim and taskctl, starts the agent with its
 # embedded broker and 64 configured MQTT terminals, and prints VmRSS (/proc/PID/status):
 #
 #   idle        started, nothing connected, nothing queued

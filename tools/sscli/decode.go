@@ -20,7 +20,7 @@ const (
 const decodeFormats = decodeRaw + "|" + decodeAuto + "|" + decodeDeviceState
 
 // isDeviceStateKey reports whether key has the shape of a terminal's state key,
-// faceagent/{gw}/devices/{id} (DESIGN.md "State store keys").
+// faceagent/{gw}/devices/{id} (docs/design.md "State store keys").
 func isDeviceStateKey(key string) bool {
 	parts := strings.Split(key, "/")
 	return len(parts) == 4 && parts[0] == "faceagent" && parts[1] != "" && parts[2] == "devices" && parts[3] != ""

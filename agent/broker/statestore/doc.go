@@ -21,10 +21,11 @@
 //	// reply is "+OK\r\n"; version (the response's __ts) is greater than
 //	// the request's timestamp.
 //
-// Replies are exactly what the service sends (DESIGN.md, state store wire
-// facts): "+OK", ":1"/":0"/":-1", "$n value", "$-1", or "-ERR <text>" with
-// one of the Err* texts. Do returns the version the response must carry in
-// __ts, or a zero Timestamp when it carries none.
+// Replies are exactly what the service sends (docs/design.md "State store
+// wire facts", cited as "wire fact N" in this package): "+OK",
+// ":1"/":0"/":-1", "$n value", "$-1", or "-ERR <text>" with one of the Err*
+// texts. Do returns the version the response must carry in __ts, or a zero
+// Timestamp when it carries none.
 //
 // KEYNOTIFY registers Request.Watcher, normally one per MQTT connection; the
 // store calls Watcher.Notify after each change of a watched key, with the

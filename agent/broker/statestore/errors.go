@@ -3,7 +3,7 @@ package statestore
 import "errors"
 
 // Error texts of the state store service. A reply to a failed request is
-// exactly "-ERR " + text + "\r\n" (DESIGN.md wire fact 6). The texts are the
+// exactly "-ERR " + text + "\r\n" (docs/design.md, wire fact 6). The texts are the
 // protocol document's, except ErrTextFencingLower, which is spelled the way
 // the service and all three SDKs spell it ("than", where the document says
 // "that").

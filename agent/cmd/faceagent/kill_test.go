@@ -19,7 +19,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
-// The intake boundary under SIGKILL (DESIGN.md "Delivery semantics"): a task whose PUBACK
+// The intake boundary under SIGKILL (docs/design.md "Intake boundary"): a task whose PUBACK
 // the back office received was in the journal, so after the agent is killed and started
 // again every such task reaches its terminal. Terminals are strict, and the only repeat
 // allowed is a resend of the command in flight at the kill: each terminal counts at most

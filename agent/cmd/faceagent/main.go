@@ -1,6 +1,6 @@
 // Command faceagent is the gateway daemon: it takes whitelist tasks from the back office,
 // keeps them in a journal and sends them to face terminals one at a time (see
-// agent/doc.go and DESIGN.md).
+// agent/doc.go and docs/design.md).
 //
 //	faceagent -config /etc/faceagent/agent.toml
 //	faceagent -config agent.toml -check-config
@@ -34,7 +34,7 @@ import (
 // version is stamped at build time: go build -ldflags "-X main.version=v1.2.3".
 var version = "dev"
 
-// Exit codes (DESIGN.md "Commands").
+// Exit codes (docs/design.md "Commands").
 const (
 	exitOK      = 0
 	exitFailure = 1

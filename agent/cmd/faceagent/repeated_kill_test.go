@@ -19,7 +19,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
-// Issue 7's fault run: SIGKILL the agent five times during a 10,000-task run and start it
+// The fault run: SIGKILL the agent five times during a 10,000-task run and start it
 // again each time. The kills fall at spread points of the run (every sixth of the results),
 // with tasks queued for every terminal and commands in flight. Then:
 //   - every task has a result (a back office with a persistent session on the embedded

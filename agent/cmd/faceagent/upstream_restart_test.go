@@ -15,7 +15,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
-// The upstream broker killed (SIGKILL) and restarted mid-run (issue 7's faults). The upstream is a
+// The upstream broker killed (SIGKILL) and restarted mid-run: nothing is lost. The upstream is a
 // second faceagent running only its embedded broker and state store, so the back office's
 // persistent session survives the restart there (a restarted mosquitto without persistence
 // would drop the results published before the back office subscribed again). The gateway

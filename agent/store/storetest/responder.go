@@ -1,8 +1,9 @@
 // Package storetest runs a small state store behind any MQTT broker, for tests of state store
 // clients (agent/store) against Debian's mosquitto: the real store sits behind a
-// broker that is not ours in production. It answers as DESIGN.md's wire facts say the service
-// does (GET/SET NX NEX PX/DEL/VDEL/KEYNOTIFY, fencing tokens, versions, notifications) but keeps
-// its data in memory only. A key "error:<text>" makes it answer "-ERR <text>".
+// broker that is not ours in production. It answers as the service does (docs/design.md
+// "State store wire facts"; GET/SET NX NEX PX/DEL/VDEL/KEYNOTIFY, fencing tokens, versions,
+// notifications) but keeps its data in memory only. A key "error:<text>" makes it answer
+// "-ERR <text>".
 package storetest
 
 import (
