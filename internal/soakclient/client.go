@@ -65,6 +65,7 @@ type Client struct {
 	unacked   map[uint16]*request // requests the broker has not PUBACKed (sent or not)
 	serverMax int                 // the broker's Receive Maximum
 	closed    bool
+	sink      *sink // a prepared barrier's session (barrier.go)
 
 	// used by lost only, which runs for one connection at a time
 	lastResume time.Time
@@ -75,6 +76,7 @@ type Client struct {
 	recs      []rec // by request number
 	pending   map[int64]*request
 	drops     []time.Time
+	barrierAt int64 // unix ns of the last Barrier's write
 	resumes   int
 	unknown   int
 	problems  []string
@@ -95,6 +97,8 @@ type rec struct {
 	resends   uint16
 	graceLeft uint16 // answers allowed for acknowledgements near a drop
 	timedOut  bool
+	pubacked  bool // the broker acknowledged it: the request is the broker's
+	mayBeLost bool // acknowledged, unanswered at a drop, and not covered by a barrier
 }
 
 // Dial connects (CONNECT with Clean Start false, as the SDK, and then SUBSCRIBE of the
@@ -343,10 +347,25 @@ func (c *Client) pubacked(id uint16, code byte) {
 		c.problem("PUBACK for packet id %d, which no request in flight has", id)
 		return
 	}
+	if r.n < 0 { // a barrier: in force from here, before the reader sees a drop
+		if code >= 0x80 {
+			r.failed = fmt.Sprintf("PUBACK %#x", code)
+		} else {
+			c.mu.Lock()
+			c.barrierAt = r.barrierAt
+			c.mu.Unlock()
+		}
+		close(r.done)
+		return
+	}
 	if code >= 0x80 {
 		c.problem("request %d (%s) refused: PUBACK reason %#x", r.n, r.op, code)
 		c.fail(r, fmt.Sprintf("PUBACK %#x", code))
+		return
 	}
+	c.mu.Lock()
+	c.recs[r.n].pubacked = true
+	c.mu.Unlock()
 }
 
 // lost handles the end of a connection: reconnect within Options.Reconnect, or end.
@@ -364,11 +383,25 @@ func (c *Client) lost(conn net.Conn, cause error) {
 		return
 	}
 	c.mu.Lock()
+	// Answers acknowledged just before the drop may come again: those after the last
+	// Barrier since the previous drop, or else those within AckGrace.
+	cut := now.Add(-c.opts.AckGrace).UnixNano()
+	barrier := c.barrierAt != 0 && (len(c.drops) == 0 || c.barrierAt > c.drops[len(c.drops)-1].UnixNano())
+	if barrier {
+		cut = c.barrierAt
+	}
 	c.drops = append(c.drops, now)
-	grace := now.Add(-c.opts.AckGrace).UnixNano()
-	for i := range c.recs { // answers acknowledged just before the drop may come again
-		if r := &c.recs[i]; r.ackedAt >= grace {
+	for i := range c.recs {
+		r := &c.recs[i]
+		if r.ackedAt >= cut {
 			r.graceLeft++
+		}
+		// The store does not wait for its answer's record before acknowledging a request
+		// (agent/broker: answers a client asks again for), so the answer to one the broker
+		// acknowledged may be lost in a crash; not the answer to one written before a
+		// barrier, which was stored by the time the barrier returned.
+		if r.answers == 0 && r.pubacked && r.sent != 0 && (!barrier || r.sent >= c.barrierAt) {
+			r.mayBeLost = true
 		}
 	}
 	if c.run != nil {
@@ -434,7 +467,7 @@ func (c *Client) resume(conn net.Conn) error {
 	sort.Slice(reqs, func(i, j int) bool { return reqs[i].n < reqs[j].n })
 	for _, r := range reqs {
 		dup := r.written
-		if dup {
+		if dup && r.n >= 0 {
 			c.mu.Lock()
 			c.recs[r.n].resends++
 			c.mu.Unlock()
@@ -480,6 +513,10 @@ func (c *Client) problemLocked(format string, args ...any) {
 func (c *Client) Close() error {
 	c.wmu.Lock()
 	c.closed = true
+	if c.sink != nil {
+		c.sink.close()
+		c.sink = nil
+	}
 	var err error
 	if c.conn != nil {
 		c.wbuf = mqttwire.AppendDisconnectExpiry(c.wbuf[:0], 0)

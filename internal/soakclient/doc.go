@@ -47,6 +47,18 @@
 //     acknowledgement: "at least once"). Anything more is a message the broker kept
 //     although it was acknowledged.
 //   - Unknown: answers whose correlation data the client never sent.
+//   - LostInCrash: requests the broker acknowledged (PUBACK) that were unanswered when the
+//     connection dropped and never answered after. The embedded store acknowledges a
+//     request without waiting for its answer's record to be on disk (agent/broker's
+//     group commit: "answers a client asks again for"; the SDK's client times out after
+//     its Message Expiry), so a crash may lose those; Report.ErrAllowingLostAnswers
+//     tolerates them, Report.Err does not.
+//
+// Client.Barrier makes both bounds exact: once it returns, the broker has stored every
+// acknowledgement the client wrote before it, and the answer to every request written
+// before it. After a drop, an answer acknowledged before the last barrier coming again is
+// a phantom however recent, and a request written before it left unanswered is not a
+// crash's loss.
 //
 // A resumed session's stored messages are written by the broker before it reads anything
 // from the new connection, so by the time later requests are answered, everything it had

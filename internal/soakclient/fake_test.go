@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +26,8 @@ type scripted struct {
 	sessionPresent func(conn int) bool
 	// onConnect runs after CONNACK on the n-th connection (to resend kept messages).
 	onConnect func(s *scripted, conn int)
+	// onBarrier runs when the client publishes on a barrier topic, after the PUBACK.
+	onBarrier func(s *scripted)
 
 	mu     sync.Mutex
 	conn   net.Conn
@@ -55,13 +58,39 @@ func startScripted(t *testing.T, s *scripted) string {
 	}
 	s.t, s.ln, s.acks = t, ln, map[uint16]bool{}
 	t.Cleanup(func() { ln.Close(); s.mu.Lock(); closeConn(s.conn); s.mu.Unlock() })
-	go func() {
+	type accepted struct {
+		conn net.Conn
+		br   *bufio.Reader
+	}
+	clients := make(chan accepted, 16)
+	go func() { // the client's connections, one after the other, as a broker takes them over
 		for n := 0; ; n++ {
+			a, ok := <-clients
+			if !ok {
+				return
+			}
+			s.serve(a.conn, a.br, n)
+		}
+	}()
+	go func() {
+		defer close(clients)
+		for {
 			conn, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			s.serve(conn, n)
+			br := bufio.NewReader(conn)
+			first, body, _, err := mqttwire.ReadPacket(br, nil)
+			if err != nil || first>>4 != mqttwire.TypeConnect {
+				s.t.Errorf("scripted: no CONNECT: %v", err)
+				conn.Close()
+				continue
+			}
+			if strings.HasSuffix(connectClientID(body), "-barrier") {
+				go serveSink(conn, br)
+				continue
+			}
+			clients <- accepted{conn, br}
 		}
 	}()
 	return ln.Addr().String()
@@ -73,14 +102,48 @@ func closeConn(c net.Conn) {
 	}
 }
 
-func (s *scripted) serve(conn net.Conn, n int) {
-	defer conn.Close()
-	br := bufio.NewReader(conn)
-	first, _, _, err := mqttwire.ReadPacket(br, nil)
-	if err != nil || first>>4 != mqttwire.TypeConnect {
-		s.t.Errorf("scripted: no CONNECT: %v", err)
-		return
+// connectClientID reads the client id from a CONNECT's remaining part [MQTT 3.1.3.1].
+func connectClientID(body []byte) string {
+	if len(body) < 11 {
+		return ""
 	}
+	i, n := 10, 0 // protocol name, version, flags, keep alive; then the properties' length
+	for shift := 0; i < len(body); shift += 7 {
+		b := body[i]
+		i++
+		n |= int(b&0x7f) << shift
+		if b&0x80 == 0 {
+			break
+		}
+	}
+	i += n
+	if i+2 > len(body) {
+		return ""
+	}
+	l := int(body[i])<<8 | int(body[i+1])
+	if i+2+l > len(body) {
+		return ""
+	}
+	return string(body[i+2 : i+2+l])
+}
+
+// serveSink is a barrier's kept session: CONNACK, SUBACK, and nothing else.
+func serveSink(conn net.Conn, br *bufio.Reader) {
+	defer conn.Close()
+	_, _ = conn.Write([]byte{mqttwire.TypeConnack << 4, 3, 0, 0, 0})
+	for {
+		first, body, _, err := mqttwire.ReadPacket(br, nil)
+		if err != nil {
+			return
+		}
+		if first>>4 == mqttwire.TypeSubscribe {
+			_, _ = conn.Write([]byte{mqttwire.TypeSuback << 4, 4, body[0], body[1], 0, 1})
+		}
+	}
+}
+
+func (s *scripted) serve(conn net.Conn, br *bufio.Reader, n int) {
+	defer conn.Close()
 	present := byte(0)
 	if s.sessionPresent != nil && s.sessionPresent(n) {
 		present = 1
@@ -114,6 +177,13 @@ func (s *scripted) serve(conn net.Conn, n int) {
 			if err != nil {
 				s.t.Errorf("scripted: request: %v", err)
 				return
+			}
+			if strings.HasPrefix(string(p.Topic), "soak/barrier/") {
+				s.write(mqttwire.AppendPuback(nil, p.ID))
+				if s.onBarrier != nil {
+					s.onBarrier(s)
+				}
+				continue
 			}
 			req := &seenRequest{id: p.ID, dup: p.Dup, corr: append([]byte(nil), props.CorrelationData...),
 				respTopic: append([]byte(nil), props.ResponseTopic...), expiry: props.MessageExpiry, ctype: string(props.ContentType),

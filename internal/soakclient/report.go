@@ -15,8 +15,14 @@ type Report struct {
 	Issued     int // sent (or queued for the reconnect)
 	Answered   int // issued and answered at least once
 	Unanswered int // issued and never answered
-	TimedOut   int // given up after Timeout (or refused); a later answer still counts in Answered
-	Stalled    bool
+	AckedLost  int // of those, acknowledged by the broker (PUBACK): the broker lost the answer
+	// LostInCrash: of those, the ones unanswered when a connection dropped and not covered
+	// by a Barrier: the store acknowledges a request without waiting for its answer's
+	// record (the SDK's client times out and the application asks again), so a crash may
+	// lose their answers. ErrAllowingLostAnswers tolerates them.
+	LostInCrash int
+	TimedOut    int // given up after Timeout (or refused); a later answer still counts in Answered
+	Stalled     bool
 
 	Repeats  int // answers beyond the first that MQTT allows (see the package doc)
 	Phantoms int // answers beyond that: kept by the broker although acknowledged
@@ -35,8 +41,14 @@ type Report struct {
 
 // Err is nil when every request was answered, nothing came that should not have, and
 // every answer was right; otherwise it says what went wrong.
-func (r *Report) Err() error {
-	if r.Issued == r.Requests && r.Unanswered == 0 && r.Phantoms == 0 && r.Unknown == 0 && r.Problems == 0 && !r.Stalled {
+func (r *Report) Err() error { return r.err(0) }
+
+// ErrAllowingLostAnswers is Err, except that it tolerates the LostInCrash requests (and
+// their timeouts).
+func (r *Report) ErrAllowingLostAnswers() error { return r.err(r.LostInCrash) }
+
+func (r *Report) err(tolerated int) error {
+	if r.Issued == r.Requests && r.Unanswered == tolerated && r.Phantoms == 0 && r.Unknown == 0 && r.Problems == tolerated && !r.Stalled {
 		return nil
 	}
 	return fmt.Errorf("%s\nfirst problems:\n%s", r, r.FirstProblem)
@@ -44,9 +56,9 @@ func (r *Report) Err() error {
 
 func (r *Report) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "requests %d: issued %d, answered %d, unanswered %d, timed out %d; repeats %d, phantoms %d, unknown %d; "+
-		"drops %d, resumes %d, resent %d, across a drop %d; %.1fs, %.0f/s, p50 %v, p99 %v, max %v; problems %d",
-		r.Requests, r.Issued, r.Answered, r.Unanswered, r.TimedOut, r.Repeats, r.Phantoms, r.Unknown,
+	fmt.Fprintf(&b, "requests %d: issued %d, answered %d, unanswered %d (%d acknowledged by the broker, %d of them in a crash's window), timed out %d; "+
+		"repeats %d, phantoms %d, unknown %d; drops %d, resumes %d, resent %d, across a drop %d; %.1fs, %.0f/s, p50 %v, p99 %v, max %v; problems %d",
+		r.Requests, r.Issued, r.Answered, r.Unanswered, r.AckedLost, r.LostInCrash, r.TimedOut, r.Repeats, r.Phantoms, r.Unknown,
 		r.Drops, r.Resumes, r.Resent, r.AcrossDrop, r.Elapsed.Seconds(), float64(r.Answered)/max(r.Elapsed.Seconds(), 1e-9),
 		r.P50, r.P99, r.Max, r.Problems)
 	if r.Stalled {
@@ -73,6 +85,12 @@ func (c *Client) Report() *Report {
 		rc := &c.recs[i]
 		if rc.answers == 0 {
 			r.Unanswered++
+			if rc.pubacked {
+				r.AckedLost++
+			}
+			if rc.mayBeLost {
+				r.LostInCrash++
+			}
 		} else {
 			r.Answered++
 			allowed := 1 + int(rc.resends) + int(rc.graceLeft)

@@ -32,6 +32,15 @@ type RunOptions struct {
 	// Progress, when set, is called every ProgressEvery (default 5 s) from Run's goroutine.
 	Progress      func(Progress)
 	ProgressEvery time.Duration
+	// OnAnswer, when set, is called with the number of requests answered so far after
+	// each first answer, on the client's reader before it reads on: an event timed by the
+	// run (a crash test's SIGKILL) happens exactly there, whatever the scheduler does. It
+	// must not wait for the client.
+	OnAnswer func(answered int)
+	// Gate, when set, is called by a slot before it sends request n (numbered from 0),
+	// without locks held; it may block to hold the run back at a point (Stall still
+	// counts).
+	Gate func(n int64)
 }
 
 // Progress is a snapshot of a running Run.
@@ -57,7 +66,9 @@ type request struct {
 	done       chan struct{} // closed at its first answer or when given up
 
 	// guarded by Client.wmu
-	written bool
+	written   bool
+	failed    string // a barrier's refusal, set before done is closed
+	barrierAt int64  // a barrier's write, unix ns
 }
 
 // runState is Run's state, guarded by Client.mu.
@@ -65,6 +76,8 @@ type runState struct {
 	next, total int64
 	slots       []slotModel
 	stalled     bool
+	onAnswer    func(int)
+	gate        func(int64)
 	start       time.Time
 	elapsed     time.Duration
 }
@@ -112,7 +125,7 @@ func (c *Client) Run(ctx context.Context, o RunOptions) (*Report, error) {
 		c.mu.Unlock()
 		return nil, errors.New("soakclient: a Client runs once")
 	}
-	rs := &runState{total: int64(o.Requests), slots: make([]slotModel, slots), start: time.Now()}
+	rs := &runState{total: int64(o.Requests), slots: make([]slotModel, slots), start: time.Now(), onAnswer: o.OnAnswer, gate: o.Gate}
 	c.run = rs
 	c.recs = make([]rec, o.Requests)
 	c.mu.Unlock()
@@ -204,8 +217,12 @@ func (c *Client) slot(ctx context.Context, s, valueSize int, stop <-chan struct{
 			payload = appendCommand(nil, r.op, r.key, nil)
 		}
 		c.pending[r.n] = r
+		gate := rs.gate
 		c.mu.Unlock()
 
+		if gate != nil {
+			gate(r.n)
+		}
 		c.send(r, payload)
 		timer.Reset(c.opts.Timeout)
 		select {
@@ -284,6 +301,9 @@ func (c *Client) appendRequest(dst []byte, r *request, dup bool) []byte {
 // answer may be read before the write returns. c.wmu held.
 func (c *Client) noteWrite(r *request) {
 	r.written = true
+	if r.n < 0 {
+		return // a barrier
+	}
 	c.mu.Lock()
 	if c.recs[r.n].sent == 0 {
 		c.recs[r.n].sent = time.Now().UnixNano()
@@ -303,7 +323,11 @@ func (c *Client) giveUp(r *request, why string) {
 	delete(c.pending, r.n)
 	c.recs[r.n].timedOut = true
 	c.run.slots[r.slot].known = false // it may or may not have run
-	c.problemLocked("request %d (%s %s, packet id %d): %s", r.n, r.op, r.key, r.id, why)
+	acked := ""
+	if c.recs[r.n].pubacked {
+		acked = " (the broker had acknowledged it)"
+	}
+	c.problemLocked("request %d (%s %s, packet id %d): %s%s", r.n, r.op, r.key, r.id, why, acked)
 	close(r.done)
 }
 
@@ -392,10 +416,16 @@ func (c *Client) answer(p *mqttwire.Publish, props *mqttwire.Properties) {
 			rc.ackedAt = time.Now().UnixNano()
 		}
 	}
+	var onAnswer func(int)
+	answered := c.answered
 	if first != nil {
 		close(first.done)
+		onAnswer = c.run.onAnswer
 	}
 	c.mu.Unlock()
+	if onAnswer != nil {
+		onAnswer(answered)
+	}
 }
 
 // ackedWhenLocked says when the first answer was acknowledged, against the drops.

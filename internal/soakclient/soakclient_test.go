@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed0e69bba5/faceagent/internal/mqttwire"
 	"github.com/seed0e69bba5/faceagent/internal/sswire"
 )
 
@@ -217,5 +218,124 @@ func TestStallIsReported(t *testing.T) {
 	rep, err := run(t, cl, RunOptions{Requests: 100, InFlight: 2, Stall: time.Second})
 	if err == nil || !strings.Contains(err.Error(), "stalled: no answer for 1s after 6 of 100") || !rep.Stalled || rep.Answered != 6 || rep.TimedOut == 0 {
 		t.Fatalf("%v; %v", err, rep)
+	}
+}
+
+// A Barrier bounds what may come again after a drop better than AckGrace: an answer
+// acknowledged before it is a phantom however recent, one acknowledged after it is not.
+func TestBarrierBoundsWhatMayComeAgain(t *testing.T) {
+	held := map[string][]byte{}
+	var mu sync.Mutex
+	answers := map[int]*seenRequest{}
+	replies := map[int][]string{}
+	var waiting *seenRequest
+	s := &scripted{sessionPresent: func(conn int) bool { return conn > 0 }}
+	s.onRequest = func(s *scripted, req *seenRequest) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if req.n == 12 && !req.dup {
+			return true // the connection drops before this one is acknowledged
+		}
+		reply, user := correct(req, held)
+		answers[req.n], replies[req.n] = req, append([]string{reply}, user...)
+		if req.n == 9 {
+			waiting = req // answered after the barrier
+			return false
+		}
+		s.answer(req, reply, false, user...)
+		return false
+	}
+	s.onBarrier = func(s *scripted) {
+		mu.Lock()
+		defer mu.Unlock()
+		s.answer(waiting, replies[9][0], false, replies[9][1:]...)
+	}
+	s.onConnect = func(s *scripted, conn int) {
+		if conn == 0 {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, n := range []int{3, 9} { // kept although acknowledged: 3 before the barrier, 9 after
+			s.answer(answers[n], replies[n][0], true, replies[n][1:]...)
+		}
+	}
+	c := dial(t, startScripted(t, s), Options{Reconnect: 10 * time.Second, AckGrace: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan *Report, 1)
+	go func() {
+		rep, err := c.Run(ctx, RunOptions{Requests: 20, InFlight: 1})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- rep
+	}()
+	if err := c.WaitAnswered(ctx, 9); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rep := <-done
+	if rep.Answered != 20 || rep.Drops != 1 || rep.Phantoms != 1 || rep.Repeats != 1 || rep.Unknown != 0 ||
+		!strings.Contains(rep.FirstProblem, "phantom: answer 2 to request 3,") {
+		t.Fatalf("%v\n%s", rep, rep.FirstProblem)
+	}
+}
+
+// A request the broker acknowledged but never answered across a drop is a lost answer:
+// tolerated by ErrAllowingLostAnswers when a crash may have lost it (no barrier covers
+// it), not when a barrier written after it said its answer was stored.
+func TestLostAnswers(t *testing.T) {
+	for _, covered := range []bool{false, true} {
+		t.Run(fmt.Sprintf("barrier=%v", covered), func(t *testing.T) {
+			held := map[string][]byte{}
+			seen10 := make(chan struct{})
+			s := &scripted{sessionPresent: func(conn int) bool { return conn > 0 }}
+			s.onRequest = func(s *scripted, req *seenRequest) bool {
+				reply, user := correct(req, held)
+				if req.n == 10 { // acknowledged, never answered
+					if req.dup {
+						t.Error("request 10 sent again although acknowledged")
+						return false
+					}
+					close(seen10)
+					if !covered {
+						s.write(mqttwire.AppendPuback(nil, req.id))
+						return true // and the connection drops
+					}
+					return false // the barrier's PUBACK drops it
+				}
+				s.answer(req, reply, false, user...)
+				return false
+			}
+			s.onBarrier = func(s *scripted) {
+				s.mu.Lock()
+				s.conn.Close() // the drop, after the barrier's PUBACK
+				s.mu.Unlock()
+			}
+			c := dial(t, startScripted(t, s), Options{Reconnect: 10 * time.Second, Timeout: 500 * time.Millisecond})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			done := make(chan *Report, 1)
+			go func() {
+				rep, _ := c.Run(ctx, RunOptions{Requests: 20, InFlight: 1})
+				done <- rep
+			}()
+			<-seen10
+			if covered {
+				if err := c.Barrier(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rep := <-done
+			if rep.Unanswered != 1 || rep.AckedLost != 1 || rep.Drops != 1 || rep.Err() == nil {
+				t.Fatalf("%v\n%s", rep, rep.FirstProblem)
+			}
+			if want := map[bool]int{false: 1, true: 0}[covered]; rep.LostInCrash != want || (rep.ErrAllowingLostAnswers() == nil) == covered {
+				t.Fatalf("lost in a crash %d, want %d; ErrAllowingLostAnswers %v", rep.LostInCrash, want, rep.ErrAllowingLostAnswers())
+			}
+		})
 	}
 }
