@@ -72,20 +72,21 @@ type Client struct {
 	backoff    time.Duration
 
 	// mu guards the tracking below and Run's state (run.go).
-	mu        sync.Mutex
-	recs      []rec // by request number
-	pending   map[int64]*request
-	drops     []time.Time
-	barrierAt int64 // unix ns of the last Barrier's write
-	resumes   int
-	unknown   int
-	problems  []string
-	nProblems int
-	answered  int
-	progress  chan struct{} // closed and replaced at every first answer
-	down      chan struct{} // closed when the connection is lost for good
-	downErr   error
-	run       *runState
+	mu         sync.Mutex
+	recs       []rec // by request number
+	pending    map[int64]*request
+	drops      []time.Time
+	barrierAt  int64 // unix ns of the last Barrier's write
+	resumes    int
+	unknown    int
+	problems   []string
+	nProblems  int
+	answered   int
+	lastAnswer time.Time     // of the last first answer
+	progress   chan struct{} // closed and replaced at every first answer
+	down       chan struct{} // closed when the connection is lost for good
+	downErr    error
+	run        *runState
 }
 
 // rec is what the client remembers of every request, answered or not.

@@ -33,6 +33,7 @@ type Report struct {
 	AcrossDrop     int // answered requests in flight when a connection dropped (not in the latencies)
 
 	Elapsed       time.Duration
+	Active        time.Duration // from the start to the last first answer (a stall's onset)
 	P50, P99, Max time.Duration
 
 	Problems     int    // everything above that went wrong, and bad answers
@@ -62,7 +63,7 @@ func (r *Report) String() string {
 		r.Drops, r.Resumes, r.Resent, r.AcrossDrop, r.Elapsed.Seconds(), float64(r.Answered)/max(r.Elapsed.Seconds(), 1e-9),
 		r.P50, r.P99, r.Max, r.Problems)
 	if r.Stalled {
-		fmt.Fprintf(&b, "; STALLED after %d answers", r.Answered)
+		fmt.Fprintf(&b, "; STALLED after %d answers in %.1fs (%.0f/s)", r.Answered, r.Active.Seconds(), float64(r.Answered)/max(r.Active.Seconds(), 1e-9))
 	}
 	return b.String()
 }
@@ -78,6 +79,9 @@ func (c *Client) Report() *Report {
 		return r
 	}
 	r.Requests, r.Issued, r.Stalled, r.Elapsed = int(c.run.total), int(c.run.next), c.run.stalled, c.run.elapsed
+	if !c.lastAnswer.IsZero() {
+		r.Active = c.lastAnswer.Sub(c.run.start)
+	}
 	if r.Elapsed == 0 {
 		r.Elapsed = time.Since(c.run.start)
 	}

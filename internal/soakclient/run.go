@@ -390,6 +390,7 @@ func (c *Client) answer(p *mqttwire.Publish, props *mqttwire.Properties) {
 				}
 				bad = c.checkReply(r, p.Payload, hasTS, bad)
 			}
+			c.lastAnswer = time.Now()
 			close(c.progress)
 			c.progress = make(chan struct{})
 		} else if int(rc.answers) > 1+int(rc.resends)+int(rc.graceLeft) {

@@ -219,9 +219,13 @@ func soakSummary(t *testing.T, name string, rep *soakclient.Report, w *soakWatch
 	w.mu.Lock()
 	peakRSS, peakDisk := w.peakRSS, w.peakDisk
 	w.mu.Unlock()
-	t.Logf("soak %s: %d requests, %d answered, %d unanswered, %.1fs (%.0f/s), p50 %v, p99 %v, max %v; faceagent peak RSS %s, peak data_dir %s",
-		name, rep.Requests, rep.Answered, rep.Unanswered, rep.Elapsed.Seconds(), float64(rep.Answered)/max(rep.Elapsed.Seconds(), 1e-9),
-		rep.P50, rep.P99, rep.Max, mib(peakRSS), mib(peakDisk))
+	stall := ""
+	if rep.Stalled {
+		stall = fmt.Sprintf(", STALLED after %d answers in %.1fs (%.0f/s)", rep.Answered, rep.Active.Seconds(), float64(rep.Answered)/max(rep.Active.Seconds(), 1e-9))
+	}
+	t.Logf("soak %s: %d requests, %d answered, %d unanswered, %.1fs (%.0f/s)%s, p50 %v, p99 %v, max %v; faceagent peak RSS %s (%d bytes), peak data_dir %s (%d bytes)",
+		name, rep.Requests, rep.Answered, rep.Unanswered, rep.Elapsed.Seconds(), float64(rep.Answered)/max(rep.Elapsed.Seconds(), 1e-9), stall,
+		rep.P50, rep.P99, rep.Max, mib(peakRSS), peakRSS, mib(peakDisk), peakDisk)
 }
 
 // Sustained load on one connection, as the SDK's client puts it on the store: every
