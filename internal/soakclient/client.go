@@ -54,7 +54,7 @@ type Client struct {
 	opts      Options
 	respTopic string
 	clock     *hlc.Clock
-	prefix    [8]byte // correlation data: prefix, then the request's number
+	prefix    [8]byte // correlation data (a UUID's 16 bytes): prefix, then the request's number
 
 	wmu       sync.Mutex // guards the fields below it, and every write
 	conn      net.Conn
@@ -124,6 +124,7 @@ func Dial(ctx context.Context, o Options) (*Client, error) {
 		down:      make(chan struct{}),
 	}
 	_, _ = rand.Read(c.prefix[:])
+	c.prefix[6] = c.prefix[6]&0x0f | 0x40 // a version 4 UUID, with the variant in the number's top bits
 	conn, br, _, err := c.connect(ctx)
 	if err != nil {
 		return nil, err

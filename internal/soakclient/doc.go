@@ -16,7 +16,7 @@
 //   - Requests as QoS 1 PUBLISHes on the invoke topic, packet ids taken in sequence (the
 //     SUBSCRIBE takes the first), RESP3 payloads, payload format 0, Message Expiry = the
 //     timeout in whole seconds, content type application/octet-stream, the response
-//     topic, 16 bytes of correlation data, and user properties __srcId (the client id),
+//     topic, correlation data (a UUID's 16 bytes), and user properties __srcId (the client id),
 //     __ts (an HLC, %015d:%05d:%s), __protVer=1.0, $partition (the client id) and
 //     $high_priority (empty). After a reconnect, every request the broker had not
 //     acknowledged is sent again under its packet id with DUP, as MQTT requires.

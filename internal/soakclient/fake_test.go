@@ -189,7 +189,7 @@ func (s *scripted) serve(conn net.Conn, br *bufio.Reader, n int) {
 				respTopic: append([]byte(nil), props.ResponseTopic...), expiry: props.MessageExpiry, ctype: string(props.ContentType),
 				payloadFormatSet: props.Present(mqttwire.PropPayloadFormat)}
 			if len(req.corr) == 16 {
-				req.n = int(uint64(req.corr[8])<<56 | uint64(req.corr[9])<<48 | uint64(req.corr[10])<<40 | uint64(req.corr[11])<<32 |
+				req.n = int(uint64(req.corr[8]&0x3f)<<56 | uint64(req.corr[9])<<48 | uint64(req.corr[10])<<40 | uint64(req.corr[11])<<32 |
 					uint64(req.corr[12])<<24 | uint64(req.corr[13])<<16 | uint64(req.corr[14])<<8 | uint64(req.corr[15]))
 			}
 			ts, _ := props.UserValue("__ts")

@@ -265,7 +265,7 @@ func (c *Client) send(r *request, payload []byte) {
 	c.unacked[r.id] = r
 	var corr [16]byte
 	copy(corr[:8], c.prefix[:])
-	binary.BigEndian.PutUint64(corr[8:], uint64(r.n))
+	binary.BigEndian.PutUint64(corr[8:], uint64(r.n)|1<<63) // the UUID variant bits (10), n < 2^62
 	ts := c.clock.Now().AppendText(nil)
 	r.pkt = mqttwire.AppendPublishProps(nil, sswire.InvokeTopic, 1, false, r.id, &mqttwire.PublishProps{
 		WritePayloadFormat: true,
@@ -366,7 +366,7 @@ func (c *Client) answer(p *mqttwire.Publish, props *mqttwire.Properties) {
 	corr := props.CorrelationData
 	n := int64(-1)
 	if len(corr) == 16 && bytes.Equal(corr[:8], c.prefix[:]) {
-		n = int64(binary.BigEndian.Uint64(corr[8:]))
+		n = int64(binary.BigEndian.Uint64(corr[8:]) &^ (1 << 63))
 	}
 
 	c.mu.Lock()

@@ -62,7 +62,11 @@ func TestRequestsLookLikeTheSDKs(t *testing.T) {
 	if len(seen) != 40 {
 		t.Fatalf("%d requests seen, want 40", len(seen))
 	}
+	uuidRe := regexp.MustCompile(`^[0-9a-f]{12}4[0-9a-f]{3}[89ab][0-9a-f]{15}$`)
 	for i, r := range seen {
+		if !uuidRe.MatchString(fmt.Sprintf("%x", r.corr)) {
+			t.Fatalf("request %d: correlation data %x is not a version 4 UUID", i, r.corr)
+		}
 		if r.n != i || r.id != uint16(i+2) || r.dup || len(r.corr) != 16 || string(r.respTopic) != wantTopic ||
 			r.src != "sdk-shape" || r.partn != "sdk-shape" || !r.hasPrio || !tsRe.MatchString(r.ts) ||
 			r.expiry != 10 || r.ctype != "application/octet-stream" || !r.payloadFormatSet || r.op != ops[i%4] {
