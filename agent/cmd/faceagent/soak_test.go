@@ -181,9 +181,10 @@ func soakAgent(t *testing.T, extra string) (cfg, addr, dataDir string) {
 }
 
 // soakRun runs one level: requests with inFlight in flight, on a client that rides out
-// broker restarts, logging a progress line every `every`. during, if set, runs alongside
-// the run (the SIGKILL test restarts the agent from it; its error fails the test), and
-// onAnswer and gate are the run's OnAnswer and Gate. It returns the report and Run's error.
+// broker restarts, logging a progress line every `every`. during, if set, runs on the
+// test's goroutine while the run goes on (the SIGKILL test restarts the agent from it), with
+// a context that ends when the run does; its error fails the test. onAnswer and gate are
+// the run's OnAnswer and Gate. It returns the report and Run's error.
 func soakRun(t *testing.T, addr string, w *soakWatch, requests, inFlight int, every, bound time.Duration,
 	during func(context.Context, *soakclient.Client) error, onAnswer func(int), gate func(int64)) (*soakclient.Report, error) {
 	t.Helper()
@@ -195,22 +196,38 @@ func soakRun(t *testing.T, addr string, w *soakWatch, requests, inFlight int, ev
 		t.Fatal(err)
 	}
 	defer c.Close()
-	duringErr := make(chan error, 1)
+	type result struct {
+		rep *soakclient.Report
+		err error
+	}
+	done := make(chan result, 1)
+	runCtx, runOver := context.WithCancel(ctx)
+	defer runOver()
+	go func() {
+		rep, err := c.Run(ctx, soakclient.RunOptions{Requests: requests, InFlight: inFlight, Stall: 10 * time.Second,
+			OnAnswer: onAnswer, Gate: gate, ProgressEvery: every, Progress: func(p soakclient.Progress) {
+				t.Logf("soak %d in flight: %6.1fs %d/%d answered, %.0f/s, p50 %v, p99 %v, %v",
+					inFlight, p.Elapsed.Seconds(), p.Answered, p.Requests, p.Rate, p.P50, p.P99, w)
+			}})
+		runOver()
+		done <- result{rep, err}
+	}()
+	finished := false
+	defer func() {
+		if !finished { // during failed the test: end the run first, it logs through t
+			cancel()
+			c.Close()
+			<-done
+		}
+	}()
 	if during != nil {
-		go func() { duringErr <- during(ctx, c) }()
-	} else {
-		duringErr <- nil
+		if err := during(runCtx, c); err != nil {
+			t.Error(err)
+		}
 	}
-	rep, err := c.Run(ctx, soakclient.RunOptions{Requests: requests, InFlight: inFlight, Stall: 10 * time.Second,
-		OnAnswer: onAnswer, Gate: gate, ProgressEvery: every, Progress: func(p soakclient.Progress) {
-			t.Logf("soak %d in flight: %6.1fs %d/%d answered, %.0f/s, p50 %v, p99 %v, %v",
-				inFlight, p.Elapsed.Seconds(), p.Answered, p.Requests, p.Rate, p.P50, p.P99, w)
-		}})
-	cancel() // the run is over: so is waiting for anything in it
-	if derr := <-duringErr; derr != nil {
-		t.Error(derr)
-	}
-	return rep, err
+	r := <-done
+	finished = true
+	return r.rep, r.err
 }
 
 // soakSummary logs the closing summary of a level.
