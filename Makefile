@@ -42,7 +42,7 @@ QEMU_ARM64    ?= $(shell command -v qemu-aarch64-static 2>/dev/null || command -
 ARM_TEST_FLAGS ?=
 
 .PHONY: all build test fmt-check vet vet-arm staticcheck unit unit-norace bench fuzz cross cross-pkgs cross-boards \
-	dist repro repro-quick size size-report test-arm smoke-arm generate clean
+	dist repro repro-quick size size-report test-arm smoke-arm generate clean soak
 
 all: build
 
@@ -83,6 +83,18 @@ unit-norace:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+# soak: the state store soak tests at full length (agent/cmd/faceagent/soak_test.go): a
+# broker-only faceagent, one client shaped like the IoT Operations Go SDK's, 100,000
+# requests at 8 and at 64 in flight, then the same with a SIGKILL half way; a progress line
+# every 5 s and a summary per level (p50/p99, peak RSS of faceagent, peak data_dir). No race
+# detector: it measures. `make test` runs the same tests with 3,000 requests.
+# SOAK_REQUESTS and SOAK_INFLIGHT (comma-separated) override the count and the levels.
+SOAK_REQUESTS ?=
+SOAK_INFLIGHT ?=
+soak:
+	FACEAGENT_SOAK=1 FACEAGENT_SOAK_REQUESTS=$(SOAK_REQUESTS) FACEAGENT_SOAK_INFLIGHT=$(SOAK_INFLIGHT) \
+	  $(GO) test -count=1 -v -timeout 90m -run '^TestSoakStateStore' ./agent/cmd/faceagent
 
 # Runs every fuzz target for FUZZTIME each. go test accepts one -fuzz target per package
 # invocation, so the targets are discovered and run one at a time.

@@ -1,6 +1,8 @@
 // Package mqttwire writes and reads the few MQTT 5 packets (OASIS MQTT 5.0, section 3)
-// that the test rig's simple clients need: the simulated terminals of device/sim and the
-// benchmarks' back office. They stand for devices and systems on other machines, and
+// that the test rig's simple clients need: the simulated terminals of device/sim, the
+// benchmarks' back office, and the soak client of internal/soakclient, which looks on the
+// wire like the Azure IoT Operations SDK's session client (props.go: properties, DUP, No
+// Local). They stand for devices and systems on other machines, and
 // paho's per-packet cost (a goroutine hand-off per message, a session store, a growing
 // bytes.Buffer per packet read, a context per publish) made them a third of the test
 // machine's CPU in the 64-terminal benchmark, slowing what it measures. The bytes are
@@ -172,17 +174,19 @@ func ReadPacket(r *bufio.Reader, buf []byte) (first byte, body, grown []byte, er
 	return first, body, buf, nil
 }
 
-// Publish is a PUBLISH read; Topic and Payload alias the packet's remaining part.
+// Publish is a PUBLISH read; Topic, Props and Payload alias the packet's remaining part.
 type Publish struct {
 	QoS     byte
+	Dup     bool
 	ID      uint16 // when QoS > 0
 	Topic   []byte
+	Props   []byte // the property block, for ParseProperties
 	Payload []byte
 }
 
 // ParsePublish splits a PUBLISH's remaining part [MQTT 3.3.2, 3.3.3].
 func ParsePublish(first byte, body []byte) (Publish, error) {
-	p := Publish{QoS: first >> 1 & 3}
+	p := Publish{QoS: first >> 1 & 3, Dup: first&0x08 != 0}
 	if p.QoS == 3 || len(body) < 2 {
 		return p, ErrMalformed
 	}
@@ -197,11 +201,11 @@ func ParsePublish(first byte, body []byte) (Publish, error) {
 		}
 		p.ID, body = uint16(body[0])<<8|uint16(body[1]), body[2:]
 	}
-	_, payload, err := splitProperties(body)
+	props, payload, err := splitProperties(body)
 	if err != nil {
 		return p, err
 	}
-	p.Payload = payload
+	p.Props, p.Payload = props, payload
 	return p, nil
 }
 
