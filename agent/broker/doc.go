@@ -118,11 +118,12 @@
 // subscriptions and the retained messages) and S the segment size
 // (Options.SessionsSegmentSize, 4 MiB), broker-sessions/ occupies at most
 //
-//	2×L + max(S, L) + S   (plus the group commit being written)
+//	2×L + max(S, L) + S
 //
-// on disk: the files (L live, up to max(S, L) dead), a snapshot being
-// written (L) and the new open segment, whose blocks are reserved when it is
-// created. While the live records are small, as they are unless a session
+// on disk, plus the group commit that crossed the threshold and what is
+// committed while a snapshot is being written: the files (L live, up to
+// max(S, L) dead), a snapshot being written (L) and the new open segment,
+// whose blocks are reserved when it is created. While the live records are small, as they are unless a session
 // keeps many messages, that is about two segments: 8 MiB. A session that
 // keeps many messages (offline, not acknowledging, not reading) adds its
 // messages to L, three times at most; it cannot keep the journal from

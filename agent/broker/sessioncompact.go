@@ -26,8 +26,8 @@ import (
 //
 //	liveBytes + max(minDead, liveBytes) + the group commit that crossed it,
 //
-// plus, while a compaction writes its snapshot, that snapshot (liveBytes) and the
-// preallocated blocks of the new open segment (up to the segment size). Each compaction
+// plus, while a compaction writes its snapshot, that snapshot (liveBytes), the preallocated
+// blocks of the new open segment (up to the segment size) and what is committed meanwhile. Each compaction
 // writes the live records once, after at least as many dead bytes: the journal writes each
 // byte of session data at most about twice.
 //

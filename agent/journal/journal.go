@@ -351,7 +351,8 @@ type batch struct {
 	err  error         // set before done is closed
 }
 
-// Durable returns the highest sequence number known durable.
+// Durable returns the highest sequence number known durable, or settled: the records a
+// Reset dropped count as settled (Wait returns their error).
 func (j *Journal) Durable() Seq {
 	j.mu.Lock()
 	defer j.mu.Unlock()
