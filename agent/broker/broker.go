@@ -121,7 +121,8 @@ type Broker struct {
 	service  *service
 	auth     *authHook
 	sessions *sessionStore // nil without DataDir
-	deferred *mqtt.Client  // inline client of PublishDeferred
+	takeover *takeoverGuard
+	deferred *mqtt.Client // inline client of PublishDeferred
 	drops    *dropLog
 	// housekeeper drives mochi's expiry loop; nil if mochi's layout was not recognised.
 	housekeeper *housekeeper
@@ -229,6 +230,7 @@ func New(opts *Options) (*Broker, error) {
 	// Not in srv.Clients, so the session store does not wait for its messages' records.
 	b.deferred = srv.NewClient(nil, mqtt.LocalListener, "$deferred-inline", true)
 	takeover := newTakeoverGuard(srv, sessions, o.Logger)
+	b.takeover = takeover
 	if err := srv.AddHook(newClashGuard(srv, takeover), nil); err != nil {
 		srv.Close()
 		return nil, err

@@ -239,4 +239,12 @@ func TestRefusedSessionKeepsTheEarlierConnection(t *testing.T) {
 	if cl, ok := b.Server().Clients.Get("office"); !ok || cl.Closed() {
 		t.Fatal("the earlier connection was taken over by a refused one")
 	}
+	g := b.takeover
+	g.mu.Lock()
+	settling, incoming := g.settling["office"], g.incoming["office"]
+	g.mu.Unlock()
+	if settling != nil || incoming != nil {
+		// The earlier connection's end would wait for it (settleTimeout).
+		t.Fatal("the takeover guard still expects the refused connection to take the session over")
+	}
 }

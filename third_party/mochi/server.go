@@ -178,7 +178,8 @@ type AckWaiter interface {
 // session it had told the client it has. The server now calls WaitBeforeConnack after
 // OnSessionEstablish and before it takes over an earlier connection of the client id or
 // writes the CONNACK; if it returns an error, the connection is refused with CONNACK 0x88
-// (Server unavailable; MQTT 3.1.1: 0x03) and the earlier session stays as it was.
+// (Server unavailable; MQTT 3.1.1: 0x03), the hooks get OnDisconnect for it (expire false:
+// they saw OnSessionEstablish) and the earlier session stays as it was.
 type ConnackWaiter interface {
 	WaitBeforeConnack(cl *Client) error
 }
@@ -189,8 +190,12 @@ func (s *Server) waitBeforeConnack(cl *Client) error {
 	for _, h := range s.hooks.GetAll() {
 		if w, ok := h.(ConnackWaiter); ok {
 			if err := w.WaitBeforeConnack(cl); err != nil {
+				err = fmt.Errorf("session not stored: %w", err)
 				_ = s.SendConnack(cl, packets.ErrServerUnavailable, false, nil)
-				return fmt.Errorf("session not stored: %w", err)
+				// The hooks saw OnSessionEstablish: they forget the client as one that left
+				// (its session not ended: the one it would have taken over goes on).
+				s.hooks.OnDisconnect(cl, err, false)
+				return err
 			}
 		}
 	}
