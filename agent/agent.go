@@ -130,9 +130,27 @@ func (a *Agent) MetricsAddr() string {
 	return a.httpAddr
 }
 
-// Healthy reports nil while the agent runs and its parts are sound; /healthz and the
-// systemd watchdog ask it.
+// Healthy reports nil while the agent runs and its parts are sound; /healthz and
+// faceagent_up ask it. It reports what NeedsRestart does and, besides, the failures the
+// agent recovers from by itself: the embedded broker's sessions journal refusing writes
+// (a full disk; it takes them again once space is back).
 func (a *Agent) Healthy() error {
+	if err := a.NeedsRestart(); err != nil {
+		return err
+	}
+	if a.broker != nil {
+		if err := a.broker.SessionsErr(); err != nil {
+			// Messages for kept sessions, their subscriptions and connections are refused
+			// until the disk takes writes again; a restart would not help.
+			return fmt.Errorf("broker sessions journal: %w", err)
+		}
+	}
+	return nil
+}
+
+// NeedsRestart reports nil while the agent runs and no part failed in a way only a
+// restart mends; the systemd watchdog asks it and withholds its keepalive otherwise.
+func (a *Agent) NeedsRestart() error {
 	if !a.running.Load() {
 		return errors.New("not running")
 	}

@@ -227,11 +227,12 @@ func (d *deadLetterLog) drain(ctx context.Context) (more bool, sent int, err err
 	batch := d.pending[:min(len(d.pending), batchFor(d.pub, deadLetterBatch))]
 	d.mu.Unlock()
 	// In order, up to the publisher's window in flight; sent is the prefix accepted.
+	mark := publishMark(d.pub)
 	sent, err = publishInOrder(ctx, d.pub, len(batch), func(i int) (string, []byte, bool) {
 		return d.topic, batch[i].payload, false
 	})
 	if sent > 0 {
-		if serr := syncPublished(d.pub); serr != nil {
+		if serr := syncPublished(d.pub, mark); serr != nil {
 			return true, 0, serr // not stored: sent again
 		}
 		d.m.deadLettersPublished.Add(uint64(sent))
@@ -246,7 +247,8 @@ func (d *deadLetterLog) drain(ctx context.Context) (more bool, sent int, err err
 }
 
 // markReported drops the first n deadletters (ids up to id) from the backlog and records
-// that; it compacts the log when most of it is dead.
+// that; it compacts the log when compactDeadLetters of its records are dead, or more dead
+// bytes than both a segment and the backlog (deadBytesDue).
 func (d *deadLetterLog) markReported(id uint64, n int) error {
 	d.mu.Lock()
 	for _, dl := range d.pending[:n] {
@@ -258,7 +260,8 @@ func (d *deadLetterLog) markReported(id uint64, n int) error {
 	}
 	_, err := d.j.AppendLazy(appendDeadRecord(nil, deadRecordReported, id, nil))
 	d.records++
-	compact := d.records-len(d.pending) >= compactDeadLetters
+	compact := d.records-len(d.pending) >= compactDeadLetters ||
+		deadBytesDue(d.j, int64(d.bytes+len(d.pending)*recordOverhead), smallLogSegment)
 	d.mu.Unlock()
 	d.gauge()
 	poke(d.reported)

@@ -120,6 +120,35 @@
 // process_resident_memory_bytes, faceagent_go_memory_bytes{class} and the payload file's
 // size, errors and repairs. docs/benchmarks.md has the figures (tools/bench/rss.sh).
 //
+// # Disk
+//
+// data_dir holds four journals (package journal), each compacting by itself: a snapshot
+// of the live records replaces its files once the dead ones call for it, by count or by
+// bytes, whatever a client or the upstream broker does. The open segment of each has its
+// blocks reserved when it is created (du counts them). Bounds, L being a journal's live
+// records in bytes:
+//
+//   - outbox/: the open segment (64 MiB reserved), the snapshot (L; twice while a new
+//     one is written), at most 50,000 dead records (about 12 MB of the agent's tasks) or
+//     max(16 MiB, L) bytes appended since the snapshot, whichever comes first, and
+//     payloads.cache (up to twice the queued payloads plus 1 MiB), plus what is appended
+//     while a snapshot is being written (in the background). L is bounded by
+//     dispatch.max_queue_total queued tasks and as many unreported results. 32,000 task
+//     cycles stayed under 75 MB (TestTaskCyclesKeepTheOutboxBounded).
+//   - forward/ and deadletter/: 4 MiB segments; dead bytes up to max(4 MiB, L) plus what
+//     was written since the last check (a deadletter holds the refused message, up to
+//     intake.max_message_size), so each stays within 4 MiB reserved + 2×L + max(4 MiB, L) +
+//     that, L at most 1 MiB (forward) or 4 MiB (deadletter) of backlog: about 10 and 17
+//     MiB (TestForwardLogStaysWithinItsBound, TestDeadLetterLogStaysWithinItsBound).
+//   - broker-sessions/ (with [broker] persist): 2×L + max(4 MiB, L) + 4 MiB, about 8 MiB
+//     while few messages wait in kept sessions (agent/broker, "Persistence"). A full disk
+//     there is reported (/healthz, faceagent_up, faceagent_broker_sessions_journal_writable)
+//     but not to the systemd watchdog: the broker refuses what it cannot store and takes
+//     writes again by itself once space is back, and a restart would only drop every
+//     connection and the state store's keys that are not persistent.
+//
+// faceagent_journal_file_bytes{journal} has each journal's size.
+//
 // # Forwarded acks and heartbeats
 //
 // Every ack and heartbeat a terminal sends is copied to faceagent/{gw}/devices/{id}/ack

@@ -460,6 +460,7 @@ func (f *forwarder) drain(ctx context.Context) (more bool, sent int, err error) 
 	// entry superseded or dropped meanwhile is not sent, so an outage ends with each
 	// device's latest heartbeat only.
 	f.skip = f.skip[:0]
+	mark := publishMark(f.pub)
 	n, err := publishInOrder(ctx, f.pub, len(f.batch), func(i int) (string, []byte, bool) {
 		e := f.batch[i]
 		dead := !f.stillLive(e.id)
@@ -484,7 +485,7 @@ func (f *forwarder) drain(ctx context.Context) (more bool, sent int, err error) 
 	f.m.forwarded.With("ack").Add(uint64(acks))
 	f.m.forwarded.With("heartbeat").Add(uint64(sent - acks))
 	if through > 0 && sent > 0 {
-		if serr := syncPublished(f.pub); serr != nil {
+		if serr := syncPublished(f.pub, mark); serr != nil {
 			through = 0 // not stored: sent again next round
 			if err == nil {
 				err = serr
@@ -537,7 +538,7 @@ func (f *forwarder) markReported(id uint64) error {
 	f.mu.Lock()
 	f.removeReported(id)
 	err := f.recordGoneLocked(id)
-	compact := f.records-f.live >= f.compactAfter
+	compact := f.records-f.live >= f.compactAfter || f.deadBytesDueLocked()
 	f.gaugeLocked()
 	f.mu.Unlock()
 	poke(f.reported)
@@ -545,6 +546,13 @@ func (f *forwarder) markReported(id uint64) error {
 		poke(f.compactC)
 	}
 	return err
+}
+
+// deadBytesDueLocked reports whether the log's dead bytes call for a snapshot
+// (deadBytesDue). Checked where records die (reported, written), not on the device event
+// path. Called with mu held.
+func (f *forwarder) deadBytesDueLocked() bool {
+	return deadBytesDue(f.j, int64(f.bytes+f.live*recordOverhead), smallLogSegment)
 }
 
 // compact replaces the log by a snapshot of the backlog. The checkpoint is taken without

@@ -32,7 +32,7 @@ func (f *forwarder) writeDue() {
 		return
 	}
 	n := f.writeDueLocked()
-	compact := f.records-f.live >= f.compactAfter
+	compact := f.records-f.live >= f.compactAfter || f.deadBytesDueLocked()
 	f.mu.Unlock()
 	if n > 0 {
 		poke(f.written)

@@ -195,7 +195,7 @@ func clientSetter(c *store.Client) func(context.Context, string, []byte, time.Du
 // acks and heartbeats): 4 MiB segments, since they hold little and compact often.
 func journalOptions(c config.Journal) journal.Options {
 	jo := syncOptions(c)
-	jo.SegmentSize = 4 << 20
+	jo.SegmentSize = smallLogSegment
 	return jo
 }
 

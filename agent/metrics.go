@@ -52,6 +52,18 @@ type agentMetrics struct {
 	// sent again), by kind: result, deadletter.
 	reportsDropped *metrics.CounterVec
 
+	// journalFileBytes is the size of each journal's files, by journal: outbox, forward,
+	// deadletter, broker_sessions.
+	journalFileBytes *metrics.GaugeVec
+
+	// The embedded broker's sessions journal (agent/broker, "Persistence").
+	sessionsLiveBytes   *metrics.Gauge
+	sessionsWritable    *metrics.Gauge
+	sessionsFailures    *metrics.Counter
+	sessionsResets      *metrics.Counter
+	sessionsRefused     *metrics.Counter
+	sessionsCompactions *metrics.Counter
+
 	// The forward log (forwarded acks and heartbeats, agent/forward.go).
 	forwardBacklog      *metrics.Gauge
 	forwardBacklogBytes *metrics.Gauge
@@ -123,6 +135,21 @@ func (a *Agent) registerMetrics() {
 		reportsDropped: r.NewCounterVec("faceagent_reports_dropped_total",
 			"Results, deadletters and forwarded acks and heartbeats the embedded broker dropped for a subscriber; each is published again, so none is lost.", "kind"),
 
+		journalFileBytes: r.NewGaugeVec("faceagent_journal_file_bytes",
+			"Bytes of each journal's files (snapshot and segments as written; the open segment's preallocated blocks not counted), by journal: outbox, forward, deadletter, broker_sessions.", "journal"),
+		sessionsLiveBytes: r.NewGauge("faceagent_broker_sessions_live_bytes",
+			"Bytes the embedded broker's live session records take in a snapshot of its sessions journal (kept sessions' clients, subscriptions, in-flight and queued messages, retained messages)."),
+		sessionsWritable: r.NewGauge("faceagent_broker_sessions_journal_writable",
+			"1 while the embedded broker's sessions journal takes writes; 0 while it refuses them (a full disk): messages for kept sessions, their subscriptions and connections are refused until it recovers by itself."),
+		sessionsFailures: r.NewCounter("faceagent_broker_sessions_journal_failures_total",
+			"Times the embedded broker's sessions journal began refusing writes (a failed write or fsync)."),
+		sessionsResets: r.NewCounter("faceagent_broker_sessions_journal_recoveries_total",
+			"Times the embedded broker's sessions journal was written anew from its live records and took writes again."),
+		sessionsRefused: r.NewCounter("faceagent_broker_sessions_refused_writes_total",
+			"Session records the embedded broker could not store (their publishers, subscriptions and connections were refused)."),
+		sessionsCompactions: r.NewCounter("faceagent_broker_sessions_compactions_total",
+			"Snapshots that replaced the embedded broker's sessions journal files."),
+
 		forwardBacklog: r.NewGauge("faceagent_forward_backlog",
 			"Forwarded acks and heartbeats journalled and not yet accepted by the upstream broker."),
 		forwardBacklogBytes: r.NewGauge("faceagent_forward_backlog_bytes",
@@ -136,6 +163,7 @@ func (a *Agent) registerMetrics() {
 	}
 	r.OnScrape(a.scrapeOutbox)
 	r.OnScrape(a.scrapeStore)
+	r.OnScrape(a.scrapeJournals)
 	r.OnScrape(func() {
 		if a.drops != nil {
 			a.m.brokerDropped.With("inflight_quota").Set(a.drops.inflightDropped())
@@ -154,6 +182,7 @@ func (a *Agent) scrapeOutbox() {
 	a.m.journalBytes.Set(js.Bytes)
 	a.m.journalBatches.Set(js.Batches)
 	a.m.journalSegments.Set(float64(js.Segments))
+	a.m.journalFileBytes.With("outbox").Set(float64(js.FileBytes))
 	ps := ob.Stats()
 	a.m.payloadFileBytes.Set(float64(ps.PayloadFileBytes))
 	a.m.payloadsOnHeap.Set(float64(ps.PayloadsOnHeap))
@@ -185,6 +214,31 @@ func (a *Agent) scrapeStore() {
 	for b, n := range st.Refused {
 		a.m.storeRefused.With(statestore.Bound(b).String()).Set(n)
 	}
+}
+
+// scrapeJournals mirrors the size of every journal and the broker's sessions journal's
+// health. The outbox's journal is scraped with the outbox.
+func (a *Agent) scrapeJournals() {
+	if a.fwd != nil {
+		a.m.journalFileBytes.With("forward").Set(float64(a.fwd.j.Stats().FileBytes))
+	}
+	if a.take != nil && a.take.dead != nil {
+		a.m.journalFileBytes.With("deadletter").Set(float64(a.take.dead.j.Stats().FileBytes))
+	}
+	if a.broker == nil || !a.started.Load() {
+		return
+	}
+	st := a.broker.SessionsStats()
+	if st.FileBytes == 0 {
+		return // no DataDir: nothing stored
+	}
+	a.m.journalFileBytes.With("broker_sessions").Set(float64(st.FileBytes))
+	a.m.sessionsLiveBytes.Set(float64(st.LiveBytes))
+	a.m.sessionsWritable.Set(b2f(st.Err == nil))
+	a.m.sessionsFailures.Set(st.Failures)
+	a.m.sessionsResets.Set(st.Resets)
+	a.m.sessionsRefused.Set(st.RefusedWrites)
+	a.m.sessionsCompactions.Set(st.Compactions)
 }
 
 func (m *agentMetrics) result(r outbox.Result) {

@@ -38,25 +38,45 @@ type inlinePublisher struct {
 	srv     *mqtt.Server
 	serving <-chan struct{} // closed once the broker has started
 	drops   *dropWatch      // nil: drops go unnoticed (informational messages)
-	// br, when set, publishes with PublishDeferred: Sync must then be called before a
+	// br, when set, publishes with PublishDeferred: SyncSince must then be called before a
 	// published message counts as stored.
 	br *broker.Broker
 }
 
-// Sync returns once what was published before is stored by the embedded broker.
-func (p inlinePublisher) Sync() error {
+// Mark returns the point from which SyncSince checks what is published.
+func (p inlinePublisher) Mark() uint64 {
+	if p.br == nil {
+		return 0
+	}
+	return uint64(p.br.SessionsMark())
+}
+
+// SyncSince returns once what was published is stored by the embedded broker, with an
+// error if any of what was published since mark (Mark's return) is not: a commit of the
+// broker's sessions journal that failed, even if a later one succeeded (a full disk,
+// freed again), must not let the batch count as stored.
+func (p inlinePublisher) SyncSince(mark uint64) error {
 	if p.br == nil {
 		return nil
 	}
-	return p.br.SyncSessions()
+	return p.br.SyncSessionsSince(broker.SessionsMark(mark))
 }
 
-// syncPublished returns once what p published so far is stored, for a publisher whose
-// Publish may return earlier (inlinePublisher with br): call it before marking published
-// messages reported.
-func syncPublished(p publisher) error {
-	if s, ok := p.(interface{ Sync() error }); ok {
-		return s.Sync()
+// publishMark returns the point from which syncPublished checks what p publishes: take it
+// before publishing a batch.
+func publishMark(p publisher) uint64 {
+	if s, ok := p.(interface{ Mark() uint64 }); ok {
+		return s.Mark()
+	}
+	return 0
+}
+
+// syncPublished returns once what p published is stored, for a publisher whose Publish
+// may return earlier (inlinePublisher with br), with an error if any of what it published
+// since mark (publishMark) is not: call it before marking published messages reported.
+func syncPublished(p publisher, mark uint64) error {
+	if s, ok := p.(interface{ SyncSince(uint64) error }); ok {
+		return s.SyncSince(mark)
 	}
 	return nil
 }
@@ -226,6 +246,7 @@ func (r *reporter) drain(ctx context.Context) (more bool, sent int, err error) {
 	// In order, up to the publisher's window in flight; n is the prefix accepted. Stop at
 	// the first failure so results stay in order. A result the embedded broker dropped
 	// for one subscriber reached the others: they get it again.
+	mark := publishMark(r.pub)
 	n, err := publishInOrder(ctx, r.pub, len(results), func(i int) (string, []byte, bool) {
 		return r.topic, payloads[i], false
 	})
@@ -238,7 +259,7 @@ func (r *reporter) drain(ctx context.Context) (more bool, sent int, err error) {
 	payloads = payloads[:n]
 	done := results[:len(payloads)]
 	if len(done) > 0 {
-		if serr := syncPublished(r.pub); serr != nil {
+		if serr := syncPublished(r.pub, mark); serr != nil {
 			r.log.Warn("storing results in the broker's sessions failed; will retry", "err", serr)
 			done, err = nil, serr
 		}

@@ -2,47 +2,11 @@ package broker
 
 import (
 	"errors"
-	"log/slog"
-	"strings"
 	"testing"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
-
-	"github.com/seed0e69bba5/faceagent/agent/journal"
 )
-
-// TestFailedCommitStaysFailed: a write whose commit failed is reported failed by wait even
-// after a later commit succeeded (it is not on disk), and sync reports the latest commit.
-func TestFailedCommitStaysFailed(t *testing.T) {
-	j, err := journal.Open(t.TempDir(), &journal.Options{MaxRecordSize: 1 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := newCommitter(j, slog.New(slog.DiscardHandler))
-	if err := c.replay(); err != nil {
-		t.Fatal(err)
-	}
-	c.start()
-	defer func() { _ = c.close() }()
-
-	big, ok := c.enqueue(write{key: "big", value: []byte(strings.Repeat("x", 4<<10))})
-	if !ok {
-		t.Fatal("queue closed")
-	}
-	if err := c.wait(big); err == nil {
-		t.Fatal("a record over the journal's limit was committed")
-	}
-	if err := c.enqueueWait(write{key: "small", value: []byte("ok")}); err != nil {
-		t.Fatalf("a small record after the failed one: %v", err)
-	}
-	if err := c.wait(big); err == nil {
-		t.Fatal("the failed write reads as committed once a later commit succeeded")
-	}
-	if err := c.sync(); err != nil {
-		t.Fatalf("sync after a successful commit: %v", err)
-	}
-}
 
 // failingAckWaiter is a storage hook whose messages never reach the disk.
 type failingAckWaiter struct{ mqtt.HookBase }

@@ -65,6 +65,11 @@ type Options struct {
 	// DataDir, when set, keeps MQTT sessions (a journal in SessionsDir) and the state store's
 	// persistent keys there across restarts. Empty: everything in memory.
 	DataDir string
+	// SessionsSegmentSize is the segment size of the sessions journal (0:
+	// DefaultSessionsSegmentSize, 4 MiB). The journal's files stay within about twice the
+	// live records plus two segments (doc.go, "Persistence"): the open segment's blocks are
+	// reserved at its creation, and compaction waits for a segment's worth of dead bytes.
+	SessionsSegmentSize int64
 	// VolatileTopics are topic filters whose messages are not written to the
 	// sessions journal: a kept session still gets them while the broker runs,
 	// but not after a restart (informational messages, e.g. forwarded
@@ -135,7 +140,8 @@ type Broker struct {
 	service  *service
 	auth     *authHook
 	sessions *sessionStore // nil without DataDir
-	deferred *mqtt.Client  // inline client of PublishDeferred
+	takeover *takeoverGuard
+	deferred *mqtt.Client // inline client of PublishDeferred
 	drops    *dropLog
 	// housekeeper drives mochi's expiry loop; nil if mochi's layout was not recognised.
 	housekeeper *housekeeper
@@ -238,7 +244,7 @@ func New(opts *Options) (*Broker, error) {
 			return nil, fmt.Errorf("broker: data dir: %w", err)
 		}
 		sessions = &sessionStore{srv: srv, volatile: o.VolatileTopics, log: o.Logger,
-			dir: filepath.Join(o.DataDir, SessionsDir)}
+			dir: filepath.Join(o.DataDir, SessionsDir), segmentSize: o.SessionsSegmentSize}
 		if err := srv.AddHook(sessions, nil); err != nil {
 			srv.Close()
 			return nil, fmt.Errorf("broker: sessions: %w", err)
@@ -248,6 +254,7 @@ func New(opts *Options) (*Broker, error) {
 	// Not in srv.Clients, so the session store does not wait for its messages' records.
 	b.deferred = srv.NewClient(nil, mqtt.LocalListener, "$deferred-inline", true)
 	takeover := newTakeoverGuard(srv, sessions, o.Logger)
+	b.takeover = takeover
 	if err := srv.AddHook(takeover, nil); err != nil {
 		srv.Close()
 		return nil, err
@@ -371,7 +378,10 @@ func (b *Broker) PublishDeferred(topic string, payload []byte, qos byte) error {
 
 // SyncSessions returns once every in-flight message record queued so far for
 // the sessions journal is on disk (fsynced), with the error of the last failed
-// commit if one failed. Without DataDir it returns nil at once.
+// commit if one failed. Without DataDir it returns nil at once. A publisher that
+// must know whether all it published is stored uses SessionsMark and
+// SyncSessionsSince: a commit that failed before a later one succeeded is not
+// reported here.
 func (b *Broker) SyncSessions() error {
 	if b.sessions == nil {
 		return nil
@@ -387,6 +397,46 @@ func (b *Broker) Healthy() error { return b.listener.healthy() }
 // RefusedConnections returns how many sockets were closed as soon as they were accepted,
 // beyond Options.MaxConnecting or MaxClients + MaxConnecting.
 func (b *Broker) RefusedConnections() int64 { return b.listener.refused.Load() }
+
+// SessionsMark is a point in the writes queued for the sessions journal.
+type SessionsMark uint64
+
+// SessionsMark returns the point the writes queued from now on come after.
+func (b *Broker) SessionsMark() SessionsMark {
+	if b.sessions == nil || b.sessions.commit == nil {
+		return 0
+	}
+	return SessionsMark(b.sessions.commit.mark())
+}
+
+// SyncSessionsSince returns once everything queued for the sessions journal so far is
+// written, with an error if a write queued after mark failed: nil means that every
+// message published (PublishDeferred, Server().Publish) since SessionsMark returned mark
+// is on disk for the kept sessions it went to. Without DataDir it returns nil at once.
+func (b *Broker) SyncSessionsSince(mark SessionsMark) error {
+	if b.sessions == nil || b.sessions.commit == nil {
+		return nil
+	}
+	return b.sessions.commit.syncSince(uint64(mark))
+}
+
+// SessionsErr returns the error with which the sessions journal refuses writes (a full
+// disk, a failed fsync), nil while it takes them or without DataDir. It recovers by
+// itself once the disk takes writes again (doc.go, "Persistence").
+func (b *Broker) SessionsErr() error {
+	if b.sessions == nil || b.sessions.commit == nil {
+		return nil
+	}
+	return b.sessions.commit.brokenErr()
+}
+
+// SessionsStats returns the sessions journal's size and health (zero without DataDir).
+func (b *Broker) SessionsStats() SessionsStats {
+	if b.sessions == nil || b.sessions.commit == nil {
+		return SessionsStats{}
+	}
+	return b.sessions.commit.stats()
+}
 
 // Addr returns the bound host:port (the configured address before Start).
 func (b *Broker) Addr() string { return b.listener.Address() }

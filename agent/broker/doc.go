@@ -181,24 +181,49 @@
 // The journal holds puts and deletes of records (sessionrecord.go: a client,
 // a subscription, an in-flight message with its packet id, a retained
 // message, each in mochi's storage encoding); the broker mirrors the live
-// records in memory, replays the journal at start and replaces it by a
-// snapshot of the live records once dead ones outnumber them four times (and
-// exceed 4,096), so it stays within a few times the live state. Not written:
-// sessions that started clean and end with their connection (nor their
-// subscriptions or messages), mochi's inline clients, $SYS counters. A
-// session's records go when it expires or ends. A broker-sessions.db (bbolt)
-// of an earlier release is no longer read: a warning names it once at start;
-// it is left in place.
+// records in memory and replays the journal at start. Not written: sessions
+// that started clean and end with their connection (nor their subscriptions
+// or messages), mochi's inline clients, $SYS counters. A session's records go
+// when it expires or ends. A broker-sessions.db (bbolt) of an earlier release
+// is no longer read: a warning names it once at start; it is left in place.
+//
+// Disk bound (sessioncompact.go): once the dead bytes in the journal's files
+// (replaced and deleted records) exceed both a segment and the live records'
+// bytes, a snapshot of the live records replaces the files, written in the
+// background while commits go on. With L the live records' bytes (about 500
+// bytes each plus 4/3 of its payload: mochi's storage encoding is JSON; the
+// live set is bounded by the kept sessions'
+// in-flight and queued messages, max_queued_messages each, their
+// subscriptions and the retained messages) and S the segment size
+// (Options.SessionsSegmentSize, 4 MiB), broker-sessions/ occupies at most
+//
+//	2×L + max(S, L) + S
+//
+// on disk, plus the group commit that crossed the threshold and what is
+// committed while a snapshot is being written: the files (L live, up to
+// max(S, L) dead), a snapshot being written (L) and the new open segment,
+// whose blocks are reserved when it is created. While the live records are small, as they are unless a session
+// keeps many messages, that is about two segments: 8 MiB. A session that
+// keeps many messages (offline, not acknowledging, not reading) adds its
+// messages to L, three times at most; it cannot keep the journal from
+// shrinking, nor can anything else: only dead bytes start a compaction, and
+// each one rewrites the live records once after at least as many dead bytes,
+// so the journal writes each byte of session data at most about twice.
+// TestSessionsJournalStaysBoundedUnderLoad holds the directory to this bound
+// under the state store SDK's request/response load; docs/benchmarks.md has
+// the bytes on disk over a run.
 //
 // Changes are written in group commits (groupcommit.go): one journal record,
 // fsynced, for everything queued while the previous one was written; a
 // message acknowledged before its record was committed is never written.
 // Durability, exactly:
 //
-//   - Server().Publish returns once the message's records are on disk.
-//     PublishDeferred does not wait; SyncSessions returns once everything
-//     queued before it is on disk: publish a batch, sync once, then treat the
-//     batch as stored.
+//   - Server().Publish returns once the message's records are committed, or
+//     their commit failed: mochi's Publish has no storage error to return.
+//     PublishDeferred does not wait. A publisher that must know takes
+//     Broker.SessionsMark before it publishes a batch and calls
+//     SyncSessionsSince after: nil means all of the batch is on disk
+//     (SyncSessions reports only the last commit's error).
 //   - A QoS 1/2 message from a network client is acknowledged (PUBACK,
 //     PUBREC) once its records for the kept sessions it went to are on disk:
 //     mochi is patched to route before it acknowledges
@@ -208,13 +233,39 @@
 //     message is not waited for.
 //   - The deletion of an acknowledged message's record may be lost in a
 //     crash: the message is sent again after the restart (at least once).
-//   - A kept session's client record is on disk before its first packet
-//     after CONNACK is read; a subscription, before its SUBACK is sent; a
-//     retained message, when mochi's hook for it returns (waited for, whoever
-//     published it).
+//   - A kept session's client record is on disk before its CONNACK is sent
+//     (with a clean start's deletion of the session it replaces; mochi is
+//     patched to wait, third_party/mochi/README.md); a subscription, before
+//     its SUBACK is sent; a retained message from a network client before its
+//     PUBACK (as a message to a kept session), from Server().Publish or a
+//     will when mochi's hook for it returns.
 //   - Messages on Options.VolatileTopics are never written: a kept session
 //     gets them while the broker runs, not after a restart.
 //   - Close writes everything queued.
+//
+// # A full disk
+//
+// When a write or fsync of the sessions journal fails (sessionfail.go), what
+// needs a record is refused, never acknowledged: a QoS 1/2 PUBLISH that went
+// to a kept session, or a retained one, gets no PUBACK and its client is
+// disconnected (0x80; it sends it again); a kept session's SUBSCRIBE gets
+// SUBACK 0x80 for each filter, and the subscription is not made; a CONNECT
+// of a kept session (or a clean start over a stored one) gets CONNACK 0x88
+// (MQTT 3.1.1: 0x03); SyncSessions and SyncSessionsSince return the error.
+// Messages routed to kept sessions meanwhile are delivered while the broker
+// runs but are not stored. With a backoff (0.1 s, doubling up to 5 s) the
+// broker writes its live records anew (journal.Reset: a new snapshot, the
+// old files deleted, none of them read) and takes writes again once that
+// succeeds, without a restart: records whose fsync failed are not counted as
+// on disk. The deletions that failed meanwhile (acknowledged messages,
+// UNSUBSCRIBEs, sessions that ended) are written then; an UNSUBSCRIBE is
+// acknowledged even when its deletion failed (mochi has no reason code to
+// change by then), and a restart before the journal takes writes again
+// brings that subscription back. Broker.SessionsErr reports the failure while
+// it lasts (the agent's /healthz and faceagent_up, not its watchdog: a
+// restart would not help), Broker.SessionsStats counts failures, recoveries
+// and refused writes. The failure is logged once, then once a minute while it
+// lasts, its end once, and the refusals at most once every 10 s.
 //
 // # Housekeeping
 //
@@ -262,8 +313,11 @@
 //     a QoS 2 PUBLISH it sends again is delivered again.
 //   - One record (a message with its properties) larger than the journal's
 //     MaxRecordSize (16 MiB) cannot be stored: the error is logged and the
-//     message is kept in memory only. A compaction runs on the committer
-//     goroutine: commits wait for it (it writes the live records only).
+//     message is kept in memory only.
+//   - A group commit larger than 1 MiB is written as several journal
+//     records: a crash after some of them were written but before the commit
+//     was confirmed replays those (a refused SUBSCRIBE among them would come
+//     back). Only bursts of large messages make such commits.
 //   - A sessions journal that does not replay (a damaged record that is not a
 //     torn tail) stops New with an error naming the directory; move it away
 //     to start with no sessions.

@@ -45,8 +45,8 @@ func (h *sessionStore) OnQosPublish(cl *mqtt.Client, pk packets.Packet, sent int
 		h.log.Error("broker: encoding an in-flight record failed", "client", cl.ID, "error", err)
 		return
 	}
-	seq, ok := h.commit.enqueue(write{key: inflightKey(cl.ID, pk.PacketID), value: rec})
-	if !ok {
+	seq, err := h.commit.enqueue(write{key: inflightKey(cl.ID, pk.PacketID), value: rec})
+	if err != nil {
 		return
 	}
 	switch from, known := h.publisher(pk); {

@@ -1,6 +1,9 @@
 package broker
 
 import (
+	"encoding/binary"
+	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -24,60 +27,75 @@ import (
 // caller calls Broker.SyncSessions once for a batch; nor for the state store's responses,
 // answers a client asks again for. A network client's QoS 1/2 message is waited for once,
 // after it is routed to every subscriber (sessionStore.WaitBeforeAck), before mochi writes
-// its PUBACK: the records of all its kept sessions share one commit. Clients, subscriptions and retained
-// messages are rare and always waited for, as each was its own transaction before.
+// its PUBACK: the records of all its kept sessions share one commit. So are its retained
+// messages. Clients (before CONNACK), subscriptions (before SUBACK) are rare and always
+// waited for, and refused to the client when they could not be written.
 //
-// The committer also holds the live records (the journal's state) in memory: a snapshot
-// replaces the log once dead records outnumber live ones compactFactor times.
+// The committer also holds the live records (the journal's state) in memory. With them it
+// compacts the journal in the background (sessioncompact.go), and after a failed write it
+// gets the journal going again by itself once space is back (sessionfail.go).
 
 // maxQueuedWrites bounds the writes waiting for the committer; a publisher that finds the
 // queue full waits (its read loop, or its Publish call).
 const maxQueuedWrites = 4096
 
-// Compaction: a snapshot is written when more than compactMinDead records are dead and
-// they outnumber the live ones compactFactor times, so the journal stays within about
-// (compactFactor+1) times the live state plus compactMinDead records.
-const (
-	compactFactor  = 4
-	compactMinDead = 4096
-)
-
 // maxBatchRecord is the size past which a group commit is split into several journal
 // records (all appended, then one wait: still one fsync in the common case).
 const maxBatchRecord = 1 << 20
 
+// DefaultSessionsSegmentSize is the sessions journal's segment size when
+// Options.SessionsSegmentSize is 0. Small, for a gateway's flash: the open segment's
+// blocks are reserved at its creation, and compaction waits for this many dead bytes.
+const DefaultSessionsSegmentSize = 4 << 20
+
+// sessionsMaxRecord is the journal's MaxRecordSize: one session record (a message with its
+// properties) larger than this cannot be stored.
+const sessionsMaxRecord = 16 << 20
+
+// errRecordTooLarge is returned for a record over sessionsMaxRecord: it is not queued.
+var errRecordTooLarge = fmt.Errorf("broker: session record larger than %d bytes", sessionsMaxRecord)
+
 // write is one queued change: a put or delete of key, or (dropClient) the deletion of
-// every record of a client id.
+// every record of a client id, then the put of key when it is set too: one change, so that
+// a clean start's deletion of the old session and the new session's client record are
+// written together or not at all.
 type write struct {
 	key        string
 	value      []byte // nil: delete
-	dropClient string // non-empty: delete all records of this client (key unused)
+	dropClient string // non-empty: delete all records of this client first
 }
 
 // committer writes queued session records in group commits and mirrors the live ones.
 type committer struct {
 	j   *journal.Journal
 	log *slog.Logger
+	// minDead is the least number of dead bytes a compaction waits for: the journal's
+	// segment size (sessioncompact.go).
+	minDead int64
 
 	mu        sync.Mutex
-	cond      *sync.Cond // queue grew, a commit finished, or closing
+	cond      *sync.Cond // queue grew, a commit finished, a retry is due, or closing
 	queue     []write
 	queued    uint64         // writes ever queued
 	committed uint64         // writes ever committed (or failed)
 	failed    []failedWrites // the writes whose commit failed, oldest first (at most maxFailedRanges)
+	forgotten failedWrites   // the latest range that maxFailedRanges pushed out of failed
 	lastErr   error          // the latest commit's error (sync)
 	closed    bool
 	started   bool // run was started (set before, by the owner)
 	done      chan struct{}
 
-	// The live records as committed, and each client's keys in them. Written only by the
-	// committer goroutine (and before it starts), under mu.
-	live     map[string][]byte
-	byClient map[string]map[string]struct{}
-	dead     int // records in the journal that a later record replaced or deleted
+	// The live records as committed, each client's keys in them, and the bytes they take
+	// in a snapshot. Written only by the committer goroutine (and before it starts), under
+	// mu; that goroutine reads them without it.
+	live      map[string][]byte
+	byClient  map[string]map[string]struct{}
+	liveBytes int64
 
-	commits   uint64 // group commits written (tests, benchmarks)
-	snapshots uint64 // compactions (tests)
+	compaction compaction // sessioncompact.go
+	health     health     // sessionfail.go
+
+	commits uint64 // group commits written (tests, benchmarks)
 }
 
 // failedWrites are the writes numbered from..to, whose commit failed with err.
@@ -91,9 +109,10 @@ type failedWrites struct {
 const maxFailedRanges = 64
 
 func newCommitter(j *journal.Journal, log *slog.Logger) *committer {
-	c := &committer{j: j, log: log, done: make(chan struct{}),
+	c := &committer{j: j, log: log, done: make(chan struct{}), minDead: DefaultSessionsSegmentSize,
 		live: make(map[string][]byte), byClient: make(map[string]map[string]struct{})}
 	c.cond = sync.NewCond(&c.mu)
+	c.health.init()
 	return c
 }
 
@@ -109,14 +128,13 @@ func (c *committer) replay() error {
 
 // apply makes op part of the live state (caller: the committer goroutine, or replay).
 func (c *committer) apply(op sessionOp) {
-	_, had := c.live[op.key]
+	old, had := c.live[op.key]
 	if had {
-		c.dead++ // the record op replaces or deletes
+		c.liveBytes -= snapshotRecordSize(op.key, old)
 	}
 	client := keyClient(op.key)
 	if op.value == nil {
 		if had {
-			c.dead++ // the delete record itself
 			delete(c.live, op.key)
 			if keys := c.byClient[client]; keys != nil {
 				delete(keys, op.key)
@@ -128,6 +146,7 @@ func (c *committer) apply(op sessionOp) {
 		return
 	}
 	c.live[op.key] = op.value
+	c.liveBytes += snapshotRecordSize(op.key, op.value)
 	if client != "" {
 		keys := c.byClient[client]
 		if keys == nil {
@@ -138,33 +157,48 @@ func (c *committer) apply(op sessionOp) {
 	}
 }
 
+// snapshotRecordSize is what the record key=value takes in a snapshot: one journal frame
+// holding one put (appendSessionOps).
+func snapshotRecordSize(key string, value []byte) int64 {
+	return int64(journal.FrameOverhead + 2 + uvarintLen(len(key)) + len(key) + uvarintLen(len(value)) + len(value))
+}
+
+func uvarintLen(n int) int {
+	var b [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(b[:], uint64(n))
+}
+
 // start starts the committer goroutine (after replay).
 func (c *committer) start() {
 	c.started = true
 	go c.run()
 }
 
-// enqueue queues w and returns its sequence number for wait; false once closed.
-func (c *committer) enqueue(w write) (uint64, bool) {
+// enqueue queues w and returns its sequence number for wait; journal.ErrClosed once
+// closed, errRecordTooLarge for a record the journal could not take (not queued).
+func (c *committer) enqueue(w write) (uint64, error) {
+	if w.value != nil && opSize(sessionOp{key: w.key, value: w.value}) > sessionsMaxRecord {
+		return 0, errRecordTooLarge
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for len(c.queue) >= maxQueuedWrites && !c.closed {
 		c.cond.Wait()
 	}
 	if c.closed {
-		return 0, false
+		return 0, journal.ErrClosed
 	}
 	c.queue = append(c.queue, w)
 	c.queued++
 	c.cond.Broadcast()
-	return c.queued, true
+	return c.queued, nil
 }
 
 // enqueueWait queues w and waits for its commit.
 func (c *committer) enqueueWait(w write) error {
-	seq, ok := c.enqueue(w)
-	if !ok {
-		return journal.ErrClosed
+	seq, err := c.enqueue(w)
+	if err != nil {
+		return err
 	}
 	return c.wait(seq)
 }
@@ -177,11 +211,19 @@ func (c *committer) wait(seq uint64) error {
 	for c.committed < seq {
 		c.cond.Wait()
 	}
+	return c.failedSinceLocked(seq-1, seq)
+}
+
+// failedSinceLocked returns the error of a failed write numbered after from, up to to, if
+// there is one (the latest). Called with mu held.
+func (c *committer) failedSinceLocked(from, to uint64) error {
 	for i := len(c.failed) - 1; i >= 0; i-- {
-		if f := c.failed[i]; seq >= f.from && seq <= f.to {
-			return f.err
-		} else if seq > f.to {
+		f := c.failed[i]
+		if f.to <= from {
 			break
+		}
+		if f.from <= to {
+			return f.err
 		}
 	}
 	return nil
@@ -195,9 +237,33 @@ func (c *committer) recordFailure(from, to uint64, err error) {
 		return
 	}
 	if len(c.failed) == maxFailedRanges {
+		c.forgotten = c.failed[0]
 		c.failed = append(c.failed[:0], c.failed[1:]...)
 	}
 	c.failed = append(c.failed, failedWrites{from: from, to: to, err: err})
+}
+
+// mark returns the number of writes queued so far, for syncSince.
+func (c *committer) mark() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.queued
+}
+
+// syncSince waits for everything queued so far and returns the error of a write queued
+// after mark (mark's return) whose commit failed, if any: nil means that every write queued
+// since mark is on disk.
+func (c *committer) syncSince(mark uint64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	seq := c.queued
+	for c.committed < seq {
+		c.cond.Wait()
+	}
+	if c.forgotten.to > mark {
+		return c.forgotten.err // one of the failures no longer listed was after mark
+	}
+	return c.failedSinceLocked(mark, seq)
 }
 
 // sync waits for everything queued so far, with the error of the commit of the last of
@@ -219,6 +285,13 @@ func (c *committer) hasClient(client string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.byClient[client]) > 0
+}
+
+// committedValue returns the committed value of key (nil when there is none).
+func (c *committer) committedValue(key string) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.live[key]
 }
 
 // onDiskHas reports whether key is committed (tests).
@@ -256,6 +329,8 @@ func (c *committer) close() error {
 	if c.started {
 		<-c.done
 	}
+	c.health.stop()
+	c.waitCompaction()
 	return c.j.Close()
 }
 
@@ -263,19 +338,34 @@ func (c *committer) run() {
 	defer close(c.done)
 	for {
 		c.mu.Lock()
-		for len(c.queue) == 0 && !c.closed {
+		for len(c.queue) == 0 && !c.closed && !c.health.retryDueLocked() {
 			c.cond.Wait()
 		}
-		if len(c.queue) == 0 {
+		if len(c.queue) == 0 && c.closed {
 			c.mu.Unlock()
 			return
 		}
 		batch, upTo := c.queue, c.queued
 		c.queue = nil
 		c.cond.Broadcast() // room in the queue
+		retry := c.health.broken != nil && (c.closed || c.health.retryDueLocked())
 		c.mu.Unlock()
 
-		err := c.commit(batch)
+		if retry {
+			c.recover() // Close tries once more whatever the backoff says
+		}
+		if len(batch) == 0 {
+			continue // a retry was due, nothing queued
+		}
+		err := c.brokenErr()
+		if err == nil {
+			if err = c.commit(batch); err != nil {
+				c.fail(err)
+			}
+		}
+		if err != nil {
+			c.refuse(batch)
+		}
 
 		c.mu.Lock()
 		if err != nil {
@@ -283,10 +373,13 @@ func (c *committer) run() {
 		}
 		c.lastErr = err
 		c.committed = upTo
+		if err == nil {
+			c.health.backoff = retryFirst // the next failure's backoff starts over
+		}
 		c.cond.Broadcast()
 		c.mu.Unlock()
-		if err == nil && c.dead > compactMinDead && c.dead > compactFactor*len(c.live) {
-			c.compact()
+		if err == nil {
+			c.maybeCompact()
 		}
 	}
 }
@@ -321,6 +414,9 @@ func (c *committer) effective(batch []write) []sessionOp {
 		for _, k := range drop {
 			set(k, nil)
 		}
+		if w.key != "" {
+			set(w.key, w.value)
+		}
 	}
 	out := ops[:0]
 	for _, op := range ops {
@@ -336,7 +432,8 @@ func (c *committer) effective(batch []write) []sessionOp {
 }
 
 // commit writes the effective changes of batch and waits for them to be durable; nothing
-// at all when every change deletes a record that was never written.
+// at all when every change deletes a record that was never written. An error is the
+// journal's: it refuses appends from then on (sessionfail.go gets it going again).
 func (c *committer) commit(batch []write) error {
 	ops := c.effective(batch)
 	if len(ops) == 0 {
@@ -366,38 +463,10 @@ func (c *committer) commit(batch []write) error {
 		}
 	}
 	c.mu.Unlock()
-	if err != nil {
+	if err != nil && !errors.Is(err, journal.ErrNoSpace) && !errors.Is(err, journal.ErrFailed) && !errors.Is(err, journal.ErrClosed) {
+		// Not the journal refusing appends (an append refused on its own): say so, the
+		// journal does not.
 		c.log.Error("broker: writing to the sessions journal failed", "records", len(ops), "error", err)
 	}
 	return err
-}
-
-// compact replaces the journal by a snapshot of the live records. Only the committer
-// appends, so nothing races with the checkpoint; the live map changes only here, on this
-// goroutine, so it is read without the lock.
-func (c *committer) compact() {
-	cp, err := c.j.Checkpoint()
-	if err == nil {
-		var rec []byte
-		err = c.j.WriteSnapshot(cp, func(emit func([]byte) error) error {
-			for k, v := range c.live {
-				rec = appendSessionOps(rec[:0], []sessionOp{{key: k, value: v}})
-				if err := emit(rec); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	}
-	if err != nil {
-		c.log.Warn("broker: compacting the sessions journal failed; trying again later", "error", err)
-		c.mu.Lock()
-		c.dead = 0 // try again after as many dead records as it took this time
-		c.mu.Unlock()
-		return
-	}
-	c.mu.Lock()
-	c.dead = 0
-	c.snapshots++
-	c.mu.Unlock()
 }

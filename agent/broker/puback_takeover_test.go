@@ -24,9 +24,9 @@ func TestWaitBeforeAckSharedByConnectionsOfOneID(t *testing.T) {
 	c := openTestCommitter(t, t.TempDir())
 	h := &sessionStore{commit: c, log: slog.New(slog.DiscardHandler)}
 	key := inflightKey("office", 1)
-	seq, ok := c.enqueue(write{key: key, value: []byte("message")}) // the committer is not started yet
-	if !ok {
-		t.Fatal("enqueue refused")
+	seq, err := c.enqueue(write{key: key, value: []byte("message")}) // the committer is not started yet
+	if err != nil {
+		t.Fatal(err)
 	}
 	h.waitBeforeAck("office", seq) // routed from the new connection
 	old, next := &mqtt.Client{ID: "office"}, &mqtt.Client{ID: "office"}

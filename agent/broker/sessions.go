@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/storage"
@@ -25,11 +27,15 @@ import (
 // go with it when it expires or ends.
 type sessionStore struct {
 	mqtt.HookBase
-	srv      *mqtt.Server
-	dir      string   // the journal's directory
-	volatile []string // topic filters whose messages are not stored
-	log      *slog.Logger
-	commit   *committer // set by Init
+	srv         *mqtt.Server
+	dir         string   // the journal's directory
+	segmentSize int64    // the journal's SegmentSize (0: DefaultSessionsSegmentSize)
+	volatile    []string // topic filters whose messages are not stored
+	log         *slog.Logger
+	commit      *committer // set by Init
+	// refusedLog rate-limits the errors logged for what the store refused while the journal
+	// is down (each a publisher not acknowledged, a subscription or a connection refused).
+	refusedLog rateLimit
 
 	// beforeAck holds, per network publisher (client id), the last record its messages
 	// queued while being routed: WaitBeforeAck waits for it, so mochi (patched: PUBACK
@@ -46,7 +52,7 @@ func (h *sessionStore) ID() string { return "faceagent-sessions" }
 
 func (h *sessionStore) Provides(b byte) bool {
 	switch b {
-	case mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnSubscribed, mqtt.OnUnsubscribed,
+	case mqtt.OnDisconnect, mqtt.OnSubscribed, mqtt.OnUnsubscribed,
 		mqtt.OnRetainMessage, mqtt.OnWillSent, mqtt.OnQosPublish, mqtt.OnQosComplete,
 		mqtt.OnQosDropped, mqtt.OnClientExpired, mqtt.OnRetainedExpired,
 		mqtt.StoredClients, mqtt.StoredInflightMessages, mqtt.StoredRetainedMessages,
@@ -68,11 +74,15 @@ func (h *sessionStore) Init(any) error {
 	if _, err := os.Stat(legacy); err == nil {
 		h.log.Warn("broker: a sessions file of an earlier release is no longer read; sessions are kept in "+h.dir+" now (the old file may be deleted)", "file", legacy)
 	}
-	j, err := journal.Open(h.dir, &journal.Options{Logger: h.log})
+	if h.segmentSize <= 0 {
+		h.segmentSize = DefaultSessionsSegmentSize
+	}
+	j, err := journal.Open(h.dir, &journal.Options{Logger: h.log, SegmentSize: h.segmentSize, MaxRecordSize: sessionsMaxRecord})
 	if err != nil {
 		return err
 	}
 	c := newCommitter(j, h.log)
+	c.minDead = h.segmentSize
 	if err := c.replay(); err != nil {
 		_ = j.Close()
 		return fmt.Errorf("sessions journal %s: %w", h.dir, err)
@@ -99,49 +109,68 @@ func (h *sessionStore) sync() error {
 	return h.commit.sync()
 }
 
-// put queues a record and waits for it; errors are logged by the committer.
-func (h *sessionStore) putWait(key string, v interface{ MarshalBinary() ([]byte, error) }) {
+// putWait queues a record and waits for its commit; an error says it is not on disk.
+func (h *sessionStore) putWait(key string, v interface{ MarshalBinary() ([]byte, error) }) error {
 	b, err := v.MarshalBinary()
 	if err != nil {
 		h.log.Error("broker: encoding a session record failed", "record", describeKey(key), "error", err)
-		return
+		return err
 	}
-	_ = h.commit.enqueueWait(write{key: key, value: b})
+	return h.commit.enqueueWait(write{key: key, value: b})
 }
 
-// dropClient deletes every record of client id; waits when some are committed.
+// dropClient deletes every record of client id; waits when some are committed. A deletion
+// that fails is written when the journal takes writes again (sessionfail.go).
 func (h *sessionStore) dropClient(id string) {
 	known := h.commit.hasClient(id)
-	seq, ok := h.commit.enqueue(write{dropClient: id})
-	if ok && known {
+	seq, err := h.commit.enqueue(write{dropClient: id})
+	if err == nil && known {
 		_ = h.commit.wait(seq)
 	}
 }
 
-// OnSessionEstablish deletes what an earlier session of the client id left when this one
-// starts clean (mochi discards that session): before mochi takes it over and registers
-// the new client, so no record of the new session can be queued before the deletion.
-func (h *sessionStore) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
-	if !cl.Net.Inline && (cl.Properties.Clean || sessionEndsWithConnection(cl)) {
-		h.dropClient(cl.ID)
+// WaitBeforeConnack stores what a network client's session needs on disk before mochi
+// (patched, third_party/mochi/README.md) takes over an earlier connection of the client id
+// and writes the CONNACK: the deletion of what an earlier session left when this one
+// starts clean (mochi discards that session), and the client record of a session kept
+// beyond the connection, in one write, so that both are on disk or neither is. An error
+// refuses the connection (CONNACK 0x88), and the earlier session stays as it was, on disk
+// too. No record of the new session can be queued before: mochi registers the client only
+// after this returns.
+func (h *sessionStore) WaitBeforeConnack(cl *mqtt.Client) error {
+	if cl.Net.Inline {
+		return nil
 	}
+	ends := sessionEndsWithConnection(cl)
+	w := write{}
+	if cl.Properties.Clean || ends {
+		w.dropClient = cl.ID
+	}
+	if !ends {
+		b, err := clientRecord(cl).MarshalBinary()
+		if err != nil {
+			return err
+		}
+		w.key, w.value = clientKey(cl.ID), b
+	} else if !h.commit.hasClient(cl.ID) {
+		// Nothing to delete and nothing to store: queue the (empty) deletion, not waited for.
+		_, _ = h.commit.enqueue(w)
+		return nil
+	}
+	err := h.commit.enqueueWait(w)
+	if err != nil {
+		h.logRefused("broker: a session could not be stored; its connection is refused (CONNACK 0x88)", cl.ID, err)
+	}
+	return err
 }
 
-// OnSessionEstablished stores the client of a kept session (not one that ends with its
-// connection).
-func (h *sessionStore) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
-	if sessionEndsWithConnection(cl) {
-		return
-	}
-	h.putWait(clientKey(cl.ID), clientRecord(cl))
-}
-
-// OnWillSent stores the client without the will mochi just sent.
+// OnWillSent stores the client without the will mochi just sent. If that fails, the will
+// stays in the record: a restart may send it again.
 func (h *sessionStore) OnWillSent(cl *mqtt.Client, _ packets.Packet) {
 	if sessionEndsWithConnection(cl) {
 		return
 	}
-	h.putWait(clientKey(cl.ID), clientRecord(cl))
+	_ = h.putWait(clientKey(cl.ID), clientRecord(cl))
 }
 
 // OnDisconnect deletes a session that ends now (expire), unless it was taken over: its
@@ -195,7 +224,12 @@ func clientRecord(cl *mqtt.Client) *storage.Client {
 // matching QoS 1 message was then held in flight, and written, for a client that is never
 // connected. Nor are the subscriptions of a session that ends with its connection stored.
 
-// OnSubscribed stores the subscriptions of a kept session.
+// OnSubscribed stores the subscriptions of a kept session. mochi calls it after it
+// subscribed and before it writes the SUBACK, with the SUBACK's reason codes: a filter whose
+// record could not be stored gets 0x80 (Unspecified error; MQTT 3.1.1: 0x80 Failure)
+// instead of its granted QoS, and mochi's subscription is taken back (the one it replaced,
+// if any, is put back as stored), so that the client's view, the broker's and the disk's
+// agree. mochi sends no retained messages for a refused filter.
 func (h *sessionStore) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []byte) {
 	if sessionEndsWithConnection(cl) {
 		return
@@ -204,7 +238,8 @@ func (h *sessionStore) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCo
 		if i >= len(reasonCodes) || reasonCodes[i] >= packets.ErrUnspecifiedError.Code {
 			continue // refused: mochi did not subscribe it
 		}
-		h.putWait(subscriptionKey(cl.ID, f.Filter), &storage.Subscription{
+		key := subscriptionKey(cl.ID, f.Filter)
+		err := h.putWait(key, &storage.Subscription{
 			ID:                cl.ID + ":" + f.Filter,
 			T:                 storage.SubscriptionKey,
 			Client:            cl.ID,
@@ -215,10 +250,37 @@ func (h *sessionStore) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCo
 			RetainHandling:    f.RetainHandling,
 			RetainAsPublished: f.RetainAsPublished,
 		})
+		if err != nil {
+			reasonCodes[i] = packets.ErrUnspecifiedError.Code
+			h.unsubscribeUnstored(cl, f.Filter, h.commit.committedValue(key))
+			h.logRefused("broker: a subscription could not be stored; refused (SUBACK 0x80)", cl.ID, err)
+		}
 	}
 }
 
-// OnUnsubscribed deletes the stored subscriptions.
+// unsubscribeUnstored takes back mochi's subscription of cl to filter, whose record could
+// not be stored, and puts back the subscription stored before (prev, its record), if any.
+func (h *sessionStore) unsubscribeUnstored(cl *mqtt.Client, filter string, prev []byte) {
+	if h.srv == nil {
+		return
+	}
+	var old storage.Subscription
+	if prev != nil && old.UnmarshalBinary(prev) == nil {
+		sub := packets.Subscription{Filter: old.Filter, Identifier: old.Identifier, NoLocal: old.NoLocal,
+			RetainHandling: old.RetainHandling, Qos: old.Qos, RetainAsPublished: old.RetainAsPublished}
+		h.srv.Topics.Subscribe(cl.ID, sub)
+		cl.State.Subscriptions.Add(filter, sub)
+		return
+	}
+	if h.srv.Topics.Unsubscribe(filter, cl.ID) {
+		atomic.AddInt64(&h.srv.Info.Subscriptions, -1)
+	}
+	cl.State.Subscriptions.Delete(filter)
+}
+
+// OnUnsubscribed deletes the stored subscriptions. mochi has no reason code to change by
+// then: a deletion that failed is written when the journal takes writes again
+// (sessionfail.go); a restart before that brings the subscription back.
 func (h *sessionStore) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 	if sessionEndsWithConnection(cl) {
 		return
@@ -228,15 +290,39 @@ func (h *sessionStore) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 	}
 }
 
-// OnRetainMessage stores a retained message, or deletes it (r == -1).
+// OnRetainMessage stores a retained message, or deletes it (r == -1). A network client's
+// QoS 1/2 PUBLISH is acknowledged only once that is on disk (WaitBeforeAck, as for the
+// messages it routes to kept sessions: not acknowledged, and disconnected, if it failed);
+// Server().Publish and a will wait for it here. A QoS 0 one is not waited for, nor one from
+// PublishDeferred (SyncSessions).
 func (h *sessionStore) OnRetainMessage(cl *mqtt.Client, pk packets.Packet, r int64) {
-	if r == -1 {
-		_ = h.commit.enqueueWait(write{key: retainedKey(pk.TopicName)})
+	w := write{key: retainedKey(pk.TopicName)}
+	if r != -1 {
+		m := messageRecord(cl.ID, pk, 0)
+		m.T, m.ID, m.PacketID = storage.RetainedKey, pk.TopicName, 0
+		b, err := m.MarshalBinary()
+		if err != nil {
+			h.log.Error("broker: encoding a retained message failed", "topic", pk.TopicName, "error", err)
+			return
+		}
+		w.value = b
+	}
+	seq, err := h.commit.enqueue(w)
+	if err != nil {
+		h.log.Error("broker: a retained message cannot be stored; it is kept in memory only", "topic", pk.TopicName, "error", err)
 		return
 	}
-	m := messageRecord(cl.ID, pk, 0)
-	m.T, m.ID, m.PacketID = storage.RetainedKey, pk.TopicName, 0
-	h.putWait(retainedKey(pk.TopicName), m)
+	from, known := h.publisher(pk)
+	switch {
+	case known && from.Net.Inline:
+		_ = h.commit.wait(seq) // Server().Publish
+	case cl.Net.Inline || pk.FixedHeader.Qos == 0:
+		// PublishDeferred (SyncSessions), or nobody to acknowledge.
+	case pk.PacketID != 0 && known:
+		h.waitBeforeAck(from.ID, seq) // a network client's PUBLISH: before its PUBACK
+	default:
+		_ = h.commit.wait(seq) // a will (no packet id): its client is leaving
+	}
 }
 
 // OnRetainedExpired deletes an expired retained message.
@@ -279,7 +365,7 @@ func inflightRecord(cl *mqtt.Client, pk packets.Packet, sent int64) ([]byte, err
 
 // deleteInflight removes pk's record (queued behind its put).
 func (h *sessionStore) deleteInflight(cl *mqtt.Client, pk packets.Packet) {
-	h.commit.enqueue(write{key: inflightKey(cl.ID, pk.PacketID)})
+	_, _ = h.commit.enqueue(write{key: inflightKey(cl.ID, pk.PacketID)})
 }
 
 // publisher returns the registered client that published pk: a network client, or the
@@ -339,9 +425,18 @@ func (h *sessionStore) WaitBeforeAck(cl *mqtt.Client) error {
 	}
 	h.ackMu.Unlock()
 	if err != nil {
-		h.log.Error("broker: messages for kept sessions not stored; their publisher is not acknowledged and is disconnected", "client", cl.ID, "error", err)
+		h.logRefused("broker: messages for kept sessions not stored; their publisher is not acknowledged and is disconnected", cl.ID, err)
 	}
 	return err
+}
+
+// logRefused logs what the store refused to a client, at most once every refusedLogEvery
+// (a journal that is down refuses every publisher, subscription and connection that needs
+// it; its own failure and recovery are logged by the committer).
+func (h *sessionStore) logRefused(msg, client string, err error) {
+	if n, ok := h.refusedLog.allow(time.Now()); ok {
+		h.log.Error(msg, "client", client, "error", err, "suppressed", n)
+	}
 }
 
 // isVolatile reports whether topic matches Options.VolatileTopics.

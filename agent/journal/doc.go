@@ -26,6 +26,9 @@
 //	err = j.WriteSnapshot(cp, func(emit func([]byte) error) error { ...emit each live record... })
 //	// While running, find old records again (reads every file; damage skipped and listed):
 //	losses, err := j.ReadRecords(func(rec []byte) error { ... })
+//	// After a full disk (ErrNoSpace) an owner that holds its whole state can go on without
+//	// Close and Open: once space is free, replace the log by that state.
+//	err = j.Reset(func(emit func([]byte) error) error { ...emit each live record... })
 //
 // Records are opaque bytes to the journal; the outbox encodes its records with msgp and
 // versions them itself.
@@ -109,7 +112,9 @@
 //	payload    [length]byte
 //
 // Segment numbers are contiguous. Replay reads the snapshot (if any), then every segment
-// numbered >= the snapshot's number, in order.
+// numbered >= the snapshot's number, in order. Stats.FileBytes is the size of these files
+// (the open segment's preallocated blocks not counted): what an owner that compacts by
+// bytes compares with its live state.
 //
 // # Invariants
 //
@@ -131,15 +136,24 @@
 //   - After a failed write or fsync (the writer's or WriteOut's) the journal refuses appends
 //     and WriteOut (ErrNoSpace, ErrFailed), and reports the failure once through OnFailure
 //     from the writer goroutine, before any waiter of a lost record wakes:
-//     a partial write is cut back, so what was durable stays readable; Close and Open again.
+//     a partial write is cut back, so what was durable stays readable; Close and Open again,
+//     or Reset. A record that failed stays failed: after Reset, Wait for it still returns
+//     its error, and it is in no file the journal reads again.
+//   - Reset writes the new state to a snapshot numbered after every segment there is, and
+//     only once that is durable creates the next segment and deletes the older files: a
+//     crash leaves the old files or the new snapshot. It never reads the old files, whose
+//     tail a failed fsync left unknown.
 //
 // # Caveats
 //
 //   - Durability is the filesystem's: fsync on a device that lies about flushes (some SD
 //     cards) is not durable. Use a filesystem with ordered data (ext4 data=ordered).
-//   - A disk-full journal does not resume by itself; its owner reopens it once space is free.
-//     This is deliberate: after a failed write the owner's in-memory state may be ahead of
-//     the disk, and replay is the one way back to a state the disk agrees with.
+//   - A disk-full journal does not resume by itself; its owner reopens it once space is free,
+//     or, if it holds its whole state in memory, calls Reset with it (the broker's sessions
+//     journal does, retrying with a backoff). This is deliberate: after a failed write the
+//     owner's in-memory state may be ahead of the disk, and only the owner knows which state
+//     the disk must agree with: replay (reopen) or its own (Reset). Reset needs free space
+//     for that state while the old files still exist.
 //   - WriteOut runs write(2) on the caller's goroutine. It never waits for an fsync of its
 //     own, but a write can wait for the filesystem (ext4's journal commit that a running
 //     fsync started, a busy disk): usually microseconds, its worst case milliseconds

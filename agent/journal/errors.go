@@ -16,12 +16,14 @@ var (
 
 	// ErrNoSpace is returned (wrapped, with the file and the cause) when a write failed because
 	// the disk is full. The journal truncates the failed batch away and refuses every later
-	// append; what was durable before stays readable. Free space, then Close and Open again.
+	// append; what was durable before stays readable. Free space, then Close and Open again,
+	// or Reset.
 	ErrNoSpace = errors.New("journal: no space left on device; refusing appends")
 
 	// ErrFailed is returned (wrapped with the cause) by every append after a write or fsync
 	// failed for a reason other than a full disk. After a failed fsync the kernel may have
-	// dropped dirty pages, so the journal never retries one: Close and Open again.
+	// dropped dirty pages, so the journal never retries one: Close and Open again, or Reset
+	// (which writes the owner's state anew and reads nothing the failure left in doubt).
 	ErrFailed = errors.New("journal: a write or fsync failed; refusing appends")
 
 	// ErrTooLarge is returned by Append for a record larger than Options.MaxRecordSize.

@@ -20,6 +20,10 @@ const (
 	formatVersion   = 1
 )
 
+// FrameOverhead is what the journal adds to each record in a file: its frame header. An
+// owner that compacts by bytes counts a live record as this plus its own length.
+const FrameOverhead = frameHeaderSize
+
 var (
 	segmentKind  = [6]byte{'F', 'A', 'J', 'R', 'N', 'L'}
 	snapshotKind = [6]byte{'F', 'A', 'S', 'N', 'A', 'P'}

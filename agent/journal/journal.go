@@ -123,6 +123,12 @@ type Stats struct {
 	WriteOuts uint64 // writes made by WriteOut (no fsync)
 	Segments  int    // live segment files
 	Snapshots uint64 // snapshots written
+	// FileBytes is the size of the journal's files now: its snapshot and segments, as
+	// written (blocks preallocated past the open segment's end not counted; see the package
+	// doc, "Segment preallocation").
+	FileBytes int64
+	// Resets counts the Resets that replaced the journal's content.
+	Resets uint64
 }
 
 // Journal is an append-only, checksummed, group-committed log in one directory. It is safe
@@ -145,6 +151,8 @@ type Journal struct {
 	// segReserved says that seg may hold blocks reserved beyond its end (preallocated), to
 	// be released when it is sealed or closed.
 	segReserved bool
+	// openBytes mirrors segSize for Stats, which does not take wmu.
+	openBytes atomic.Int64
 
 	// For WriteOut's lock-free check: the last sequence number issued, and the last one
 	// written to the file (every record up to it is there, fsynced or not).
@@ -169,10 +177,17 @@ type Journal struct {
 	firstSeg   uint64 // oldest live segment
 	snapNum    uint64 // newest snapshot (0: none)
 	recovery   Recovery
+	// The sizes of the snapshot and of the sealed segments (by number), for Stats.FileBytes.
+	snapBytes   int64
+	sealedBytes map[uint64]int64
+	// lost lists the records a Reset dropped (appended, never durable), oldest first: Wait
+	// answers them with the error they failed with.
+	lost []lostRecords
 
 	kick chan struct{}
 	lazy chan struct{}
 	ckpt chan chan checkpointResult
+	rset chan resetRequest
 	quit chan struct{}
 	done chan struct{}
 
@@ -193,12 +208,14 @@ func Open(dir string, opts *Options) (*Journal, error) {
 	}
 	j := &Journal{
 		dir: dir, opts: o, fs: o.FS, log: o.Logger, lock: lock,
-		next: 1,
-		kick: make(chan struct{}, 1),
-		lazy: make(chan struct{}, 1),
-		ckpt: make(chan chan checkpointResult),
-		quit: make(chan struct{}),
-		done: make(chan struct{}),
+		next:        1,
+		sealedBytes: make(map[uint64]int64),
+		kick:        make(chan struct{}, 1),
+		lazy:        make(chan struct{}, 1),
+		ckpt:        make(chan chan checkpointResult),
+		rset:        make(chan resetRequest),
+		quit:        make(chan struct{}),
+		done:        make(chan struct{}),
 	}
 	if err := j.recover(); err != nil {
 		if j.seg != nil {
@@ -208,6 +225,7 @@ func Open(dir string, opts *Options) (*Journal, error) {
 		return nil, err
 	}
 	j.syncedSize = j.segSize
+	j.openBytes.Store(j.segSize)
 	go j.run()
 	if o.OnOpen != nil {
 		o.OnOpen(j)
@@ -293,6 +311,10 @@ func (j *Journal) wake(c chan struct{}) {
 // Each batch has its own channel, so a finished fsync wakes only the appends it covered.
 func (j *Journal) Wait(seq Seq) error {
 	j.mu.Lock()
+	if err := j.lostLocked(seq); err != nil {
+		j.mu.Unlock()
+		return err
+	}
 	if j.durable >= seq {
 		j.mu.Unlock()
 		return nil
@@ -329,7 +351,8 @@ type batch struct {
 	err  error         // set before done is closed
 }
 
-// Durable returns the highest sequence number known durable.
+// Durable returns the highest sequence number known durable, or settled: the records a
+// Reset dropped count as settled (Wait returns their error).
 func (j *Journal) Durable() Seq {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -349,6 +372,10 @@ func (j *Journal) Stats() Stats {
 	defer j.mu.Unlock()
 	s := j.stats
 	s.Segments = int(j.segNum - j.firstSeg + 1)
+	s.FileBytes = j.snapBytes + j.openBytes.Load()
+	for _, n := range j.sealedBytes {
+		s.FileBytes += n
+	}
 	return s
 }
 

@@ -172,7 +172,7 @@ func (j *Journal) recover() error {
 			return err
 		}
 		rec.Snapshot, rec.SnapshotRecords, rec.Lost = path, r.records, r.lost
-		j.snapNum = files.snapshot
+		j.snapNum, j.snapBytes = files.snapshot, int64(len(data))
 	}
 	if len(files.segments) == 0 {
 		first := max(files.snapshot, 1)
@@ -203,6 +203,7 @@ func (j *Journal) recover() error {
 		rec.Records += r.records
 		rec.Lost = append(rec.Lost, r.lost...)
 		if !last {
+			j.sealedBytes[n] = int64(len(data))
 			continue
 		}
 		if r.emptyHdr {

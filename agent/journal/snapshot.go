@@ -81,18 +81,52 @@ func (j *Journal) WriteSnapshot(cp Checkpoint, write func(emit func(rec []byte) 
 	if cp.Segment <= first {
 		return nil // nothing older to replace
 	}
-	final := j.snapPath(cp.Segment)
+	off, _, err := j.writeSnapshotFile(cp.Segment, write)
+	if err != nil {
+		return err
+	}
+	// The snapshot is durable: the files it replaces can go. A crash from here on leaves
+	// leftovers that Open removes.
+	for n := first; n < cp.Segment; n++ {
+		if err := j.fs.Remove(j.segPath(n)); err != nil && !os.IsNotExist(err) {
+			return j.ioErr("remove", j.segPath(n), err)
+		}
+	}
+	if oldSnap > 0 && oldSnap != cp.Segment {
+		if err := j.fs.Remove(j.snapPath(oldSnap)); err != nil && !os.IsNotExist(err) {
+			return j.ioErr("remove", j.snapPath(oldSnap), err)
+		}
+	}
+	j.mu.Lock()
+	j.snapNum = cp.Segment
+	j.firstSeg = cp.Segment
+	j.snapBytes = off
+	for n := range j.sealedBytes {
+		if n < cp.Segment {
+			delete(j.sealedBytes, n)
+		}
+	}
+	j.stats.Snapshots++
+	j.mu.Unlock()
+	return j.fs.SyncDir(j.dir)
+}
+
+// writeSnapshotFile writes the snapshot numbered num with the records write emits, durably
+// (temporary file, fsync, rename, fsync of the directory), and returns its size. On an error
+// renamed says whether the snapshot is in place nevertheless (the directory's fsync failed).
+func (j *Journal) writeSnapshotFile(num uint64, write func(emit func([]byte) error) error) (size int64, renamed bool, err error) {
+	final := j.snapPath(num)
 	tmp := final + tempExt
 	f, err := j.fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
 	if err != nil {
-		return j.ioErr("create", tmp, err)
+		return 0, false, j.ioErr("create", tmp, err)
 	}
-	fail := func(err error) error {
+	fail := func(err error) (int64, bool, error) {
 		f.Close()
 		j.fs.Remove(tmp)
-		return err
+		return 0, false, err
 	}
-	buf := appendFileHeader(make([]byte, 0, 1<<16), snapshotKind, cp.Segment)
+	buf := appendFileHeader(make([]byte, 0, 1<<16), snapshotKind, num)
 	var off int64
 	flush := func() error {
 		if _, err := f.WriteAt(buf, off); err != nil {
@@ -126,31 +160,14 @@ func (j *Journal) WriteSnapshot(cp Checkpoint, write func(emit func(rec []byte) 
 	}
 	if err := f.Close(); err != nil {
 		j.fs.Remove(tmp)
-		return j.ioErr("close", tmp, err)
+		return 0, false, j.ioErr("close", tmp, err)
 	}
 	if err := j.fs.Rename(tmp, final); err != nil {
 		j.fs.Remove(tmp)
-		return j.ioErr("rename", tmp, err)
+		return 0, false, j.ioErr("rename", tmp, err)
 	}
 	if err := j.fs.SyncDir(j.dir); err != nil {
-		return j.ioErr("fsync directory", j.dir, err)
+		return 0, true, j.ioErr("fsync directory", j.dir, err)
 	}
-	// The snapshot is durable: the files it replaces can go. A crash from here on leaves
-	// leftovers that Open removes.
-	for n := first; n < cp.Segment; n++ {
-		if err := j.fs.Remove(j.segPath(n)); err != nil && !os.IsNotExist(err) {
-			return j.ioErr("remove", j.segPath(n), err)
-		}
-	}
-	if oldSnap > 0 && oldSnap != cp.Segment {
-		if err := j.fs.Remove(j.snapPath(oldSnap)); err != nil && !os.IsNotExist(err) {
-			return j.ioErr("remove", j.snapPath(oldSnap), err)
-		}
-	}
-	j.mu.Lock()
-	j.snapNum = cp.Segment
-	j.firstSeg = cp.Segment
-	j.stats.Snapshots++
-	j.mu.Unlock()
-	return j.fs.SyncDir(j.dir)
+	return off, true, nil
 }

@@ -33,10 +33,13 @@ func (j *Journal) run() {
 	}()
 	for {
 		var reply chan checkpointResult
+		var rq *resetRequest
 		quitting := false
 		select {
 		case <-j.kick:
 		case reply = <-j.ckpt:
+		case r := <-j.rset:
+			rq = &r
 		case <-j.quit:
 			quitting = true
 		case <-j.lazy:
@@ -47,12 +50,14 @@ func (j *Journal) run() {
 			case <-t.C:
 			case <-j.kick:
 			case reply = <-j.ckpt:
+			case r := <-j.rset:
+				rq = &r
 			case <-j.quit:
 				quitting = true
 			}
 			t.Stop()
 		}
-		if reply == nil && !quitting && j.opts.Sync == SyncBatch && !lastEnd.IsZero() {
+		if reply == nil && rq == nil && !quitting && j.opts.Sync == SyncBatch && !lastEnd.IsZero() {
 			if pause := j.opts.BatchWindow - time.Since(lastEnd); pause > 0 {
 				t := time.NewTimer(pause)
 				select {
@@ -68,6 +73,9 @@ func (j *Journal) run() {
 		}
 		if reply != nil {
 			reply <- j.checkpoint()
+		}
+		if rq != nil {
+			rq.reply <- j.reset(rq.write)
 		}
 		if quitting {
 			return
@@ -201,6 +209,7 @@ func (j *Journal) writeLocked(b []byte, upto Seq, byWriteOut bool) error {
 			}
 		} else {
 			j.segSize += int64(len(b))
+			j.openBytes.Store(j.segSize)
 		}
 	}
 	j.mu.Lock()
@@ -247,6 +256,7 @@ func (j *Journal) syncTo(end int64) error {
 	j.mu.Unlock()
 	j.seg.Truncate(j.syncedSize) // best effort
 	j.segSize = j.syncedSize
+	j.openBytes.Store(j.segSize)
 	return err
 }
 
@@ -283,8 +293,11 @@ func (j *Journal) rotate() error {
 	if err != nil {
 		return err
 	}
+	sealed := j.segSize
 	j.seg, j.segSize, j.syncedSize, j.segReserved = f, fileHeaderSize, fileHeaderSize, reserved
 	j.mu.Lock()
+	j.sealedBytes[j.segNum] = sealed
+	j.openBytes.Store(fileHeaderSize)
 	j.segNum++
 	j.mu.Unlock()
 	return nil

@@ -7,15 +7,23 @@ import (
 )
 
 // maybeCompact starts a compaction when the journal holds many more records than the table
-// has live entries. It runs in the background; the table is locked only while the journal
-// seals its segment and the live state is copied.
+// has live entries: compactN dead records, or compactBytes appended since the last snapshot
+// and more than it, once the dead records also outnumber the live ones. It runs in the
+// background; the table is locked only while the journal seals its segment and the live
+// state is copied.
 func (o *Outbox) maybeCompact() {
 	if o.compacting || o.closed {
 		return
 	}
 	live := o.t.items.len() + len(o.pending)
-	if dead := o.records - live; dead < o.compactN || dead < live {
+	dead := o.records - live
+	if dead < live {
 		return
+	}
+	if dead < o.compactN {
+		if appended := o.j.Stats().FileBytes - o.baseBytes; appended < max(o.compactBytes, o.baseBytes) {
+			return
+		}
 	}
 	o.startCompaction()
 }
@@ -56,6 +64,7 @@ func (o *Outbox) compact() error {
 			o.compactAfterRepair(bad.r.ID, bad.r.Ord, bad.ref)
 		} else if written {
 			o.repair.compact = false
+			o.baseBytes = o.j.Stats().FileBytes
 		}
 		if pinned {
 			s.pins--

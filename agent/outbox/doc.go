@@ -173,8 +173,13 @@
 //   - After the journal fails (disk full, I/O error) the outbox stops dispatching and refuses
 //     intake with ErrJournal; Err reports it. Close and Open again once the cause is fixed:
 //     the table is rebuilt from what is on disk.
-//   - Compaction holds the table lock while the journal seals its segment (one fsync) and
-//     the live state is copied; the snapshot is written without it.
+//   - Compaction starts once the dead records outnumber the live ones and either
+//     Options.CompactAfter of them are dead (50,000) or Options.CompactBytes were appended
+//     since the last snapshot and more than it (16 MiB): the journal's files stay within
+//     twice the live state plus that, and the open segment's reserved blocks
+//     (journal.Options.SegmentSize, 64 MiB by default) come on top. It holds the table
+//     lock while the journal seals its segment (one fsync) and the live state is copied;
+//     the snapshot is written without it.
 //   - Online state, breakers and counters are not journalled: after a restart every device
 //     is offline until heard from.
 //   - Message ids, task ids and person ids are limited to 65535 bytes each (ErrInvalidTask),

@@ -31,8 +31,11 @@ type Options struct {
 	// not yet reported. Default 100,000.
 	MaxQueued int
 	// CompactAfter is how many dead journal records trigger a snapshot (and only once they
-	// also outnumber the live ones). Default 50,000.
+	// also outnumber the live ones). Default 50,000. So do CompactBytes appended since the
+	// last snapshot, once they are also more than that snapshot: records larger than usual
+	// cannot pile up under the count. Default 16 MiB.
 	CompactAfter int
+	CompactBytes int64
 	// Clock is the time source. Default: the system clock.
 	Clock Clock
 	// Seed seeds the retry jitter. 0: random.
@@ -60,6 +63,9 @@ type Outbox struct {
 	maxDev   int
 	maxAll   int
 	compactN int
+	// compactBytes: bytes appended since the last snapshot that trigger one (with
+	// compactN's other condition, and once they are more than the snapshot).
+	compactBytes int64
 
 	ctx    context.Context // cancelled by Close: aborts Sends
 	cancel context.CancelFunc
@@ -67,24 +73,27 @@ type Outbox struct {
 
 	jerr atomic.Pointer[error] // set (without o.mu) when the journal refused a write
 
-	mu         sync.Mutex
-	t          *table
-	settings   Settings
-	configs    map[string]DeviceConfig
-	rng        *rand.Rand
-	pending    map[string]pendingAdd // adds written but not yet durable
-	enc        []byte
-	sends      []sendJob // decided under mu, handed on by startSendsLocked
-	takeIDs    []string  // MarkReported's list of ids to record, reused
-	errBuf     []byte    // supersededBy's
-	inline     []sendJob // non-blocking sends for unlock to make
-	nonBlock   NonBlockingSender
-	heap       deviceHeap
-	retained   []*item // failed and reported, by finish time (item.next), each once: purged after FailedRetention
-	timerGen   uint64
-	timerAt    int64 // when the armed timer fires (unix ns), 0 when none
-	timer      Timer
-	records    int // journal records since the last snapshot, snapshot included
+	mu       sync.Mutex
+	t        *table
+	settings Settings
+	configs  map[string]DeviceConfig
+	rng      *rand.Rand
+	pending  map[string]pendingAdd // adds written but not yet durable
+	enc      []byte
+	sends    []sendJob // decided under mu, handed on by startSendsLocked
+	takeIDs  []string  // MarkReported's list of ids to record, reused
+	errBuf   []byte    // supersededBy's
+	inline   []sendJob // non-blocking sends for unlock to make
+	nonBlock NonBlockingSender
+	heap     deviceHeap
+	retained []*item // failed and reported, by finish time (item.next), each once: purged after FailedRetention
+	timerGen uint64
+	timerAt  int64 // when the armed timer fires (unix ns), 0 when none
+	timer    Timer
+	records  int // journal records since the last snapshot, snapshot included
+	// baseBytes is the journal's FileBytes after the last snapshot (at Open: what was
+	// there): what was appended since is FileBytes less it (compact.go).
+	baseBytes  int64
 	compacting bool
 	closed     bool
 	resultsC   chan struct{}
@@ -117,6 +126,9 @@ func Open(dir string, sender Sender, opts *Options) (*Outbox, error) {
 	if o.CompactAfter <= 0 {
 		o.CompactAfter = 50_000
 	}
+	if o.CompactBytes <= 0 {
+		o.CompactBytes = 16 << 20
+	}
 	if o.Clock == nil {
 		o.Clock = realClock{}
 	}
@@ -129,7 +141,7 @@ func Open(dir string, sender Sender, opts *Options) (*Outbox, error) {
 	}
 	ob := &Outbox{
 		sender: sender, clock: o.Clock, log: o.Logger,
-		maxDev: o.MaxQueuedPerDevice, maxAll: o.MaxQueued, compactN: o.CompactAfter,
+		maxDev: o.MaxQueuedPerDevice, maxAll: o.MaxQueued, compactN: o.CompactAfter, compactBytes: o.CompactBytes,
 		t:        newTable(),
 		settings: o.Settings.withDefaults(),
 		configs:  map[string]DeviceConfig{},
@@ -173,6 +185,7 @@ func Open(dir string, sender Sender, opts *Options) (*Outbox, error) {
 		j.Close()
 		return nil, err
 	}
+	ob.baseBytes = j.Stats().FileBytes
 	ob.ctx, ob.cancel = context.WithCancel(context.Background())
 
 	ob.mu.Lock()

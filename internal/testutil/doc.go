@@ -1,4 +1,5 @@
 // Package testutil holds helpers shared by the tests of several packages: free loopback
-// ports, a Debian mosquitto broker started on one, and the re-exec-and-SIGKILL harness of
-// the crash tests (CrashChild). It is imported only from _test.go files.
+// ports, a Debian mosquitto broker started on one, the re-exec-and-SIGKILL harness of the
+// crash tests (CrashChild), and a small real filesystem to fill up (SmallFS, FillFS). It
+// is imported only from _test.go files.
 package testutil

@@ -168,6 +168,40 @@ type AckWaiter interface {
 	WaitBeforeAck(cl *Client) error
 }
 
+// ConnackWaiter is implemented by a hook that stores sessions (faceagent's session store):
+// WaitBeforeConnack stores what the connecting client's session needs on disk (the
+// deletion of an earlier session it starts clean over, the client of a session kept beyond
+// the connection) and returns once that is durable.
+//
+// faceagent patch (CONNACK after storing): upstream stored the client in
+// OnSessionEstablished, after the CONNACK, and a store that failed could not refuse the
+// session it had told the client it has. The server now calls WaitBeforeConnack after
+// OnSessionEstablish and before it takes over an earlier connection of the client id or
+// writes the CONNACK; if it returns an error, the connection is refused with CONNACK 0x88
+// (Server unavailable; MQTT 3.1.1: 0x03), the hooks get OnDisconnect for it (expire false:
+// they saw OnSessionEstablish) and the earlier session stays as it was.
+type ConnackWaiter interface {
+	WaitBeforeConnack(cl *Client) error
+}
+
+// waitBeforeConnack asks the hooks that store sessions (ConnackWaiter) to store cl's; on
+// an error it refuses the connection. faceagent patch (CONNACK after storing).
+func (s *Server) waitBeforeConnack(cl *Client) error {
+	for _, h := range s.hooks.GetAll() {
+		if w, ok := h.(ConnackWaiter); ok {
+			if err := w.WaitBeforeConnack(cl); err != nil {
+				err = fmt.Errorf("session not stored: %w", err)
+				_ = s.SendConnack(cl, packets.ErrServerUnavailable, false, nil)
+				// The hooks saw OnSessionEstablish: they forget the client as one that left
+				// (its session not ended: the one it would have taken over goes on).
+				s.hooks.OnDisconnect(cl, err, false)
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // heldAcks are the packet ids of the PUBACKs and PUBRECs routed but not yet written, per
 // client, in the order the client's PUBLISHes came; the acknowledgements themselves are in
 // the client's Inbound (faceagent patch (packet-id spaces): they were in its in-flight set,
@@ -659,6 +693,9 @@ func (s *Server) connectClient(cl *Client, listener string) error {
 	}()
 
 	s.hooks.OnSessionEstablish(cl, pk)
+	if err := s.waitBeforeConnack(cl); err != nil {
+		return err
+	}
 
 	sessionPresent := s.inheritClientSession(pk, cl)
 	s.Clients.Add(cl) // [MQTT-4.1.0-1]

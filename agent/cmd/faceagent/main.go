@@ -168,7 +168,7 @@ func serve(cfg *config.Config, path string, stderr io.Writer) int {
 				watchdogDone = make(chan struct{})
 				go func() {
 					defer close(watchdogDone)
-					_ = notifier.RunWatchdog(ctx, every, a.Healthy)
+					_ = notifier.RunWatchdog(ctx, every, a.NeedsRestart)
 				}()
 			}
 		case <-hup:

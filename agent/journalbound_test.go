@@ -1,0 +1,112 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/device/face"
+)
+
+// dirDiskBytes is what the files in dir occupy on disk, preallocated blocks included.
+func dirDiskBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, e := range ents {
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(dir, e.Name()), &st); err == nil { // gone: compacted meanwhile
+			n += st.Blocks * 512
+		}
+	}
+	return n
+}
+
+// smallLogBound is the most a forward or deadletter log occupies with live bytes of backlog,
+// when at most written bytes are written between two compaction checks (agent/doc.go,
+// "Disk"): the open segment's reserved blocks, the files (live, up to max(segment, live)
+// dead bytes and what was written since the last check), a snapshot being written (live),
+// and block rounding.
+func smallLogBound(live, written int64) int64 {
+	return smallLogSegment + 2*live + max(smallLogSegment, live) + written + 64<<10
+}
+
+// TestDeadLetterLogStaysWithinItsBound: deadletters carry the refused message, so 1,024
+// dead records (the count that starts a compaction) can be hundreds of megabytes; a stream
+// of 256 KiB deadletters, each published and reported, keeps the log's directory within its
+// bound all along.
+func TestDeadLetterLogStaysWithinItsBound(t *testing.T) {
+	const n, size = 300, 256 << 10
+	dir := t.TempDir()
+	pub := newCollector()
+	d, err := openDeadLetters(dir, journalOptions(config.Journal{Sync: config.SyncNone}), pub, "faceagent/gw/deadletter", testMetrics(), quietLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); d.wg.Wait() }()
+	d.start(ctx)
+	payload := []byte(strings.Repeat("x", size))
+	bound := smallLogBound(0, size+recordOverhead)
+	var most int64
+	for i := range n {
+		if err := d.add([][]byte{payload}); err != nil {
+			t.Fatal(err)
+		}
+		pub.waitFor(t, i+1)
+		waitBacklog(t, d, 0)
+		most = max(most, dirDiskBytes(t, dir))
+		if most > bound {
+			t.Fatalf("after %d deadletters of %d bytes the log occupies %d bytes, over its bound %d", i+1, size, most, bound)
+		}
+	}
+	t.Logf("%d deadletters of %d bytes: at most %d bytes on disk (bound %d), %d snapshots", n, size, most, bound, d.j.Stats().Snapshots)
+}
+
+// TestForwardLogStaysWithinItsBound: acks with the longest message and id a terminal may
+// send, each written (the upstream slower than the write-behind delay), published and
+// reported, 100 at a time, keep the forward log's directory within its bound through
+// several compactions.
+func TestForwardLogStaysWithinItsBound(t *testing.T) {
+	const rounds, perRound = 120, 100
+	dir := t.TempDir()
+	pub := newTopicCollector()
+	f, err := openForwarderBounded(dir, journalOptions(config.Journal{Sync: config.SyncNone}), pub, testForwardPrefix,
+		testMetrics(), quietLog, maxForwarded, maxForwardedBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.close()
+	f.writeDelay = 0 // every ack written at once
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); f.wg.Wait() }()
+	f.start(ctx)
+	message := strings.Repeat("m", face.MaxTextLen)
+	id := strings.Repeat("i", face.MaxIDLen-8)
+	bound := smallLogBound(0, perRound<<10) // a round's acks are written before they are reported
+	var most int64
+	for r := range rounds {
+		for i := range perRound {
+			f.ack("d1", face.Ack{MessageID: fmt.Sprintf("%s%08d", id, r*perRound+i), Code: 1, Message: message})
+		}
+		pub.waitFor(t, (r+1)*perRound)
+		waitFor(t, "the backlog to empty", func() bool { return f.m.forwardBacklog.Value() == 0 }, f.reported)
+		most = max(most, dirDiskBytes(t, dir))
+		if most > bound {
+			t.Fatalf("after %d acks the forward log occupies %d bytes, over its bound %d", (r+1)*perRound, most, bound)
+		}
+	}
+	if st := f.j.Stats(); st.Snapshots < 2 {
+		t.Fatalf("%d snapshots after %d acks of %d bytes", st.Snapshots, rounds*perRound, len(message))
+	}
+	t.Logf("%d acks: at most %d bytes on disk (bound %d), %d snapshots", rounds*perRound, most, bound, f.j.Stats().Snapshots)
+}
