@@ -17,6 +17,12 @@ import (
 // broker.max_packet_size (1 MiB), so that an oversized task message reaches the intake.
 const maxMessageSize = 64 << 10
 
+// badTaskCases is how many bad task messages badTasks sends a round, badTaskRounds how
+// many rounds.
+const badTaskCases = 13
+
+var badTaskRounds = scale(1, 20)
+
 // badTasks publishes task messages the intake must refuse; each is acknowledged (it is
 // dead-lettered, not lost) and each deadletter names the precise reason.
 func badTasks(t *testing.T, s *system) {
@@ -45,7 +51,10 @@ func badTasks(t *testing.T, s *system) {
 		{big, fmt.Sprintf("message too large: %d bytes (max_message_size %d)", len(big), maxMessageSize)},
 		{batch, "batch too large: 1001 tasks (max_batch 1000)"},
 	}
-	for range scale(1, 20) {
+	if len(cases) != badTaskCases {
+		t.Fatalf("%d cases, badTaskCases says %d", len(cases), badTaskCases)
+	}
+	for range badTaskRounds {
 		from := s.tr.bo.deadletterCount()
 		for _, c := range cases {
 			if code, err := mc.publish("faceagent/"+gateway+"/tasks", []byte(c.payload), nil); err != nil || code != 0 {

@@ -32,34 +32,46 @@ func encode(t *testing.T, pk packets.Packet) []byte {
 // the agent must close every one of them (with a DISCONNECT or a refusing CONNACK, or
 // without), within the connect timeout at the latest.
 func malformedMQTT(t *testing.T, s *system) {
-	// A keepalive of 2 s: the broker waits 1.5 times that for the rest of a packet cut
-	// short after CONNECT ([MQTT-3.1.2-22]).
-	connect := loginPacket("malformed", attacker(s))
-	connect.Connect.Keepalive = 2
-	valid := encode(t, connect)
-	withFlags := func(f func(b []byte)) []byte { b := bytes.Clone(valid); f(b); return b }
+	// Each case's CONNECT has a client id of its own (the cases run side by side: one
+	// id would have each new connection take the last one's session over and close it)
+	// and a keepalive of 2 s: the broker waits 1.5 times that for the rest of a packet
+	// cut short after CONNECT ([MQTT-3.1.2-22]).
+	connect := func(i int) []byte {
+		pk := loginPacket(fmt.Sprintf("malformed-%03d", i), attacker(s))
+		pk.Connect.Keepalive = 2
+		return encode(t, pk)
+	}
+	patch := func(f func(b []byte)) func([]byte) []byte {
+		return func(valid []byte) []byte { b := bytes.Clone(valid); f(b); return b }
+	}
 	publish := func(topic string, qos byte, id uint16) []byte {
 		return encode(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos},
 			TopicName: topic, PacketID: id, Payload: []byte("x")})
 	}
-	after := func(b ...[]byte) []byte { return bytes.Join(append([][]byte{valid}, b...), nil) }
-	cases := []struct {
-		name string
-		b    []byte
-	}{
-		{"protocol name MQTX", withFlags(func(b []byte) { b[7] = 'X' })},
-		{"protocol version 9", withFlags(func(b []byte) { b[8] = 9 })},
-		{"reserved connect flag", withFlags(func(b []byte) { b[9] |= 0x01 })},
-		{"will QoS 3", withFlags(func(b []byte) { b[9] |= 0x04 | 0x18 })},
-		{"password without user name", withFlags(func(b []byte) { b[9] |= 0x40 })},
-		{"remaining length of five bytes", []byte{0x10, 0xff, 0xff, 0xff, 0xff, 0x7f}},
-		{"remaining length over max_packet_size", append([]byte{0x10, 0x80, 0x80, 0x80, 0x01}, valid[2:]...)},
-		{"packet type 0", []byte{0x00, 0x00}},
-		{"PUBLISH before CONNECT", publish("dev/face/t1", 0, 0)},
-		{"SUBSCRIBE before CONNECT", encode(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
-			PacketID: 1, Filters: packets.Subscriptions{{Filter: "#"}}})},
-		{"PINGREQ before CONNECT", []byte{0xc0, 0x00}},
-		{"CONNECT twice", after(valid)},
+	alone := func(b []byte) func([]byte) []byte { return func([]byte) []byte { return b } }
+	after := func(b []byte) func([]byte) []byte {
+		return func(valid []byte) []byte { return append(bytes.Clone(valid), b...) }
+	}
+	type malformed struct {
+		name  string
+		bytes func(connect []byte) []byte
+	}
+	cases := []malformed{
+		{"protocol name MQTX", patch(func(b []byte) { b[7] = 'X' })},
+		{"protocol version 9", patch(func(b []byte) { b[8] = 9 })},
+		{"reserved connect flag", patch(func(b []byte) { b[9] |= 0x01 })},
+		{"will QoS 3", patch(func(b []byte) { b[9] |= 0x04 | 0x18 })},
+		{"password flag flipped", patch(func(b []byte) { b[9] ^= 0x40 })},
+		{"remaining length of five bytes", alone([]byte{0x10, 0xff, 0xff, 0xff, 0xff, 0x7f})},
+		{"remaining length over max_packet_size", func(valid []byte) []byte {
+			return append([]byte{0x10, 0x80, 0x80, 0x80, 0x01}, valid[2:]...)
+		}},
+		{"packet type 0", alone([]byte{0x00, 0x00})},
+		{"PUBLISH before CONNECT", alone(publish("dev/face/t1", 0, 0))},
+		{"SUBSCRIBE before CONNECT", alone(encode(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
+			PacketID: 1, Filters: packets.Subscriptions{{Filter: "#"}}}))},
+		{"PINGREQ before CONNECT", alone([]byte{0xc0, 0x00})},
+		{"CONNECT twice", func(valid []byte) []byte { return append(bytes.Clone(valid), valid...) }},
 		{"PUBLISH with QoS 3", after(withFirst(publish("a/b", 1, 1), 0x36))},
 		{"PUBLISH to a wildcard", after(publish("dev/face/+", 0, 0))},
 		{"PUBLISH QoS 1 with packet id 0", after([]byte{0x32, 0x06, 0x00, 0x01, 'a', 0x00, 0x00, 0x00})},
@@ -75,8 +87,11 @@ func malformedMQTT(t *testing.T, s *system) {
 		{"packet type 15 with flags", after([]byte{0xff, 0x00})},
 		{"packet cut short, then silence", after([]byte{0x30, 0x20, 0x00})},
 	}
+	if len(cases) != malformedCrafted {
+		t.Fatalf("%d crafted cases, malformedCrafted says %d", len(cases), malformedCrafted)
+	}
 	r := rand.New(rand.NewPCG(3, 4))
-	random := scale(20, 500)
+	random := malformedRandom
 	if s.pki != nil {
 		random /= 5 // each costs a TLS handshake, slow under the race detector
 	}
@@ -85,18 +100,16 @@ func malformedMQTT(t *testing.T, s *system) {
 		for j := range b {
 			b[j] = byte(r.Uint32())
 		}
+		c := malformed{fmt.Sprintf("random %d", i), alone(b)}
 		if i%2 == 1 {
-			b = after(b) // garbage after a good CONNECT
+			c.bytes = after(b) // garbage after a good CONNECT
 		}
-		cases = append(cases, struct {
-			name string
-			b    []byte
-		}{fmt.Sprintf("random %d", i), b})
+		cases = append(cases, c)
 	}
 	// malformedConcurrency cases at a time: those the broker ends by keepalive take 3 s.
 	slots := make(chan struct{}, malformedConcurrency)
 	var wg sync.WaitGroup
-	for _, c := range cases {
+	for i, c := range cases {
 		slots <- struct{}{}
 		wg.Add(1)
 		go func() {
@@ -108,19 +121,31 @@ func malformedMQTT(t *testing.T, s *system) {
 				return
 			}
 			defer conn.conn.Close()
-			if err := conn.write(c.b); err != nil {
+			b := c.bytes(connect(i))
+			if err := conn.write(b); err != nil {
 				return // the agent closed it while we wrote: what we want
 			}
-			if _, err := conn.closedWithin(connectTimeout + 5*time.Second); err != nil {
-				t.Errorf("%s (% x): %v", c.name, c.b[:min(len(c.b), 32)], err)
+			code, err := conn.closedWithin(connectTimeout + 5*time.Second)
+			if err != nil {
+				t.Errorf("%s (% x): %v", c.name, b[:min(len(b), 32)], err)
+			}
+			if code == packets.ErrSessionTakenOver.Code {
+				t.Errorf("%s: closed for a session takeover, not for what it sent", c.name)
 			}
 		}()
 	}
 	wg.Wait()
 }
 
-// malformedConcurrency is how many malformed connections are open at once.
-const malformedConcurrency = 8
+// malformedConcurrency is how many malformed connections are open at once;
+// malformedCrafted the cases written out, malformedRandom how many of random bytes
+// follow them.
+const (
+	malformedConcurrency = 8
+	malformedCrafted     = 26
+)
+
+var malformedRandom = scale(20, 500)
 
 // withFirst returns b with its first byte replaced.
 func withFirst(b []byte, first byte) []byte {

@@ -25,8 +25,9 @@ type attack struct {
 	// sockets is how many connections the attack holds open at once: the agent's
 	// descriptors may grow by that much (plus fdSlack).
 	sockets int
-	// logBudget is the log bytes the attack may cause beyond logSlack; dataBudget the
-	// data_dir growth beyond dataSlack.
+	// logBudget is the log bytes the attack may cause beyond logSlack (an attack that
+	// may be logged for each of its messages: lineBytes each); dataBudget the data_dir
+	// growth beyond dataSlack.
 	logBudget, dataBudget int64
 	// rssGrowth, when set, bounds the growth of RSS over the attack besides rssBound: the
 	// bytes a configured bound lets the agent hold, with room for the garbage collector.
@@ -37,14 +38,20 @@ type attack struct {
 	quiet time.Duration
 }
 
+// lineBytes is the most one logged event may take: a line with its time, level, message,
+// client id and reason.
+const lineBytes = 256
+
 // attacks are the attacks that hold, each run against the live agent of each of its
 // setups, in this order.
 var attacks = []attack{
 	{name: "malformed-resp3", on: []setup{anonymous, users, mtls, fewFiles}, run: malformedRESP3, sockets: 1, logBudget: 8 << 10},
 	{name: "forbidden-response-topics", on: []setup{anonymous, users}, run: forbiddenResponseTopics, sockets: 1, logBudget: 8 << 10},
 	{name: "acl-matrix", on: []setup{users, mtls}, run: aclMatrix, sockets: 4, logBudget: 16 << 10},
-	{name: "malformed-mqtt", on: []setup{anonymous, mtls, fewFiles}, run: malformedMQTT, sockets: malformedConcurrency, logBudget: 64 << 10},
-	{name: "bad-tasks", on: []setup{anonymous, users, diskFull}, run: badTasks, sockets: 1, logBudget: 32 << 10, dataBudget: 4 << 20},
+	{name: "malformed-mqtt", on: []setup{anonymous, mtls, fewFiles}, run: malformedMQTT, sockets: malformedConcurrency,
+		logBudget: int64(malformedCrafted+malformedRandom) * lineBytes},
+	{name: "bad-tasks", on: []setup{anonymous, users, diskFull}, run: badTasks, sockets: 1,
+		logBudget: int64(badTaskRounds*badTaskCases) * lineBytes, dataBudget: 4 << 20},
 	{name: "bad-terminal-input", on: []setup{anonymous}, run: badTerminalInput, sockets: 1, logBudget: 64 << 10},
 	{name: "refused-logins", on: []setup{users}, run: refusedLogins, sockets: loginConcurrency, logBudget: 64 << 10},
 	{name: "tls-client-certificates", on: []setup{mtls}, run: tlsClientCertificates, sockets: 1, logBudget: 64 << 10},

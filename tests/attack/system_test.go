@@ -159,8 +159,8 @@ func start(t *testing.T, su setup) *system {
 	if su.tmpfs > 0 {
 		s.mountTmpfs()
 	}
-	s.run()
 	t.Cleanup(s.shutdown)
+	s.run()
 	s.tr = startTraffic(t, s)
 	s.mon = startMonitor(s)
 	s.baseFDs = s.mon.now().fds
@@ -281,6 +281,8 @@ func (s *system) run() {
 	go func() { p.err = p.cmd.Wait(); close(p.done) }()
 	s.proc = p
 	if _, ok := s.log.waitFor(runningRe, from, startTimeout, p.done); !ok {
+		_ = p.cmd.Process.Kill()
+		<-p.done
 		s.t.Fatalf("faceagent did not start (%v):\n%s", p.err, s.log.String()[from:])
 	}
 }
@@ -332,6 +334,9 @@ func (s *system) shutdown() {
 	}
 	if s.mon != nil {
 		s.mon.stop()
+	}
+	if s.proc == nil {
+		return
 	}
 	select {
 	case <-s.proc.done: // alive already reported it
