@@ -41,7 +41,7 @@ QEMU_ARM64    ?= $(shell command -v qemu-aarch64-static 2>/dev/null || command -
 # do so under qemu-user without binfmt_misc. ARM_TEST_FLAGS=-short trims the run if needed.
 ARM_TEST_FLAGS ?=
 
-.PHONY: all build test fmt-check vet vet-arm staticcheck unit unit-norace bench fuzz cross cross-pkgs cross-boards \
+.PHONY: all build test fmt-check vet vet-arm staticcheck unit unit-norace bench fuzz attack cross cross-pkgs cross-boards \
 	dist repro repro-quick size size-report test-arm smoke-arm generate clean soak
 
 all: build
@@ -106,6 +106,12 @@ fuzz:
 	    $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; \
 	done
+
+# attack: the long form of the attack suite (tests/attack, docs/security.md): every attack
+# against the live agent tens of times more than the short form that make test runs.
+ATTACK_TIMEOUT ?= 30m
+attack:
+	FACEAGENT_ATTACK_LONG=1 $(GO) test -count=1 -timeout $(ATTACK_TIMEOUT) -v ./tests/attack
 
 # cross: every package builds (and vets) for each CPU the boards use, then every board's
 # release binaries land in bin/<board>/.

@@ -59,7 +59,9 @@
 //     through paho: the same bytes on the wire as the autopaho client it
 //     replaced (a test compares them) and the same connection behaviour (keepalive 20 s,
 //     reconnect after 200 ms, clean start), at a fraction of the CPU and garbage, so that
-//     64 terminals in a benchmark take less of the machine from what they measure. Only
-//     mqtt:// and tcp:// brokers: no TLS, no websockets.
+//     64 terminals in a benchmark take less of the machine from what they measure.
+//     Brokers: mqtt:// and tcp://, or mqtts://, ssl:// and tls:// with Options.TLS (a
+//     client certificate for mutual TLS goes there); Options.Username and Password for a
+//     broker with a users file. No websockets.
 //   - Commands are read and acks written with device/face's codec, the agent's own.
 package sim

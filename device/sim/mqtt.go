@@ -3,6 +3,7 @@ package sim
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -42,8 +43,9 @@ var (
 type mqttTerm struct {
 	t                           *Terminal
 	g                           *group
-	addr                        string // host:port
-	clientID                    string
+	addr                        string      // host:port
+	tls                         *tls.Config // nil: plain TCP
+	clientID, username          string
 	cmdTopic, ackTopic, hbTopic string
 	ready                       chan struct{} // closed after the first subscription
 	readyOnce                   sync.Once
@@ -59,9 +61,10 @@ type mqttTerm struct {
 	closed bool               // close ran: connect must not start a connection
 }
 
-func newMQTTTerm(t *Terminal, g *group, addr string) *mqttTerm {
+func newMQTTTerm(t *Terminal, g *group, addr string, tlsConfig *tls.Config) *mqttTerm {
 	sub := func(tmpl string) string { return strings.ReplaceAll(tmpl, "{id}", t.id) }
-	return &mqttTerm{t: t, g: g, addr: addr, clientID: "facesim-" + t.id, ready: make(chan struct{}),
+	return &mqttTerm{t: t, g: g, addr: addr, tls: tlsConfig, clientID: "facesim-" + t.id,
+		username: sub(t.opts.Username), ready: make(chan struct{}),
 		cmdTopic: sub(t.opts.CommandTopic), ackTopic: sub(t.opts.AckTopic), hbTopic: sub(t.opts.HeartbeatTopic)}
 }
 
@@ -109,14 +112,19 @@ func (m *mqttTerm) run(ctx context.Context) {
 func (m *mqttTerm) dial(ctx context.Context, cleanStart bool) (*termConn, error) {
 	dctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
-	var d net.Dialer
-	nc, err := d.DialContext(dctx, "tcp", m.addr)
+	var nc net.Conn
+	var err error
+	if m.tls != nil {
+		nc, err = (&tls.Dialer{Config: m.tls}).DialContext(dctx, "tcp", m.addr)
+	} else {
+		nc, err = (&net.Dialer{}).DialContext(dctx, "tcp", m.addr)
+	}
 	if err != nil {
 		return nil, err
 	}
 	stop := context.AfterFunc(ctx, func() { nc.Close() })
 	c := &termConn{nc: nc, r: bufio.NewReaderSize(nc, readBuffer), inflight: map[uint16]chan error{}}
-	err = c.handshake(m.clientID, cleanStart)
+	err = c.handshake(m.clientID, m.username, m.t.opts.Password, cleanStart)
 	if !stop() && err == nil {
 		err = ctx.Err() // closed under the handshake's feet
 	}
@@ -366,9 +374,9 @@ type termConn struct {
 }
 
 // handshake sends CONNECT and reads the CONNACK.
-func (c *termConn) handshake(clientID string, cleanStart bool) error {
+func (c *termConn) handshake(clientID, username string, password []byte, cleanStart bool) error {
 	_ = c.nc.SetDeadline(time.Now().Add(connectTimeout))
-	c.wbuf = mqttwire.AppendConnect(c.wbuf[:0], clientID, cleanStart, keepAlive, 0)
+	c.wbuf = mqttwire.AppendConnectAuth(c.wbuf[:0], clientID, username, password, cleanStart, keepAlive, 0)
 	if _, err := c.nc.Write(c.wbuf); err != nil {
 		return err
 	}
@@ -499,24 +507,33 @@ func (c *termConn) disconnect() error {
 }
 
 // StartMQTT starts one simulated terminal per id, each with its own connection to the
-// broker at brokerURL (mqtt://host:port or tcp://host:port). Use WaitReady before sending
-// commands.
+// broker at brokerURL (mqtt://host:port or tcp://host:port; mqtts://, ssl:// or tls://
+// for TLS with opts.TLS). Use WaitReady before sending commands.
 func StartMQTT(brokerURL string, ids []string, opts Options) (*Fleet, error) {
 	u, err := url.Parse(brokerURL)
 	if err != nil {
 		return nil, fmt.Errorf("sim: broker url: %w", err)
 	}
+	var tlsConfig *tls.Config
 	switch strings.ToLower(u.Scheme) {
 	case "mqtt", "tcp":
+	case "mqtts", "ssl", "tls":
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		if opts.TLS != nil {
+			tlsConfig = opts.TLS.Clone()
+		}
+		if tlsConfig.ServerName == "" {
+			tlsConfig.ServerName = u.Hostname()
+		}
 	default:
-		return nil, fmt.Errorf("sim: broker url %q: want mqtt:// or tcp://", brokerURL)
+		return nil, fmt.Errorf("sim: broker url %q: want mqtt://, tcp://, mqtts://, ssl:// or tls://", brokerURL)
 	}
 	f, err := newFleet(ids, opts)
 	if err != nil {
 		return nil, err
 	}
 	for _, t := range f.terms {
-		m := newMQTTTerm(t, f.g, u.Host)
+		m := newMQTTTerm(t, f.g, u.Host, tlsConfig)
 		t.tr = m
 		f.ready = append(f.ready, m.ready)
 		m.connect()

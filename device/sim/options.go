@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"math"
@@ -50,6 +51,15 @@ type Options struct {
 
 	// MQTT topic templates with "{id}"; defaults as in device/mqttlink.
 	CommandTopic, AckTopic, HeartbeatTopic string
+
+	// Username, when not empty, is sent in every CONNECT, with "{id}" replaced by the
+	// terminal's device id (one account per terminal, as a broker's users file may have);
+	// Password, when not nil, goes with it.
+	Username string
+	Password []byte
+	// TLS configures the connection to an mqtts://, ssl:// or tls:// broker (server CA,
+	// client certificate for mutual TLS); nil there means the system roots.
+	TLS *tls.Config
 
 	Logger *slog.Logger // default: discard
 }

@@ -76,6 +76,13 @@ func appendHeader(dst []byte, first byte, body int) []byte {
 // paho writes for paho.ConnectProperties{SessionExpiryInterval: &sessionExpiry}: Request
 // Problem Information 0 (paho's zero value) and the Session Expiry Interval [MQTT 3.1].
 func AppendConnect(dst []byte, clientID string, cleanStart bool, keepAlive uint16, sessionExpiry uint32) []byte {
+	return AppendConnectAuth(dst, clientID, "", nil, cleanStart, keepAlive, sessionExpiry)
+}
+
+// AppendConnectAuth appends a CONNECT like AppendConnect, with a User Name when username
+// is not empty and a Password when password is not nil [MQTT 3.1.2.8, 3.1.2.9, 3.1.3.5,
+// 3.1.3.6]: the bytes paho writes for Username/UsernameFlag and Password/PasswordFlag.
+func AppendConnectAuth(dst []byte, clientID, username string, password []byte, cleanStart bool, keepAlive uint16, sessionExpiry uint32) []byte {
 	var flags byte
 	if cleanStart {
 		flags = 0x02
@@ -85,6 +92,14 @@ func AppendConnect(dst []byte, clientID string, cleanStart bool, keepAlive uint1
 		props = 2 + 5
 	}
 	body := 2 + 4 + 1 + 1 + 2 + 1 + props + 2 + len(clientID)
+	if username != "" {
+		flags |= 0x80
+		body += 2 + len(username)
+	}
+	if password != nil {
+		flags |= 0x40
+		body += 2 + len(password)
+	}
 	dst = appendHeader(dst, TypeConnect<<4, body)
 	dst = appendString(dst, "MQTT")
 	dst = append(dst, 5, flags, byte(keepAlive>>8), byte(keepAlive), byte(props))
@@ -93,7 +108,14 @@ func AppendConnect(dst []byte, clientID string, cleanStart bool, keepAlive uint1
 		dst = append(dst, 0x17, 0, // [MQTT 3.1.2.11.7]
 			0x11, byte(e>>24), byte(e>>16), byte(e>>8), byte(e)) // [MQTT 3.1.2.11.2]
 	}
-	return appendString(dst, clientID)
+	dst = appendString(dst, clientID)
+	if username != "" {
+		dst = appendString(dst, username)
+	}
+	if password != nil {
+		dst = append(append(dst, byte(len(password)>>8), byte(len(password))), password...)
+	}
+	return dst
 }
 
 // AppendSubscribe appends a SUBSCRIBE of the filters, each at QoS 1 with no other

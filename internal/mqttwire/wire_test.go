@@ -42,6 +42,18 @@ func TestPacketsAreWhatPahoWrites(t *testing.T) {
 			t.Errorf("CONNECT %+v:\n got % x\nwant % x", c, got, want)
 		}
 	}
+	for _, c := range []struct {
+		user     string
+		password []byte
+	}{{"t1", []byte("secret")}, {"terminal-2042253", nil}, {"", []byte("x")}, {"t1", []byte{}}} {
+		conn := &paho.Connect{ClientID: "facesim-2042253", KeepAlive: 20, CleanStart: true,
+			Username: c.user, UsernameFlag: c.user != "", Password: c.password, PasswordFlag: c.password != nil}
+		cp := conn.Packet()
+		cp.ProtocolName, cp.ProtocolVersion = "MQTT", 5
+		if got, want := AppendConnectAuth(nil, "facesim-2042253", c.user, c.password, true, 20, 0), pahoBytes(t, cp); !bytes.Equal(got, want) {
+			t.Errorf("CONNECT with credentials %+v:\n got % x\nwant % x", c, got, want)
+		}
+	}
 	for _, filters := range [][]string{{"dev/face/2042253"}, {"faceagent/gw/results", "faceagent/gw/deadletter", "faceagent/gw/devices/+/ack"}} {
 		var opts []paho.SubscribeOptions
 		for _, f := range filters {
