@@ -44,6 +44,9 @@ type ReadFn func(*Client, *packets.Packet) error // faceagent patch (stack): by 
 type Clients struct {
 	internal map[string]*Client // clients known by the broker, keyed on client id.
 	sync.RWMutex
+	// faceagent patch (byte bounds): the network (not inline) clients in internal, for
+	// Capabilities.MaximumClients (clientsFull).
+	network atomic.Int64
 }
 
 // NewClients returns an instance of Clients.
@@ -57,7 +60,30 @@ func NewClients() *Clients {
 func (cl *Clients) Add(val *Client) {
 	cl.Lock()
 	defer cl.Unlock()
+	cl.countOut(val.ID) // faceagent patch (byte bounds)
 	cl.internal[val.ID] = val
+	if !val.Net.Inline {
+		cl.network.Add(1)
+	}
+}
+
+// countOut takes the client under id, if a network one, out of the count (under the lock).
+// faceagent patch (byte bounds).
+func (cl *Clients) countOut(id string) {
+	if old, ok := cl.internal[id]; ok && !old.Net.Inline {
+		cl.network.Add(-1)
+	}
+}
+
+// deleteIf removes the client under id if it is val. faceagent patch (byte bounds): an
+// expiring session must not remove a client that has since connected under its id.
+func (cl *Clients) deleteIf(id string, val *Client) {
+	cl.Lock()
+	defer cl.Unlock()
+	if cl.internal[id] == val {
+		cl.countOut(id)
+		delete(cl.internal, id)
+	}
 }
 
 // GetAll returns all the clients.
@@ -91,6 +117,7 @@ func (cl *Clients) Len() int {
 func (cl *Clients) Delete(id string) {
 	cl.Lock()
 	defer cl.Unlock()
+	cl.countOut(id) // faceagent patch (byte bounds)
 	delete(cl.internal, id)
 }
 
@@ -176,6 +203,12 @@ type ClientState struct {
 
 	// faceagent patch (terminal queues): a ResizeOutbound waiting for the writer goroutine.
 	resize atomic.Pointer[outboundResize]
+
+	// faceagent patch (byte bounds): the bytes of the messages in outbound
+	// (MaximumClientWritesPendingBytes), and of the will the session holds (counted in
+	// its session's bytes; bounds.go).
+	pendingBytes atomic.Int64
+	willBytes    atomic.Int64
 }
 
 // newClient returns a new instance of Client. This is almost exclusively used by Server
@@ -197,6 +230,12 @@ func newClient(c net.Conn, o *ops) *Client {
 		},
 		ops: o,
 	}
+	// faceagent patch (byte bounds): the session's messages and subscriptions count in the
+	// server's total.
+	if o.bounds != nil {
+		cl.State.Inflight.global = &o.bounds.queued
+		cl.State.Subscriptions.costed, cl.State.Subscriptions.global = true, &o.bounds.queued
+	}
 
 	if c != nil {
 		cl.Net = ClientConnection{
@@ -216,6 +255,11 @@ func (cl *Client) WriteLoop() {
 		case pk := <-cl.State.outbound:
 			cl.writeOutbound(pk)
 			atomic.AddInt32(&cl.State.outboundQty, -1)
+			// faceagent patch (byte bounds): messages held in the session while the queue
+			// was full go once it is empty.
+			if len(cl.State.outbound) == 0 {
+				cl.drainWaiting()
+			}
 		case <-cl.State.open.Done():
 			return
 		}
@@ -231,12 +275,20 @@ func (cl *Client) WriteLoop() {
 // pointer to it), so once written the packet goes back to outboundPackets, for
 // publishToClient's next message.
 //
+// faceagent patch (byte bounds): the packet's bytes leave the count of pending writes; a
+// writerKick only wakes the writer (WriteLoop then sends what waits).
+//
 //go:noinline
 func (cl *Client) writeOutbound(pk *packets.Packet) {
+	if pk == writerKick {
+		return
+	}
+	n := outboundBytes(pk)
 	if err := cl.WritePacket(*pk); err != nil {
 		// TODO : Figure out what to do with error
 		cl.ops.log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", pk)
 	}
+	cl.State.pendingBytes.Add(-n)
 	releaseOutbound(pk)
 }
 
@@ -925,8 +977,15 @@ func (cl *Client) ReadBufferSize() int {
 //
 // Like publishToClient it reads the queue field without the client's lock: do not call it
 // while a ResizeOutbound may be under way (before the client's first SUBSCRIBE is handled).
+//
+// faceagent patch (byte bounds): false too when pk does not fit in the queue's bytes
+// (MaximumClientWritesPendingBytes).
 func (cl *Client) QueueWrite(pk packets.Packet) bool {
 	if cl.Net.Conn == nil || cl.Closed() {
+		return false
+	}
+	n := outboundBytes(&pk)
+	if !cl.reservePending(n) {
 		return false
 	}
 	select {
@@ -934,6 +993,7 @@ func (cl *Client) QueueWrite(pk packets.Packet) bool {
 		atomic.AddInt32(&cl.State.outboundQty, 1)
 		return true
 	default:
+		cl.State.pendingBytes.Add(-n)
 		return false
 	}
 }
