@@ -20,7 +20,7 @@ func TestFailedCommitStaysFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newCommitter(j, slog.New(slog.DiscardHandler))
-	if err := c.replay(); err != nil {
+	if err := c.replay(nil); err != nil {
 		t.Fatal(err)
 	}
 	c.start()

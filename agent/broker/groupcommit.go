@@ -97,11 +97,14 @@ func newCommitter(j *journal.Journal, log *slog.Logger) *committer {
 	return c
 }
 
-// replay loads the journal's records; call before start.
-func (c *committer) replay() error {
+// replay loads the journal's records; call before start. With bounds, only the changes it
+// admits are applied (restorebounds.go).
+func (c *committer) replay(bounds *restoreBounds) error {
 	return c.j.Replay(func(rec []byte) error {
 		return decodeSessionOps(rec, func(op sessionOp) error {
-			c.apply(op)
+			if bounds == nil || bounds.admit(op) {
+				c.apply(op)
+			}
 			return nil
 		})
 	})

@@ -22,7 +22,7 @@ func openTestCommitter(t *testing.T, dir string) *committer {
 		t.Fatal(err)
 	}
 	c := newCommitter(j, slog.New(slog.DiscardHandler))
-	if err := c.replay(); err != nil {
+	if err := c.replay(nil); err != nil {
 		t.Fatal(err)
 	}
 	return c

@@ -11,8 +11,10 @@ import (
 	"github.com/seed0e69bba5/faceagent/internal/sswire"
 )
 
-// notifyQueueLen bounds the notifications waiting for one connection (and
-// statestore.DefaultMaxQueuedBytes their bytes). A client that falls this far
+// notifyQueueLen bounds the notifications waiting for one connection, and
+// Options.MaxPendingWriteBytes their bytes (they are bytes queued for writing
+// to it, as mochi's queue of pending writes holds; statestore.
+// DefaultMaxQueuedBytes without that bound). A client that falls this far
 // behind is disconnected (it re-registers when it reconnects) rather than
 // silently missing changes.
 const notifyQueueLen = statestore.DefaultMaxQueued
@@ -46,10 +48,11 @@ func newNotifier(s *service, cl *mqtt.Client) *notifier {
 		prefix: string(sswire.AppendNotifyTopic(nil, []byte(cl.ID), nil)),
 	}
 	n.NotifyQueue = statestore.NewNotifyQueue(statestore.NotifyQueueOptions{
-		MaxQueued: notifyQueueLen,
-		Room:      n.room,
-		Send:      n.write,
-		Overflow:  n.overflow,
+		MaxQueued:      notifyQueueLen,
+		MaxQueuedBytes: s.srv.Options.Capabilities.MaximumClientWritesPendingBytes,
+		Room:           n.room,
+		Send:           n.write,
+		Overflow:       n.overflow,
 	})
 	return n
 }

@@ -73,9 +73,17 @@ func (h *sessionStore) Init(any) error {
 		return err
 	}
 	c := newCommitter(j, h.log)
-	if err := c.replay(); err != nil {
+	var bounds *restoreBounds
+	if h.srv != nil {
+		bounds = newRestoreBounds(h.srv.Options.Capabilities)
+	}
+	if err := c.replay(bounds); err != nil {
 		_ = j.Close()
 		return fmt.Errorf("sessions journal %s: %w", h.dir, err)
+	}
+	if bounds != nil && bounds.dropped.any() {
+		bounds.report(h.log, h.dir)
+		c.compact() // what was dropped does not come back at the next start
 	}
 	c.start()
 	h.commit = c

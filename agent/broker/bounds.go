@@ -1,0 +1,58 @@
+package broker
+
+import (
+	mqtt "github.com/mochi-mqtt/server/v2"
+)
+
+// Defaults of the bounds in Options (0 there). Together they keep what clients can make the
+// broker hold within tens of megabytes (docs/benchmarks.md, "Worst-case memory"): a
+// gateway serves its terminals (one connection and one subscription each), a back office
+// or two and a few state store clients.
+const (
+	// DefaultMaxClients: 64 terminals and room for everyone else, four times over.
+	DefaultMaxClients = 256
+	// DefaultMaxSubscriptions: a back office subscribes to a handful of filters, a
+	// terminal to one, a state store client to its responses and notifications.
+	DefaultMaxSubscriptions = 64
+	// DefaultMaxPendingWriteBytes: about 200 results or 300 terminal commands queued for one
+	// client's writer. QoS 1/2 messages beyond it wait in the client's session (counted in
+	// MaxSessionBytes) and are written once the queue is empty; QoS 0 ones are dropped.
+	DefaultMaxPendingWriteBytes = 256 << 10
+	// DefaultMaxSessionBytes: about 7,000 results of 300 bytes (1.2 KB each counted: the
+	// message struct is most of it) for a back office that is away, and its subscriptions.
+	DefaultMaxSessionBytes = 8 << 20
+	// DefaultMaxQueuedBytes: four full sessions, or many small ones.
+	DefaultMaxQueuedBytes = 32 << 20
+	// DefaultMaxRetainedBytes: the agent retains nothing; room for others' status topics.
+	DefaultMaxRetainedBytes = 4 << 20
+)
+
+// boundOr returns v, def when v is 0, and 0 (no bound) when v is negative.
+func boundOr[T int32 | int64](v, def T) T {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
+}
+
+// applyBounds sets mochi's capabilities from o's bounds (mochi: 0 is no bound).
+func applyBounds(caps *mqtt.Capabilities, o *Options) {
+	caps.MaximumClients = boundOr(o.MaxClients, DefaultMaxClients)
+	if caps.MaximumClients == 0 {
+		caps.MaximumClients = 1<<63 - 1 // mochi compares, 0 would refuse everyone
+	}
+	caps.MaximumSubscriptions = boundOr(o.MaxSubscriptions, DefaultMaxSubscriptions)
+	caps.MaximumClientWritesPendingBytes = boundOr(o.MaxPendingWriteBytes, DefaultMaxPendingWriteBytes)
+	caps.MaximumSessionBytes = boundOr(o.MaxSessionBytes, DefaultMaxSessionBytes)
+	caps.MaximumQueuedBytes = boundOr(o.MaxQueuedBytes, DefaultMaxQueuedBytes)
+	caps.MaximumRetainedBytes = boundOr(o.MaxRetainedBytes, DefaultMaxRetainedBytes)
+}
+
+// QueuedBytes returns the bytes the sessions hold now (Options.MaxQueuedBytes counts them).
+func (b *Broker) QueuedBytes() int64 { return b.srv.QueuedBytes() }
+
+// RetainedBytes returns the bytes the retained messages cost now (Options.MaxRetainedBytes).
+func (b *Broker) RetainedBytes() int64 { return b.srv.RetainedBytes() }
