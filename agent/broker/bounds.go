@@ -25,6 +25,9 @@ const (
 	DefaultMaxQueuedBytes = 32 << 20
 	// DefaultMaxRetainedBytes: the agent retains nothing; room for others' status topics.
 	DefaultMaxRetainedBytes = 4 << 20
+	// DefaultMaxInboundBytes: sixteen packets of the default max_packet_size (1 MiB) read
+	// at once; smaller packets (64 KiB or less) do not count.
+	DefaultMaxInboundBytes = 16 << 20
 )
 
 // boundOr returns v, def when v is 0, and 0 (no bound) when v is negative.
@@ -49,6 +52,7 @@ func applyBounds(caps *mqtt.Capabilities, o *Options) {
 	caps.MaximumSessionBytes = boundOr(o.MaxSessionBytes, DefaultMaxSessionBytes)
 	caps.MaximumQueuedBytes = boundOr(o.MaxQueuedBytes, DefaultMaxQueuedBytes)
 	caps.MaximumRetainedBytes = boundOr(o.MaxRetainedBytes, DefaultMaxRetainedBytes)
+	caps.MaximumInboundBytes = boundOr(o.MaxInboundBytes, DefaultMaxInboundBytes)
 }
 
 // QueuedBytes returns the bytes the sessions hold now (Options.MaxQueuedBytes counts them).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -298,5 +299,67 @@ func TestExpiredSessionLeavesNoSubscriptions(t *testing.T) {
 	}
 	if q := b.QueuedBytes(); q != 0 {
 		t.Errorf("QueuedBytes %d after the only session expired", q)
+	}
+}
+
+// inboundPeak records the most bytes of large packets held while a PUBLISH is handled.
+type inboundPeak struct {
+	mqtt.HookBase
+	srv  *mqtt.Server
+	peak atomic.Int64
+}
+
+func (h *inboundPeak) ID() string           { return "test-inbound-peak" }
+func (h *inboundPeak) Provides(b byte) bool { return b == mqtt.OnPublish }
+func (h *inboundPeak) OnPublish(_ *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	for {
+		cur, n := h.peak.Load(), h.srv.InboundBytes()
+		if n <= cur || h.peak.CompareAndSwap(cur, n) {
+			return pk, nil
+		}
+	}
+}
+
+// Large packets being read and handled at once stay within max_inbound_bytes, all
+// connections together: sixteen publishers each sending 1 MiB messages at once are let
+// through two at a time, and every message is taken (PUBACK).
+func TestInboundBytesBoundLargePackets(t *testing.T) {
+	const (
+		budget = 2 << 20
+		size   = 1 << 20
+		pubs   = 16
+		each   = 4
+	)
+	peak := &inboundPeak{}
+	b := startBroker(t, Options{MaxPacketSize: 2 << 20, MaxInboundBytes: budget}, peak)
+	peak.srv = b.Server()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs := make(chan error, pubs)
+	for i := range pubs {
+		c, _, err := pahoConnect(t, b.Addr(), &paho.Connect{ClientID: fmt.Sprintf("p%d", i), CleanStart: true}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			for range each {
+				if _, err := c.Publish(ctx, &paho.Publish{Topic: "big", QoS: 1, Payload: make([]byte, size)}); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range pubs {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := peak.peak.Load(); p > budget || p < size {
+		t.Errorf("large packets held at once peaked at %d bytes; want within %d (and some)", p, budget)
+	}
+	if n := b.Server().InboundBytes(); n != 0 {
+		t.Errorf("%d bytes still held after every packet was handled", n)
 	}
 }

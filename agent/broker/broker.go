@@ -85,13 +85,15 @@ type Options struct {
 	// MaxPendingWriteBytes: bytes of messages queued for writing to one client.
 	// MaxSessionBytes: bytes one session holds (messages queued or in flight,
 	// subscriptions, will). MaxQueuedBytes: the same over every session.
-	// MaxRetainedBytes: bytes of the retained messages.
+	// MaxRetainedBytes: bytes of the retained messages. MaxInboundBytes: bytes of packets
+	// over 64 KiB being read and handled at once, all connections together.
 	MaxClients           int64
 	MaxSubscriptions     int32
 	MaxPendingWriteBytes int64
 	MaxSessionBytes      int64
 	MaxQueuedBytes       int64
 	MaxRetainedBytes     int64
+	MaxInboundBytes      int64
 	// TerminalTopic, when set, reports whether topic is the command topic of one terminal
 	// (the agent: dev/face/{id} of a configured device). A client whose first SUBSCRIBE is
 	// for such topics only gets a queue of TerminalPendingWrites instead (0:

@@ -5,6 +5,7 @@ package mqtt
 
 import (
 	"strings"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -25,7 +26,8 @@ import (
 //     (MessageBytes each). A message that does not fit is held in the client's session
 //     when it is QoS 1/2 (in flight, waiting: the writer sends it once its queue is empty,
 //     in order; see holdForWriter), and dropped for that client alone when it is QoS 0.
-//     One message larger than the bound still goes when the queue is empty.
+//     One message larger than the bound still goes when the queue is empty, counted in
+//     MaximumQueuedBytes until written (so that such messages stay bounded in total).
 //   - MaximumSessionBytes: a session's in-flight set (messages queued for it while it is
 //     offline or waiting for quota, messages sent and not yet acknowledged, and the
 //     acknowledgements of its own QoS 1/2 messages), its subscriptions (SubscriptionBytes)
@@ -39,6 +41,8 @@ import (
 //     fit is refused (PUBACK or PUBREC 0x97) from an MQTT 5 QoS 1/2 publisher, and routed
 //     without being retained otherwise (there is no way to tell the publisher).
 //   - MaximumSubscriptions: the subscriptions of one session (SUBACK 0x97 beyond).
+//   - MaximumInboundBytes: packets over 64 KiB being read and handled at once, all clients
+//     together (inboundBudget): a reader whose packet does not fit waits.
 //   - MaximumClients: the clients the server knows, connected or kept for their session
 //     (network clients; inline ones do not count). A CONNECT of a client id beyond it is
 //     refused (CONNACK 0x97; MQTT 3.1.1: 3, server unavailable); resuming or taking over a
@@ -167,7 +171,8 @@ func refusable(cl *Client, pk *packets.Packet) bool {
 // serverBounds are the server-wide counters of the bounds (the retained messages' is
 // TopicsIndex.retainedBytes, the known clients' Clients.network).
 type serverBounds struct {
-	queued atomic.Int64 // session bytes of every session (MaximumQueuedBytes)
+	queued  atomic.Int64 // session bytes of every session (MaximumQueuedBytes)
+	inbound inboundBudget
 }
 
 // QueuedBytes returns the bytes the sessions hold (MaximumQueuedBytes counts them).
@@ -306,18 +311,124 @@ func (i *Inflight) takeNextInto(dst *packets.Packet) bool {
 	return true
 }
 
-// reservePending makes room for n bytes in cl's queue of pending writes: false when the
-// queue holds something and n would take it over MaximumClientWritesPendingBytes.
+// reservePending makes room for n bytes in cl's queue of pending writes: false when n
+// would take it over MaximumClientWritesPendingBytes. One message larger than that bound
+// may still go when the queue is empty, if it fits in MaximumQueuedBytes, where it counts
+// until written (so that such messages, one for each client, stay bounded in total).
 func (cl *Client) reservePending(n int64) bool {
 	limit := cl.ops.options.Capabilities.MaximumClientWritesPendingBytes
 	for {
 		cur := cl.State.pendingBytes.Load()
-		if limit > 0 && cur > 0 && cur+n > limit {
+		oversize := limit > 0 && cur+n > limit
+		if oversize && (cur > 0 || !cl.reserveOversize(n)) {
 			return false
 		}
 		if cl.State.pendingBytes.CompareAndSwap(cur, cur+n) {
 			return true
 		}
+		if oversize {
+			cl.unreserveOversize(n)
+		}
+	}
+}
+
+// unreservePending gives back what reservePending took for a message of n bytes, written
+// or not queued after all.
+func (cl *Client) unreservePending(n int64) {
+	cl.State.pendingBytes.Add(-n)
+	if limit := cl.ops.options.Capabilities.MaximumClientWritesPendingBytes; limit > 0 && n > limit {
+		cl.unreserveOversize(n) // only the empty queue's exception takes one this large
+	}
+}
+
+// reserveOversize counts a message larger than the queue's bound in MaximumQueuedBytes.
+func (cl *Client) reserveOversize(n int64) bool {
+	if cl.ops.bounds == nil {
+		return true
+	}
+	return reserveBytes(&cl.ops.bounds.queued, n, cl.ops.options.Capabilities.MaximumQueuedBytes)
+}
+
+func (cl *Client) unreserveOversize(n int64) {
+	if cl.ops.bounds != nil {
+		cl.ops.bounds.queued.Add(-n)
+	}
+}
+
+// inboundSmall is the largest packet read without taking from the inbound budget: one
+// connection's reader holds at most this much unbudgeted.
+const inboundSmall = 64 << 10
+
+// inboundBudget bounds the bytes of large packets (over inboundSmall) being read and
+// handled at once, all connections together (Capabilities.MaximumInboundBytes): without
+// it every connection could hold a packet of the maximum packet size at once. A reader
+// whose packet does not fit waits (reading nothing more) until others are handled, or its
+// client closes; one packet larger than the budget goes when nothing else holds any.
+type inboundBudget struct {
+	mu   sync.Mutex
+	used int64
+	wake chan struct{} // closed and replaced when room is given back
+}
+
+// acquire takes n bytes within limit, waiting for room; false once done is closed.
+func (b *inboundBudget) acquire(n, limit int64, done <-chan struct{}) bool {
+	for {
+		b.mu.Lock()
+		if b.used == 0 || b.used+n <= limit {
+			b.used += n
+			b.mu.Unlock()
+			return true
+		}
+		if b.wake == nil {
+			b.wake = make(chan struct{})
+		}
+		wake := b.wake
+		b.mu.Unlock()
+		select {
+		case <-wake:
+		case <-done:
+			return false
+		}
+	}
+}
+
+// release gives back n bytes and wakes the waiting readers.
+func (b *inboundBudget) release(n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used -= n
+	if b.wake != nil {
+		close(b.wake)
+		b.wake = nil
+	}
+}
+
+// InboundBytes returns the bytes of large packets being read and handled now.
+func (s *Server) InboundBytes() int64 {
+	s.bounds.inbound.mu.Lock()
+	defer s.bounds.inbound.mu.Unlock()
+	return s.bounds.inbound.used
+}
+
+// takeInbound takes a packet of n bytes' share of the inbound budget before it is read;
+// an error when the client closed while it waited.
+func (cl *Client) takeInbound(n int64) error {
+	limit := cl.ops.options.Capabilities.MaximumInboundBytes
+	if limit <= 0 || n <= inboundSmall || cl.ops.bounds == nil {
+		return nil
+	}
+	if !cl.ops.bounds.inbound.acquire(n, limit, cl.State.open.Done()) {
+		return ErrConnectionClosed
+	}
+	cl.State.inboundHeld = n
+	return nil
+}
+
+// releaseInbound gives back what takeInbound took for the packet just handled.
+func (cl *Client) releaseInbound() {
+	if n := cl.State.inboundHeld; n > 0 {
+		cl.State.inboundHeld = 0
+		cl.ops.bounds.inbound.release(n)
 	}
 }
 

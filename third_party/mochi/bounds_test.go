@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -431,5 +432,81 @@ func TestClientsBound(t *testing.T) {
 	s.Clients.Delete("a")
 	if s.Clients.network.Load() != 1 || s.clientsFull(c) {
 		t.Errorf("network clients %d; a new id refused: %v", s.Clients.network.Load(), s.clientsFull(c))
+	}
+}
+
+// One message larger than the queue's bound goes when the queue is empty, counted in
+// MaximumQueuedBytes until it is written; not while another is queued, nor when the
+// total has no room for it.
+func TestOversizeMessageCountsInTheTotal(t *testing.T) {
+	const bound = 1 << 10
+	big := int64(4 << 10)
+	s, _ := newBoundsServer(t, func(c *Capabilities) {
+		c.MaximumClientWritesPendingBytes = bound
+		c.MaximumQueuedBytes = 2 * big
+	})
+	cl, _ := pipeClient(t, s, "o", "o")
+	base := s.QueuedBytes() // the subscription
+	if !cl.reservePending(big) {
+		t.Fatal("an oversize message refused on an empty queue")
+	}
+	if got := s.QueuedBytes() - base; got != big {
+		t.Fatalf("the oversize message counts %d in the total, want %d", got, big)
+	}
+	if cl.reservePending(100) {
+		t.Fatal("a message queued behind an oversize one")
+	}
+	cl.unreservePending(big)
+	if got := s.QueuedBytes(); got != base {
+		t.Fatalf("total %d after the oversize message went, want %d", got, base)
+	}
+	other, _ := pipeClient(t, s, "p", "p")
+	if !other.reservePending(big) {
+		t.Fatal("a second client's oversize message refused with room in the total")
+	}
+	if cl.reservePending(2 * big) {
+		t.Fatal("an oversize message taken with no room left in the total")
+	}
+	other.unreservePending(big)
+}
+
+// The inbound budget: readers take what fits, one packet larger than the budget goes alone,
+// a reader waits for room and stops waiting when its client closes.
+func TestInboundBudget(t *testing.T) {
+	var b inboundBudget
+	never := make(chan struct{})
+	if !b.acquire(80, 100, never) {
+		t.Fatal("80 of 100 refused")
+	}
+	got := make(chan bool, 1)
+	go func() { got <- b.acquire(50, 100, never) }()
+	for parked := false; !parked; { // until the reader waits for room
+		b.mu.Lock()
+		parked = b.wake != nil
+		b.mu.Unlock()
+		runtime.Gosched()
+	}
+	select {
+	case <-got:
+		t.Fatal("50 more taken over the budget of 100")
+	default:
+	}
+	b.release(80)
+	if !<-got {
+		t.Fatal("the waiting reader did not get its room")
+	}
+	b.release(50)
+	if !b.acquire(500, 100, never) {
+		t.Fatal("a packet larger than the budget refused with nothing else held")
+	}
+	closed := make(chan struct{})
+	go func() { got <- b.acquire(1, 100, closed) }()
+	close(closed)
+	if <-got {
+		t.Fatal("a reader whose client closed got room")
+	}
+	b.release(500)
+	if b.used != 0 {
+		t.Fatalf("%d bytes left held", b.used)
 	}
 }

@@ -209,6 +209,9 @@ type ClientState struct {
 	// its session's bytes; bounds.go).
 	pendingBytes atomic.Int64
 	willBytes    atomic.Int64
+	// inboundHeld is the share of the server's inbound budget the packet being read and
+	// handled holds (reader goroutine only; takeInbound).
+	inboundHeld int64
 }
 
 // newClient returns a new instance of Client. This is almost exclusively used by Server
@@ -288,7 +291,7 @@ func (cl *Client) writeOutbound(pk *packets.Packet) {
 		// TODO : Figure out what to do with error
 		cl.ops.log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", pk)
 	}
-	cl.State.pendingBytes.Add(-n)
+	cl.unreservePending(n)
 	releaseOutbound(pk)
 }
 
@@ -509,8 +512,12 @@ func (cl *Client) Read(packetHandler ReadFn) error {
 // reader parked waiting for the next fixed header holds a small stack that the GC can
 // shrink; handlers get it by pointer, in cl.inbound. No handler keeps that pointer.
 //
+// faceagent patch (byte bounds): a large packet's share of the server's inbound budget
+// (readPacket) is given back once it is handled.
+//
 //go:noinline
 func (cl *Client) readAndHandle(fh *packets.FixedHeader, packetHandler ReadFn) error {
+	defer cl.releaseInbound()
 	err := cl.readInbound(fh)
 	if err != nil {
 		return err
@@ -623,6 +630,9 @@ func (cl *Client) readPacket(fh *packets.FixedHeader, pk *packets.Packet) (err e
 
 	pk.ProtocolVersion = cl.Properties.ProtocolVersion // inherit client protocol version for decoding
 	pk.FixedHeader = *fh
+	if err := cl.takeInbound(int64(pk.FixedHeader.Remaining)); err != nil { // faceagent patch (byte bounds)
+		return err
+	}
 	px := make([]byte, pk.FixedHeader.Remaining)
 	n, err := io.ReadFull(cl.Net.bconn, px)
 	if err != nil {
@@ -993,7 +1003,7 @@ func (cl *Client) QueueWrite(pk packets.Packet) bool {
 		atomic.AddInt32(&cl.State.outboundQty, 1)
 		return true
 	default:
-		cl.State.pendingBytes.Add(-n)
+		cl.unreservePending(n)
 		return false
 	}
 }

@@ -69,6 +69,7 @@ type Capabilities struct {
 	MaximumQueuedBytes              int64 `yaml:"maximum_queued_bytes" json:"maximum_queued_bytes"`                               // the same over every session
 	MaximumRetainedBytes            int64 `yaml:"maximum_retained_bytes" json:"maximum_retained_bytes"`                           // bytes of the retained messages
 	MaximumSubscriptions            int32 `yaml:"maximum_subscriptions" json:"maximum_subscriptions"`                             // subscriptions of one session
+	MaximumInboundBytes             int64 `yaml:"maximum_inbound_bytes" json:"maximum_inbound_bytes"`                             // bytes of packets over 64 KiB being read at once, all clients
 }
 
 // NewDefaultServerCapabilities defines the default features and capabilities provided by the server.
@@ -626,6 +627,7 @@ func (s *Server) clientGone(cl *Client, listener string, err error) error {
 //
 //go:noinline
 func (s *Server) connectClient(cl *Client, listener string) error {
+	defer cl.releaseInbound() // faceagent patch (byte bounds): a large CONNECT's budget (readPacket)
 	pk, err := s.readConnectionPacket(cl)
 	if err != nil {
 		return fmt.Errorf("read connection: %w", err)
@@ -1523,7 +1525,7 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk *packe
 			atomic.AddInt32(&cl.State.outboundQty, 1)
 			return nil
 		default:
-			cl.State.pendingBytes.Add(-n)
+			cl.unreservePending(n)
 		}
 	}
 	if out.FixedHeader.Qos > 0 {
