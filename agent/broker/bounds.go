@@ -4,30 +4,35 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 )
 
-// Defaults of the bounds in Options (0 there). Together they keep what clients can make the
-// broker hold within tens of megabytes (docs/benchmarks.md, "Worst-case memory"): a
-// gateway serves its terminals (one connection and one subscription each), a back office
-// or two and a few state store clients.
+// Defaults of the bounds in Options (0 there). Together they keep the daemon's worst case,
+// whatever its clients do, with a 1 MiB max packet size, under a 256 MiB soft memory limit
+// (docs/benchmarks.md, "Worst-case memory of the broker's bounds": 207 MiB, plus the
+// state store's bound): a gateway serves its terminals (one connection and one
+// subscription each), a back office or two and a few state store clients. Boards with
+// less memory set smaller ones (boards/*.toml).
 const (
-	// DefaultMaxClients: 64 terminals and room for everyone else, four times over.
-	DefaultMaxClients = 256
+	// DefaultMaxClients: 64 terminals and as many others, or 128 terminals. Each
+	// connection may cost up to ~0.65 MB at worst, so this is the bound that weighs most.
+	DefaultMaxClients = 128
 	// DefaultMaxSubscriptions: a back office subscribes to a handful of filters, a
 	// terminal to one, a state store client to its responses and notifications.
 	DefaultMaxSubscriptions = 64
-	// DefaultMaxPendingWriteBytes: about 200 results or 300 terminal commands queued for one
+	// DefaultMaxPendingWriteBytes: about 50 results or terminal commands queued for one
 	// client's writer. QoS 1/2 messages beyond it wait in the client's session (counted in
-	// MaxSessionBytes) and are written once the queue is empty; QoS 0 ones are dropped.
-	DefaultMaxPendingWriteBytes = 256 << 10
-	// DefaultMaxSessionBytes: about 7,000 results of 300 bytes (1.2 KB each counted: the
+	// MaxSessionBytes) and are written, in order, once the queue is empty; QoS 0 ones are
+	// dropped for that client.
+	DefaultMaxPendingWriteBytes = 64 << 10
+	// DefaultMaxSessionBytes: about 3,500 results of 300 bytes (1.2 KB each counted: the
 	// message struct is most of it) for a back office that is away, and its subscriptions.
-	DefaultMaxSessionBytes = 8 << 20
-	// DefaultMaxQueuedBytes: four full sessions, or many small ones.
-	DefaultMaxQueuedBytes = 32 << 20
+	DefaultMaxSessionBytes = 4 << 20
+	// DefaultMaxQueuedBytes: three full sessions, or many small ones; a session under its
+	// share (96 KiB) is admitted even when the total is full.
+	DefaultMaxQueuedBytes = 12 << 20
 	// DefaultMaxRetainedBytes: the agent retains nothing; room for others' status topics.
 	DefaultMaxRetainedBytes = 4 << 20
-	// DefaultMaxInboundBytes: sixteen packets of the default max_packet_size (1 MiB) read
-	// at once; smaller packets (64 KiB or less) do not count.
-	DefaultMaxInboundBytes = 16 << 20
+	// DefaultMaxInboundBytes: eight packets of the default max_packet_size (1 MiB) read at
+	// once; smaller packets (64 KiB or less) do not count.
+	DefaultMaxInboundBytes = 8 << 20
 )
 
 // boundOr returns v, def when v is 0, and 0 (no bound) when v is negative.

@@ -145,28 +145,35 @@
 // payload, topic and properties plus ~830 bytes (the packet struct it lives in); a
 // subscription ~0.6 KB a level of its filter plus ~0.5 KB (SubscriptionBytes).
 //
-//   - MaxClients (256): clients the broker knows, connected or kept for their session
+//   - MaxClients (128): clients the broker knows, connected or kept for their session
 //     after they left. A CONNECT of a new client id beyond it is refused (CONNACK 0x97;
 //     MQTT 3.1.1: 3, server unavailable); resuming or taking over a known session is not.
 //   - MaxSubscriptions (64): subscriptions of one session; one more gets SUBACK 0x97
 //     (3.1.1: 0x80). Replacing one costs nothing.
-//   - MaxPendingWriteBytes (256 KiB): messages queued for writing to one client. A QoS 1/2
+//   - MaxPendingWriteBytes (64 KiB): messages queued for writing to one client. A QoS 1/2
 //     message that does not fit, or that would overtake one already waiting, waits in the
 //     client's session (counted there) and is written, in order, once the queue is empty;
 //     a QoS 0 one is dropped for that client (OnPublishDropped). One message larger than the
-//     bound still goes when the queue is empty. A KEYNOTIFY connection's queue of
-//     notifications is bounded by it too.
-//   - MaxSessionBytes (8 MiB): what one session holds: messages queued while it is away,
+//     bound still goes when the queue is empty, counted in MaxQueuedBytes until written. A
+//     KEYNOTIFY connection's queue of notifications is bounded by it too.
+//   - MaxSessionBytes (4 MiB): what one session holds: messages queued while it is away,
 //     waiting to be written, or sent and not yet acknowledged; the acknowledgements of
 //     its own QoS 2 messages until their PUBREL; its subscriptions; its will. A QoS 1/2
 //     message that does not fit is dropped for that session, the newest (what is queued
 //     stays in order; a message already sent is never taken back); a subscription, will
 //     or QoS 2 message that does not fit is refused (SUBACK, CONNACK, PUBREC 0x97).
-//   - MaxQueuedBytes (32 MiB): the same summed over every session (QueuedBytes).
+//   - MaxQueuedBytes (12 MiB): the same summed over every session (QueuedBytes). A session
+//     holding less than its share (MaxQueuedBytes / MaxClients: 96 KiB) is never refused
+//     for the total, so clients that fill it (that stopped reading, say) cannot starve a
+//     terminal's commands or a back office's results; the total stays within twice the
+//     bound.
 //   - MaxRetainedBytes (4 MiB): the retained messages (the message, its topic, ~0.6 KB a
 //     level of it; mochi's own $SYS topics not counted). One that does not fit is refused
 //     (PUBACK/PUBREC 0x97) to an MQTT 5 QoS 1/2 publisher, and delivered without being
 //     retained otherwise.
+//   - MaxInboundBytes (8 MiB): packets over 64 KiB being read and handled at once, all
+//     connections together. A connection whose packet does not fit waits, reading nothing
+//     meanwhile; one larger than the bound goes when nothing else is read.
 //
 // A message dropped for one subscriber is that subscriber's loss, never its publisher's
 // concern: it is acknowledged to its publisher (who may have reached others, and the
@@ -251,9 +258,10 @@
 //     waiting for send quota): it is sent without one.
 //   - The bounds count what mochi's structures cost, they do not measure it: a
 //     message's ~830 bytes besides its parts is the packet struct it is held in, and a
-//     subscription's count assumes no other filter shares its levels. A packet being read
-//     (up to MaxPacketSize) and the copy a write encodes are not counted: they scale with
-//     the connected clients (docs/benchmarks.md, "Worst-case memory").
+//     subscription's count assumes no other filter shares its levels. The copy a write
+//     encodes is not counted (it is transient), nor are the acknowledgements held while
+//     more of a publisher's QoS 1 messages are buffered (up to ~250 a connection); both
+//     scale with the connected clients (docs/benchmarks.md, "Worst-case memory").
 //   - A client that stops reading (its socket full) holds up only itself:
 //     its writer waits up to WriteTimeout, then the client is disconnected (a
 //     failed write ends the connection). Messages routed to it meanwhile wait

@@ -30,9 +30,15 @@ import (
 // The committer also holds the live records (the journal's state) in memory: a snapshot
 // replaces the log once dead records outnumber live ones compactFactor times.
 
-// maxQueuedWrites bounds the writes waiting for the committer; a publisher that finds the
-// queue full waits (its read loop, or its Publish call).
-const maxQueuedWrites = 4096
+// maxQueuedWrites and maxQueuedWriteBytes bound the writes waiting for the committer, in
+// number and in bytes (keys and values; one larger write goes when the queue is empty); a
+// publisher that finds the queue full waits (its read loop, or its Publish call). With the
+// batch being committed, the committer holds at most twice that. The byte bound matters
+// when an fsync is slow and messages are large: 4,096 records of 1 MiB messages were 5 GB.
+const (
+	maxQueuedWrites     = 4096
+	maxQueuedWriteBytes = 4 << 20
+)
 
 // Compaction: a snapshot is written when more than compactMinDead records are dead and
 // they outnumber the live ones compactFactor times, so the journal stays within about
@@ -59,16 +65,17 @@ type committer struct {
 	j   *journal.Journal
 	log *slog.Logger
 
-	mu        sync.Mutex
-	cond      *sync.Cond // queue grew, a commit finished, or closing
-	queue     []write
-	queued    uint64         // writes ever queued
-	committed uint64         // writes ever committed (or failed)
-	failed    []failedWrites // the writes whose commit failed, oldest first (at most maxFailedRanges)
-	lastErr   error          // the latest commit's error (sync)
-	closed    bool
-	started   bool // run was started (set before, by the owner)
-	done      chan struct{}
+	mu          sync.Mutex
+	cond        *sync.Cond // queue grew, a commit finished, or closing
+	queue       []write
+	queuedBytes int            // keys and values in queue
+	queued      uint64         // writes ever queued
+	committed   uint64         // writes ever committed (or failed)
+	failed      []failedWrites // the writes whose commit failed, oldest first (at most maxFailedRanges)
+	lastErr     error          // the latest commit's error (sync)
+	closed      bool
+	started     bool // run was started (set before, by the owner)
+	done        chan struct{}
 
 	// The live records as committed, and each client's keys in them. Written only by the
 	// committer goroutine (and before it starts), under mu.
@@ -149,18 +156,25 @@ func (c *committer) start() {
 
 // enqueue queues w and returns its sequence number for wait; false once closed.
 func (c *committer) enqueue(w write) (uint64, bool) {
+	n := len(w.key) + len(w.value)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for len(c.queue) >= maxQueuedWrites && !c.closed {
+	for !c.roomFor(n) && !c.closed {
 		c.cond.Wait()
 	}
 	if c.closed {
 		return 0, false
 	}
 	c.queue = append(c.queue, w)
+	c.queuedBytes += n
 	c.queued++
 	c.cond.Broadcast()
 	return c.queued, true
+}
+
+// roomFor reports whether a write of n bytes fits in the queue now. Called with mu held.
+func (c *committer) roomFor(n int) bool {
+	return len(c.queue) < maxQueuedWrites && (c.queuedBytes == 0 || c.queuedBytes+n <= maxQueuedWriteBytes)
 }
 
 // enqueueWait queues w and waits for its commit.
@@ -274,7 +288,7 @@ func (c *committer) run() {
 			return
 		}
 		batch, upTo := c.queue, c.queued
-		c.queue = nil
+		c.queue, c.queuedBytes = nil, 0
 		c.cond.Broadcast() // room in the queue
 		c.mu.Unlock()
 

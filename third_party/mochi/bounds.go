@@ -36,7 +36,11 @@ import (
 //     lets a server discard messages it cannot store; a message already sent is never
 //     taken back, which [MQTT-4.4.0-1] would forbid). A subscription that does not fit is
 //     refused (SUBACK 0x97), a will (CONNACK 0x97), a QoS 2 message (PUBREC 0x97).
-//   - MaximumQueuedBytes: the same, summed over every session.
+//   - MaximumQueuedBytes: the same, summed over every session. A session that holds less
+//     than its share (MaximumQueuedBytes / MaximumClients) is never refused for it: sessions
+//     that fill the total (clients that stopped reading, say) cannot starve the others (a
+//     terminal's command, a back office's results), so the total stays within twice the
+//     bound.
 //   - MaximumRetainedBytes: the retained messages (RetainedBytes each). One that does not
 //     fit is refused (PUBACK or PUBREC 0x97) from an MQTT 5 QoS 1/2 publisher, and routed
 //     without being retained otherwise (there is no way to tell the publisher).
@@ -216,13 +220,25 @@ func reserveBytes(c *atomic.Int64, n, limit int64) bool {
 // themselves (Inflight.admit).
 func (s *Server) sessionRoom(cl *Client, n int64) Quota {
 	c := s.Options.Capabilities
-	if c.MaximumSessionBytes > 0 && cl.SessionBytes()+n > c.MaximumSessionBytes {
+	held := cl.SessionBytes()
+	if c.MaximumSessionBytes > 0 && held+n > c.MaximumSessionBytes {
 		return QuotaSessionBytes
 	}
-	if c.MaximumQueuedBytes > 0 && s.bounds.queued.Load()+n > c.MaximumQueuedBytes {
+	if c.MaximumQueuedBytes > 0 && held+n > fairShare(c) && s.bounds.queued.Load()+n > c.MaximumQueuedBytes {
 		return QuotaQueuedBytes
 	}
 	return 0
+}
+
+// fairShare is what a session may hold whatever all sessions hold together:
+// MaximumQueuedBytes / MaximumClients (0 without both bounds). At most MaximumClients
+// sessions each hold up to it beyond the total, so the total stays within twice
+// MaximumQueuedBytes.
+func fairShare(c *Capabilities) int64 {
+	if c.MaximumQueuedBytes <= 0 || c.MaximumClients <= 0 {
+		return 0
+	}
+	return c.MaximumQueuedBytes / c.MaximumClients
 }
 
 // admitInflight puts out, a new message for cl, in cl's in-flight set within the session
@@ -232,20 +248,26 @@ func (s *Server) sessionRoom(cl *Client, n int64) Quota {
 func (s *Server) admitInflight(cl *Client, out *packets.Packet) Quota {
 	c := s.Options.Capabilities
 	others := cl.State.Subscriptions.bytes.Load() + cl.State.willBytes.Load()
-	return cl.State.Inflight.admit(out, others, c.MaximumSessionBytes, c.MaximumQueuedBytes)
+	return cl.State.Inflight.admit(out, others, c.MaximumSessionBytes, c.MaximumQueuedBytes, fairShare(c))
 }
 
 // admit is setFrom for a new entry m within the bounds: sessionMax for the set's bytes
-// plus others, globalMax for the global counter. It reports the bound that refused m.
-func (i *Inflight) admit(m *packets.Packet, others, sessionMax, globalMax int64) Quota {
+// plus others, globalMax for the global counter unless they stay within share. It reports
+// the bound that refused m.
+func (i *Inflight) admit(m *packets.Packet, others, sessionMax, globalMax, share int64) Quota {
 	i.Lock()
 	defer i.Unlock()
 	cost := MessageBytes(m)
-	if sessionMax > 0 && i.bytes.Load()+others+cost > sessionMax {
+	held := i.bytes.Load() + others + cost
+	if sessionMax > 0 && held > sessionMax {
 		return QuotaSessionBytes
 	}
-	if i.global != nil && !reserveBytes(i.global, cost, globalMax) {
-		return QuotaQueuedBytes
+	if i.global != nil {
+		if held <= share {
+			i.global.Add(cost) // within its share: whatever the others hold
+		} else if !reserveBytes(i.global, cost, globalMax) {
+			return QuotaQueuedBytes
+		}
 	}
 	i.putLocked(m, cost, true)
 	return 0
@@ -518,6 +540,34 @@ func (s *Server) willRoom(cl *Client) Quota {
 	cl.State.willBytes.Store(n)
 	s.bounds.queued.Add(n)
 	return 0
+}
+
+// refuseEarly drops pk for cl before publishToClient copies it when a bound will refuse it
+// anyway: under a flood (clients that stopped reading, sessions full) most messages are
+// refused, and each copy of its payload was garbage. The checks that count (admitInflight,
+// reservePending) come later, on the copy.
+func (s *Server) refuseEarly(cl *Client, sub packets.Subscription, pk *packets.Packet) error {
+	qos := min(pk.FixedHeader.Qos, sub.Qos, s.Options.Capabilities.MaximumQos)
+	n := MessageBytes(pk)
+	if qos > 0 {
+		q := s.sessionRoom(cl, n)
+		if q == 0 && cl.State.Inflight.Len() >= int(s.Options.Capabilities.MaximumInflight) {
+			q = QuotaInflight
+			atomic.AddInt64(&s.Info.InflightDropped, 1)
+		}
+		if q == 0 {
+			return nil
+		}
+		s.quotaExceeded(cl, q, false, pk)
+		return packets.ErrQuotaExceeded
+	}
+	limit := s.Options.Capabilities.MaximumClientWritesPendingBytes
+	if cur := cl.State.pendingBytes.Load(); limit > 0 && cur > 0 && cur+n > limit && cl.Net.Conn != nil && !cl.Closed() {
+		s.publishDropped(cl, pk)
+		s.quotaExceeded(cl, QuotaWritesDropped, false, pk)
+		return packets.ErrPendingClientWritesExceeded
+	}
+	return nil
 }
 
 // connectFailed ends what cl's session held when its connection failed between the will

@@ -510,3 +510,38 @@ func TestInboundBudget(t *testing.T) {
 		t.Fatalf("%d bytes left held", b.used)
 	}
 }
+
+// Sessions that fill the total cannot starve the others: a session holding less than its
+// share (MaximumQueuedBytes / MaximumClients) still gets messages when the total is full,
+// one over it does not, and the total stays within twice the bound.
+func TestFairShareOfTheTotal(t *testing.T) {
+	msg := MessageBytes(&packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "f/x", Payload: make([]byte, 1000)})
+	s, rec := newBoundsServer(t, func(c *Capabilities) {
+		c.MaximumClients = 4
+		c.MaximumQueuedBytes = 40 * msg // share: 10 messages
+		c.MaximumSessionBytes = 100 * msg
+	})
+	hog, _ := pipeClient(t, s, "hog", "f/#")
+	hog.Stop(nil) // away: everything routed to it stays
+	for i := 0; i < 60; i++ {
+		if err := s.Publish("f/x", payload(uint64(i), 1000), false, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rec.count(QuotaQueuedBytes, false) == 0 {
+		t.Fatal("the hog never filled the total")
+	}
+	small, _ := pipeClient(t, s, "small", "g")
+	small.Stop(nil)
+	for i := 0; i < 20; i++ {
+		if err := s.Publish("g", payload(uint64(i), 1000), false, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := small.State.Inflight.Len(); n < 8 || n > 10 {
+		t.Errorf("the small session got %d messages with the total full; want up to its share (10, its subscription included)", n)
+	}
+	if q := s.QueuedBytes(); q > 2*s.Options.Capabilities.MaximumQueuedBytes {
+		t.Errorf("total %d over twice the bound %d", q, s.Options.Capabilities.MaximumQueuedBytes)
+	}
+}

@@ -1338,8 +1338,14 @@ func (s *Server) retainMessage(cl *Client, pk *packets.Packet) bool {
 		return true
 	}
 
+	limit := s.Options.Capabilities.MaximumRetainedBytes
+	if limit > 0 && len(pk.Payload) > 0 && !s.Topics.retainFits(pk, limit) {
+		// refused before the copy below, which would be garbage (retain decides, on the copy)
+		s.quotaExceeded(cl, QuotaRetainedBytes, refusable(cl, pk), pk)
+		return false
+	}
 	out := pk.Copy(false)
-	r, ok := s.Topics.retain(out, s.Options.Capabilities.MaximumRetainedBytes)
+	r, ok := s.Topics.retain(out, limit)
 	if !ok {
 		s.quotaExceeded(cl, QuotaRetainedBytes, refusable(cl, pk), pk)
 		return false
@@ -1442,6 +1448,9 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk *packe
 
 	if !s.hooks.OnACLCheck(cl, pk.TopicName, false) {
 		return packets.ErrNotAuthorized
+	}
+	if err := s.refuseEarly(cl, sub, pk); err != nil { // faceagent patch (byte bounds)
+		return err
 	}
 	out := newOutbound(pk)
 	if !sub.FwdRetainedFlag && ((cl.Properties.ProtocolVersion == 5 && !sub.RetainAsPublished) || cl.Properties.ProtocolVersion < 5) { // ![MQTT-3.3.1-13] [v3 MQTT-3.3.1-9]

@@ -620,6 +620,19 @@ func (x *TopicsIndex) retain(pk packets.Packet, limit int64) (int64, bool) {
 	return out, true
 }
 
+// retainFits reports whether retaining pk would stay within limit now (a check before
+// copying it; retain decides). faceagent patch (byte bounds).
+func (x *TopicsIndex) retainFits(pk *packets.Packet, limit int64) bool {
+	if strings.HasPrefix(pk.TopicName, SysPrefix) {
+		return true
+	}
+	var old int64
+	if pke, ok := x.Retained.Get(pk.TopicName); ok {
+		old = RetainedBytes(&pke)
+	}
+	return x.retainedBytes.Load()-old+RetainedBytes(pk) <= limit
+}
+
 // expireRetained removes the retained message of topic as an empty retained message would,
 // its particles included. faceagent patch (byte bounds): the expiry only deleted it from
 // Retained, and left its particles (and their retainPath) in the index.
