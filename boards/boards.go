@@ -58,6 +58,22 @@ type Profile struct {
 	JournalBatchWindow time.Duration // > 0 only when JournalSync is SyncBatch
 
 	DataDir string // absolute path for the journal and persisted store keys
+
+	// Broker holds the embedded broker's bounds for a board whose memory needs smaller
+	// ones than the defaults (which are sized for a 256 MiB soft memory limit); zero
+	// fields keep the defaults.
+	Broker BrokerBounds
+}
+
+// BrokerBounds are a board's [broker] bounds (configs/agent.toml documents each); 0 keeps
+// the default.
+type BrokerBounds struct {
+	MaxClients           int   // max_clients
+	MaxPendingWriteBytes int64 // max_pending_write_bytes
+	MaxSessionBytes      int64 // max_session_bytes
+	MaxQueuedBytes       int64 // max_queued_bytes
+	MaxRetainedBytes     int64 // max_retained_bytes
+	MaxInboundBytes      int64 // max_inbound_bytes
 }
 
 // Target is the build target as "GOOS/GOARCH" or "GOOS/arm/GOARM": "linux/arm/7", "linux/arm64".
@@ -162,6 +178,14 @@ type fileSchema struct {
 	JournalSync        string    `toml:"journal_sync"`
 	JournalBatchWindow *duration `toml:"journal_batch_window"` // only with journal_sync = "batch"
 	DataDir            string    `toml:"data_dir"`
+	Broker             struct {
+		MaxClients           int      `toml:"max_clients"`
+		MaxPendingWriteBytes byteSize `toml:"max_pending_write_bytes"`
+		MaxSessionBytes      byteSize `toml:"max_session_bytes"`
+		MaxQueuedBytes       byteSize `toml:"max_queued_bytes"`
+		MaxRetainedBytes     byteSize `toml:"max_retained_bytes"`
+		MaxInboundBytes      byteSize `toml:"max_inbound_bytes"`
+	} `toml:"broker"` // optional, each key too
 }
 
 type byteSize struct {
@@ -228,6 +252,14 @@ func Parse(name string, data []byte) (Profile, error) {
 		GOMEMLIMITText: raw.GOMEMLIMIT.text,
 		JournalSync:    SyncPolicy(raw.JournalSync),
 		DataDir:        raw.DataDir,
+		Broker: BrokerBounds{
+			MaxClients:           raw.Broker.MaxClients,
+			MaxPendingWriteBytes: raw.Broker.MaxPendingWriteBytes.n,
+			MaxSessionBytes:      raw.Broker.MaxSessionBytes.n,
+			MaxQueuedBytes:       raw.Broker.MaxQueuedBytes.n,
+			MaxRetainedBytes:     raw.Broker.MaxRetainedBytes.n,
+			MaxInboundBytes:      raw.Broker.MaxInboundBytes.n,
+		},
 	}
 	if raw.JournalBatchWindow != nil {
 		p.JournalBatchWindow = time.Duration(*raw.JournalBatchWindow)
@@ -287,6 +319,16 @@ func validate(p *Profile, md toml.MetaData) (key, msg string) {
 		return "gomemlimit", fmt.Sprintf("gomemlimit %s is more than half of ram: the OS and page cache need the rest", p.GOMEMLIMITText)
 	case !path.IsAbs(p.DataDir) || path.Clean(p.DataDir) != p.DataDir || p.DataDir == "/":
 		return "data_dir", fmt.Sprintf("data_dir %q must be a clean absolute path other than /", p.DataDir)
+	}
+	for _, k := range []struct {
+		key string
+		v   int64
+	}{{"max_clients", int64(p.Broker.MaxClients)}, {"max_pending_write_bytes", p.Broker.MaxPendingWriteBytes},
+		{"max_session_bytes", p.Broker.MaxSessionBytes}, {"max_queued_bytes", p.Broker.MaxQueuedBytes},
+		{"max_retained_bytes", p.Broker.MaxRetainedBytes}, {"max_inbound_bytes", p.Broker.MaxInboundBytes}} {
+		if md.IsDefined("broker", k.key) && k.v <= 0 {
+			return k.key, fmt.Sprintf("broker.%s must be positive", k.key)
+		}
 	}
 	seen := map[string]bool{}
 	for _, sp := range p.SerialPorts {

@@ -251,3 +251,19 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// A board's [broker] bounds must be positive where given.
+func TestBrokerBoundsPositive(t *testing.T) {
+	base := "description = \"x\"\ngoos = \"linux\"\nqemu_cpu = \"max\"\ngoarch = \"arm64\"\nram = \"64MiB\"\ngomemlimit = \"32MiB\"\njournal_sync = \"always\"\ndata_dir = \"/tmp/fa\"\n"
+	p, err := Parse("ok", []byte(base+"[broker]\nmax_clients = 10\nmax_session_bytes = \"1MiB\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Broker != (BrokerBounds{MaxClients: 10, MaxSessionBytes: 1 << 20}) {
+		t.Errorf("bounds %+v", p.Broker)
+	}
+	_, err = Parse("bad", []byte(base+"[broker]\nmax_clients = 0\n"))
+	if err == nil || !strings.Contains(err.Error(), "boards/bad.toml:10: broker.max_clients must be positive") {
+		t.Errorf("max_clients = 0: %v", err)
+	}
+}

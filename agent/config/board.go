@@ -15,6 +15,7 @@ import (
 //
 //	[agent]   gomemlimit, data_dir
 //	[journal] sync, batch_window
+//	[broker]  the bounds a small board needs smaller (boards.BrokerBounds), when it sets them
 //
 // and its serial ports fill in serial devices without a port (assignBoardPorts).
 //
@@ -32,6 +33,19 @@ func profileTOML(p boards.Profile) []byte {
 		p.GOMEMLIMIT, strconv.Quote(p.DataDir), strconv.Quote(string(p.JournalSync)))
 	if p.JournalBatchWindow > 0 {
 		b = fmt.Appendf(b, "batch_window = %s\n", strconv.Quote(time.Duration(p.JournalBatchWindow).String()))
+	}
+	if bb := p.Broker; bb != (boards.BrokerBounds{}) {
+		b = append(b, "[broker]\n"...)
+		for _, k := range []struct {
+			key string
+			v   int64
+		}{{"max_clients", int64(bb.MaxClients)}, {"max_pending_write_bytes", bb.MaxPendingWriteBytes},
+			{"max_session_bytes", bb.MaxSessionBytes}, {"max_queued_bytes", bb.MaxQueuedBytes},
+			{"max_retained_bytes", bb.MaxRetainedBytes}, {"max_inbound_bytes", bb.MaxInboundBytes}} {
+			if k.v > 0 {
+				b = fmt.Appendf(b, "%s = %d\n", k.key, k.v)
+			}
+		}
 	}
 	return b
 }
