@@ -84,6 +84,12 @@ unit-norace:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 
+.PHONY: bench-abuse
+# bench-abuse: the released daemon under 64 abusive clients for a minute, its peak RSS against
+# the worst case its broker's bounds allow (tools/bench/abuse).
+bench-abuse:
+	FACEAGENT_ABUSE_LONG=1 $(GO) test -count=1 -run TestAbusiveClients -v -timeout 15m ./tools/bench/abuse/
+
 # Runs every fuzz target for FUZZTIME each. go test accepts one -fuzz target per package
 # invocation, so the targets are discovered and run one at a time.
 fuzz:
