@@ -240,7 +240,7 @@ func TestTerminalQueueLosesNothingSilently(t *testing.T) {
 		}
 	}
 	read(int(sent) - len(dropped))
-	// The resend, as the drop watch does it once the publish that saw the drop returned.
+	// The resend, as a publisher that watched OnPublishDropped would send it.
 	for _, i := range dropped {
 		publish(i)
 	}
