@@ -96,6 +96,12 @@ soak:
 	FACEAGENT_SOAK=1 FACEAGENT_SOAK_REQUESTS=$(SOAK_REQUESTS) FACEAGENT_SOAK_INFLIGHT=$(SOAK_INFLIGHT) \
 	  $(GO) test -count=1 -v -timeout 90m -run '^TestSoakStateStore' ./agent/cmd/faceagent
 
+.PHONY: bench-abuse
+# bench-abuse: the released daemon under 64 abusive clients for a minute, its peak RSS against
+# the worst case its broker's bounds allow (tools/bench/abuse).
+bench-abuse:
+	FACEAGENT_ABUSE_LONG=1 $(GO) test -count=1 -run TestAbusiveClients -v -timeout 15m ./tools/bench/abuse/
+
 # Runs every fuzz target for FUZZTIME each. go test accepts one -fuzz target per package
 # invocation, so the targets are discovered and run one at a time.
 fuzz:

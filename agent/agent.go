@@ -58,8 +58,9 @@ type Agent struct {
 	outbox        atomic.Pointer[outbox.Outbox]
 	state         *stateWriter
 	take          *taker
-	drops         *dropWatch // nil without the embedded broker
-	fwd           *forwarder // forwarded acks and heartbeats (set by startGateway)
+	// brokerStats is the embedded broker, for /metrics (set once it is made).
+	brokerStats atomic.Pointer[broker.Broker]
+	fwd         *forwarder // forwarded acks and heartbeats (set by startGateway)
 	// tuneBroker, set by tests before Run, adjusts the embedded broker before it starts.
 	tuneBroker func(*broker.Broker)
 	httpIntake *httpIntake
@@ -222,6 +223,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			return err
 		}
 		a.broker = b
+		a.brokerStats.Store(b)
 		stops = append(stops, func(context.Context) error { return b.Close() })
 		if a.tuneBroker != nil {
 			a.tuneBroker(b)
@@ -285,6 +287,20 @@ func newBroker(cfg *config.Config, log *slog.Logger) (*broker.Broker, error) {
 		MaxNotify:      c.StoreMaxNotify,
 		StateStoreNode: cfg.Agent.GatewayID,
 		Logger:         log.With("part", "broker"),
+
+		MaxPacketSize:  uint32(c.MaxPacketSize),
+		ReceiveMaximum: uint16(c.ReceiveMaximum),
+
+		MaxClients:           int64(c.MaxClients),
+		MaxSubscriptions:     int32(c.MaxSubscriptions),
+		MaxPendingWriteBytes: int64(c.MaxPendingWriteBytes),
+		MaxSessionBytes:      int64(c.MaxSessionBytes),
+		MaxQueuedBytes:       int64(c.MaxQueuedBytes),
+		MaxRetainedBytes:     int64(c.MaxRetainedBytes),
+		MaxInboundBytes:      int64(c.MaxInboundBytes),
+	}
+	if c.MaxQueuedMessages > 0 {
+		opts.MaxInflight = uint16(min(c.MaxQueuedMessages, 65535))
 	}
 	if cfg.Upstream == nil && !cfg.BrokerOnly() {
 		// The agent writes these keys into this store in-process (engineSetter, engineKeys):
@@ -295,22 +311,7 @@ func newBroker(cfg *config.Config, log *slog.Logger) (*broker.Broker, error) {
 	if c.Persist {
 		opts.DataDir = filepath.Clean(cfg.Agent.DataDir)
 	}
-	b, err := broker.New(opts)
-	if err != nil {
-		return nil, err
-	}
-	// Client quotas live in mochi's capabilities, read per connection: set them before
-	// Start. (agent/broker.Options has no fields for them yet.)
-	caps := b.Server().Options.Capabilities
-	if c.MaxClients > 0 {
-		caps.MaximumClients = int64(c.MaxClients)
-	}
-	caps.MaximumPacketSize = uint32(c.MaxPacketSize)
-	caps.ReceiveMaximum = uint16(c.ReceiveMaximum)
-	if c.MaxQueuedMessages > 0 {
-		caps.MaximumInflight = uint16(min(c.MaxQueuedMessages, 65535))
-	}
-	return b, nil
+	return broker.New(opts)
 }
 
 func (a *Agent) startHTTP(m config.Metrics) error {

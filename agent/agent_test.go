@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
 )
 
@@ -43,7 +44,9 @@ func parse(t *testing.T, src string) *config.Config {
 }
 
 func TestRunBrokerOnly(t *testing.T) {
-	cfg := parse(t, "[agent]\ndata_dir = \""+filepath.Join(t.TempDir(), "d")+"\"\n[broker]\nlisten = \"127.0.0.1:0\"\nmax_clients = 7\n[metrics]\nlisten = \"127.0.0.1:0\"\n")
+	cfg := parse(t, "[agent]\ndata_dir = \""+filepath.Join(t.TempDir(), "d")+"\"\n[broker]\nlisten = \"127.0.0.1:0\"\nmax_clients = 7\n"+
+		"max_subscriptions = 9\nmax_pending_write_bytes = \"64KiB\"\nmax_session_bytes = \"2MiB\"\nmax_queued_bytes = \"3MiB\"\nmax_retained_bytes = \"5KiB\"\n"+
+		"[metrics]\nlisten = \"127.0.0.1:0\"\n")
 	a, err := New(&Options{Config: cfg, Version: "t1"})
 	if err != nil {
 		t.Fatal(err)
@@ -64,8 +67,10 @@ func TestRunBrokerOnly(t *testing.T) {
 	if a.BrokerAddr() == "" || a.Healthy() != nil {
 		t.Fatalf("addr %q healthy %v", a.BrokerAddr(), a.Healthy())
 	}
-	if got := a.broker.Server().Options.Capabilities.MaximumClients; got != 7 {
-		t.Errorf("max_clients not applied: %d", got)
+	caps := a.broker.Server().Options.Capabilities
+	if caps.MaximumClients != 7 || caps.MaximumSubscriptions != 9 || caps.MaximumClientWritesPendingBytes != 64<<10 ||
+		caps.MaximumSessionBytes != 2<<20 || caps.MaximumQueuedBytes != 3<<20 || caps.MaximumRetainedBytes != 5<<10 {
+		t.Errorf("[broker] bounds not applied: %+v", caps)
 	}
 	resp, err := http.Get("http://" + a.MetricsAddr() + "/metrics")
 	if err != nil {
@@ -114,5 +119,17 @@ func TestReload(t *testing.T) {
 func TestNewNeedsConfig(t *testing.T) {
 	if _, err := New(nil); err == nil {
 		t.Error("New(nil) accepted")
+	}
+}
+
+// The [broker] bounds' defaults are the embedded broker's own (agent/config cannot import
+// agent/broker: the values are written twice).
+func TestBrokerBoundDefaults(t *testing.T) {
+	d := config.DefaultBroker()
+	if d.MaxClients != broker.DefaultMaxClients || d.MaxSubscriptions != broker.DefaultMaxSubscriptions ||
+		int64(d.MaxPendingWriteBytes) != broker.DefaultMaxPendingWriteBytes || int64(d.MaxSessionBytes) != broker.DefaultMaxSessionBytes ||
+		int64(d.MaxQueuedBytes) != broker.DefaultMaxQueuedBytes || int64(d.MaxRetainedBytes) != broker.DefaultMaxRetainedBytes ||
+		int64(d.MaxInboundBytes) != broker.DefaultMaxInboundBytes {
+		t.Errorf("config defaults %+v differ from agent/broker's", d)
 	}
 }

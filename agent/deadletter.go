@@ -211,9 +211,6 @@ func (d *deadLetterLog) start(ctx context.Context) {
 		defer d.wg.Done()
 		publishBacklog(ctx, d.ready, d.drain, func(err error, retryIn time.Duration) {
 			d.log.Warn("publishing a deadletter failed; will retry", "in", retryIn, "err", err)
-			if errors.Is(err, errDropped) {
-				d.m.reportsDropped.With("deadletter").Inc()
-			}
 		})
 	}()
 }

@@ -196,32 +196,25 @@
 //     carry every task's outcome regardless; a heartbeat is refused only when no ack is
 //     left to drop. With an external broker at most upstream.publish_window forwarded
 //     messages are in flight: across a slow link the rate is about that many per round
-//     trip, and the bound sheds the excess. With the embedded broker a forwarded message
-//     dropped for a subscriber whose queue is full is published again, like a result (see
-//     the last caveat).
+//     trip, and the bound sheds the excess.
 //   - The broker's Receive Maximum caps what is in flight on the upstream connection, for
 //     the three report streams together (paho waits for a free slot): mosquitto's
 //     max_inflight_messages defaults to 20, which at 50 ms is 400 messages/s for all
 //     reports; raise it on the broker together with publish_window. A message without a
 //     PUBACK after 30s is sent again (the copy in paho's session stays and may arrive
 //     too).
-//   - The broker's client quotas (max_clients, max_packet_size, receive_maximum,
-//     max_queued_messages) are set on mochi's capabilities after broker.New, because
-//     agent/broker.Options has no fields for them yet.
 //   - GOMEMLIMIT in the environment wins over agent.gomemlimit.
-//   - Embedded broker: mochi drops a QoS 1 message meant for a connected subscriber whose
-//     pending-writes queue (MaximumClientWritesPending) is full or whose inflight store
-//     is at its quota, and an inline publish returns nil all the same. The agent watches
-//     for that (a hook on OnPublishDropped, and mochi's inflight-dropped counter) and
-//     publishes a result or deadletter so dropped again, in order, backing off from
-//     100ms to 30s: the other subscribers get it again, nothing is lost. The price: a
-//     subscriber that stays connected but stops reading holds up results for everyone
-//     until it reads again or the broker cuts it off (broker write timeout, 30s), and a
-//     persistent session that is away with max_queued_messages results held holds them
-//     up until it returns or its session expires; meanwhile results wait in the
-//     journal. The inflight counter is broker-wide: another message's drop during a
-//     result's publish also counts (one more duplicate). Drops are in /metrics:
-//     faceagent_broker_dropped_total{reason}, faceagent_reports_dropped_total{kind}.
-//     A terminal's pending-writes queue is 32 messages (see "Memory"): it holds one
-//     command at a time, so a full queue means a terminal that stopped reading.
+//   - Embedded broker: a result, deadletter or forwarded message is published once; what
+//     the broker cannot give one subscriber is that subscriber's matter. A QoS 1 message
+//     for a subscriber whose write queue is full waits in its session (kept or not) and
+//     is written once the queue empties, in order; it is dropped for that subscriber
+//     alone only when its session is full (broker max_session_bytes, max_queued_bytes,
+//     max_queued_messages): the newest results of a back office away longer than its
+//     session holds are lost to it, counted in faceagent_broker_dropped_total{reason}
+//     and logged. Size max_session_bytes for the longest absence to bridge (4 MiB: about
+//     3,500 results). The agent no longer publishes such a message again to everyone: that
+//     stalled every healthy subscriber behind the slowest one, 9–15 s a round, and behind
+//     an absent full session until it came back. A terminal's pending-writes queue is 32
+//     messages (see "Memory"): it holds one command at a time, so a full queue means a
+//     terminal that stopped reading.
 package agent

@@ -467,9 +467,6 @@ func (f *forwarder) drain(ctx context.Context) (more bool, sent int, err error) 
 		f.skip = append(f.skip, dead)
 		return f.topic(e), e.payload, dead
 	})
-	if err != nil && errors.Is(err, errDropped) && n < len(f.batch) {
-		f.m.reportsDropped.With(fwdKindName(f.batch[n].kind)).Inc()
-	}
 	acks := 0
 	var through uint64 // the last entry of the batch published or found dead
 	for i, e := range f.batch[:n] {
@@ -510,13 +507,6 @@ func (f *forwarder) stillLive(id uint64) bool {
 	defer f.mu.Unlock()
 	i := f.indexOf(id)
 	return i >= 0 && f.pending[i].payload != nil
-}
-
-func fwdKindName(kind byte) string {
-	if kind == fwdRecordAck {
-		return "ack"
-	}
-	return "heartbeat"
 }
 
 // topic is the upstream topic of e (cached per device; publisher goroutine only).

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -197,10 +198,13 @@ func TestForwarderReplaysInOrderUntilReported(t *testing.T) {
 	}
 }
 
+// errPublishFailed is a publisher's failure in tests (the broker is away).
+var errPublishFailed = errors.New("test: publish failed")
+
 // A failed publish stops the round (order kept) and is retried from the same message.
 func TestForwarderRetriesInOrder(t *testing.T) {
 	pub := newTopicCollector()
-	pub.fail = errDropped
+	pub.fail = errPublishFailed
 	f := openTestForwarder(t, t.TempDir(), pub, maxForwarded, maxForwardedBytes)
 	defer f.close()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -377,7 +381,7 @@ func TestForwarderCompacts(t *testing.T) {
 	waitFor(t, "the backlog to empty", func() bool { return f.m.forwardBacklog.Value() == 0 }, f.reported)
 	waitFor(t, "a snapshot", compacted, f.compacted)
 	pub.mu.Lock()
-	pub.fail = errDropped // the broker is away: heartbeats coalesce in the log
+	pub.fail = errPublishFailed // the broker is away: heartbeats coalesce in the log
 	pub.mu.Unlock()
 	for p := range n {
 		f.heartbeat("d1", testHeartbeat("d1", p))

@@ -29,19 +29,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	t := upstreamTopics(cfg.Agent.GatewayID)
 	take := newTaker(cfg, a.m, a.log.With("part", "intake"))
 	external := cfg.Upstream != nil
-	var drops *dropWatch
 	if b != nil {
-		// Counts what the embedded broker drops (for /metrics); without [upstream] it also
-		// tells the reporter and the deadletter log which of their publishes to repeat.
-		watched := []string{t.results, t.deadletter}
-		for _, d := range cfg.Devices {
-			watched = append(watched, t.devices+d.ID+"/ack", t.devices+d.ID+"/heartbeat")
-		}
-		drops = newDropWatch(b.Server(), a.m, watched...)
-		a.drops = drops
-		if err := b.AddHook(drops, nil); err != nil {
-			return err
-		}
 		// A client subscribing to configured terminals' command topics only gets a short
 		// queue of pending writes (agent/broker queues.go): 352 bytes instead of 9.5 KB.
 		commands := make(map[string]bool, len(cfg.Devices))
@@ -134,14 +122,13 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	} else {
 		// PublishDeferred, and one sessions sync per batch before it is marked reported
 		// (reporter, forwarder, deadletter log): one fsync a batch, not one a message.
-		results = inlinePublisher{srv: b.Server(), serving: a.brokerServing, drops: drops, br: b}
+		results = inlinePublisher{srv: b.Server(), serving: a.brokerServing, br: b}
 	}
 	dead.pub = results
 	dead.start(rctx)
 	*stops = append(*stops, cancelAndWait(&dead.wg))
 	// Forwarded acks and heartbeats are published on their own goroutine (routed inline
-	// on the device event path they would cost it most of its time per ack), with QoS 1,
-	// watched for drops like results.
+	// on the device event path they would cost it most of its time per ack), with QoS 1.
 	fwd.pub = results
 	fwd.start(rctx)
 	*stops = append(*stops, cancelAndWait(&fwd.wg))

@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"time"
 
+	mqtt "github.com/mochi-mqtt/server/v2"
+
 	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
@@ -46,11 +48,13 @@ type agentMetrics struct {
 	deadLetterBacklog    *metrics.Gauge
 	deadLettersPublished *metrics.Counter
 	deadLettersRefused   *metrics.Counter
-	// brokerDropped counts the embedded broker's dropped deliveries, by reason.
-	brokerDropped *metrics.CounterVec
-	// reportsDropped counts report publishes found dropped by the embedded broker (and
-	// sent again), by kind: result, deadletter.
-	reportsDropped *metrics.CounterVec
+	// The embedded broker's bounds (agent/broker bounds.go): messages dropped for one
+	// subscriber, held in a session, packets refused, by reason; bytes held.
+	brokerDropped  *metrics.CounterVec
+	brokerHeld     *metrics.Counter
+	brokerRefused  *metrics.CounterVec
+	brokerQueued   *metrics.Gauge
+	brokerRetained *metrics.Gauge
 
 	// journalFileBytes is the size of each journal's files, by journal: outbox, forward,
 	// deadletter, broker_sessions.
@@ -131,9 +135,15 @@ func (a *Agent) registerMetrics() {
 		deadLettersRefused: r.NewCounter("faceagent_deadletter_backlog_refusals_total",
 			"Task messages not acknowledged because their deadletters did not fit in the backlog (they are delivered again)."),
 		brokerDropped: r.NewCounterVec("faceagent_broker_dropped_total",
-			"Messages the embedded broker dropped instead of delivering to a subscriber: pending_writes (its write queue was full), inflight_quota (its QoS 1/2 quota was reached).", "reason"),
-		reportsDropped: r.NewCounterVec("faceagent_reports_dropped_total",
-			"Results, deadletters and forwarded acks and heartbeats the embedded broker dropped for a subscriber; each is published again, so none is lost.", "kind"),
+			"Messages the embedded broker dropped for one subscriber: pending_writes (a QoS 0 message, its write queue full), session_bytes (a QoS 1/2 message, its session full: max_session_bytes), queued_bytes (all sessions full: max_queued_bytes), inflight_quota (its session holds max_queued_messages).", "reason"),
+		brokerHeld: r.NewCounter("faceagent_broker_held_total",
+			"QoS 1/2 messages the embedded broker held in a subscriber's session instead of queueing them, its write queue full (max_pending_write_bytes); written once it empties, not lost."),
+		brokerRefused: r.NewCounterVec("faceagent_broker_refused_total",
+			"What the embedded broker refused for its bounds: clients (CONNECT, max_clients), subscriptions (SUBSCRIBE, max_subscriptions), session_bytes and queued_bytes (a subscription, will or QoS 2 message that did not fit), retained_bytes (a retained message not retained, max_retained_bytes).", "reason"),
+		brokerQueued: r.NewGauge("faceagent_broker_queued_bytes",
+			"Bytes the embedded broker's sessions hold (messages queued or in flight, subscriptions, wills), against max_queued_bytes."),
+		brokerRetained: r.NewGauge("faceagent_broker_retained_bytes",
+			"Bytes of the embedded broker's retained messages, against max_retained_bytes."),
 
 		journalFileBytes: r.NewGaugeVec("faceagent_journal_file_bytes",
 			"Bytes of each journal's files (snapshot and segments as written; the open segment's preallocated blocks not counted), by journal: outbox, forward, deadletter, broker_sessions.", "journal"),
@@ -164,11 +174,26 @@ func (a *Agent) registerMetrics() {
 	r.OnScrape(a.scrapeOutbox)
 	r.OnScrape(a.scrapeStore)
 	r.OnScrape(a.scrapeJournals)
-	r.OnScrape(func() {
-		if a.drops != nil {
-			a.m.brokerDropped.With("inflight_quota").Set(a.drops.inflightDropped())
-		}
-	})
+	r.OnScrape(a.scrapeBroker)
+}
+
+// scrapeBroker mirrors the embedded broker's bounds counters.
+func (a *Agent) scrapeBroker() {
+	b := a.brokerStats.Load()
+	if b == nil {
+		return
+	}
+	for reason, q := range map[string]mqtt.Quota{"pending_writes": mqtt.QuotaWritesDropped, "session_bytes": mqtt.QuotaSessionBytes,
+		"queued_bytes": mqtt.QuotaQueuedBytes, "inflight_quota": mqtt.QuotaInflight} {
+		a.m.brokerDropped.With(reason).Set(uint64(b.Dropped(q)))
+	}
+	a.m.brokerHeld.Set(uint64(b.Dropped(mqtt.QuotaWritesHeld)))
+	for reason, q := range map[string]mqtt.Quota{"clients": mqtt.QuotaClients, "subscriptions": mqtt.QuotaSubscriptions,
+		"session_bytes": mqtt.QuotaSessionBytes, "queued_bytes": mqtt.QuotaQueuedBytes, "retained_bytes": mqtt.QuotaRetainedBytes} {
+		a.m.brokerRefused.With(reason).Set(uint64(b.Refused(q)))
+	}
+	a.m.brokerQueued.Set(float64(b.QueuedBytes()))
+	a.m.brokerRetained.Set(float64(b.RetainedBytes()))
 }
 
 // scrapeOutbox mirrors the outbox's per-device status into the gauges and counters.

@@ -32,12 +32,14 @@ type publisher interface {
 // open) and publishes the results left unreported by a crash at once; without the wait
 // they were dropped and marked reported, and a persistent back office never saw them.
 //
-// With drops set, a publish on a watched topic (results, deadletter) that the broker
-// dropped for a subscriber whose queue was full returns errDropped (see dropWatch).
+// A message the broker could not queue for one subscriber is that subscriber's matter, not
+// the publisher's: the broker holds a QoS 1 message in the subscriber's session while its
+// write queue is full, and drops it for that subscriber alone only once its session is
+// full (max_session_bytes, counted in faceagent_broker_dropped_total). Publishing it again
+// to everyone would stall every other subscriber behind the slowest one.
 type inlinePublisher struct {
 	srv     *mqtt.Server
 	serving <-chan struct{} // closed once the broker has started
-	drops   *dropWatch      // nil: drops go unnoticed (informational messages)
 	// br, when set, publishes with PublishDeferred: SyncSince must then be called before a
 	// published message counts as stored.
 	br *broker.Broker
@@ -94,17 +96,7 @@ func (p inlinePublisher) Publish(ctx context.Context, topic string, payload []by
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	if p.drops == nil {
-		return p.publish(topic, payload)
-	}
-	mark := p.drops.mark(topic)
-	if err := p.publish(topic, payload); err != nil {
-		return err
-	}
-	if p.drops.droppedSince(topic, mark) {
-		return errDropped
-	}
-	return nil
+	return p.publish(topic, payload)
 }
 
 // topics are the upstream topics of one gateway (docs/design.md "Topics").
@@ -244,16 +236,12 @@ func (r *reporter) drain(ctx context.Context) (more bool, sent int, err error) {
 	defer func() { clear(all); r.payloads = all[:0] }()
 	payloads := all
 	// In order, up to the publisher's window in flight; n is the prefix accepted. Stop at
-	// the first failure so results stay in order. A result the embedded broker dropped
-	// for one subscriber reached the others: they get it again.
+	// the first failure so results stay in order.
 	mark := publishMark(r.pub)
 	n, err := publishInOrder(ctx, r.pub, len(results), func(i int) (string, []byte, bool) {
 		return r.topic, payloads[i], false
 	})
 	if err != nil {
-		if errors.Is(err, errDropped) {
-			r.m.reportsDropped.With("result").Inc()
-		}
 		r.log.Warn("publishing a result failed; will retry", "task", results[n].TaskID, "err", err)
 	}
 	payloads = payloads[:n]

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
@@ -187,11 +188,11 @@ func (s *rawSubscriber) read(t *testing.T) packets.Packet {
 	return pk
 }
 
-// mochi drops a QoS 1 result meant for a connected subscriber whose write queue is full,
-// and the inline publish does not say so. The agent sees the drop and publishes the
-// result again until it is taken: a subscriber that stopped reading gets every result
-// once it reads again (duplicates allowed), and the drops are counted.
-func TestResultsDroppedByTheBrokerAreResent(t *testing.T) {
+// The embedded broker does not drop a QoS 1 result meant for a connected subscriber whose
+// write queue is full: it holds it in the subscriber's session and writes it once the
+// queue is empty, and the agent publishes nothing again. A subscriber that stopped reading
+// gets every result once it reads again, each once, in the order they were published.
+func TestResultsForAStalledSubscriberAreHeld(t *testing.T) {
 	ids := []string{"q1", "q2", "q3", "q4"}
 	src := fmt.Sprintf("[agent]\ngateway_id = \"gw-q\"\ndata_dir = %q\n[broker]\nlisten = \"127.0.0.1:0\"\n"+
 		"[journal]\nsync = \"none\"\n[dispatch]\nretry_interval = \"300ms\"\nheartbeat_timeout = \"5s\"\n", t.TempDir())
@@ -222,12 +223,11 @@ func TestResultsDroppedByTheBrokerAreResent(t *testing.T) {
 	}
 	bo := connectBackOffice(t, addr, "gw-q")
 
-	// A result's drop, not any drop: forwarded acks (to the back office) may be dropped too.
-	dropped := func() bool { return a.m.reportsDropped.With("result").Value() > 0 }
+	held := func() bool { return a.broker.Dropped(mqtt.QuotaWritesHeld) > 0 }
 	submitted := 0
-	for !dropped() {
+	for !held() {
 		if submitted >= 20000 {
-			t.Fatalf("no result dropped after %d tasks: the test proves nothing", submitted)
+			t.Fatalf("no result held after %d tasks: the test proves nothing", submitted)
 		}
 		var batch []intake.Task
 		for range 250 {
@@ -237,11 +237,12 @@ func TestResultsDroppedByTheBrokerAreResent(t *testing.T) {
 		}
 		b, _ := json.Marshal(batch)
 		bo.publish("faceagent/gw-q/tasks", b)
-		bo.waitFor("results or a drop", 60*time.Second, func() bool { return len(bo.results) == submitted || dropped() })
+		bo.waitFor("the batch's results", 60*time.Second, func() bool { return len(bo.results) == submitted })
 	}
-	t.Logf("first drop after %d tasks", submitted)
+	t.Logf("first held after %d tasks", submitted)
 
-	// The stalled subscriber reads again: every result must arrive.
+	// The stalled subscriber reads again: every result arrives once, in the order the
+	// healthy back office got them (the agent publishes results in one stream).
 	seen := map[string]bool{}
 	for len(seen) < submitted {
 		pk := stalled.read(t)
@@ -252,18 +253,22 @@ func TestResultsDroppedByTheBrokerAreResent(t *testing.T) {
 		if err != nil {
 			t.Fatalf("result %s: %v", pk.Payload, err)
 		}
+		if seen[r.TaskID] {
+			t.Fatalf("result %s arrived twice", r.TaskID)
+		}
 		seen[r.TaskID] = true
 		if pk.FixedHeader.Qos > 0 {
 			stalled.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pk.PacketID, ProtocolVersion: 4})
 		}
 	}
-	bo.waitFor("every result at the back office", 60*time.Second, func() bool { return len(bo.results) == submitted })
-
+	if n := a.broker.DroppedMessages(); n != 0 {
+		t.Errorf("%d messages dropped", n)
+	}
 	var exp strings.Builder
 	if _, err := a.registry.WriteTo(&exp); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`faceagent_reports_dropped_total{kind="result"} `, `faceagent_broker_dropped_total{reason="pending_writes"} `} {
+	for _, want := range []string{"faceagent_broker_held_total ", `faceagent_broker_dropped_total{reason="pending_writes"} 0`} {
 		if !strings.Contains(exp.String(), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
@@ -271,21 +276,21 @@ func TestResultsDroppedByTheBrokerAreResent(t *testing.T) {
 	stop()
 }
 
-// A back office with a persistent session that is away: mochi holds its results as
-// inflight messages up to Capabilities.MaximumInflight and then drops the rest without
-// a hook. The agent notices (mochi's inflight-dropped counter), keeps those results in
-// the journal and publishes them again; the back office gets every one when it returns.
-func TestResultsWaitForAnAbsentSessionAtItsQuota(t *testing.T) {
+// A back office with a persistent session that is away: the broker queues its results up
+// to its session's bound (max_session_bytes: about 50 messages here, results and forwarded
+// acks) and drops the newer ones for that session alone, counted. Nobody else waits for
+// it: a watcher gets every result at once, and the returning back office gets the ones its
+// session held, oldest first.
+func TestResultsForAnAbsentSessionAtItsBound(t *testing.T) {
 	src := fmt.Sprintf("[agent]\ngateway_id = \"gw-p\"\ndata_dir = %q\n[broker]\nlisten = \"127.0.0.1:0\"\n"+
+		"max_packet_size = \"64KiB\"\nmax_session_bytes = \"64KiB\"\nmax_queued_bytes = \"1MiB\"\n"+
 		"[journal]\nsync = \"none\"\n[dispatch]\nretry_interval = \"300ms\"\nheartbeat_timeout = \"5s\"\n[[devices]]\nid = \"p1\"\n", t.TempDir())
 	cfg, err := config.Parse("p.toml", []byte(src), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const quota = 8
-	addr, a, stop := startAgentWith(t, cfg, func(a *Agent) {
-		a.tuneBroker = func(b *broker.Broker) { b.Server().Options.Capabilities.MaximumInflight = quota }
-	})
+	const quota = 10 // results the session surely holds: ~25 fit
+	addr, a, stop := startAgentFull(t, cfg)
 	fleet, err := sim.StartMQTT("mqtt://"+addr, []string{"p1"}, sim.Options{Seed: 6, HeartbeatInterval: 200 * time.Millisecond, Strict: true,
 		OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) }})
 	if err != nil {
@@ -304,21 +309,24 @@ func TestResultsWaitForAnAbsentSessionAtItsQuota(t *testing.T) {
 	}
 	<-away.c.Done()
 	watcher := connectBackOfficeAs(t, addr, "gw-p", "watcher", true, 0)
-	const n = 5 * quota
+	const n = 100
 	for i := range n {
 		watcher.publish("faceagent/gw-p/tasks", fmt.Appendf(nil, `{"taskId":"p-%d","deviceId":"p1","op":"AddPerson","person":{"id":"%d"}}`, i, i))
 	}
-	watcher.waitFor("a delivery dropped at the quota", 30*time.Second, func() bool { return a.drops.inflightDropped() > 0 })
-	watcher.mu.Lock()
-	got := len(watcher.results)
-	watcher.mu.Unlock()
-	if got >= n {
-		t.Fatalf("every result went out (%d) although the absent session is at its quota", got)
+	watcher.waitFor("every result at the watcher", 30*time.Second, func() bool { return len(watcher.results) == n })
+	if a.broker.Dropped(mqtt.QuotaSessionBytes) == 0 {
+		t.Fatal("nothing dropped for the absent session at its bound")
 	}
 
 	back := connectBackOfficeAs(t, addr, "gw-p", "persistent", false, 3600)
-	back.waitFor("every result at the returning back office", 60*time.Second, func() bool { return len(back.results) == n })
-	watcher.waitFor("every result at the watcher", 30*time.Second, func() bool { return len(watcher.results) == n })
+	back.waitFor("the results the session held", 30*time.Second, func() bool { return len(back.results) >= quota })
+	back.mu.Lock()
+	for i := range quota {
+		if _, ok := back.results[fmt.Sprintf("p-%d", i)]; !ok {
+			t.Errorf("the returning back office lacks result p-%d, one of the oldest", i)
+		}
+	}
+	back.mu.Unlock()
 	stop()
 }
 

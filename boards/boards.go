@@ -59,8 +59,23 @@ type Profile struct {
 
 	DataDir string // absolute path for the journal and persisted store keys
 
-	// StoreMaxBytes, when not 0, is the board's [broker] store_max_bytes: the embedded state
-	// store's memory bound, for boards too small for the agent's default.
+	// Broker holds the embedded broker's bounds for a board whose memory needs smaller
+	// ones than the defaults (which are sized for a 256 MiB soft memory limit); zero
+	// fields keep the defaults.
+	Broker BrokerBounds
+}
+
+// BrokerBounds are a board's [broker] bounds (configs/agent.toml documents each); 0 keeps
+// the default.
+type BrokerBounds struct {
+	MaxClients           int   // max_clients
+	MaxPendingWriteBytes int64 // max_pending_write_bytes
+	MaxSessionBytes      int64 // max_session_bytes
+	MaxQueuedBytes       int64 // max_queued_bytes
+	MaxRetainedBytes     int64 // max_retained_bytes
+	MaxInboundBytes      int64 // max_inbound_bytes
+	// StoreMaxBytes is store_max_bytes: the embedded state store's memory bound. At most a
+	// quarter of gomemlimit (its keys and, as much again, its queued notifications).
 	StoreMaxBytes int64
 }
 
@@ -166,7 +181,15 @@ type fileSchema struct {
 	JournalSync        string    `toml:"journal_sync"`
 	JournalBatchWindow *duration `toml:"journal_batch_window"` // only with journal_sync = "batch"
 	DataDir            string    `toml:"data_dir"`
-	StoreMaxBytes      *byteSize `toml:"store_max_bytes"` // optional
+	Broker             struct {
+		MaxClients           int      `toml:"max_clients"`
+		MaxPendingWriteBytes byteSize `toml:"max_pending_write_bytes"`
+		MaxSessionBytes      byteSize `toml:"max_session_bytes"`
+		MaxQueuedBytes       byteSize `toml:"max_queued_bytes"`
+		MaxRetainedBytes     byteSize `toml:"max_retained_bytes"`
+		MaxInboundBytes      byteSize `toml:"max_inbound_bytes"`
+		StoreMaxBytes        byteSize `toml:"store_max_bytes"`
+	} `toml:"broker"` // optional, each key too
 }
 
 type byteSize struct {
@@ -233,12 +256,18 @@ func Parse(name string, data []byte) (Profile, error) {
 		GOMEMLIMITText: raw.GOMEMLIMIT.text,
 		JournalSync:    SyncPolicy(raw.JournalSync),
 		DataDir:        raw.DataDir,
+		Broker: BrokerBounds{
+			MaxClients:           raw.Broker.MaxClients,
+			MaxPendingWriteBytes: raw.Broker.MaxPendingWriteBytes.n,
+			MaxSessionBytes:      raw.Broker.MaxSessionBytes.n,
+			MaxQueuedBytes:       raw.Broker.MaxQueuedBytes.n,
+			MaxRetainedBytes:     raw.Broker.MaxRetainedBytes.n,
+			MaxInboundBytes:      raw.Broker.MaxInboundBytes.n,
+			StoreMaxBytes:        raw.Broker.StoreMaxBytes.n,
+		},
 	}
 	if raw.JournalBatchWindow != nil {
 		p.JournalBatchWindow = time.Duration(*raw.JournalBatchWindow)
-	}
-	if raw.StoreMaxBytes != nil {
-		p.StoreMaxBytes = raw.StoreMaxBytes.n
 	}
 	if key, msg := validate(&p, md); msg != "" {
 		return Profile{}, &ProfileError{File: file, Line: keyLine(data, key), Msg: msg}
@@ -298,9 +327,19 @@ func validate(p *Profile, md toml.MetaData) (key, msg string) {
 		return "gomemlimit", fmt.Sprintf("gomemlimit %s is more than half of ram: the OS and page cache need the rest", p.GOMEMLIMITText)
 	case !path.IsAbs(p.DataDir) || path.Clean(p.DataDir) != p.DataDir || p.DataDir == "/":
 		return "data_dir", fmt.Sprintf("data_dir %q must be a clean absolute path other than /", p.DataDir)
-	case md.IsDefined("store_max_bytes") && (p.StoreMaxBytes < minStoreBytes || p.StoreMaxBytes > p.GOMEMLIMIT/4):
-		return "store_max_bytes", fmt.Sprintf("store_max_bytes %d must be at least %d KiB and at most a quarter of gomemlimit "+
-			"(the store's keys and, as much again, its queued notifications live in that heap)", p.StoreMaxBytes, minStoreBytes>>10)
+	case md.IsDefined("broker", "store_max_bytes") && (p.Broker.StoreMaxBytes < minStoreBytes || p.Broker.StoreMaxBytes > p.GOMEMLIMIT/4):
+		return "store_max_bytes", fmt.Sprintf("broker.store_max_bytes %d must be at least %d KiB and at most a quarter of gomemlimit "+
+			"(the store's keys and, as much again, its queued notifications live in that heap)", p.Broker.StoreMaxBytes, minStoreBytes>>10)
+	}
+	for _, k := range []struct {
+		key string
+		v   int64
+	}{{"max_clients", int64(p.Broker.MaxClients)}, {"max_pending_write_bytes", p.Broker.MaxPendingWriteBytes},
+		{"max_session_bytes", p.Broker.MaxSessionBytes}, {"max_queued_bytes", p.Broker.MaxQueuedBytes},
+		{"max_retained_bytes", p.Broker.MaxRetainedBytes}, {"max_inbound_bytes", p.Broker.MaxInboundBytes}} {
+		if md.IsDefined("broker", k.key) && k.v <= 0 {
+			return k.key, fmt.Sprintf("broker.%s must be positive", k.key)
+		}
 	}
 	seen := map[string]bool{}
 	for _, sp := range p.SerialPorts {

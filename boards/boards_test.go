@@ -128,11 +128,11 @@ func TestParseGood(t *testing.T) {
 		t.Fatal(err)
 	}
 	if p.GOMEMLIMIT != 128<<20 || p.RAM != 512<<20 || p.JournalBatchWindow != 10*time.Millisecond ||
-		p.Target() != "linux/arm/7" || p.GOMEMLIMITText != "128MiB" || p.StoreMaxBytes != 0 {
+		p.Target() != "linux/arm/7" || p.GOMEMLIMITText != "128MiB" || p.Broker.StoreMaxBytes != 0 {
 		t.Fatalf("%+v", p)
 	}
-	p, err = Parse("t", []byte(good+"store_max_bytes = \"16MiB\"\n"))
-	if err != nil || p.StoreMaxBytes != 16<<20 {
+	p, err = Parse("t", []byte(good+"[broker]\nstore_max_bytes = \"16MiB\"\n"))
+	if err != nil || p.Broker.StoreMaxBytes != 16<<20 {
 		t.Fatalf("store_max_bytes: %+v, %v", p, err)
 	}
 }
@@ -168,8 +168,8 @@ func TestParseBad(t *testing.T) {
 		{"missing ram", `ram = "512MiB"`, ``, 0, `missing key "ram"`},
 		{"missing cpu", `qemu_cpu = "cortex-a7"`, ``, 0, `missing key "qemu_cpu"`},
 		{"bad cpu", `qemu_cpu = "cortex-a7"`, `qemu_cpu = "Cortex A7"`, 5, "qemu_cpu"},
-		{"store bytes big", `data_dir = "/var/lib/faceagent"`, "data_dir = \"/var/lib/faceagent\"\nstore_max_bytes = \"64MiB\"", 12, "quarter of gomemlimit"},
-		{"store bytes small", `data_dir = "/var/lib/faceagent"`, "data_dir = \"/var/lib/faceagent\"\nstore_max_bytes = 1000", 12, "at least 64 KiB"},
+		{"store bytes big", `data_dir = "/var/lib/faceagent"`, "data_dir = \"/var/lib/faceagent\"\n[broker]\nstore_max_bytes = \"64MiB\"", 13, "quarter of gomemlimit"},
+		{"store bytes small", `data_dir = "/var/lib/faceagent"`, "data_dir = \"/var/lib/faceagent\"\n[broker]\nstore_max_bytes = 1000", 13, "at least 64 KiB"},
 		{"empty description", `description = "test board"`, `description = " "`, 1, "description"},
 	}
 	for _, c := range cases {
@@ -256,4 +256,20 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("batch window %v with policy %s", p.JournalBatchWindow, p.JournalSync)
 		}
 	})
+}
+
+// A board's [broker] bounds must be positive where given.
+func TestBrokerBoundsPositive(t *testing.T) {
+	base := "description = \"x\"\ngoos = \"linux\"\nqemu_cpu = \"max\"\ngoarch = \"arm64\"\nram = \"64MiB\"\ngomemlimit = \"32MiB\"\njournal_sync = \"always\"\ndata_dir = \"/tmp/fa\"\n"
+	p, err := Parse("ok", []byte(base+"[broker]\nmax_clients = 10\nmax_session_bytes = \"1MiB\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Broker != (BrokerBounds{MaxClients: 10, MaxSessionBytes: 1 << 20}) {
+		t.Errorf("bounds %+v", p.Broker)
+	}
+	_, err = Parse("bad", []byte(base+"[broker]\nmax_clients = 0\n"))
+	if err == nil || !strings.Contains(err.Error(), "boards/bad.toml:10: broker.max_clients must be positive") {
+		t.Errorf("max_clients = 0: %v", err)
+	}
 }

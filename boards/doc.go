@@ -18,9 +18,9 @@
 //
 // # Profile file format
 //
-// Flat TOML; every key is required except goarm (required with goarch = "arm" only),
-// serial_ports (may be empty), journal_batch_window (required with journal_sync = "batch"
-// only) and store_max_bytes. Unknown keys are errors.
+// TOML, flat but for an optional [broker] table; every key is required except goarm (required with goarch = "arm" only),
+// serial_ports (may be empty) and journal_batch_window (required with journal_sync = "batch"
+// only). Unknown keys are errors.
 //
 //	description          = "one line"
 //	goos                 = "linux"
@@ -34,6 +34,14 @@
 //	journal_batch_window = "20ms"           # (0, 1s]
 //	data_dir             = "/var/lib/faceagent"
 //	store_max_bytes      = "8MiB"           # optional: [broker] store_max_bytes; ≤ gomemlimit/4
+//
+//	[broker]                                # optional, each key too: bounds of the embedded
+//	max_clients             = 48            # broker smaller than the defaults (sized for a
+//	max_pending_write_bytes = "32KiB"       # 256 MiB soft limit), for a board whose
+//	max_session_bytes       = "2MiB"        # gomemlimit is lower; positive; the agent
+//	max_queued_bytes        = "4MiB"        # config's [broker] keys of the same names win
+//	max_retained_bytes      = "1MiB"
+//	max_inbound_bytes       = "4MiB"
 //
 // # Choosing a journal sync policy
 //

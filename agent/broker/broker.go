@@ -77,15 +77,32 @@ type Options struct {
 	VolatileTopics []string
 
 	// Client limits (mochi capabilities); 0 keeps mochi's default.
-	MaxClients     int64  // connected clients
 	MaxPacketSize  uint32 // bytes of one packet
 	ReceiveMaximum uint16 // unacknowledged QoS 1/2 messages per client, inbound
 	MaxInflight    uint16 // QoS 1/2 messages held per client (queued while offline included)
 	// MaxPendingWrites bounds the packets queued for writing to one client
 	// (mochi's MaximumClientWritesPending); beyond it messages to that client
-	// are dropped, counted (DroppedMessages) and logged. 0 means
+	// are held or dropped as beyond MaxPendingWriteBytes. 0 means
 	// DefaultMaxPendingWrites (1,024; mochi's default is 8,192, 64 KiB a client).
 	MaxPendingWrites int32
+
+	// Bounds in bytes and counts (bounds.go): 0 means the Default one, a negative value
+	// none. What they count and what is refused beyond them is in doc.go, "Bounds".
+	//
+	// MaxClients: clients the broker knows, connected or kept for their session.
+	// MaxSubscriptions: subscriptions of one session.
+	// MaxPendingWriteBytes: bytes of messages queued for writing to one client.
+	// MaxSessionBytes: bytes one session holds (messages queued or in flight,
+	// subscriptions, will). MaxQueuedBytes: the same over every session.
+	// MaxRetainedBytes: bytes of the retained messages. MaxInboundBytes: bytes of packets
+	// over 64 KiB being read and handled at once, all connections together.
+	MaxClients           int64
+	MaxSubscriptions     int32
+	MaxPendingWriteBytes int64
+	MaxSessionBytes      int64
+	MaxQueuedBytes       int64
+	MaxRetainedBytes     int64
+	MaxInboundBytes      int64
 	// TerminalTopic, when set, reports whether topic is the command topic of one terminal
 	// (the agent: dev/face/{id} of a configured device). A client whose first SUBSCRIBE is
 	// for such topics only gets a queue of TerminalPendingWrites instead (0:
@@ -191,9 +208,7 @@ func New(opts *Options) (*Broker, error) {
 	// Without this, mochi's PUBACK echoes the request's user properties with
 	// reason code 0x01 (docs/design.md "Library facts").
 	caps.Compatibilities.NoInheritedPropertiesOnAck = true
-	if o.MaxClients > 0 {
-		caps.MaximumClients = o.MaxClients
-	}
+	applyBounds(caps, &o)
 	if o.MaxPacketSize > 0 {
 		caps.MaximumPacketSize = o.MaxPacketSize
 	}

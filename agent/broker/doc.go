@@ -266,6 +266,59 @@
 // restart would not help), Broker.SessionsStats counts failures, recoveries
 // and refused writes. The failure is logged once, then once a minute while it
 // lasts, its end once, and the refusals at most once every 10 s.
+// # Bounds
+//
+// Everything a client can make the broker hold has a bound (Options; the agent's
+// [broker] keys in configs/agent.toml; mochi patched, "byte bounds" in
+// third_party/mochi/README.md). What a message costs is mochi's MessageBytes: its
+// payload, topic and properties plus ~830 bytes (the packet struct it lives in); a
+// subscription ~0.6 KB a level of its filter plus ~0.5 KB (SubscriptionBytes).
+//
+//   - MaxClients (128): clients the broker knows, connected or kept for their session
+//     after they left. A CONNECT of a new client id beyond it is refused (CONNACK 0x97;
+//     MQTT 3.1.1: 3, server unavailable); resuming or taking over a known session is not.
+//   - MaxSubscriptions (64): subscriptions of one session; one more gets SUBACK 0x97
+//     (3.1.1: 0x80). Replacing one costs nothing.
+//   - MaxPendingWriteBytes (64 KiB): messages queued for writing to one client. A QoS 1/2
+//     message that does not fit, or that would overtake one already waiting, waits in the
+//     client's session (counted there) and is written, in order, once the queue is empty;
+//     a QoS 0 one is dropped for that client (OnPublishDropped). One message larger than the
+//     bound still goes when the queue is empty, counted in MaxQueuedBytes until written. A
+//     KEYNOTIFY connection's queue of notifications is bounded by it too.
+//   - MaxSessionBytes (4 MiB): what one session holds: messages queued while it is away,
+//     waiting to be written, or sent and not yet acknowledged; its subscriptions; its
+//     will (its own QoS 1/2 flows are bounded by ReceiveMaximum instead). A QoS 1/2
+//     message that does not fit is dropped for that session, the newest (what is queued
+//     stays in order; a message already sent is never taken back); a subscription, will
+//     or QoS 2 message that does not fit is refused (SUBACK, CONNACK, PUBREC 0x97).
+//   - MaxQueuedBytes (12 MiB): the same summed over every session (QueuedBytes). A session
+//     holding less than its share (MaxQueuedBytes / MaxClients: 96 KiB) is never refused
+//     for the total, so clients that fill it (that stopped reading, say) cannot starve a
+//     terminal's commands or a back office's results; the total stays within twice the
+//     bound.
+//   - MaxRetainedBytes (4 MiB): the retained messages (the message, its topic, ~0.6 KB a
+//     level of it; mochi's own $SYS topics not counted). One that does not fit is refused
+//     (PUBACK/PUBREC 0x97) to an MQTT 5 QoS 1/2 publisher, and delivered without being
+//     retained otherwise.
+//   - MaxInboundBytes (8 MiB): packets over 64 KiB being read and handled at once, all
+//     connections together. A connection whose packet does not fit waits, reading nothing
+//     meanwhile; one larger than the bound goes when nothing else is read.
+//
+// A message dropped for one subscriber is that subscriber's loss, never its publisher's
+// concern: it is acknowledged to its publisher (who may have reached others, and the
+// hooks may have taken it), counted (Dropped, DroppedMessages, Refused) and logged at most
+// once a second for each bound. A subscriber that stops reading therefore costs only
+// itself: its queue and its session fill up to their bounds, publishers never wait for it,
+// and once its writer times out (WriteTimeout) its session keeps what it holds.
+//
+// A restart is held to the same bounds: the sessions journal's replay keeps, in the
+// journal's order, the sessions, subscriptions, messages, wills and retained messages that
+// fit, drops the rest (the newest), logs it once with counts and compacts the journal, so
+// a journal written under larger bounds or by an earlier release never needs more memory
+// than the bounds allow (restorebounds.go).
+//
+// The worst case the defaults allow, term by term, is in docs/benchmarks.md ("Worst-case
+// memory of the broker's bounds").
 //
 // # Housekeeping
 //
@@ -322,12 +375,9 @@
 //     torn tail) stops New with an error naming the directory; move it away
 //     to start with no sessions.
 //   - Each client has a queue of at most MaxPendingWrites packets waiting to
-//     be written (default 1,024; mochi's 8,192 cost 64 KiB a client). A
-//     message routed to a client whose queue is full is dropped by mochi,
-//     QoS 1 too (and taken out of its in-flight messages): DroppedMessages
-//     counts them and a warning is logged (at most once a second). An inline
-//     publisher can watch mochi's OnPublishDropped itself (the agent resends
-//     dropped results).
+//     be written (default 1,024; mochi's 8,192 cost 64 KiB a client) and
+//     MaxPendingWriteBytes bytes. Beyond either a QoS 1/2 message waits in the
+//     session and a QoS 0 one is dropped for that client (see "Bounds").
 //   - With Options.TerminalTopic (the agent sets it to its devices' command
 //     topics), a client whose first SUBSCRIBE is for such topics only gets a
 //     queue of TerminalPendingWrites (32) instead: 352 bytes instead of 9.5 KB
@@ -335,13 +385,22 @@
 //     it on the client's writer goroutine, through Client.ResizeOutbound, an
 //     API the vendored mochi has for it (third_party/mochi/README.md). A
 //     terminal that later subscribes to more keeps the short queue; what
-//     overflows it is dropped and counted like any drop. A terminal that
+//     overflows it waits in its session or is dropped like any client's. A terminal that
 //     resumes a kept session (its subscriptions inherited, so publishers may
 //     already route to it) keeps the full queue.
+//   - A message that waits in a session for its client's writer loses its message
+//     expiry interval (mochi marks waiting messages with Expiry -1, as it does those
+//     waiting for send quota): it is sent without one.
+//   - The bounds count what mochi's structures cost, they do not measure it: a
+//     message's ~830 bytes besides its parts is the packet struct it is held in, and a
+//     subscription's count assumes no other filter shares its levels. The copy a write
+//     encodes is not counted (it is transient), nor are the acknowledgements held while
+//     more of a publisher's QoS 1 messages are buffered (up to ~250 a connection); both
+//     scale with the connected clients (docs/benchmarks.md, "Worst-case memory").
 //   - A client that stops reading (its socket full) holds up only itself:
 //     its writer waits up to WriteTimeout, then the client is disconnected (a
 //     failed write ends the connection). Messages routed to it meanwhile wait
-//     in its queue, or are dropped once it is full; publishers never wait for
+//     in its queue, then in its session, within their bounds; publishers never wait for
 //     it, nor does a message a takeover hands over (it goes through the new
 //     connection's queue). A takeover of its session waits at most 0.5 s for
 //     its DISCONNECT, and Close 0.5 s for all such clients together

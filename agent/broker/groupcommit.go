@@ -35,9 +35,15 @@ import (
 // compacts the journal in the background (sessioncompact.go), and after a failed write it
 // gets the journal going again by itself once space is back (sessionfail.go).
 
-// maxQueuedWrites bounds the writes waiting for the committer; a publisher that finds the
-// queue full waits (its read loop, or its Publish call).
-const maxQueuedWrites = 4096
+// maxQueuedWrites and maxQueuedWriteBytes bound the writes waiting for the committer, in
+// number and in bytes (keys and values; one larger write goes when the queue is empty); a
+// publisher that finds the queue full waits (its read loop, or its Publish call). With the
+// batch being committed, the committer holds at most twice that. The byte bound matters
+// when an fsync is slow and messages are large: 4,096 records of 1 MiB messages were 5 GB.
+const (
+	maxQueuedWrites     = 4096
+	maxQueuedWriteBytes = 4 << 20
+)
 
 // maxBatchRecord is the size past which a group commit is split into several journal
 // records (all appended, then one wait: still one fsync in the common case).
@@ -73,17 +79,18 @@ type committer struct {
 	// segment size (sessioncompact.go).
 	minDead int64
 
-	mu        sync.Mutex
-	cond      *sync.Cond // queue grew, a commit finished, a retry is due, or closing
-	queue     []write
-	queued    uint64         // writes ever queued
-	committed uint64         // writes ever committed (or failed)
-	failed    []failedWrites // the writes whose commit failed, oldest first (at most maxFailedRanges)
-	forgotten failedWrites   // the latest range that maxFailedRanges pushed out of failed
-	lastErr   error          // the latest commit's error (sync)
-	closed    bool
-	started   bool // run was started (set before, by the owner)
-	done      chan struct{}
+	mu          sync.Mutex
+	cond        *sync.Cond // queue grew, a commit finished, a retry is due, or closing
+	queue       []write
+	queuedBytes int            // keys and values in queue
+	queued      uint64         // writes ever queued
+	committed   uint64         // writes ever committed (or failed)
+	failed      []failedWrites // the writes whose commit failed, oldest first (at most maxFailedRanges)
+	forgotten   failedWrites   // the latest range that maxFailedRanges pushed out of failed
+	lastErr     error          // the latest commit's error (sync)
+	closed      bool
+	started     bool // run was started (set before, by the owner)
+	done        chan struct{}
 
 	// The live records as committed, each client's keys in them, and the bytes they take
 	// in a snapshot. Written only by the committer goroutine (and before it starts), under
@@ -116,11 +123,14 @@ func newCommitter(j *journal.Journal, log *slog.Logger) *committer {
 	return c
 }
 
-// replay loads the journal's records; call before start.
-func (c *committer) replay() error {
+// replay loads the journal's records; call before start. With bounds, only the changes it
+// admits are applied (restorebounds.go).
+func (c *committer) replay(bounds *restoreBounds) error {
 	return c.j.Replay(func(rec []byte) error {
 		return decodeSessionOps(rec, func(op sessionOp) error {
-			c.apply(op)
+			if bounds == nil || bounds.admit(op) {
+				c.apply(op)
+			}
 			return nil
 		})
 	})
@@ -180,18 +190,25 @@ func (c *committer) enqueue(w write) (uint64, error) {
 	if w.value != nil && opSize(sessionOp{key: w.key, value: w.value}) > sessionsMaxRecord {
 		return 0, errRecordTooLarge
 	}
+	n := len(w.key) + len(w.value)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for len(c.queue) >= maxQueuedWrites && !c.closed {
+	for !c.roomFor(n) && !c.closed {
 		c.cond.Wait()
 	}
 	if c.closed {
 		return 0, journal.ErrClosed
 	}
 	c.queue = append(c.queue, w)
+	c.queuedBytes += n
 	c.queued++
 	c.cond.Broadcast()
 	return c.queued, nil
+}
+
+// roomFor reports whether a write of n bytes fits in the queue now. Called with mu held.
+func (c *committer) roomFor(n int) bool {
+	return len(c.queue) < maxQueuedWrites && (c.queuedBytes == 0 || c.queuedBytes+n <= maxQueuedWriteBytes)
 }
 
 // enqueueWait queues w and waits for its commit.
@@ -346,7 +363,7 @@ func (c *committer) run() {
 			return
 		}
 		batch, upTo := c.queue, c.queued
-		c.queue = nil
+		c.queue, c.queuedBytes = nil, 0
 		c.cond.Broadcast() // room in the queue
 		retry := c.health.broken != nil && (c.closed || c.health.retryDueLocked())
 		c.mu.Unlock()

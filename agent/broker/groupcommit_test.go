@@ -20,7 +20,7 @@ func openTestCommitter(t *testing.T, dir string) *committer {
 		t.Fatal(err)
 	}
 	c := newCommitter(j, slog.New(slog.DiscardHandler))
-	if err := c.replay(); err != nil {
+	if err := c.replay(nil); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -278,5 +278,45 @@ func TestTopicMatches(t *testing.T) {
 		if got := topicMatches(c.filter, c.topic); got != c.want {
 			t.Errorf("topicMatches(%q, %q) = %v", c.filter, c.topic, got)
 		}
+	}
+}
+
+// The writes waiting for the committer are bounded in bytes: with nothing committing, a
+// write that would take the queue over maxQueuedWriteBytes waits, and goes once the
+// committer runs; one larger than the bound goes when the queue is empty.
+func TestCommitterQueueBoundInBytes(t *testing.T) {
+	c := openTestCommitter(t, t.TempDir())
+	half := make([]byte, maxQueuedWriteBytes/2-16)
+	for i := range 2 {
+		if _, err := c.enqueue(write{key: inflightKey("c", uint16(i+1)), value: half}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.mu.Lock()
+	full := !c.roomFor(len(half))
+	c.mu.Unlock()
+	if !full {
+		t.Fatal("room for a third half-bound write")
+	}
+	done := make(chan uint64)
+	go func() {
+		seq, _ := c.enqueue(write{key: inflightKey("c", 3), value: half})
+		done <- seq
+	}()
+	c.start() // the committer takes the queue: the waiting write goes
+	seq := <-done
+	if err := c.wait(seq); err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 2*maxQueuedWriteBytes)
+	seq, _ = c.enqueue(write{key: inflightKey("c", 4), value: big}) // alone: goes
+	if err := c.wait(seq); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.close(); err != nil {
+		t.Fatal(err)
+	}
+	if !c.onDiskHas(inflightKey("c", 3)) || !c.onDiskHas(inflightKey("c", 4)) {
+		t.Error("a write that waited for room, or one larger than the bound, was not committed")
 	}
 }

@@ -12,10 +12,12 @@ import (
 	"github.com/seed0e69bba5/faceagent/internal/sswire"
 )
 
-// notifyQueueLen bounds the notifications waiting for one connection (and
-// statestore.DefaultMaxQueuedBytes the bytes of those waiting and those sent
-// but not acknowledged). A client that falls this far behind is disconnected
-// (it re-registers when it reconnects) rather than silently missing changes.
+// notifyQueueLen bounds the notifications waiting for one connection, and
+// Options.MaxPendingWriteBytes the bytes of those waiting and those sent but not
+// acknowledged (they are bytes queued for writing to it, as mochi's queue of
+// pending writes holds; statestore.DefaultMaxQueuedBytes without that bound). A
+// client that falls this far behind is disconnected (it re-registers when it
+// reconnects) rather than silently missing changes.
 const notifyQueueLen = statestore.DefaultMaxQueued
 
 // DefaultNotifyAckTimeout is Options.NotifyAckTimeout when it is zero.
@@ -67,13 +69,14 @@ func newNotifier(s *service, cl *mqtt.Client) *notifier {
 		unacked: make(map[uint16]int64),
 	}
 	n.NotifyQueue = statestore.NewNotifyQueue(statestore.NotifyQueueOptions{
-		MaxQueued:  notifyQueueLen,
-		Budget:     s.notifyBudget,
-		AckTimeout: s.notifyAckTimeout,
-		Room:       n.room,
-		Send:       n.write,
-		Overflow:   n.overflow,
-		Stalled:    n.stalled,
+		MaxQueued:      notifyQueueLen,
+		MaxQueuedBytes: s.srv.Options.Capabilities.MaximumClientWritesPendingBytes,
+		Budget:         s.notifyBudget,
+		AckTimeout:     s.notifyAckTimeout,
+		Room:           n.room,
+		Send:           n.write,
+		Overflow:       n.overflow,
+		Stalled:        n.stalled,
 	})
 	return n
 }

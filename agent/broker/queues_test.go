@@ -180,7 +180,7 @@ func (h *readBuffers) size(id string) int {
 	return h.sizes[id]
 }
 
-// dropRecorder records the messages mochi drops, as the agent's drop watch sees them.
+// dropRecorder records the QoS 0 messages mochi drops for a full queue (OnPublishDropped).
 type dropRecorder struct {
 	mqtt.HookBase
 	mu      sync.Mutex
@@ -196,16 +196,14 @@ func (h *dropRecorder) OnPublishDropped(_ *mqtt.Client, pk packets.Packet) {
 }
 
 // TestTerminalQueueLosesNothingSilently: a terminal that stops reading fills its socket and
-// then its short queue. Every message mochi drops beyond it is reported (OnPublishDropped,
-// DroppedMessages), so its publisher can send it again as the agent's drop watch does;
-// everything not reported dropped arrives, and the messages sent again arrive too.
-//
-// QoS 0: mochi v2.7.9 holds the client's lock while its writer is blocked on the socket,
-// and a QoS 1 publish to that client waits for the lock (NextPacketID) until the write
-// ends or times out (WriteTimeout) rather than reaching the full queue.
+// then its short queue. Every QoS 0 message mochi drops beyond it is reported
+// (OnPublishDropped, DroppedMessages), so a publisher could send it again; everything not
+// reported dropped arrives, and the messages sent again arrive too. (QoS 1/2 messages are
+// held in the session instead: TestHeldMessagesGoOutInOrder.) The queue's bytes are not
+// bounded here: the test is about its slots.
 func TestTerminalQueueLosesNothingSilently(t *testing.T) {
 	rec := &dropRecorder{}
-	b := startBroker(t, Options{TerminalTopic: isCommandTopic}, rec)
+	b := startBroker(t, Options{TerminalTopic: isCommandTopic, MaxPendingWriteBytes: -1}, rec)
 	srv := b.Server()
 	term := memConnect(t, b.Addr(), "t01")
 	defer term.close()
@@ -242,7 +240,7 @@ func TestTerminalQueueLosesNothingSilently(t *testing.T) {
 		}
 	}
 	read(int(sent) - len(dropped))
-	// The resend, as the drop watch does it once the publish that saw the drop returned.
+	// The resend, as a publisher that watched OnPublishDropped would send it.
 	for _, i := range dropped {
 		publish(i)
 	}

@@ -60,10 +60,28 @@ func (c *committer) maybeCompact() {
 	if file < retryAt || file-c.liveBytes <= max(c.minDead, c.liveBytes) {
 		return
 	}
+	if run := c.startCompaction(file); run != nil {
+		go run()
+	}
+}
+
+// compactNow replaces the journal's files by a snapshot of the live records and returns
+// once it is written. For the owner before start: records the restore bounds left out
+// (restorebounds.go) must not come back at the next start.
+func (c *committer) compactNow() {
+	if run := c.startCompaction(c.j.Stats().FileBytes); run != nil {
+		run()
+	}
+}
+
+// startCompaction takes the checkpoint and a copy of the live records and returns the
+// writing of the snapshot (nil when the checkpoint failed). Called by the committer
+// goroutine between commits, or before it starts.
+func (c *committer) startCompaction(file int64) (run func()) {
 	cp, err := c.j.Checkpoint()
 	if err != nil {
 		c.fail(err) // the new segment could not be started: the journal refuses appends
-		return
+		return nil
 	}
 	snap := make([]sessionOp, 0, len(c.live))
 	for k, v := range c.live {
@@ -73,7 +91,7 @@ func (c *committer) maybeCompact() {
 	c.mu.Lock()
 	c.compaction.running, c.compaction.done = true, done
 	c.mu.Unlock()
-	go c.writeSnapshot(cp, snap, file, done)
+	return func() { c.writeSnapshot(cp, snap, file, done) }
 }
 
 // writeSnapshot is the background half of a compaction: the snapshot of snap (the live

@@ -69,7 +69,7 @@ func openFaultCommitter(t *testing.T, dir string, bfs *budgetFS, log *slog.Logge
 		t.Fatal(err)
 	}
 	c := newCommitter(j, log)
-	if err := c.replay(); err != nil {
+	if err := c.replay(nil); err != nil {
 		t.Fatal(err)
 	}
 	c.start()

@@ -83,9 +83,17 @@ func (h *sessionStore) Init(any) error {
 	}
 	c := newCommitter(j, h.log)
 	c.minDead = h.segmentSize
-	if err := c.replay(); err != nil {
+	var bounds *restoreBounds
+	if h.srv != nil {
+		bounds = newRestoreBounds(h.srv.Options.Capabilities)
+	}
+	if err := c.replay(bounds); err != nil {
 		_ = j.Close()
 		return fmt.Errorf("sessions journal %s: %w", h.dir, err)
+	}
+	if bounds != nil && bounds.dropped.any() {
+		bounds.report(h.log, h.dir)
+		c.compactNow() // what was dropped does not come back at the next start
 	}
 	c.start()
 	h.commit = c

@@ -218,12 +218,11 @@ func (g *takeoverGuard) deliver(cl *mqtt.Client, pk packets.Packet) {
 		g.rescue(cl, pk)
 		return
 	}
-	// A message that finds the client closed, or its queue of pending writes full, stays in
-	// flight: it goes out with the next session (mochi resends in-flight messages on
-	// reconnect; a client that stopped reading is cut at its write timeout).
+	// A message that finds the client's queue of pending writes full waits in flight for its
+	// writer (HoldWrite: sent once the queue is empty); one that finds it closed goes out
+	// with the next session (mochi resends in-flight messages on reconnect).
 	if !cl.QueueWrite(pk) {
-		g.log.Warn("a message redelivered after a takeover waits in flight for the next session: the client's queue is full or closed",
-			"client", cl.ID, "topic", pk.TopicName)
+		cl.HoldWrite(pk)
 	}
 }
 

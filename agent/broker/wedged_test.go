@@ -38,11 +38,11 @@ func wedgedTerminal(t *testing.T, addr, id string) *memClient {
 }
 
 // wedge publishes 256 KiB QoS 0 messages to id's command topic until the broker's writer
-// for id is blocked in a write. Both ends' socket buffers are made small, so no such message
-// fits: the first one written blocks for good. It is blocked once its queue of pending writes
-// is full (a message was dropped) and it holds the client's lock (mochi's WritePacket holds
-// it while it writes to the socket; nothing else writes to a client that sends nothing).
-// It returns the client.
+// for id is blocked in a write: its queue of pending writes is full (a message was
+// dropped) and the writer holds the client's lock. Both ends' socket buffers are made
+// small, so no such message fits: the first one written blocks for good, holding the
+// client's lock (mochi's WritePacket holds it while it writes to the socket; nothing else
+// writes to a client that sends nothing). It returns the client.
 func wedge(t *testing.T, b *Broker, id string) *mqtt.Client {
 	t.Helper()
 	cl, ok := b.Server().Clients.Get(id)
@@ -56,17 +56,21 @@ func wedge(t *testing.T, b *Broker, id string) *mqtt.Client {
 	}
 	payload := bytes.Repeat([]byte{'x'}, 256<<10)
 	dropped := b.DroppedMessages()
-	for i := 0; i < 256; i++ {
+	deadline := time.Now().Add(waitFor)
+	for i := 0; i < 1024 && time.Now().Before(deadline); i++ {
 		if err := b.Server().Publish("dev/face/"+id, payload, false, 0); err != nil {
 			t.Fatal(err)
 		}
 		if b.DroppedMessages() == dropped {
-			continue
+			continue // queued: the writer has something to block on
 		}
 		if !cl.TryLock() {
 			return cl // the writer holds the lock, blocked on the full socket
 		}
 		cl.Unlock()
+		// The queue is full (a message was dropped) but its writer has not taken the lock
+		// yet, or has not got a message too large for the socket: nothing announces either.
+		time.Sleep(time.Millisecond)
 	}
 	t.Fatalf("%s: the broker's writes never blocked (%d dropped)", id, b.DroppedMessages()-dropped)
 	return nil

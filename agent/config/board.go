@@ -15,7 +15,8 @@ import (
 //
 //	[agent]   gomemlimit, data_dir
 //	[journal] sync, batch_window
-//	[broker]  store_max_bytes (when the profile sets it; it does not switch the broker on)
+//	[broker]  the bounds a small board needs smaller (boards.BrokerBounds), when it sets them
+//	          (the table does not switch the broker on)
 //
 // and its serial ports fill in serial devices without a port (assignBoardPorts).
 //
@@ -34,8 +35,19 @@ func profileTOML(p boards.Profile) []byte {
 	if p.JournalBatchWindow > 0 {
 		b = fmt.Appendf(b, "batch_window = %s\n", strconv.Quote(time.Duration(p.JournalBatchWindow).String()))
 	}
-	if p.StoreMaxBytes > 0 {
-		b = fmt.Appendf(b, "[broker]\nstore_max_bytes = %d\n", p.StoreMaxBytes)
+	if bb := p.Broker; bb != (boards.BrokerBounds{}) {
+		b = append(b, "[broker]\n"...)
+		for _, k := range []struct {
+			key string
+			v   int64
+		}{{"max_clients", int64(bb.MaxClients)}, {"max_pending_write_bytes", bb.MaxPendingWriteBytes},
+			{"max_session_bytes", bb.MaxSessionBytes}, {"max_queued_bytes", bb.MaxQueuedBytes},
+			{"max_retained_bytes", bb.MaxRetainedBytes}, {"max_inbound_bytes", bb.MaxInboundBytes},
+			{"store_max_bytes", bb.StoreMaxBytes}} {
+			if k.v > 0 {
+				b = fmt.Appendf(b, "%s = %d\n", k.key, k.v)
+			}
+		}
 	}
 	return b
 }

@@ -63,7 +63,6 @@ type Broker struct {
 	// across restarts.
 	Persist bool `toml:"persist"`
 	// Quotas; 0 means unlimited where noted in configs/agent.toml.
-	MaxClients int `toml:"max_clients"`
 	// MaxConnecting bounds the connections accepted but not yet past CONNECT; a socket
 	// beyond it (or beyond max_clients + max_connecting) is closed as soon as it is accepted.
 	MaxConnecting     int  `toml:"max_connecting"`
@@ -80,6 +79,20 @@ type Broker struct {
 	StoreMaxKeySize Size `toml:"store_max_key_size"`
 	// StoreMaxNotify bounds the KEYNOTIFY registrations of one connection.
 	StoreMaxNotify int `toml:"store_max_notify"`
+	// Bounds of what clients can make the broker hold (agent/broker doc.go, "Bounds"):
+	// clients known (connected or kept for their session), subscriptions of one session,
+	// bytes queued for writing to one client, bytes one session holds (messages queued or
+	// in flight, subscriptions, will), the same over every session, bytes of retained
+	// messages. None is unlimited; max_clients = 0 (once "unlimited") means the default.
+	MaxClients           int  `toml:"max_clients"`
+	MaxSubscriptions     int  `toml:"max_subscriptions"`
+	MaxPendingWriteBytes Size `toml:"max_pending_write_bytes"`
+	MaxSessionBytes      Size `toml:"max_session_bytes"`
+	MaxQueuedBytes       Size `toml:"max_queued_bytes"`
+	MaxRetainedBytes     Size `toml:"max_retained_bytes"`
+	// MaxInboundBytes bounds the bytes of packets over 64 KiB being read and handled at
+	// once, all connections together (a connection whose packet does not fit waits).
+	MaxInboundBytes Size `toml:"max_inbound_bytes"`
 }
 
 // Anonymous reports whether anonymous clients are accepted, resolving the unset default.
@@ -294,16 +307,23 @@ var (
 	defaultBroker = Broker{
 		Listen:            "127.0.0.1:1883",
 		Persist:           true,
-		MaxClients:        0,
 		MaxConnecting:     128,
 		MaxPacketSize:     1 << 20,
 		ReceiveMaximum:    1024,
 		MaxQueuedMessages: 10000,
 		StoreMaxKeys:      100000,
 		StoreMaxValueSize: 64 << 10,
-		StoreMaxBytes:     32 << 20,
+		StoreMaxBytes:     16 << 20,
 		StoreMaxKeySize:   1 << 10,
 		StoreMaxNotify:    1024,
+		// The embedded broker's own defaults (agent/broker bounds.go; TestBrokerBoundDefaults).
+		MaxClients:           128,
+		MaxSubscriptions:     64,
+		MaxPendingWriteBytes: 64 << 10,
+		MaxSessionBytes:      4 << 20,
+		MaxQueuedBytes:       12 << 20,
+		MaxRetainedBytes:     4 << 20,
+		MaxInboundBytes:      8 << 20,
 	}
 	defaultUpstream = Upstream{
 		KeepAlive:      D(30 * time.Second),

@@ -307,12 +307,12 @@ func TestBoardsPackage(t *testing.T) {
 // the file's value wins.
 func TestBoardStoreMaxBytes(t *testing.T) {
 	p, err := boards.Lookup("imx6ull-armv7")
-	if err != nil || p.StoreMaxBytes == 0 || p.StoreMaxBytes >= int64(defaultBroker.StoreMaxBytes) {
+	if err != nil || p.Broker.StoreMaxBytes == 0 || p.Broker.StoreMaxBytes >= int64(defaultBroker.StoreMaxBytes) {
 		t.Fatalf("imx6ull-armv7 should set a store_max_bytes below the default: %+v %v", p, err)
 	}
 	base := "[agent]\ngateway_id = \"g\"\nboard = \"imx6ull-armv7\"\n"
 	c, err := Parse("f.toml", []byte(base+"[broker]\n"), testOpts)
-	if err != nil || int64(c.Broker.StoreMaxBytes) != p.StoreMaxBytes {
+	if err != nil || int64(c.Broker.StoreMaxBytes) != p.Broker.StoreMaxBytes {
 		t.Fatalf("board store_max_bytes not applied: %+v %v", c.Broker, err)
 	}
 	c, err = Parse("f.toml", []byte(base+"[broker]\nstore_max_bytes = \"12MiB\"\n"), testOpts)

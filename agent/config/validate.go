@@ -74,7 +74,7 @@ func (d *decoder) validateBroker(b *Broker) {
 	if b.AllowAnonymous != nil && !*b.AllowAnonymous && b.UsersFile == "" && b.TLSClientCA == "" {
 		d.errf("broker.allow_anonymous", "false, but no users_file or tls_client_ca: no client could connect")
 	}
-	d.atLeast("broker.max_clients", b.MaxClients, 0)
+	d.validateBrokerBounds(b)
 	d.atLeast("broker.max_connecting", b.MaxConnecting, 1)
 	d.atLeast("broker.max_queued_messages", b.MaxQueuedMessages, 0)
 	d.atLeast("broker.store_max_keys", b.StoreMaxKeys, 0)
@@ -118,6 +118,39 @@ func (d *decoder) validateMetrics(m Metrics) {
 		d.errf("metrics.max_header_bytes", "%d bytes is out of range (1KiB..1MiB)", m.MaxHeaderBytes)
 	}
 	d.atLeast("metrics.max_connections", m.MaxConnections, 1)
+}
+
+// validateBrokerBounds checks the bounds of what clients can make the broker hold. Each
+// must be positive (max_clients = 0, which once meant unlimited, means the default), and
+// they must fit together: a session that cannot hold one message of max_packet_size would
+// drop every such message, and the total must hold at least one full session.
+func (d *decoder) validateBrokerBounds(b *Broker) {
+	if b.MaxClients == 0 {
+		b.MaxClients = defaultBroker.MaxClients
+	}
+	d.atLeast("broker.max_clients", b.MaxClients, 1)
+	if b.MaxSubscriptions < 1 || b.MaxSubscriptions > 1<<31-1 {
+		d.errf("broker.max_subscriptions", "%d is out of range (1..2147483647)", b.MaxSubscriptions)
+	}
+	for _, k := range []struct {
+		key string
+		v   Size
+	}{{"broker.max_pending_write_bytes", b.MaxPendingWriteBytes}, {"broker.max_session_bytes", b.MaxSessionBytes},
+		{"broker.max_queued_bytes", b.MaxQueuedBytes}, {"broker.max_retained_bytes", b.MaxRetainedBytes},
+		{"broker.max_inbound_bytes", b.MaxInboundBytes}} {
+		if k.v < 1<<10 {
+			d.errf(k.key, "%d bytes is too small (at least 1KiB; there is no unlimited)", k.v)
+		}
+	}
+	if b.MaxPacketSize != 0 && b.MaxSessionBytes >= 1<<10 && b.MaxSessionBytes < b.MaxPacketSize {
+		d.errf("broker.max_session_bytes", "%d bytes is less than max_packet_size (%d): a message that large could be published but never queued for a subscriber", b.MaxSessionBytes, b.MaxPacketSize)
+	}
+	if b.MaxPacketSize != 0 && b.MaxInboundBytes >= 1<<10 && b.MaxInboundBytes < b.MaxPacketSize {
+		d.errf("broker.max_inbound_bytes", "%d bytes is less than max_packet_size (%d): a packet that large would wait until nothing else is read", b.MaxInboundBytes, b.MaxPacketSize)
+	}
+	if b.MaxSessionBytes >= 1<<10 && b.MaxQueuedBytes >= 1<<10 && b.MaxQueuedBytes < b.MaxSessionBytes {
+		d.errf("broker.max_queued_bytes", "%d bytes is less than max_session_bytes (%d): no session could fill its share", b.MaxQueuedBytes, b.MaxSessionBytes)
+	}
 }
 
 var upstreamSchemes = map[string]bool{"mqtt": false, "tcp": false, "mqtts": true, "ssl": true, "tls": true}

@@ -41,9 +41,19 @@ func TestValidationErrors(t *testing.T) {
 			"f.toml:4: broker.tls_client_ca: needs tls_cert and tls_key: client certificates are checked only on a TLS listener"},
 		{"nobody can connect", brokerBase + "allow_anonymous = false\n",
 			"f.toml:4: broker.allow_anonymous: false, but no users_file or tls_client_ca: no client could connect"},
-		{"negative max clients", brokerBase + "max_clients = -1\n", "f.toml:4: broker.max_clients: -1 is less than 0"},
+		{"negative max clients", brokerBase + "max_clients = -1\n", "f.toml:4: broker.max_clients: -1 is less than 1"},
 		{"max connecting zero", brokerBase + "max_connecting = 0\n", "f.toml:4: broker.max_connecting: 0 is less than 1"},
 		{"negative queued", brokerBase + "max_queued_messages = -5\n", "f.toml:4: broker.max_queued_messages: -5 is less than 0"},
+		{"subscriptions zero", brokerBase + "max_subscriptions = 0\n",
+			"f.toml:4: broker.max_subscriptions: 0 is out of range (1..2147483647)"},
+		{"pending write bytes tiny", brokerBase + "max_pending_write_bytes = 100\n",
+			"f.toml:4: broker.max_pending_write_bytes: 100 bytes is too small (at least 1KiB; there is no unlimited)"},
+		{"retained bytes zero", brokerBase + "max_retained_bytes = 0\n",
+			"f.toml:4: broker.max_retained_bytes: 0 bytes is too small (at least 1KiB; there is no unlimited)"},
+		{"session under packet size", brokerBase + "max_session_bytes = \"512KiB\"\n",
+			"f.toml:4: broker.max_session_bytes: 524288 bytes is less than max_packet_size (1048576): a message that large could be published but never queued for a subscriber"},
+		{"queued under session", brokerBase + "max_queued_bytes = \"2MiB\"\n",
+			"f.toml:4: broker.max_queued_bytes: 2097152 bytes is less than max_session_bytes (4194304): no session could fill its share"},
 		{"negative store keys", brokerBase + "store_max_keys = -1\n", "f.toml:4: broker.store_max_keys: -1 is less than 0"},
 		{"receive maximum zero", brokerBase + "receive_maximum = 0\n",
 			"f.toml:4: broker.receive_maximum: 0 is out of range (1..65535, MQTT5 Receive Maximum)"},
@@ -180,5 +190,42 @@ func TestValidationErrors(t *testing.T) {
 				t.Fatalf("got\n%s\nwant\n%s", got, tt.want)
 			}
 		})
+	}
+}
+
+// max_clients = 0 once meant unlimited; it now means the default, so a config written for
+// an earlier release still starts.
+func TestMaxClientsZeroIsTheDefault(t *testing.T) {
+	c, err := Parse("f.toml", []byte("[broker]\nmax_clients = 0\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Broker.MaxClients != defaultBroker.MaxClients {
+		t.Errorf("max_clients = 0 became %d, want the default %d", c.Broker.MaxClients, defaultBroker.MaxClients)
+	}
+}
+
+// A small board's [broker] bounds are the defaults where the board is named; a key in the
+// file wins over the board's.
+func TestBoardBrokerBounds(t *testing.T) {
+	c, err := Parse("b.toml", []byte("[agent]\ngateway_id = \"g\"\nboard = \"imx6ull-armv7\"\n[broker]\nmax_session_bytes = \"3MiB\"\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := c.Broker
+	if b.MaxClients != 48 || b.MaxPendingWriteBytes != 32<<10 || b.MaxQueuedBytes != 4<<20 || b.MaxRetainedBytes != 1<<20 || b.MaxInboundBytes != 4<<20 {
+		t.Errorf("imx6ull-armv7's bounds not applied: %+v", *b)
+	}
+	if b.MaxSessionBytes != 3<<20 {
+		t.Errorf("max_session_bytes %d, want the file's 3MiB", b.MaxSessionBytes)
+	}
+	c, err = Parse("b.toml", []byte("[agent]\ngateway_id = \"g\"\nboard = \"rpi3-armv7\"\n[broker]\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := *c.Broker
+	got.AllowAnonymous = nil // resolved by Parse
+	if got != *DefaultBroker() {
+		t.Errorf("rpi3-armv7 (256 MiB soft limit) changed the defaults: %+v", got)
 	}
 }

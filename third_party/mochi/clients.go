@@ -44,6 +44,9 @@ type ReadFn func(*Client, *packets.Packet) error // faceagent patch (stack): by 
 type Clients struct {
 	internal map[string]*Client // clients known by the broker, keyed on client id.
 	sync.RWMutex
+	// faceagent patch (byte bounds): the network (not inline) clients in internal, for
+	// Capabilities.MaximumClients (clientsFull).
+	network atomic.Int64
 }
 
 // NewClients returns an instance of Clients.
@@ -57,7 +60,30 @@ func NewClients() *Clients {
 func (cl *Clients) Add(val *Client) {
 	cl.Lock()
 	defer cl.Unlock()
+	cl.countOut(val.ID) // faceagent patch (byte bounds)
 	cl.internal[val.ID] = val
+	if !val.Net.Inline {
+		cl.network.Add(1)
+	}
+}
+
+// countOut takes the client under id, if a network one, out of the count (under the lock).
+// faceagent patch (byte bounds).
+func (cl *Clients) countOut(id string) {
+	if old, ok := cl.internal[id]; ok && !old.Net.Inline {
+		cl.network.Add(-1)
+	}
+}
+
+// deleteIf removes the client under id if it is val. faceagent patch (byte bounds): an
+// expiring session must not remove a client that has since connected under its id.
+func (cl *Clients) deleteIf(id string, val *Client) {
+	cl.Lock()
+	defer cl.Unlock()
+	if cl.internal[id] == val {
+		cl.countOut(id)
+		delete(cl.internal, id)
+	}
 }
 
 // GetAll returns all the clients.
@@ -91,6 +117,7 @@ func (cl *Clients) Len() int {
 func (cl *Clients) Delete(id string) {
 	cl.Lock()
 	defer cl.Unlock()
+	cl.countOut(id) // faceagent patch (byte bounds)
 	delete(cl.internal, id)
 }
 
@@ -182,6 +209,14 @@ type ClientState struct {
 	// faceagent patch (refusal code): the CONNACK reason an OnConnectAuthenticate hook
 	// chose (RefuseConnect); read and written on the client's reader goroutine only.
 	connectRefusal packets.Code
+	// faceagent patch (byte bounds): the bytes of the messages in outbound
+	// (MaximumClientWritesPendingBytes), and of the will the session holds (counted in
+	// its session's bytes; bounds.go).
+	pendingBytes atomic.Int64
+	willBytes    atomic.Int64
+	// inboundHeld is the share of the server's inbound budget the packet being read and
+	// handled holds (reader goroutine only; takeInbound).
+	inboundHeld int64
 }
 
 // newClient returns a new instance of Client. This is almost exclusively used by Server
@@ -204,6 +239,12 @@ func newClient(c net.Conn, o *ops) *Client {
 		},
 		ops: o,
 	}
+	// faceagent patch (byte bounds): the session's messages and subscriptions count in the
+	// server's total.
+	if o.bounds != nil {
+		cl.State.Inflight.global = &o.bounds.queued
+		cl.State.Subscriptions.costed, cl.State.Subscriptions.global = true, &o.bounds.queued
+	}
 
 	if c != nil {
 		cl.Net = ClientConnection{
@@ -223,6 +264,11 @@ func (cl *Client) WriteLoop() {
 		case pk := <-cl.State.outbound:
 			cl.writeOutbound(pk)
 			atomic.AddInt32(&cl.State.outboundQty, -1)
+			// faceagent patch (byte bounds): messages held in the session while the queue
+			// was full go once it is empty.
+			if len(cl.State.outbound) == 0 {
+				cl.drainWaiting()
+			}
 		case <-cl.State.open.Done():
 			return
 		}
@@ -238,12 +284,20 @@ func (cl *Client) WriteLoop() {
 // pointer to it), so once written the packet goes back to outboundPackets, for
 // publishToClient's next message.
 //
+// faceagent patch (byte bounds): the packet's bytes leave the count of pending writes; a
+// writerKick only wakes the writer (WriteLoop then sends what waits).
+//
 //go:noinline
 func (cl *Client) writeOutbound(pk *packets.Packet) {
+	if pk == writerKick {
+		return
+	}
+	n := outboundBytes(pk)
 	if err := cl.WritePacket(*pk); err != nil {
 		// TODO : Figure out what to do with error
 		cl.ops.log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", logPacket(pk)) // faceagent patch (no packets in logs)
 	}
+	cl.unreservePending(n)
 	releaseOutbound(pk)
 }
 
@@ -464,8 +518,12 @@ func (cl *Client) Read(packetHandler ReadFn) error {
 // reader parked waiting for the next fixed header holds a small stack that the GC can
 // shrink; handlers get it by pointer, in cl.inbound. No handler keeps that pointer.
 //
+// faceagent patch (byte bounds): a large packet's share of the server's inbound budget
+// (readPacket) is given back once it is handled.
+//
 //go:noinline
 func (cl *Client) readAndHandle(fh *packets.FixedHeader, packetHandler ReadFn) error {
+	defer cl.releaseInbound()
 	err := cl.readInbound(fh)
 	if err != nil {
 		return err
@@ -578,6 +636,9 @@ func (cl *Client) readPacket(fh *packets.FixedHeader, pk *packets.Packet) (err e
 
 	pk.ProtocolVersion = cl.Properties.ProtocolVersion // inherit client protocol version for decoding
 	pk.FixedHeader = *fh
+	if err := cl.takeInbound(int64(pk.FixedHeader.Remaining)); err != nil { // faceagent patch (byte bounds)
+		return err
+	}
 	px := make([]byte, pk.FixedHeader.Remaining)
 	n, err := io.ReadFull(cl.Net.bconn, px)
 	if err != nil {
@@ -932,8 +993,15 @@ func (cl *Client) ReadBufferSize() int {
 //
 // Like publishToClient it reads the queue field without the client's lock: do not call it
 // while a ResizeOutbound may be under way (before the client's first SUBSCRIBE is handled).
+//
+// faceagent patch (byte bounds): false too when pk does not fit in the queue's bytes
+// (MaximumClientWritesPendingBytes).
 func (cl *Client) QueueWrite(pk packets.Packet) bool {
 	if cl.Net.Conn == nil || cl.Closed() {
+		return false
+	}
+	n := outboundBytes(&pk)
+	if !cl.reservePending(n) {
 		return false
 	}
 	select {
@@ -941,6 +1009,7 @@ func (cl *Client) QueueWrite(pk packets.Packet) bool {
 		atomic.AddInt32(&cl.State.outboundQty, 1)
 		return true
 	default:
+		cl.unreservePending(n)
 		return false
 	}
 }

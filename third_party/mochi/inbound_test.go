@@ -112,18 +112,18 @@ func (r *qosRecorder) OnQosPublish(_ *Client, pk packets.Packet, _ int64, _ int)
 func (r *qosRecorder) OnQosComplete(_ *Client, pk packets.Packet) { r.record("complete", pk) }
 func (r *qosRecorder) OnQosDropped(_ *Client, pk packets.Packet)  { r.record("dropped", pk) }
 
-// pipeClient is an MQTT 5 client on one end of a net.Pipe whose other end the server serves.
-type pipeClient struct {
+// pipePeer is an MQTT 5 client on one end of a net.Pipe whose other end the server serves.
+type pipePeer struct {
 	t    *testing.T
 	conn net.Conn
 	r    *bufio.Reader
 }
 
-func pipeConnect(t *testing.T, s *Server, id string, receiveMax uint16) *pipeClient {
+func pipeConnect(t *testing.T, s *Server, id string, receiveMax uint16) *pipePeer {
 	t.Helper()
 	srv, cli := net.Pipe()
 	go func() { _ = s.EstablishConnection("pipe", srv) }()
-	c := &pipeClient{t: t, conn: cli, r: bufio.NewReader(cli)}
+	c := &pipePeer{t: t, conn: cli, r: bufio.NewReader(cli)}
 	t.Cleanup(func() { _ = cli.Close() })
 	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect},
 		Connect:    packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 60, ClientIdentifier: id},
@@ -132,7 +132,7 @@ func pipeConnect(t *testing.T, s *Server, id string, receiveMax uint16) *pipeCli
 	return c
 }
 
-func (c *pipeClient) send(pk packets.Packet) {
+func (c *pipePeer) send(pk packets.Packet) {
 	c.t.Helper()
 	pk.ProtocolVersion = 5
 	var buf bytes.Buffer
@@ -166,7 +166,7 @@ func (c *pipeClient) send(pk packets.Packet) {
 
 // expect reads the next packet, which must be of type typ (and for id, if not 0), and
 // returns its body.
-func (c *pipeClient) expect(typ byte, id uint16) []byte {
+func (c *pipePeer) expect(typ byte, id uint16) []byte {
 	c.t.Helper()
 	_ = c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	first, err := c.r.ReadByte()
@@ -204,7 +204,7 @@ func (c *pipeClient) expect(typ byte, id uint16) []byte {
 }
 
 // processed returns once the server handled everything sent before (a PINGREQ's answer).
-func (c *pipeClient) processed() {
+func (c *pipePeer) processed() {
 	c.t.Helper()
 	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pingreq}})
 	c.expect(packets.Pingresp, 0)

@@ -41,6 +41,11 @@ type Inflight struct {
 	// faceagent patch (inflight allocations): how many entries wait for send quota
 	// (Expiry < 0), so that NextImmediate looks through the set only when one does.
 	waiting int
+	// faceagent patch (byte bounds): MessageBytes of the entries (changed under the lock,
+	// read without it), and the server-wide counter they are also added to (bounds.go);
+	// nil for a set of no server's, or whose session ended (detach).
+	bytes  atomic.Int64
+	global *atomic.Int64
 }
 
 // inflightPackets are the packets of deleted Inflight entries, zeroed, for new ones.
@@ -72,17 +77,30 @@ func (i *Inflight) Set(m packets.Packet) bool {
 func (i *Inflight) setFrom(m *packets.Packet) bool {
 	i.Lock()
 	defer i.Unlock()
+	return i.putLocked(m, MessageBytes(m), false)
+}
 
+// putLocked is setFrom under the lock; cost is MessageBytes(m), already added to the
+// global counter when reserved (admit). faceagent patch (byte bounds): the entries' bytes
+// are counted.
+func (i *Inflight) putLocked(m *packets.Packet, cost int64, reserved bool) bool {
 	p, ok := i.internal[m.PacketID]
 	if !ok { // faceagent patch (inflight allocations)
 		p = inflightPackets.Get().(*packets.Packet)
 		i.internal[m.PacketID] = p
-	} else if p.Expiry < 0 {
-		i.waiting--
+	} else {
+		if p.Expiry < 0 {
+			i.waiting--
+		}
+		i.account(-MessageBytes(p))
 	}
 	*p = *m
 	if m.Expiry < 0 {
 		i.waiting++
+	}
+	i.bytes.Add(cost)
+	if !reserved && i.global != nil {
+		i.global.Add(cost)
 	}
 	delete(i.inherited, m.PacketID) // faceagent patch (wedged peer): no longer the inherited message
 	return !ok
@@ -140,6 +158,13 @@ func (i *Inflight) Clone() *Inflight {
 		c.internal[k] = p
 	}
 	c.waiting = i.waiting
+	// faceagent patch (byte bounds): the copy counts in the global counter too, until the
+	// session taken over is cleared and detached.
+	c.bytes.Store(i.bytes.Load())
+	c.global = i.global
+	if c.global != nil {
+		c.global.Add(c.bytes.Load())
+	}
 	// faceagent patch (wedged peer): remember what came from the old session (takeResend).
 	if len(i.internal) > 0 {
 		c.inherited = make(map[uint16]struct{}, len(i.internal))
@@ -286,7 +311,8 @@ func (i *Inflight) Delete(id uint16) bool {
 		if p.Expiry < 0 {
 			i.waiting--
 		}
-		releaseInflight(p) // faceagent patch (inflight allocations)
+		i.account(-MessageBytes(p)) // faceagent patch (byte bounds)
+		releaseInflight(p)          // faceagent patch (inflight allocations)
 	}
 
 	return ok

@@ -62,6 +62,14 @@ type Capabilities struct {
 	RetainAvailable              byte            `yaml:"retain_available" json:"retain_available"`                 // support of retain messages
 	WildcardSubAvailable         byte            `yaml:"wildcard_sub_available" json:"wildcard_sub_available"`     // support of wildcard subscriptions
 	SubIDAvailable               byte            `yaml:"sub_id_available" json:"sub_id_available"`                 // support of subscription identifiers
+
+	// faceagent patch (byte bounds): bounds in bytes and subscriptions (bounds.go); 0: none.
+	MaximumClientWritesPendingBytes int64 `yaml:"maximum_client_writes_pending_bytes" json:"maximum_client_writes_pending_bytes"` // bytes of messages queued for writing to one client
+	MaximumSessionBytes             int64 `yaml:"maximum_session_bytes" json:"maximum_session_bytes"`                             // bytes one session holds: messages in flight or queued, subscriptions, will
+	MaximumQueuedBytes              int64 `yaml:"maximum_queued_bytes" json:"maximum_queued_bytes"`                               // the same over every session
+	MaximumRetainedBytes            int64 `yaml:"maximum_retained_bytes" json:"maximum_retained_bytes"`                           // bytes of the retained messages
+	MaximumSubscriptions            int32 `yaml:"maximum_subscriptions" json:"maximum_subscriptions"`                             // subscriptions of one session
+	MaximumInboundBytes             int64 `yaml:"maximum_inbound_bytes" json:"maximum_inbound_bytes"`                             // bytes of packets over 64 KiB being read at once, all clients
 }
 
 // NewDefaultServerCapabilities defines the default features and capabilities provided by the server.
@@ -146,6 +154,7 @@ type Server struct {
 	hooks        *Hooks               // hooks contains hooks for extra functionality such as auth and persistent storage
 	inlineClient *Client              // inlineClient is a special client used for inline subscriptions and inline Publish
 	held         heldAcks             // faceagent patch (PUBACK after storing): acknowledgements not yet written
+	bounds       serverBounds         // faceagent patch (byte bounds): server-wide counters
 }
 
 // AckWaiter is implemented by a hook that stores the messages routed to its sessions
@@ -347,10 +356,11 @@ type loop struct {
 
 // ops contains server values which can be propagated to other structs.
 type ops struct {
-	options *Options     // a pointer to the server options and capabilities, for referencing in clients
-	info    *system.Info // pointers to server system info
-	hooks   *Hooks       // pointer to the server hooks
-	log     *slog.Logger // a structured logger for the client
+	options *Options      // a pointer to the server options and capabilities, for referencing in clients
+	info    *system.Info  // pointers to server system info
+	hooks   *Hooks        // pointer to the server hooks
+	log     *slog.Logger  // a structured logger for the client
+	bounds  *serverBounds // faceagent patch (byte bounds): the server's counters
 }
 
 // New returns a new instance of mochi mqtt broker. Optional parameters
@@ -434,6 +444,7 @@ func (s *Server) NewClient(c net.Conn, listener string, id string, inline bool) 
 		info:    s.Info,
 		hooks:   s.hooks,
 		log:     s.Log,
+		bounds:  &s.bounds,
 	})
 
 	cl.ID = id
@@ -628,7 +639,8 @@ func (s *Server) clientGone(cl *Client, listener string, err error) error {
 	if expire && !cl.IsTakenOver() {
 		cl.ClearInflights()
 		s.UnsubscribeClient(cl)
-		s.Clients.Delete(cl.ID) // [MQTT-4.1.0-2] ![MQTT-3.1.2-23]
+		s.releaseSession(cl)          // faceagent patch (byte bounds)
+		s.Clients.deleteIf(cl.ID, cl) // [MQTT-4.1.0-2] ![MQTT-3.1.2-23] faceagent patch (byte bounds): not a client that took the id since
 	}
 
 	return err
@@ -644,22 +656,25 @@ func (s *Server) clientGone(cl *Client, listener string, err error) error {
 //
 //go:noinline
 func (s *Server) connectClient(cl *Client, listener string) error {
+	defer cl.releaseInbound() // faceagent patch (byte bounds): a large CONNECT's budget (readPacket)
 	pk, err := s.readConnectionPacket(cl)
 	if err != nil {
 		return fmt.Errorf("read connection: %w", err)
 	}
 
 	cl.ParseConnect(listener, pk)
-	if atomic.LoadInt64(&s.Info.ClientsConnected) >= s.Options.Capabilities.MaximumClients {
+	// faceagent patch (byte bounds): sessions kept for disconnected clients count too
+	// (bounds.go).
+	if s.clientsFull(cl) {
+		s.quotaExceeded(cl, QuotaClients, true, &pk)
 		if cl.Properties.ProtocolVersion < 5 {
 			s.SendConnack(cl, packets.ErrServerUnavailable, false, nil)
 		} else {
-			s.SendConnack(cl, packets.ErrServerBusy, false, nil)
+			s.SendConnack(cl, packets.ErrQuotaExceeded, false, nil)
 		}
 
-		return packets.ErrServerBusy
+		return packets.ErrQuotaExceeded
 	}
-
 	code := s.validateConnect(cl, pk) // [MQTT-3.1.4-1] [MQTT-3.1.4-2]
 	if code != packets.CodeSuccess {
 		if err := s.SendConnack(cl, code, false, nil); err != nil {
@@ -684,11 +699,24 @@ func (s *Server) connectClient(cl *Client, listener string) error {
 		return code
 	}
 
+	// faceagent patch (byte bounds): the will counts in the session; a session that ends
+	// because the connection failed before it was established gives back what it held.
+	if q := s.willRoom(cl); q != 0 {
+		s.quotaExceeded(cl, q, true, &pk)
+		if cl.Properties.ProtocolVersion < 5 {
+			s.SendConnack(cl, packets.ErrServerUnavailable, false, nil)
+		} else {
+			s.SendConnack(cl, packets.ErrQuotaExceeded, false, nil)
+		}
+		return packets.ErrQuotaExceeded
+	}
+
 	atomic.AddInt64(&s.Info.ClientsConnected, 1)
 	connected := false
 	defer func() {
 		if !connected {
 			atomic.AddInt64(&s.Info.ClientsConnected, -1)
+			s.connectFailed(cl) // faceagent patch (byte bounds)
 		}
 	}()
 
@@ -797,6 +825,7 @@ func (s *Server) inheritClientSession(pk packets.Packet, cl *Client) bool {
 		if pk.Connect.Clean || (existing.Properties.Clean && existing.Properties.ProtocolVersion < 5) { // [MQTT-3.1.2-4] [MQTT-3.1.4-4]
 			s.UnsubscribeClient(existing)
 			existing.ClearInflights()
+			s.releaseSession(existing)             // faceagent patch (byte bounds)
 			existing.State.isTakenOver.Store(true) // only set isTakenOver after unsubscribe has occurred
 			return false                           // [MQTT-3.2.2-3]
 		}
@@ -823,6 +852,7 @@ func (s *Server) inheritClientSession(pk packets.Packet, cl *Client) bool {
 		// from increasing memory usage by inflights + subs * client-id.
 		s.UnsubscribeClient(existing)
 		existing.ClearInflights()
+		s.releaseSession(existing) // faceagent patch (byte bounds): the new client counts what it took
 
 		s.Log.Debug("session taken over", "client", cl.ID, "old_remote", existing.Net.Remote, "new_remote", cl.Net.Remote)
 
@@ -968,19 +998,20 @@ func (s *Server) packetProcessed(cl *Client, pk *packets.Packet, err error) erro
 
 // sendNextImmediate sends the next inflight message waiting for send quota.
 //
+// faceagent patch (byte bounds): taken with Inflight.takeNextInto, which marks it sent and
+// takes its quota at once, as the writer goroutine may look too (drainWaiting).
+//
 //go:noinline
 func (s *Server) sendNextImmediate(cl *Client) {
-	next, ok := cl.State.Inflight.NextImmediate()
-	if ok {
+	next := outboundPackets.Get().(*packets.Packet)
+	defer releaseOutbound(next)
+	if cl.State.Inflight.takeNextInto(next) {
 		// faceagent patch (send quota): the message stays in flight until its PUBACK, no
 		// longer waiting for quota (Expiry -1 replaced what publishToClient had; 0: none).
 		// Upstream deleted it once written: its PUBACK found nothing and gave the quota it
 		// took back to no one (a client with Receive Maximum 1 got nothing more), and a
 		// session resumed before that PUBACK was not sent it again.
-		next.Expiry = 0
-		cl.State.Inflight.Set(next)
-		cl.State.Inflight.DecreaseSendQuota()
-		_ = cl.WritePacket(next)
+		_ = cl.WritePacket(*next)
 	}
 }
 
@@ -1201,6 +1232,17 @@ func (s *Server) admitPublish(cl *Client, pk *packets.Packet) (route bool, err e
 		if inUse, err := s.reusePacketID(cl, pk); inUse || err != nil {
 			return false, err
 		}
+		// faceagent patch (byte bounds): a QoS 2 message's PUBREC stays in the session's
+		// in-flight set until the PUBREL; refused (PUBREC 0x97) when it does not fit.
+		if pk.FixedHeader.Qos == 2 {
+			if q := s.sessionRoom(cl, MessageOverhead); q != 0 {
+				s.quotaExceeded(cl, q, true, pk)
+				if cl.Properties.ProtocolVersion != 5 {
+					return false, s.DisconnectClient(cl, packets.ErrQuotaExceeded)
+				}
+				return false, s.writeAckFor(cl, pk, packets.Pubrec, packets.ErrQuotaExceeded)
+			}
+		}
 	}
 
 	if pk.Properties.TopicAliasFlag && pk.Properties.TopicAlias > 0 { // [MQTT-3.3.2-11]
@@ -1226,7 +1268,16 @@ func (s *Server) admitPublish(cl *Client, pk *packets.Packet) (route bool, err e
 	}
 
 	if pk.FixedHeader.Retain { // [MQTT-3.3.1-5] ![MQTT-3.3.1-8]
-		s.retainMessage(cl, pk)
+		// faceagent patch (byte bounds): refused when it does not fit in the retained
+		// messages' bytes, if the publisher can be told (MQTT 5, QoS 1/2); routed without
+		// being retained otherwise.
+		if !s.retainMessage(cl, pk) && refusable(cl, pk) {
+			ackType := packets.Puback
+			if pk.FixedHeader.Qos == 2 {
+				ackType = packets.Pubrec
+			}
+			return false, s.writeAckFor(cl, pk, ackType, packets.ErrQuotaExceeded)
+		}
 	}
 	return true, nil
 }
@@ -1327,15 +1378,29 @@ func (s *Server) published(cl *Client, pk *packets.Packet) {
 
 // retainMessage adds a message to a topic, and if a persistent store is provided,
 // adds the message to the store to be reloaded if necessary.
-func (s *Server) retainMessage(cl *Client, pk *packets.Packet) {
+//
+// faceagent patch (byte bounds): it reports false when the message was not retained for
+// Capabilities.MaximumRetainedBytes.
+func (s *Server) retainMessage(cl *Client, pk *packets.Packet) bool {
 	if s.Options.Capabilities.RetainAvailable == 0 || pk.Ignore {
-		return
+		return true
 	}
 
+	limit := s.Options.Capabilities.MaximumRetainedBytes
+	if limit > 0 && len(pk.Payload) > 0 && !s.Topics.retainFits(pk, limit) {
+		// refused before the copy below, which would be garbage (retain decides, on the copy)
+		s.quotaExceeded(cl, QuotaRetainedBytes, refusable(cl, pk), pk)
+		return false
+	}
 	out := pk.Copy(false)
-	r := s.Topics.RetainMessage(out)
+	r, ok := s.Topics.retain(out, limit)
+	if !ok {
+		s.quotaExceeded(cl, QuotaRetainedBytes, refusable(cl, pk), pk)
+		return false
+	}
 	s.hooks.OnRetainMessage(cl, *pk, r)
 	atomic.StoreInt64(&s.Info.Retained, int64(s.Topics.Retained.Len()))
+	return true
 }
 
 // publishToSubscribers publishes a publish packet to all subscribers with matching topic filters.
@@ -1432,6 +1497,9 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk *packe
 	if !s.hooks.OnACLCheck(cl, pk.TopicName, false) {
 		return packets.ErrNotAuthorized
 	}
+	if err := s.refuseEarly(cl, sub, pk); err != nil { // faceagent patch (byte bounds)
+		return err
+	}
 	out := newOutbound(pk)
 	if !sub.FwdRetainedFlag && ((cl.Properties.ProtocolVersion == 5 && !sub.RetainAsPublished) || cl.Properties.ProtocolVersion < 5) { // ![MQTT-3.3.1-13] [v3 MQTT-3.3.1-9]
 		out.FixedHeader.Retain = false // [MQTT-3.3.1-12]
@@ -1466,10 +1534,11 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk *packe
 
 	if out.FixedHeader.Qos > 0 {
 		if cl.State.Inflight.Len() >= int(s.Options.Capabilities.MaximumInflight) {
-			// add hook?
 			releaseOutbound(out)
 			atomic.AddInt64(&s.Info.InflightDropped, 1)
-			s.Log.Warn("client store quota reached", "client", cl.ID, "listener", cl.Net.Listener)
+			// faceagent patch (byte bounds): to the hooks, which may log it rate-limited
+			// (upstream logged a warning for every message).
+			s.quotaExceeded(cl, QuotaInflight, false, pk)
 			return packets.ErrQuotaExceeded
 		}
 
@@ -1483,7 +1552,12 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk *packe
 		out.PacketID = uint16(i) // [MQTT-2.2.1-4]
 		sentQuota := atomic.LoadInt32(&cl.State.Inflight.sendQuota)
 
-		s.putInflight(cl, out) // [MQTT-4.3.2-3] [MQTT-4.3.3-3]
+		// faceagent patch (byte bounds): within the session's bounds, or dropped for it alone.
+		if q := s.putInflight(cl, out); q != 0 { // [MQTT-4.3.2-3] [MQTT-4.3.3-3]
+			releaseOutbound(out)
+			s.quotaExceeded(cl, q, false, pk)
+			return packets.ErrQuotaExceeded
+		}
 
 		if sentQuota == 0 && atomic.LoadInt32(&cl.State.Inflight.maximumSendQuota) > 0 {
 			out.Expiry = -1
@@ -1498,33 +1572,49 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk *packe
 		return packets.CodeDisconnect
 	}
 
-	select {
-	case cl.State.outbound <- out: // the writer's now (writeOutbound)
-		atomic.AddInt32(&cl.State.outboundQty, 1)
-	default:
-		s.publishDropped(cl, pk)
-		if out.FixedHeader.Qos > 0 {
-			cl.State.Inflight.Delete(out.PacketID) // packet was dropped due to irregular circumstances, so rollback inflight.
-			cl.State.Inflight.IncreaseSendQuota()
+	// faceagent patch (byte bounds): the queue is bounded in bytes too, and a QoS 1/2
+	// message that does not fit is held in the session rather than dropped (upstream
+	// dropped it and took it out of the session: lost for good unless the broker restarted).
+	held := out.FixedHeader.Qos > 0 && cl.State.Inflight.hasWaiting() // in order, behind what waits
+	if n := outboundBytes(out); !held && cl.reservePending(n) {
+		select {
+		case cl.State.outbound <- out: // the writer's now (writeOutbound)
+			atomic.AddInt32(&cl.State.outboundQty, 1)
+			return nil
+		default:
+			cl.unreservePending(n)
 		}
-		releaseOutbound(out)
-		return packets.ErrPendingClientWritesExceeded
 	}
-
-	return nil
+	if out.FixedHeader.Qos > 0 {
+		if !held {
+			s.quotaExceeded(cl, QuotaWritesHeld, false, pk)
+		}
+		cl.holdForWriter(out)
+		releaseOutbound(out)
+		return nil
+	}
+	s.publishDropped(cl, pk)
+	s.quotaExceeded(cl, QuotaWritesDropped, false, pk)
+	releaseOutbound(out)
+	return packets.ErrPendingClientWritesExceeded
 }
 
 // putInflight puts out in cl's in-flight set; a new entry is counted, stored by the hooks
 // (OnQosPublish) and takes send quota. faceagent patch (stack): out of publishToClient,
 // with the copies of out that Set and the hooks take.
 //
+// faceagent patch (byte bounds): within the session's bounds (admitInflight); it returns the
+// bound that refused out, or 0.
+//
 //go:noinline
-func (s *Server) putInflight(cl *Client, out *packets.Packet) {
-	if ok := cl.State.Inflight.setFrom(out); ok {
-		atomic.AddInt64(&s.Info.Inflight, 1)
-		s.hooks.OnQosPublish(cl, *out, out.Created, 0)
-		cl.State.Inflight.DecreaseSendQuota()
+func (s *Server) putInflight(cl *Client, out *packets.Packet) Quota {
+	if q := s.admitInflight(cl, out); q != 0 {
+		return q
 	}
+	atomic.AddInt64(&s.Info.Inflight, 1)
+	s.hooks.OnQosPublish(cl, *out, out.Created, 0)
+	cl.State.Inflight.DecreaseSendQuota()
+	return 0
 }
 
 // packetIDExhausted reports that pk found no packet id free for cl. faceagent patch
@@ -1705,6 +1795,9 @@ func (s *Server) processSubscribe(cl *Client, pk *packets.Packet) error {
 			if s.Options.Capabilities.Compatibilities.ObscureNotAuthorized {
 				reasonCodes[i] = packets.ErrUnspecifiedError.Code
 			}
+		} else if q := s.subscriptionRefused(cl, sub.Filter); q != 0 { // faceagent patch (byte bounds)
+			s.quotaExceeded(cl, q, true, pk)
+			reasonCodes[i] = packets.ErrQuotaExceeded.Code
 		} else {
 			isNew := s.Topics.Subscribe(cl.ID, sub) // [MQTT-3.8.4-3]
 			if isNew {
@@ -2108,6 +2201,8 @@ func (s *Server) loadClients(v []storage.Client) {
 			MaximumPacketSize:         c.Properties.MaximumPacketSize,
 		}
 		cl.Properties.Will = Will(c.Will)
+		cl.State.willBytes.Store(WillBytes(&cl.Properties.Will)) // faceagent patch (byte bounds)
+		s.bounds.queued.Add(cl.State.willBytes.Load())
 
 		// cancel the context, update cl.State such as disconnected time and stopCause.
 		cl.Stop(packets.ErrServerShuttingDown)
@@ -2117,6 +2212,7 @@ func (s *Server) loadClients(v []storage.Client) {
 		if expire {
 			cl.ClearInflights()
 			s.UnsubscribeClient(cl)
+			s.releaseSession(cl) // faceagent patch (byte bounds)
 		} else {
 			s.Clients.Add(cl)
 		}
@@ -2154,8 +2250,13 @@ func (s *Server) clearExpiredClients(dt int64) {
 		}
 
 		if disconnected+int64(expire) < dt {
+			// faceagent patch (byte bounds): not a client that took the id over since, and
+			// the session's subscriptions, messages and will go with it (expireSession).
+			if cur, ok := s.Clients.Get(id); !ok || cur != client || client.IsTakenOver() {
+				continue
+			}
 			s.hooks.OnClientExpired(client)
-			s.Clients.Delete(id) // [MQTT-4.1.0-2]
+			s.expireSession(client) // [MQTT-4.1.0-2]
 		}
 	}
 }
@@ -2171,7 +2272,7 @@ func (s *Server) clearExpiredRetainedMessages(now int64) {
 			now-pk.Created > s.Options.Capabilities.MaximumMessageExpiryInterval
 
 		if expired || enforced {
-			s.Topics.Retained.Delete(filter)
+			s.Topics.expireRetained(filter) // faceagent patch (byte bounds): counted out, particles trimmed
 			s.hooks.OnRetainedExpired(filter)
 		}
 	}

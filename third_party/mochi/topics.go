@@ -249,6 +249,12 @@ func (s *InlineSubscriptions) Delete(id int) {
 type Subscriptions struct {
 	internal map[string]packets.Subscription
 	sync.RWMutex
+	// faceagent patch (byte bounds): a client's own subscriptions (keyed by filter) are
+	// counted, SubscriptionBytes each, in bytes and in the server-wide global; a
+	// particle's (keyed by client id) are not.
+	costed bool
+	bytes  atomic.Int64
+	global *atomic.Int64
 }
 
 // NewSubscriptions returns a new instance of Subscriptions.
@@ -263,7 +269,18 @@ func NewSubscriptions() *Subscriptions {
 func (s *Subscriptions) Add(id string, val packets.Subscription) {
 	s.Lock()
 	defer s.Unlock()
+	if _, ok := s.internal[id]; !ok && s.costed { // faceagent patch (byte bounds)
+		s.account(SubscriptionBytes(id))
+	}
 	s.internal[id] = val
+}
+
+// account adds delta to the bytes counted (under the lock). faceagent patch (byte bounds).
+func (s *Subscriptions) account(delta int64) {
+	s.bytes.Add(delta)
+	if s.global != nil {
+		s.global.Add(delta)
+	}
 }
 
 // GetAll returns all subscriptions.
@@ -297,6 +314,9 @@ func (s *Subscriptions) Len() int {
 func (s *Subscriptions) Delete(id string) {
 	s.Lock()
 	defer s.Unlock()
+	if _, ok := s.internal[id]; ok && s.costed { // faceagent patch (byte bounds)
+		s.account(-SubscriptionBytes(id))
+	}
 	delete(s.internal, id)
 }
 
@@ -447,6 +467,9 @@ func (s *Subscribers) MergeSharedSelected() {
 type TopicsIndex struct {
 	Retained *packets.Packets
 	root     *particle // a leaf containing a message and more leaves.
+	// faceagent patch (byte bounds): RetainedBytes of the retained messages, changed under
+	// root's lock.
+	retainedBytes atomic.Int64
 }
 
 // NewTopicsIndex returns a pointer to a new instance of Index.
@@ -548,8 +571,33 @@ func (x *TopicsIndex) Unsubscribe(filter, client string) bool {
 // 1 if a retained message was added, and -1 if the retained message was removed.
 // 0 is returned if sequential empty payloads are received.
 func (x *TopicsIndex) RetainMessage(pk packets.Packet) int64 {
+	r, _ := x.retain(pk, 0)
+	return r
+}
+
+// retain is RetainMessage within limit bytes of retained messages (0: no bound): a message
+// that would take them over it is not retained (false). faceagent patch (byte bounds):
+// the retained messages' bytes are counted (RetainedBytes), but for the server's own $SYS
+// topics: a fixed set, which no client can add to (they may not publish there).
+func (x *TopicsIndex) retain(pk packets.Packet, limit int64) (int64, bool) {
 	x.root.Lock()
 	defer x.root.Unlock()
+
+	var old int64
+	if pke, ok := x.Retained.Get(pk.TopicName); ok {
+		old = RetainedBytes(&pke)
+	}
+	switch {
+	case strings.HasPrefix(pk.TopicName, SysPrefix): // not counted
+	case len(pk.Payload) > 0:
+		cost := RetainedBytes(&pk)
+		if limit > 0 && x.retainedBytes.Load()-old+cost > limit {
+			return 0, false
+		}
+		x.retainedBytes.Add(cost - old)
+	default:
+		x.retainedBytes.Add(-old)
+	}
 
 	n := x.set(pk.TopicName, 0)
 	n.Lock()
@@ -557,7 +605,7 @@ func (x *TopicsIndex) RetainMessage(pk packets.Packet) int64 {
 	if len(pk.Payload) > 0 {
 		n.retainPath = pk.TopicName
 		x.Retained.Add(pk.TopicName, pk)
-		return 1
+		return 1, true
 	}
 
 	var out int64
@@ -569,7 +617,27 @@ func (x *TopicsIndex) RetainMessage(pk packets.Packet) int64 {
 	x.Retained.Delete(pk.TopicName) // [MQTT-3.3.1-6] [MQTT-3.3.1-7]
 	x.trim(n)
 
-	return out
+	return out, true
+}
+
+// retainFits reports whether retaining pk would stay within limit now (a check before
+// copying it; retain decides). faceagent patch (byte bounds).
+func (x *TopicsIndex) retainFits(pk *packets.Packet, limit int64) bool {
+	if strings.HasPrefix(pk.TopicName, SysPrefix) {
+		return true
+	}
+	var old int64
+	if pke, ok := x.Retained.Get(pk.TopicName); ok {
+		old = RetainedBytes(&pke)
+	}
+	return x.retainedBytes.Load()-old+RetainedBytes(pk) <= limit
+}
+
+// expireRetained removes the retained message of topic as an empty retained message would,
+// its particles included. faceagent patch (byte bounds): the expiry only deleted it from
+// Retained, and left its particles (and their retainPath) in the index.
+func (x *TopicsIndex) expireRetained(topic string) {
+	x.retain(packets.Packet{TopicName: topic}, 0)
 }
 
 // set creates a topic address in the index and returns the final particle.
