@@ -53,17 +53,17 @@ func TestAttackStoreBytes(t *testing.T) {
 		}})
 }
 
-// TestAttackNotifyRegistrations registers KEYNOTIFY on distinct 60 KiB keys from one
+// TestAttackNotifyRegistrations registers KEYNOTIFY on distinct 15 KiB keys from one
 // connection: past store_max_notify registrations each is refused, so the registrations
 // held stay within store_max_notify keys.
 func TestAttackNotifyRegistrations(t *testing.T) {
-	const maxNotify, maxKey = 64, 64 << 10
+	const maxNotify, maxKey = 64, 16 << 10
 	s := start(t, setup{name: "notify", needs: []string{"store_max_notify", "store_max_key_size"},
 		broker: fmt.Sprintf("store_max_notify = %d\nstore_max_key_size = %d\n", maxNotify, maxKey)})
 	runAttack(t, s, attack{name: "notify-registrations", sockets: 1, logBudget: 64 << 10, rssGrowth: 2*maxNotify*maxKey + gcRoom,
 		run: func(t *testing.T, s *system) {
 			mc := s.storeClient(t, clientOpts{id: "notify-filler"})
-			pad := strings.Repeat("n", 60<<10)
+			pad := strings.Repeat("n", 15<<10)
 			registered := 0
 			for i := range attackVolume / len(pad) {
 				got := mc.mustDo("KEYNOTIFY", fmt.Sprintf("%06d/%s", i, pad))

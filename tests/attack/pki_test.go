@@ -46,6 +46,9 @@ func newPKI(t *testing.T, dir string) *pki {
 	return p
 }
 
+// clientCN is the Common Name of the certificates issue makes.
+const clientCN = "faceagent attack"
+
 // clientTLS is the configuration of a client the agent lets in.
 func (p *pki) clientTLS() *tls.Config {
 	return &tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{p.client}, MinVersion: tls.VersionTLS12}
@@ -81,7 +84,7 @@ func issue(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, serial i
 	t.Helper()
 	key := newKey(t)
 	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "faceagent attack"},
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: clientCN},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},

@@ -85,10 +85,16 @@ var userHashes = map[string]string{
 // password is user's password in the users file.
 func password(user string) string { return user + "-secret" }
 
-func usersFile() string {
+// usersFile is the users file of the users setup. certCN, when set, is the Common Name of
+// the one client certificate every user presents in the mtls setup: each user lists it
+// (certificate_cn), since the broker ties a certificate to the users it names.
+func usersFile(certCN string) string {
 	var b strings.Builder
 	add := func(name string, rules string) {
 		fmt.Fprintf(&b, "[[users]]\nname = %q\npassword_hash = %q\n%s\n", name, userHashes[name], rules)
+		if certCN != "" {
+			fmt.Fprintf(&b, "certificate_cn = [%q]\n", certCN)
+		}
 	}
 	add("backoffice", fmt.Sprintf("publish = [%q]\nsubscribe = [%q]\nread_keys = [%q]\nwrite_keys = [%q, %q]",
 		"faceagent/"+gateway+"/tasks", "faceagent/"+gateway+"/#", "faceagent/"+gateway+"/",
@@ -175,7 +181,11 @@ func (s *system) config() string {
 	fmt.Fprintf(&b, "[broker]\nlisten = %q\nmax_clients = %d\n", s.brokerAddr, maxClients)
 	if s.setup.users {
 		path := filepath.Join(s.dir, "users.toml")
-		if err := os.WriteFile(path, []byte(usersFile()), 0o600); err != nil {
+		certCN := ""
+		if s.pki != nil {
+			certCN = clientCN
+		}
+		if err := os.WriteFile(path, []byte(usersFile(certCN)), 0o600); err != nil {
 			s.t.Fatal(err)
 		}
 		fmt.Fprintf(&b, "users_file = %q\nallow_anonymous = false\n", path)
