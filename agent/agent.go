@@ -288,8 +288,9 @@ func newBroker(cfg *config.Config, log *slog.Logger) (*broker.Broker, error) {
 		StateStoreNode: cfg.Agent.GatewayID,
 		Logger:         log.With("part", "broker"),
 
-		MaxPacketSize:  uint32(c.MaxPacketSize),
-		ReceiveMaximum: uint16(c.ReceiveMaximum),
+		MaxPacketSize:    uint32(c.MaxPacketSize),
+		ReceiveMaximum:   uint16(c.ReceiveMaximum),
+		MaxMessageExpiry: c.MaxMessageExpiry.Duration,
 
 		MaxClients:           int64(c.MaxClients),
 		MaxSubscriptions:     int32(c.MaxSubscriptions),

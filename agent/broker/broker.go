@@ -80,6 +80,13 @@ type Options struct {
 	MaxPacketSize  uint32 // bytes of one packet
 	ReceiveMaximum uint16 // unacknowledged QoS 1/2 messages per client, inbound
 	MaxInflight    uint16 // QoS 1/2 messages held per client (queued while offline included)
+	// MaxMessageExpiry is the Maximum Message Expiry: a message waits at most this long
+	// for a subscriber (queued for its session, or sent and unacknowledged), whatever its
+	// own Message Expiry says. 0: no maximum: a message without a Message Expiry waits as
+	// long as its subscriber's session lives, held to MaxSessionBytes and MaxQueuedBytes
+	// like everything a session holds (mochi's default was 24 hours, after which a back
+	// office away longer lost its results). Whole seconds.
+	MaxMessageExpiry time.Duration
 	// MaxPendingWrites bounds the packets queued for writing to one client
 	// (mochi's MaximumClientWritesPending); beyond it messages to that client
 	// are held or dropped as beyond MaxPendingWriteBytes. 0 means
@@ -218,6 +225,8 @@ func New(opts *Options) (*Broker, error) {
 	if o.MaxInflight > 0 {
 		caps.MaximumInflight = o.MaxInflight
 	}
+	// [MQTT-3.3.2-5]: a message's own Message Expiry still applies; this only caps it.
+	caps.MaximumMessageExpiryInterval = int64(o.MaxMessageExpiry / time.Second)
 	caps.MaximumClientWritesPending = DefaultMaxPendingWrites
 	if o.MaxPendingWrites > 0 {
 		caps.MaximumClientWritesPending = o.MaxPendingWrites

@@ -328,7 +328,7 @@
 // broker replaces those tickers (housekeeping.go) and ticks each task only
 // when something of its kind is due, with mochi's own expiry rules: a session
 // kept after its client left, at its session expiry; a delayed will, at its
-// delay; a message, at its message expiry or mochi's 24 h maximum; $SYS
+// delay; a message, at its message expiry or Options.MaxMessageExpiry; $SYS
 // every second only while a subscription matches a $SYS topic. An idle broker
 // wakes once an hour (a safety scan). Expiries happen up to about a second
 // later than the expiry itself, as with mochi's tickers.

@@ -28,7 +28,12 @@ func (h *expiryHook) Provides(b byte) bool {
 	return b == mqtt.OnClientExpired || b == mqtt.OnRetainedExpired || b == mqtt.OnQosDropped
 }
 func (h *expiryHook) OnClientExpired(cl *mqtt.Client) { h.clients <- cl.ID }
-func (h *expiryHook) OnRetainedExpired(filter string) { h.retained <- filter }
+func (h *expiryHook) OnRetainedExpired(filter string) {
+	select {
+	case h.retained <- filter:
+	default: // mochi's own retained $SYS messages expire under a short MaxMessageExpiry
+	}
+}
 func (h *expiryHook) OnQosDropped(cl *mqtt.Client, _ packets.Packet) {
 	select {
 	case h.dropped <- cl.ID:
@@ -240,4 +245,45 @@ func TestSysTopicsWhileSubscribed(t *testing.T) {
 	}
 	sub.close()
 	eventually(t, "$SYS parked after the subscriber left", func() bool { return parkedFor(b, 30*time.Minute) })
+}
+
+// TestMessageWithoutExpiryWaitsForItsSession: a message without a Message Expiry, queued for
+// an offline kept session, has no expiry at all by default (mochi's 24 h maximum dropped a
+// back office's results when it was away for longer), and MaxMessageExpiry caps it.
+func TestMessageWithoutExpiryWaitsForItsSession(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		max    time.Duration
+		expire bool
+	}{{"default", 0, false}, {"capped", time.Second, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			events := newExpiryHook()
+			b := startBroker(t, Options{MaxMessageExpiry: c.max}, events)
+			f := false
+			bo := dial(t, b.Addr(), "back-office", dialOptions{cleanStart: &f, sessionExpiry: 3600, noSubscribe: true, subscribe: []string{"results"}})
+			bo.close()
+			pub := dial(t, b.Addr(), "pub", dialOptions{noSubscribe: true})
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			if _, err := pub.c.Publish(ctx, &paho.Publish{Topic: "results", QoS: 1, Payload: []byte("r")}); err != nil {
+				t.Fatal(err)
+			}
+			cl, ok := b.Server().Clients.Get("back-office")
+			if !ok || cl.State.Inflight.Len() != 1 {
+				t.Fatal("the result is not queued for the offline session")
+			}
+			if c.expire {
+				expect(t, events.dropped, "back-office", "capped expiry")
+				return
+			}
+			due, _ := b.housekeeper.pending()
+			if at := due[taskInflight]; !at.IsZero() {
+				t.Fatalf("a message without a Message Expiry is due to expire at %v", at)
+			}
+			bo = dial(t, b.Addr(), "back-office", dialOptions{cleanStart: &f, sessionExpiry: 3600})
+			if p := bo.next(); p.Topic != "results" || string(p.Payload) != "r" {
+				t.Fatalf("after the resume: %s %q", p.Topic, p.Payload)
+			}
+		})
+	}
 }

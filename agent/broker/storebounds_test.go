@@ -156,9 +156,9 @@ func TestResponseTopicHexAlias(t *testing.T) {
 
 // TestResponseExpiryFollowsTheRequest: a response's Message Expiry is what
 // remains of its request's, never longer (it was mochi's 86,400 s maximum
-// against a request's 10); a request without one keeps the maximum.
+// against a request's 10); a request without one gets the server's maximum, none by default.
 func TestResponseExpiryFollowsTheRequest(t *testing.T) {
-	b := startBroker(t, Options{DataDir: t.TempDir()})
+	b := startBroker(t, Options{DataDir: t.TempDir(), MaxMessageExpiry: time.Hour})
 	c := dial(t, b.Addr(), "expiry", dialOptions{})
 	for _, r := range []req{{}, {persist: true}} { // answered at once, and after the snapshot
 		p := c.do(cmd("SET", "k", "v"), r)
@@ -167,8 +167,12 @@ func TestResponseExpiryFollowsTheRequest(t *testing.T) {
 		}
 	}
 	p := c.do(cmd("GET", "k"), req{noExpiry: true})
-	if e := p.Properties.MessageExpiry; e == nil || *e != uint32(b.Server().Options.Capabilities.MaximumMessageExpiryInterval) {
+	if e := p.Properties.MessageExpiry; e == nil || *e != 3600 {
 		t.Fatalf("response to a request without Message Expiry: expiry %s, want the server's maximum", deref(e))
+	}
+	d := dial(t, startBroker(t, Options{}).Addr(), "no-maximum", dialOptions{})
+	if e := d.do(cmd("GET", "k"), req{noExpiry: true}).Properties.MessageExpiry; e != nil {
+		t.Fatalf("response to a request without Message Expiry, no maximum: expiry %d", *e)
 	}
 	at := time.Unix(1000, 0)
 	for _, c := range []struct {

@@ -69,8 +69,11 @@ type Broker struct {
 	MaxPacketSize     Size `toml:"max_packet_size"`
 	ReceiveMaximum    int  `toml:"receive_maximum"`
 	MaxQueuedMessages int  `toml:"max_queued_messages"`
-	StoreMaxKeys      int  `toml:"store_max_keys"`
-	StoreMaxValueSize Size `toml:"store_max_value_size"`
+	// MaxMessageExpiry caps how long a message waits for a subscriber's session; 0: no
+	// cap (a message without its own Message Expiry waits while the session lives).
+	MaxMessageExpiry  Duration `toml:"max_message_expiry"`
+	StoreMaxKeys      int      `toml:"store_max_keys"`
+	StoreMaxValueSize Size     `toml:"store_max_value_size"`
 	// StoreMaxBytes bounds the state store's memory: keys, values, their bookkeeping and
 	// KEYNOTIFY registrations; the notifications waiting for slow watchers get a second
 	// budget of the same size. Boards too small for the default set their own.

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"regexp"
@@ -77,6 +78,9 @@ func (d *decoder) validateBroker(b *Broker) {
 	d.validateBrokerBounds(b)
 	d.atLeast("broker.max_connecting", b.MaxConnecting, 1)
 	d.atLeast("broker.max_queued_messages", b.MaxQueuedMessages, 0)
+	if v := b.MaxMessageExpiry.Duration; v < 0 || v > 0 && (v < time.Second || v%time.Second != 0 || v > math.MaxUint32*time.Second) {
+		d.errf("broker.max_message_expiry", "%s is not 0 or a whole number of seconds from 1s to 136y (the MQTT 5 Maximum Message Expiry)", v)
+	}
 	d.atLeast("broker.store_max_keys", b.StoreMaxKeys, 0)
 	if b.ReceiveMaximum < 1 || b.ReceiveMaximum > 65535 {
 		d.errf("broker.receive_maximum", "%d is out of range (1..65535, MQTT5 Receive Maximum)", b.ReceiveMaximum)

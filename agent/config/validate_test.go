@@ -43,6 +43,8 @@ func TestValidationErrors(t *testing.T) {
 			"f.toml:4: broker.allow_anonymous: false, but no users_file or tls_client_ca: no client could connect"},
 		{"negative max clients", brokerBase + "max_clients = -1\n", "f.toml:4: broker.max_clients: -1 is less than 1"},
 		{"max connecting zero", brokerBase + "max_connecting = 0\n", "f.toml:4: broker.max_connecting: 0 is less than 1"},
+		{"message expiry not whole seconds", brokerBase + "max_message_expiry = \"1500ms\"\n",
+			"f.toml:4: broker.max_message_expiry: 1.5s is not 0 or a whole number of seconds from 1s to 136y (the MQTT 5 Maximum Message Expiry)"},
 		{"negative queued", brokerBase + "max_queued_messages = -5\n", "f.toml:4: broker.max_queued_messages: -5 is less than 0"},
 		{"subscriptions zero", brokerBase + "max_subscriptions = 0\n",
 			"f.toml:4: broker.max_subscriptions: 0 is out of range (1..2147483647)"},
