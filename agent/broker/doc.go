@@ -61,6 +61,13 @@
 // once, so clients that stopped reading cost it one DISCONNECT grace (0.5 s)
 // together, not one each.
 //
+// After any other DISCONNECT it sends (a fault in the client's packets such as
+// 0x93 Receive Maximum exceeded, a session takeover, a notification overflow)
+// the broker shuts its side of the connection and reads and drops what the
+// client still sends, until the client closes or mochi's DisconnectLinger (1 s)
+// has passed: closing at once made a client that was still sending get a TCP
+// reset instead of the reason code. Close ends such connections at once.
+//
 // # Users file
 //
 // Users are TOML, with bcrypt password hashes (cost 10 or more recommended):

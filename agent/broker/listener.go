@@ -137,6 +137,15 @@ func (c *deadlineConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
+// CloseWrite shuts the connection's write side, as mochi does after a DISCONNECT so that
+// the peer reads it before the connection closes (mochi's DisconnectLinger).
+func (c *deadlineConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 func (c *deadlineConn) Close() error {
 	err := c.Conn.Close()
 	c.closeOnce.Do(func() {

@@ -9,7 +9,7 @@ import (
 
 // EncodeClientPacket appends pk's wire form to buf, for tests that play a raw MQTT client
 // against the broker: the packet types a client sends (CONNECT, SUBSCRIBE, PUBLISH, PUBACK,
-// PINGREQ). mochi has an encoder per type and none that picks by type.
+// PUBREL, PINGREQ). mochi has an encoder per type and none that picks by type.
 func EncodeClientPacket(buf *bytes.Buffer, pk packets.Packet) error {
 	switch pk.FixedHeader.Type {
 	case packets.Connect:
@@ -20,6 +20,8 @@ func EncodeClientPacket(buf *bytes.Buffer, pk packets.Packet) error {
 		return pk.PublishEncode(buf)
 	case packets.Puback:
 		return pk.PubackEncode(buf)
+	case packets.Pubrel:
+		return pk.PubrelEncode(buf)
 	case packets.Pingreq:
 		return pk.PingreqEncode(buf)
 	}

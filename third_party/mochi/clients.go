@@ -176,6 +176,10 @@ type ClientState struct {
 
 	// faceagent patch (terminal queues): a ResizeOutbound waiting for the writer goroutine.
 	resize atomic.Pointer[outboundResize]
+
+	// faceagent patch (DISCONNECT delivered): Stop shuts the write side and the reader
+	// drains before closing (DisconnectLinger).
+	lingering atomic.Bool
 }
 
 // newClient returns a new instance of Client. This is almost exclusively used by Server
@@ -439,6 +443,12 @@ func (cl *Client) Read(packetHandler ReadFn) error {
 		}
 
 		cl.refreshDeadline(cl.State.Keepalive)
+		// faceagent patch (DISCONNECT delivered): a lingering Stop (which wakes a blocked
+		// read with a deadline, the connection still open) may have come since the check
+		// above, its deadline replaced: end as a read of a closed connection would have.
+		if cl.Closed() {
+			return ErrConnectionClosed
+		}
 		fh := new(packets.FixedHeader)
 		err = cl.ReadFixedHeader(fh)
 		if err != nil {
@@ -484,8 +494,12 @@ func (cl *Client) readInbound(fh *packets.FixedHeader) error {
 // Stop instructs the client to shut down all processing goroutines and disconnect.
 func (cl *Client) Stop(err error) {
 	cl.State.endOnce.Do(func() {
-
-		if cl.Net.Conn != nil {
+		// faceagent patch (DISCONNECT delivered): after a DISCONNECT the connection is
+		// not closed here but by the reader once the peer has read it (finishLinger).
+		linger := cl.Net.Conn != nil && cl.State.lingering.Load()
+		if linger {
+			cl.stopLingering()
+		} else if cl.Net.Conn != nil {
 			_ = cl.Net.Conn.Close() // omit close error
 		}
 
@@ -495,6 +509,9 @@ func (cl *Client) Stop(err error) {
 
 		if cl.State.cancelOpen != nil {
 			cl.State.cancelOpen()
+		}
+		if linger {
+			cl.wakeReader() // after cancelOpen: see wakeReader
 		}
 
 		atomic.StoreInt64(&cl.State.disconnected, time.Now().Unix())

@@ -602,6 +602,7 @@ func (s *Server) clientGone(cl *Client, listener string, err error) error {
 		s.Clients.Delete(cl.ID) // [MQTT-4.1.0-2] ![MQTT-3.1.2-23]
 	}
 
+	cl.finishLinger() // faceagent patch (DISCONNECT delivered): the peer reads its DISCONNECT
 	return err
 }
 
@@ -1825,6 +1826,9 @@ func (s *Server) DisconnectClient(cl *Client, code packets.Code) error {
 	// interested if the write packet fails due to a closed connection (as we are closing it).
 	err := cl.WritePacket(out)
 	if !s.Options.Capabilities.Compatibilities.PassiveClientDisconnect {
+		if err == nil {
+			cl.lingerOnStop() // faceagent patch (DISCONNECT delivered): see DisconnectLinger
+		}
 		cl.Stop(code)
 		if code.Code >= packets.ErrUnspecifiedError.Code {
 			return code
