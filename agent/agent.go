@@ -240,6 +240,7 @@ func newBroker(cfg *config.Config, log *slog.Logger) (*broker.Broker, error) {
 		StateStoreNode: cfg.Agent.GatewayID,
 		Logger:         log.With("part", "broker"),
 	}
+	opts.ServerKeepAlive = c.ServerKeepAlive.Duration
 	if c.Persist {
 		opts.DataDir = filepath.Clean(cfg.Agent.DataDir)
 	}

@@ -69,6 +69,10 @@ type Broker struct {
 	MaxQueuedMessages int  `toml:"max_queued_messages"`
 	StoreMaxKeys      int  `toml:"store_max_keys"`
 	StoreMaxValueSize Size `toml:"store_max_value_size"`
+	// ServerKeepAlive bounds every client's keep-alive: a client asking for none (0) or
+	// for more is held to this one (told in CONNACK under MQTT 5) and disconnected after
+	// 1.5 times it without a packet. Whole seconds, 1s..65535s.
+	ServerKeepAlive Duration `toml:"server_keep_alive"`
 }
 
 // Anonymous reports whether anonymous clients are accepted, resolving the unset default.
@@ -279,6 +283,7 @@ var (
 		MaxQueuedMessages: 10000,
 		StoreMaxKeys:      100000,
 		StoreMaxValueSize: 64 << 10,
+		ServerKeepAlive:   D(5 * time.Minute),
 	}
 	defaultUpstream = Upstream{
 		KeepAlive:      D(30 * time.Second),

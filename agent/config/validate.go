@@ -79,6 +79,11 @@ func (d *decoder) validateBroker(b *Broker) {
 	d.atLeast("broker.max_clients", b.MaxClients, 0)
 	d.atLeast("broker.max_queued_messages", b.MaxQueuedMessages, 0)
 	d.atLeast("broker.store_max_keys", b.StoreMaxKeys, 0)
+	if ska := b.ServerKeepAlive.Duration; ska < time.Second || ska > 65535*time.Second {
+		d.errf("broker.server_keep_alive", "%s is out of range (1s..18h12m15s, MQTT5 Server Keep Alive)", ska)
+	} else if ska%time.Second != 0 {
+		d.errf("broker.server_keep_alive", "%s is not a whole number of seconds (MQTT5 Server Keep Alive)", ska)
+	}
 	if b.ReceiveMaximum < 1 || b.ReceiveMaximum > 65535 {
 		d.errf("broker.receive_maximum", "%d is out of range (1..65535, MQTT5 Receive Maximum)", b.ReceiveMaximum)
 	}
