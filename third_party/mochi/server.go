@@ -1312,7 +1312,7 @@ func (s *Server) publishToSubscribers(pk *packets.Packet) {
 	// and a lone inline subscription outside their maps (TopicsIndex.route); the hooks get
 	// a copy on the heap with everything in the maps, as upstream.
 	var subscribers Subscribers
-	s.Topics.route(pk.TopicName, &subscribers)
+	s.Topics.route(pk.TopicName, pk.Origin, &subscribers)
 	if len(subscribers.Shared) > 0 {
 		s.selectShared(&subscribers, pk)
 	}
