@@ -177,9 +177,9 @@ type ClientState struct {
 	// faceagent patch (terminal queues): a ResizeOutbound waiting for the writer goroutine.
 	resize atomic.Pointer[outboundResize]
 
-	// faceagent patch (DISCONNECT delivered): Stop shuts the write side and the reader
-	// drains before closing (DisconnectLinger).
-	lingering atomic.Bool
+	// faceagent patch (DISCONNECT delivered): lingerWanted: Stop shuts the write side and
+	// the reader drains before closing (DisconnectLinger).
+	linger atomic.Uint32
 }
 
 // newClient returns a new instance of Client. This is almost exclusively used by Server
@@ -496,7 +496,7 @@ func (cl *Client) Stop(err error) {
 	cl.State.endOnce.Do(func() {
 		// faceagent patch (DISCONNECT delivered): after a DISCONNECT the connection is
 		// not closed here but by the reader once the peer has read it (finishLinger).
-		linger := cl.Net.Conn != nil && cl.State.lingering.Load()
+		linger := cl.lingering()
 		if linger {
 			cl.stopLingering()
 		} else if cl.Net.Conn != nil {

@@ -1,7 +1,9 @@
 package mqtt
 
 import (
+	"errors"
 	"io"
+	"os"
 	"time"
 )
 
@@ -28,13 +30,26 @@ type closeWriter interface {
 	CloseWrite() error
 }
 
+// States of ClientState.linger.
+const (
+	lingerNone       uint32 = iota // Stop closes the connection
+	lingerWanted                   // a DISCONNECT was written: Stop shuts the write side, the reader drains
+	lingerReaderGone               // the reader has finished: Stop closes the connection
+)
+
 // lingerOnStop makes the client's Stop shut the connection's write side instead of
 // closing it (see DisconnectLinger); DisconnectClient calls it once its DISCONNECT is
-// written. faceagent patch (DISCONNECT delivered).
+// written. Once the reader has finished (finishLinger) nobody would drain and close the
+// connection: then Stop closes it as before. faceagent patch (DISCONNECT delivered).
 func (cl *Client) lingerOnStop() {
 	if cl.Net.Conn != nil {
-		cl.State.lingering.Store(true)
+		cl.State.linger.CompareAndSwap(lingerNone, lingerWanted)
 	}
+}
+
+// lingering reports whether Stop is to leave the connection to the reader's drain.
+func (cl *Client) lingering() bool {
+	return cl.Net.Conn != nil && cl.State.linger.Load() == lingerWanted
 }
 
 // stopLingering is Stop's part for a lingering client, before it cancels the client's
@@ -54,15 +69,26 @@ func (cl *Client) wakeReader() {
 	_ = cl.Net.Conn.SetReadDeadline(time.Now())
 }
 
-// finishLinger runs on the client's reader goroutine after its read loop ended: for a
-// client stopped after a DISCONNECT, it reads and drops the peer's bytes until the peer
-// closes or DisconnectLinger has passed, then closes the connection. Nothing else reads
-// the connection by then. faceagent patch (DISCONNECT delivered).
+// finishLinger runs on the client's reader goroutine once its read loop has ended. For a
+// client that was sent a DISCONNECT it reads and drops the peer's bytes until the peer
+// closes or DisconnectLinger has passed, then closes the connection; nothing else reads
+// the connection by then. Otherwise it records that the reader is gone, so that a later
+// Stop closes the connection itself. faceagent patch (DISCONNECT delivered).
 func (cl *Client) finishLinger() {
-	if cl.Net.Conn == nil || !cl.State.lingering.Load() || !cl.Closed() {
+	if cl.Net.Conn == nil || cl.State.linger.CompareAndSwap(lingerNone, lingerReaderGone) {
 		return
 	}
-	_ = cl.Net.Conn.SetReadDeadline(time.Now().Add(DisconnectLinger))
-	_, _ = io.Copy(io.Discard, cl.Net.Conn)
+	end := time.Now().Add(DisconnectLinger)
+	woken := false
+	for {
+		_ = cl.Net.Conn.SetReadDeadline(end)
+		_, err := io.Copy(io.Discard, cl.Net.Conn)
+		// Stop's wakeReader may come after the deadline above (DisconnectClient stops the
+		// client just after asking for the linger): drain on, once, to the end.
+		if woken || !errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(end) {
+			break
+		}
+		woken = true
+	}
 	_ = cl.Net.Conn.Close()
 }
