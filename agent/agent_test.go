@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eclipse/paho.golang/paho"
 	"go.uber.org/goleak"
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
@@ -39,7 +41,7 @@ func parse(t *testing.T, src string) *config.Config {
 }
 
 func TestRunBrokerOnly(t *testing.T) {
-	cfg := parse(t, "[agent]\ndata_dir = \""+filepath.Join(t.TempDir(), "d")+"\"\n[broker]\nlisten = \"127.0.0.1:0\"\nmax_clients = 7\n[metrics]\nlisten = \"127.0.0.1:0\"\n")
+	cfg := parse(t, "[agent]\ndata_dir = \""+filepath.Join(t.TempDir(), "d")+"\"\n[broker]\nlisten = \"127.0.0.1:0\"\nmax_clients = 7\nserver_keep_alive = \"7s\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n")
 	a, err := New(&Options{Config: cfg, Version: "t1"})
 	if err != nil {
 		t.Fatal(err)
@@ -63,6 +65,9 @@ func TestRunBrokerOnly(t *testing.T) {
 	if got := a.broker.Server().Options.Capabilities.MaximumClients; got != 7 {
 		t.Errorf("max_clients not applied: %d", got)
 	}
+	if got := serverKeepAlive(t, a.BrokerAddr()); got != 7 {
+		t.Errorf("server_keep_alive not applied: a client asking keep-alive 0 was told %d s", got)
+	}
 	resp, err := http.Get("http://" + a.MetricsAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -82,6 +87,31 @@ func TestRunBrokerOnly(t *testing.T) {
 	if a.Healthy() == nil {
 		t.Error("healthy after stop")
 	}
+}
+
+// serverKeepAlive connects to the broker at addr asking for keep-alive 0 and returns the
+// Server Keep Alive of its CONNACK (0: none).
+func serverKeepAlive(t *testing.T, addr string) uint16 {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := paho.NewClient(paho.ClientConfig{Conn: conn})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ack, err := c.Connect(ctx, &paho.Connect{ClientID: "keepalive-0", KeepAlive: 0, CleanStart: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = c.Disconnect(&paho.Disconnect{})
+		<-c.Done()
+	}()
+	if ack.Properties == nil || ack.Properties.ServerKeepAlive == nil {
+		return 0
+	}
+	return *ack.Properties.ServerKeepAlive
 }
 
 func TestReload(t *testing.T) {
