@@ -8,12 +8,14 @@
 #   SUITE_DIR  a checkout of eclipse/paho.mqtt.testing (never copied into this repository)
 #   -n RUNS    runs of the whole suite, each against a newly started broker (default 3)
 #   -p PORT    loopback port of the broker (default 18931)
-#   -u         upstream mochi v2.7.9 instead, as configured here: anonymous clients, an ACL
-#              refusing subscriptions to test/nosubscribe, Server Keep Alive 60 s for clients
-#              asking 0 or more than 60 (a small main built in a temporary directory from the Go
-#              module proxy; nothing of it enters this repository or its go.mod)
-#   -U         as -u, plus the compatibility settings of upstream's examples/paho.testing
-#              (ObscureNotAuthorized, PassiveClientDisconnect, NoInheritedPropertiesOnAck)
+#   -u         upstream mochi v2.7.9 instead, with NoInheritedPropertiesOnAck as faceagent sets
+#              it (otherwise a PUBACK echoes the PUBLISH's user properties, which the suite's
+#              client rejects, and some tests then wait forever), anonymous clients, an ACL
+#              refusing subscriptions to test/nosubscribe, and Server Keep Alive 60 s for
+#              clients asking 0 or more than 60 (a small main built in a temporary directory
+#              from the Go module proxy; nothing of it enters this repository or its go.mod)
+#   -U         as -u, plus the other compatibility settings of upstream's
+#              examples/paho.testing (ObscureNotAuthorized, PassiveClientDisconnect)
 #
 # faceagent runs with a config that makes the suite's assumptions hold as far as its
 # settings can: anonymous clients and [broker] server_keep_alive = "60s" (the suite's
@@ -88,13 +90,13 @@ import (
 
 func main() {
 	addr := flag.String("listen", "127.0.0.1:1883", "address")
-	compat := flag.Bool("compat", false, "the compatibilities of upstream's examples/paho.testing")
+	compat := flag.Bool("compat", false, "the other compatibilities of upstream's examples/paho.testing")
 	flag.Parse()
 	server := mqtt.New(&mqtt.Options{InlineClient: true})
+	server.Options.Capabilities.Compatibilities.NoInheritedPropertiesOnAck = true // as faceagent
 	if *compat {
 		server.Options.Capabilities.Compatibilities.ObscureNotAuthorized = true
 		server.Options.Capabilities.Compatibilities.PassiveClientDisconnect = true
-		server.Options.Capabilities.Compatibilities.NoInheritedPropertiesOnAck = true
 	}
 	_ = server.AddHook(new(hook), nil)
 	if err := server.AddListener(listeners.NewTCP(listeners.Config{ID: "t1", Address: *addr})); err != nil {
@@ -140,7 +142,7 @@ EOF
 	flags=""
 	[ "$upstream" = compat ] && flags=-compat
 	start() {
-		"$tmp/broker" -listen "127.0.0.1:$port" $flags 2>"$tmp/broker.log" &
+		"$tmp/broker" -listen "127.0.0.1:$port" $flags >"$tmp/broker.log" 2>&1 &
 		pid=$!
 	}
 fi
