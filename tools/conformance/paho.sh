@@ -138,7 +138,7 @@ EOF
 	printf 'module mochipaho\n\ngo 1.22\n' >"$tmp/mochi/go.mod"
 	(cd "$tmp/mochi" && GOFLAGS=-mod=mod go get github.com/mochi-mqtt/server/v2@v2.7.9 >/dev/null 2>&1 &&
 		GOFLAGS=-mod=mod go build -o "$tmp/broker" .)
-	name="mochi v2.7.9 ($upstream)"
+	name="mochi v2.7.9 ($([ "$upstream" = compat ] && echo "-U: examples/paho.testing settings" || echo "-u: NoInheritedPropertiesOnAck"))"
 	flags=""
 	[ "$upstream" = compat ] && flags=-compat
 	start() {
