@@ -309,6 +309,7 @@ func newBroker(cfg *config.Config, log *slog.Logger) (*broker.Broker, error) {
 		// writes. Clients still read and watch them.
 		opts.ReservedKeyPrefixes = agentOwnedKeys(cfg.Agent.GatewayID)
 	}
+	opts.ServerKeepAlive = c.ServerKeepAlive.Duration
 	if c.Persist {
 		opts.DataDir = filepath.Clean(cfg.Agent.DataDir)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eclipse/paho.golang/paho"
 	"go.uber.org/goleak"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
@@ -44,7 +46,7 @@ func parse(t *testing.T, src string) *config.Config {
 }
 
 func TestRunBrokerOnly(t *testing.T) {
-	cfg := parse(t, "[agent]\ndata_dir = \""+filepath.Join(t.TempDir(), "d")+"\"\n[broker]\nlisten = \"127.0.0.1:0\"\nmax_clients = 7\n"+
+	cfg := parse(t, "[agent]\ndata_dir = \""+filepath.Join(t.TempDir(), "d")+"\"\n[broker]\nlisten = \"127.0.0.1:0\"\nmax_clients = 7\nserver_keep_alive = \"7s\"\n"+
 		"max_subscriptions = 9\nmax_pending_write_bytes = \"64KiB\"\nmax_session_bytes = \"2MiB\"\nmax_queued_bytes = \"3MiB\"\nmax_retained_bytes = \"5KiB\"\n"+
 		"[metrics]\nlisten = \"127.0.0.1:0\"\n")
 	a, err := New(&Options{Config: cfg, Version: "t1"})
@@ -72,6 +74,9 @@ func TestRunBrokerOnly(t *testing.T) {
 		caps.MaximumSessionBytes != 2<<20 || caps.MaximumQueuedBytes != 3<<20 || caps.MaximumRetainedBytes != 5<<10 {
 		t.Errorf("[broker] bounds not applied: %+v", caps)
 	}
+	if got := serverKeepAlive(t, a.BrokerAddr()); got != 7 {
+		t.Errorf("server_keep_alive not applied: a client asking keep-alive 0 was told %d s", got)
+	}
 	resp, err := http.Get("http://" + a.MetricsAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -91,6 +96,31 @@ func TestRunBrokerOnly(t *testing.T) {
 	if a.Healthy() == nil {
 		t.Error("healthy after stop")
 	}
+}
+
+// serverKeepAlive connects to the broker at addr asking for keep-alive 0 and returns the
+// Server Keep Alive of its CONNACK (0: none).
+func serverKeepAlive(t *testing.T, addr string) uint16 {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := paho.NewClient(paho.ClientConfig{Conn: conn})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ack, err := c.Connect(ctx, &paho.Connect{ClientID: "keepalive-0", KeepAlive: 0, CleanStart: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = c.Disconnect(&paho.Disconnect{})
+		<-c.Done()
+	}()
+	if ack.Properties == nil || ack.Properties.ServerKeepAlive == nil {
+		return 0
+	}
+	return *ack.Properties.ServerKeepAlive
 }
 
 func TestReload(t *testing.T) {

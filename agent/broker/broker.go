@@ -38,6 +38,13 @@ type Options struct {
 	// TLS, when CertFile and KeyFile are set, serves MQTT over TLS on Listen.
 	TLS TLSOptions
 
+	// ServerKeepAlive bounds every client's keep-alive (default
+	// DefaultServerKeepAlive, 300 s; whole seconds, at most 65,535): a client
+	// asking for none (0) or for more gets this one, in CONNACK's Server Keep
+	// Alive when it speaks MQTT 5, and is disconnected after 1.5 times it without
+	// a packet (MQTT 3.1.1 clients too, which cannot be told). See keepalive.go.
+	ServerKeepAlive time.Duration
+
 	// ConnectTimeout bounds the wait for a new connection's CONNECT
 	// (default DefaultConnectTimeout); WriteTimeout bounds every write to a
 	// client (default DefaultWriteTimeout): a peer that stops reading is cut
@@ -241,6 +248,11 @@ func New(opts *Options) (*Broker, error) {
 	// housekeeper ticks it only when something is due (housekeeping.go).
 	b.housekeeper = newHousekeeper(srv, srv.TakeOverLoopTicks(), o.Logger)
 	if err := srv.AddHook(b.housekeeper, nil); err != nil {
+		srv.Close()
+		return nil, err
+	}
+
+	if err := srv.AddHook(newKeepAliveHook(o.ServerKeepAlive), nil); err != nil {
 		srv.Close()
 		return nil, err
 	}

@@ -92,6 +92,20 @@
 // descriptors. Each holds its slot for at most ConnectTimeout; while an attacker
 // keeps MaxConnecting of them open, new clients are closed at accept and must retry
 // (MQTT clients reconnect by themselves).
+// Every client's keep-alive is bounded by Options.ServerKeepAlive (default
+// 300 s; [broker] server_keep_alive): a client asking for none (0) or for more
+// is held to it, told so in CONNACK's Server Keep Alive under MQTT 5, and
+// disconnected after 1.5 times it without a packet, MQTT 3.1.1 clients too
+// (they cannot be told: one asking for more than the bound must ping within
+// it). mochi alone never closed a connection with keep-alive 0 that went
+// silent after CONNECT.
+//
+// After any other DISCONNECT it sends (a fault in the client's packets such as
+// 0x93 Receive Maximum exceeded, a session takeover, a notification overflow)
+// the broker shuts its side of the connection and reads and drops what the
+// client still sends, until the client closes or mochi's DisconnectLinger (1 s)
+// has passed: closing at once made a client that was still sending get a TCP
+// reset instead of the reason code. Close ends such connections at once.
 //
 // # Users file
 //

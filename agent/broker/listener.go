@@ -305,6 +305,15 @@ func (c *deadlineConn) Write(b []byte) (int, error) {
 // NetConn returns the connection it wraps (a *tls.Conn with TLS), as tls.Conn.NetConn does.
 func (c *deadlineConn) NetConn() net.Conn { return c.Conn }
 
+// CloseWrite shuts the connection's write side, as mochi does after a DISCONNECT so that
+// the peer reads it before the connection closes (mochi's DisconnectLinger).
+func (c *deadlineConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 func (c *deadlineConn) Close() error {
 	err := c.Conn.Close()
 	c.closeOnce.Do(func() {

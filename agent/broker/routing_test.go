@@ -51,6 +51,26 @@ func TestRoutingSubscribersOnce(t *testing.T) {
 			want: map[string]want{"a": {copies: 1, qos: 1}}},
 		{name: "no local", subs: map[string][]sub{"a": {{filter: "r/+", qos: 1, noLocal: true}}, "b": {{filter: "r/x", qos: 1}}}, from: "a",
 			want: map[string]want{"a": {copies: 0}, "b": {copies: 1, qos: 1}}},
+		// No Local [MQTT-3.8.3-3] on each way routing goes: a lone subscriber (held outside
+		// the maps), two clients both with No Local (the Paho interoperability suite's
+		// test_subscribe_options and test_request_response), beside an inline subscription
+		// (the lone client and the lone inline one), beside a shared subscription (the maps
+		// the hooks see).
+		{name: "no local, lone subscriber", subs: map[string][]sub{"a": {{filter: "r/x", qos: 1, noLocal: true}}}, from: "a",
+			want: map[string]want{"a": {copies: 0}}},
+		{name: "no local, two clients with it", subs: map[string][]sub{"a": {{filter: "r/x", qos: 1, noLocal: true}}, "b": {{filter: "r/x", qos: 1, noLocal: true}}}, from: "a",
+			want: map[string]want{"a": {copies: 0}, "b": {copies: 1, qos: 1}}},
+		{name: "no local beside an inline subscription", subs: map[string][]sub{"a": {{filter: "r/x", qos: 1, noLocal: true}}}, from: "a",
+			inline: []string{"r/+"}, inlines: 1, want: map[string]want{"a": {copies: 0}}},
+		{name: "no local beside a shared subscription", subs: map[string][]sub{"a": {{filter: "r/+", qos: 1, noLocal: true}}, "c": {{filter: "$share/g/r/x", qos: 1}}}, from: "a",
+			want: map[string]want{"a": {copies: 0}, "c": {copies: 1, qos: 1}}},
+		// No Local belongs to its subscription: another of the publisher's own that matches
+		// without it still delivers the message (once, at that subscription's QoS and with
+		// its identifier only), a shared one included.
+		{name: "no local and an own subscription without it", subs: map[string][]sub{"a": {{filter: "r/x", qos: 1, noLocal: true, id: 4}, {filter: "r/#", qos: 0, id: 6}}}, from: "a",
+			want: map[string]want{"a": {copies: 1, qos: 0, ids: []int{6}}}},
+		{name: "no local and an own shared subscription", subs: map[string][]sub{"a": {{filter: "r/x", qos: 1, noLocal: true}, {filter: "$share/g/r/x", qos: 1}}}, from: "a",
+			want: map[string]want{"a": {copies: 1, qos: 1}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := startBroker(t, Options{})

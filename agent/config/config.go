@@ -96,6 +96,10 @@ type Broker struct {
 	// MaxInboundBytes bounds the bytes of packets over 64 KiB being read and handled at
 	// once, all connections together (a connection whose packet does not fit waits).
 	MaxInboundBytes Size `toml:"max_inbound_bytes"`
+	// ServerKeepAlive bounds every client's keep-alive: a client asking for none (0) or
+	// for more is held to this one (told in CONNACK under MQTT 5) and disconnected after
+	// 1.5 times it without a packet. Whole seconds, 1s..65535s.
+	ServerKeepAlive Duration `toml:"server_keep_alive"`
 }
 
 // Anonymous reports whether anonymous clients are accepted, resolving the unset default.
@@ -327,6 +331,7 @@ var (
 		MaxQueuedBytes:       12 << 20,
 		MaxRetainedBytes:     4 << 20,
 		MaxInboundBytes:      8 << 20,
+		ServerKeepAlive:      D(5 * time.Minute),
 	}
 	defaultUpstream = Upstream{
 		KeepAlive:      D(30 * time.Second),

@@ -82,6 +82,11 @@ func (d *decoder) validateBroker(b *Broker) {
 		d.errf("broker.max_message_expiry", "%s is not 0 or a whole number of seconds from 1s to 136y (the MQTT 5 Maximum Message Expiry)", v)
 	}
 	d.atLeast("broker.store_max_keys", b.StoreMaxKeys, 0)
+	if ska := b.ServerKeepAlive.Duration; ska < time.Second || ska > 65535*time.Second {
+		d.errf("broker.server_keep_alive", "%s is out of range (1s..18h12m15s, MQTT5 Server Keep Alive)", ska)
+	} else if ska%time.Second != 0 {
+		d.errf("broker.server_keep_alive", "%s is not a whole number of seconds (MQTT5 Server Keep Alive)", ska)
+	}
 	if b.ReceiveMaximum < 1 || b.ReceiveMaximum > 65535 {
 		d.errf("broker.receive_maximum", "%d is out of range (1..65535, MQTT5 Receive Maximum)", b.ReceiveMaximum)
 	}

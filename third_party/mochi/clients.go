@@ -217,6 +217,9 @@ type ClientState struct {
 	// inboundHeld is the share of the server's inbound budget the packet being read and
 	// handled holds (reader goroutine only; takeInbound).
 	inboundHeld int64
+	// faceagent patch (DISCONNECT delivered): lingerWanted: Stop shuts the write side and
+	// the reader drains before closing (DisconnectLinger).
+	linger atomic.Uint32
 }
 
 // newClient returns a new instance of Client. This is almost exclusively used by Server
@@ -500,6 +503,12 @@ func (cl *Client) Read(packetHandler ReadFn) error {
 		}
 
 		cl.refreshDeadline(cl.State.Keepalive)
+		// faceagent patch (DISCONNECT delivered): a lingering Stop (which wakes a blocked
+		// read with a deadline, the connection still open) may have come since the check
+		// above, its deadline replaced: end as a read of a closed connection would have.
+		if cl.Closed() {
+			return ErrConnectionClosed
+		}
 		fh := new(packets.FixedHeader)
 		err = cl.ReadFixedHeader(fh)
 		if err != nil {
@@ -549,8 +558,12 @@ func (cl *Client) readInbound(fh *packets.FixedHeader) error {
 // Stop instructs the client to shut down all processing goroutines and disconnect.
 func (cl *Client) Stop(err error) {
 	cl.State.endOnce.Do(func() {
-
-		if cl.Net.Conn != nil {
+		// faceagent patch (DISCONNECT delivered): after a DISCONNECT the connection is
+		// not closed here but by the reader once the peer has read it (finishLinger).
+		linger := cl.lingering()
+		if linger {
+			cl.stopLingering()
+		} else if cl.Net.Conn != nil {
 			_ = cl.Net.Conn.Close() // omit close error
 		}
 
@@ -560,6 +573,9 @@ func (cl *Client) Stop(err error) {
 
 		if cl.State.cancelOpen != nil {
 			cl.State.cancelOpen()
+		}
+		if linger {
+			cl.wakeReader() // after cancelOpen: see wakeReader
 		}
 
 		atomic.StoreInt64(&cl.State.disconnected, time.Now().Unix())

@@ -643,6 +643,7 @@ func (s *Server) clientGone(cl *Client, listener string, err error) error {
 		s.Clients.deleteIf(cl.ID, cl) // [MQTT-4.1.0-2] ![MQTT-3.1.2-23] faceagent patch (byte bounds): not a client that took the id since
 	}
 
+	cl.finishLinger() // faceagent patch (DISCONNECT delivered): the peer reads its DISCONNECT
 	return err
 }
 
@@ -1424,7 +1425,7 @@ func (s *Server) publishToSubscribers(pk *packets.Packet) {
 	// and a lone inline subscription outside their maps (TopicsIndex.route); the hooks get
 	// a copy on the heap with everything in the maps, as upstream.
 	var subscribers Subscribers
-	s.Topics.route(pk.TopicName, &subscribers)
+	s.Topics.route(pk.TopicName, pk.Origin, &subscribers)
 	if len(subscribers.Shared) > 0 {
 		s.selectShared(&subscribers, pk)
 	}
@@ -1968,6 +1969,9 @@ func (s *Server) DisconnectClient(cl *Client, code packets.Code) error {
 	// interested if the write packet fails due to a closed connection (as we are closing it).
 	err := cl.WritePacket(out)
 	if !s.Options.Capabilities.Compatibilities.PassiveClientDisconnect {
+		if err == nil {
+			cl.lingerOnStop() // faceagent patch (DISCONNECT delivered): see DisconnectLinger
+		}
 		cl.Stop(code)
 		if code.Code >= packets.ErrUnspecifiedError.Code {
 			return code

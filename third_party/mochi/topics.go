@@ -345,15 +345,27 @@ type Subscribers struct {
 	oneSub    packets.Subscription
 	hasInline bool // oneInl holds an inline subscription
 	oneInl    InlineSubscription
+
+	// faceagent patch (No Local): when routing, the publisher's client id; its own
+	// subscriptions with No Local are not gathered (gatherSubscriptions).
+	origin string
 }
 
-// route collects the subscribers of topic into subs, as Subscribers does, but with a
-// single client and a single inline subscription held outside the maps (see Subscribers'
-// fields). subs is the caller's, so it need not be allocated.
+// route collects the subscribers of a message on topic from the client origin ("": none)
+// into subs, as Subscribers does, but with a single client and a single inline
+// subscription held outside the maps (see Subscribers' fields), and without origin's own
+// subscriptions that have No Local. subs is the caller's, so it need not be allocated.
 //
 // faceagent patch (publish allocations).
-func (x *TopicsIndex) route(topic string, subs *Subscribers) {
+//
+// faceagent patch (No Local): No Local belongs to its subscription [MQTT-3.8.3-3]. Upstream
+// merged a client's matching subscriptions first (Merge ORs No Local) and checked the
+// merged one in publishToClient: a publisher with a No Local subscription and another one
+// matching without it (its own shared subscription included) did not get the message at
+// all. Leaving those subscriptions out here leaves the others' QoS and identifiers.
+func (x *TopicsIndex) route(topic, origin string, subs *Subscribers) {
 	subs.routing = true
+	subs.origin = origin
 	x.scanSubscribers(topic, 0, nil, subs)
 }
 
@@ -810,6 +822,9 @@ func (x *TopicsIndex) gatherSubscriptions(topic string, particle *particle, subs
 	for client, sub := range particle.subscriptions.internal {
 		if len(sub.Filter) > 0 && topic[0] == '$' && (sub.Filter[0] == '+' || sub.Filter[0] == '#') { // don't match $ topics with top level wildcards [MQTT-4.7.1-1] [MQTT-4.7.1-2]
 			continue
+		}
+		if sub.NoLocal && subs.origin != "" && client == subs.origin { // faceagent patch (No Local): see route
+			continue // [MQTT-3.8.3-3]
 		}
 		subs.addClient(client, sub, n)
 	}
