@@ -92,7 +92,10 @@ func TestForwardLogStaysWithinItsBound(t *testing.T) {
 	f.start(ctx)
 	message := strings.Repeat("m", face.MaxTextLen)
 	id := strings.Repeat("i", face.MaxIDLen-8)
-	bound := smallLogBound(0, perRound<<10) // a round's acks are written before they are reported
+	// A round's acks are written before they are reported, and the compactor, poked once the
+	// dead bytes call for a snapshot, runs on its own goroutine: on a loaded machine the next
+	// round may be written before it gets its turn.
+	bound := smallLogBound(0, 2*perRound<<10)
 	var most int64
 	for r := range rounds {
 		for i := range perRound {

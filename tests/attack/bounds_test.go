@@ -28,7 +28,7 @@ const gcRoom = 16 << 20
 // the rest with "-ERR the quota has been exceeded".
 func TestAttackStoreBytes(t *testing.T) {
 	const maxBytes, maxKey = 4 << 20, 1 << 10
-	s := start(t, setup{name: "store-bytes", needs: []string{"store_max_bytes", "store_max_key_size"},
+	s := start(t, setup{name: "store-bytes",
 		broker: fmt.Sprintf("store_max_bytes = %d\nstore_max_key_size = %d\n", maxBytes, maxKey)})
 	runAttack(t, s, attack{name: "store-bytes", sockets: 1, logBudget: 64 << 10, rssGrowth: 2*maxBytes + gcRoom,
 		run: func(t *testing.T, s *system) {
@@ -58,7 +58,7 @@ func TestAttackStoreBytes(t *testing.T) {
 // held stay within store_max_notify keys.
 func TestAttackNotifyRegistrations(t *testing.T) {
 	const maxNotify, maxKey = 64, 16 << 10
-	s := start(t, setup{name: "notify", needs: []string{"store_max_notify", "store_max_key_size"},
+	s := start(t, setup{name: "notify",
 		broker: fmt.Sprintf("store_max_notify = %d\nstore_max_key_size = %d\n", maxNotify, maxKey)})
 	runAttack(t, s, attack{name: "notify-registrations", sockets: 1, logBudget: 64 << 10, rssGrowth: 2*maxNotify*maxKey + gcRoom,
 		run: func(t *testing.T, s *system) {
@@ -85,7 +85,7 @@ func TestAttackNotifyRegistrations(t *testing.T) {
 // subscriptions, in memory and in the sessions journal, stay within the bound.
 func TestAttackSubscriptions(t *testing.T) {
 	const maxSubs, filterSize = 64, 60 << 10
-	s := start(t, setup{name: "subscriptions", needs: []string{"max_subscriptions"},
+	s := start(t, setup{name: "subscriptions",
 		broker: fmt.Sprintf("max_subscriptions = %d\n", maxSubs)})
 	runAttack(t, s, attack{name: "subscriptions", sockets: 1, logBudget: 64 << 10,
 		rssGrowth: 2*maxSubs*filterSize + gcRoom, dataBudget: 2 * maxSubs * filterSize,
@@ -116,7 +116,7 @@ func TestAttackSubscriptions(t *testing.T) {
 // (the rest is dropped and counted), not mochi's 1,024 packets of any size.
 func TestAttackPendingWrites(t *testing.T) {
 	const maxPending = 1 << 20
-	s := start(t, setup{name: "pending-writes", needs: []string{"max_pending_write_bytes"},
+	s := start(t, setup{name: "pending-writes",
 		broker: fmt.Sprintf("max_pending_write_bytes = %d\n", maxPending)})
 	runAttack(t, s, attack{name: "pending-writes", sockets: 2, logBudget: 64 << 10, rssGrowth: 2*maxPending + gcRoom,
 		run: func(t *testing.T, s *system) {
@@ -131,7 +131,7 @@ func TestAttackPendingWrites(t *testing.T) {
 // messages kept, in memory and in the sessions journal, stay within max_retained_bytes.
 func TestAttackRetained(t *testing.T) {
 	const maxRetained = 1 << 20
-	s := start(t, setup{name: "retained", needs: []string{"max_retained_bytes"},
+	s := start(t, setup{name: "retained",
 		broker: fmt.Sprintf("max_retained_bytes = %d\n", maxRetained)})
 	runAttack(t, s, attack{name: "retained", sockets: 1, logBudget: 64 << 10,
 		rssGrowth: 2*maxRetained + gcRoom, dataBudget: 2 * maxRetained,
@@ -143,7 +143,7 @@ func TestAttackRetained(t *testing.T) {
 // sessions together max_queued_bytes, in memory and in the sessions journal.
 func TestAttackOfflineQueues(t *testing.T) {
 	const perSession, total = 1 << 20, 4 << 20
-	s := start(t, setup{name: "offline-queues", needs: []string{"max_session_bytes", "max_queued_bytes"},
+	s := start(t, setup{name: "offline-queues",
 		broker: fmt.Sprintf("max_session_bytes = %d\nmax_queued_bytes = %d\n", perSession, total)})
 	runAttack(t, s, attack{name: "offline-queues", sockets: 1, logBudget: 64 << 10,
 		rssGrowth: 2*total + gcRoom, dataBudget: 2 * total,
@@ -164,7 +164,7 @@ func TestAttackOfflineQueues(t *testing.T) {
 // kernel's backlog or are refused), so its descriptors stay within the bound.
 func TestAttackConnecting(t *testing.T) {
 	const maxConnecting = 32
-	s := start(t, setup{name: "connecting", needs: []string{"max_connecting"},
+	s := start(t, setup{name: "connecting",
 		broker: fmt.Sprintf("max_connecting = %d\n", maxConnecting)})
 	runAttack(t, s, attack{name: "connecting", sockets: maxConnecting, logBudget: 64 << 10,
 		run: func(t *testing.T, s *system) {
@@ -190,7 +190,7 @@ func TestAttackConnecting(t *testing.T) {
 // and the connection is closed 1.5 times that after the last packet.
 func TestAttackKeepalive(t *testing.T) {
 	const serverKeepAlive = 2
-	s := start(t, setup{name: "keepalive", needs: []string{"server_keep_alive"},
+	s := start(t, setup{name: "keepalive",
 		broker: fmt.Sprintf("server_keep_alive = \"%ds\"\n", serverKeepAlive)})
 	runAttack(t, s, attack{name: "keepalive", sockets: 2, logBudget: 16 << 10, run: func(t *testing.T, s *system) {
 		for _, keepalive := range []uint16{0, 65535} {

@@ -60,8 +60,7 @@
 // watcher that never acknowledges, a response topic under another client's hex alias;
 // and the byte bounds (bounds_test.go): state store bytes and key size, KEYNOTIFY
 // registrations, subscriptions, pending writes, retained messages, offline queues,
-// connections before CONNECT, the server keepalive. A test whose bound needs a
-// configuration key skips, naming the key, until `faceagent -check-config` accepts it.
+// connections before CONNECT, the server keepalive.
 //
 // # Caveats
 //

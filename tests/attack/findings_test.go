@@ -13,9 +13,7 @@ import (
 )
 
 // The attacks of this file found what did not hold. Each runs against a live agent of
-// its own, with the traffic served throughout, and checks what must hold once fixed.
-// Those whose bound needs a configuration key skip until the agent knows the key
-// (setup.needs).
+// its own, with the traffic served throughout, and checks what must hold.
 
 // TestAttackEMFILE exhausts the agent's descriptors (RLIMIT_NOFILE 512, set with
 // prlimit): connections pile up until accept(2) fails with EMFILE. Once they are closed

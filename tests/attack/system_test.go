@@ -63,9 +63,6 @@ type setup struct {
 	nofile int
 	// broker is more [broker] keys, one "key = value" a line.
 	broker string
-	// needs lists keys of broker that the agent may not know yet: until its
-	// -check-config accepts them the test skips ("needs broker.key").
-	needs []string
 }
 
 // Users of the users file (setup.users). The back office and each terminal have an
@@ -158,7 +155,6 @@ func start(t *testing.T, su setup) *system {
 	if err := os.WriteFile(s.cfgPath, []byte(s.config()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s.checkNeeds()
 	if su.nofile > 0 {
 		lookPath(t, "prlimit")
 	}
@@ -204,24 +200,6 @@ func (s *system) config() string {
 		fmt.Fprintf(&b, "[[devices]]\nid = %q\n", id)
 	}
 	return b.String()
-}
-
-// checkNeeds skips the test while the agent refuses a key of setup.needs (the fix that
-// brings the key is not merged yet).
-func (s *system) checkNeeds() {
-	if len(s.setup.needs) == 0 {
-		return
-	}
-	out, err := exec.Command(binary, "-check-config", "-config", s.cfgPath).CombinedOutput()
-	if err == nil {
-		return
-	}
-	for _, key := range s.setup.needs {
-		if bytes.Contains(out, []byte(key)) {
-			s.t.Skipf("needs %s (the agent does not know it yet: %s)", key, bytes.TrimSpace(out))
-		}
-	}
-	s.t.Fatalf("config refused: %v\n%s", err, out)
 }
 
 func lookPath(t *testing.T, name string) string {
