@@ -186,12 +186,20 @@ func (q *NotifyQueue) Notify(key string, op Op, value []byte, version hlc.Timest
 		q.overflowed = true
 		q.dropLocked()
 	} else {
-		if q.head > 0 && q.head >= len(q.queue)/2 {
+		if q.head > 0 && (q.head >= len(q.queue)/2 || len(q.queue) == cap(q.queue)) {
 			// Move the live part to the front, so that a queue that never quite
-			// drains does not grow its array forever; amortised O(1).
+			// drains does not grow its array forever (amortised O(1)), and
+			// before the array would grow: it grows only when all of it is
+			// live, and then to at most MaxQueued (a watcher that keeps its
+			// queue full holds 80 B a slot, 1,024 of them by default).
 			live := copy(q.queue, q.queue[q.head:])
 			clear(q.queue[live:])
 			q.queue, q.head = q.queue[:live], 0
+		}
+		if len(q.queue) == cap(q.queue) {
+			grown := make([]Notification, len(q.queue), min(max(2*cap(q.queue), 16), q.opts.MaxQueued))
+			copy(grown, q.queue)
+			q.queue = grown
 		}
 		q.queue = append(q.queue, n)
 		q.bytes += size

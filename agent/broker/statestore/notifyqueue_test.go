@@ -397,3 +397,47 @@ func TestNotifyQueueNoRoom(t *testing.T) {
 	}
 	<-done
 }
+
+// TestNotifyQueueArrayStaysWithinItsBound: a queue kept near MaxQueued while
+// its head advances (a watcher acknowledging as fast as the changes come, a
+// full queue behind) never holds an array of more than MaxQueued
+// notifications. Before, it was compacted only once half of it had been
+// sent: 1,024 live notifications sat in an array of 2,150 (172 KB, not 82).
+func TestNotifyQueueArrayStaysWithinItsBound(t *testing.T) {
+	const maxQueued = 1024
+	c := newFakeConn(t, 1)
+	c.sent = make(chan Notification, 1)
+	overflow := make(chan struct{}, 1)
+	q := NewNotifyQueue(NotifyQueueOptions{MaxQueued: maxQueued, Room: c.room, Send: c.send,
+		Overflow: func() { overflow <- struct{}{} }})
+	runQueue(t, q)
+	v := 0
+	notify := func() {
+		v++
+		q.Notify("k", OpSet, nil, hlc.Timestamp{Wall: int64(v)})
+	}
+	notify()
+	c.nextSent() // in flight; the next one will wait for room
+	for range maxQueued - 1 {
+		notify()
+	}
+	c.waitBlocked()
+	peak := 0
+	for range 4 * maxQueued {
+		c.ack(q) // room for one more: the head goes out
+		c.nextSent()
+		c.waitBlocked()
+		notify()
+		q.mu.Lock()
+		peak = max(peak, cap(q.queue))
+		q.mu.Unlock()
+	}
+	select {
+	case <-overflow:
+		t.Fatal("the queue overflowed: the test kept more than MaxQueued waiting")
+	default:
+	}
+	if peak > maxQueued {
+		t.Fatalf("an array of %d notifications for a queue of at most %d", peak, maxQueued)
+	}
+}
