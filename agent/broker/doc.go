@@ -56,13 +56,17 @@
 // (statestore.NotifyQueue) and a goroutine writing it, which never leaves more
 // QoS 1 PUBLISHes unacknowledged than the client's Receive Maximum (MQTT 5
 // section 3.3.4; mochi's own messages to the client count too) and waits for
-// a PUBACK when it would. A notification's bytes count from the change until
-// the client acknowledges it: a connection with 1024 notifications waiting,
-// or 16 MiB waiting or unacknowledged, or that would take the notifications
-// of all connections past Options.MaxBytes, is disconnected with
-// CodeNotifyOverflow (0x97); one that keeps a notification waiting for room
-// and acknowledges nothing for NotifyAckTimeout (30 s) is disconnected with
-// CodeNotifyStalled (0x97). Either re-registers when it reconnects and
+// a PUBACK when it would. A notification sent is a message the client's session
+// holds until acknowledged: it is admitted within MaxSessionBytes and
+// MaxQueuedBytes as a routed message is (its packet, ~1 KB for a small one),
+// and waits in the queue for a PUBACK when they have no room. Its key and value
+// bytes count from the change until the client acknowledges it: a connection
+// with 1024 notifications waiting, or MaxPendingWriteBytes (64 KiB) of them
+// waiting or unacknowledged, or that would take the notifications of all
+// connections past Options.MaxBytes, is disconnected with CodeNotifyOverflow
+// (0x97); one that keeps a notification waiting for room and acknowledges
+// nothing for NotifyAckTimeout (30 s) is disconnected with CodeNotifyStalled
+// (0x97). Either re-registers when it reconnects and
 // rereads the keys. Registrations belong to the connection: they end when it
 // disconnects or is taken over.
 //
@@ -298,13 +302,16 @@
 //     client's session (counted there) and is written, in order, once the queue is empty;
 //     a QoS 0 one is dropped for that client (OnPublishDropped). One message larger than the
 //     bound still goes when the queue is empty, counted in MaxQueuedBytes until written. A
-//     KEYNOTIFY connection's queue of notifications is bounded by it too.
+//     KEYNOTIFY connection's queue of notifications is bounded by it too (their keys and
+//     values, waiting or unacknowledged).
 //   - MaxSessionBytes (4 MiB): what one session holds: messages queued while it is away,
 //     waiting to be written, or sent and not yet acknowledged; its subscriptions; its
-//     will (its own QoS 1/2 flows are bounded by ReceiveMaximum instead). A QoS 1/2
+//     will (its own QoS 1/2 flows are bounded by ReceiveMaximum instead); the KEYNOTIFY
+//     notifications sent to it and not yet acknowledged. A QoS 1/2
 //     message that does not fit is dropped for that session, the newest (what is queued
 //     stays in order; a message already sent is never taken back); a subscription, will
-//     or QoS 2 message that does not fit is refused (SUBACK, CONNACK, PUBREC 0x97).
+//     or QoS 2 message that does not fit is refused (SUBACK, CONNACK, PUBREC 0x97); a
+//     notification waits in its connection's queue for a PUBACK.
 //   - MaxQueuedBytes (12 MiB): the same summed over every session (QueuedBytes). A session
 //     holding less than its share (MaxQueuedBytes / MaxClients: 96 KiB) is never refused
 //     for the total, so clients that fill it (that stopped reading, say) cannot starve a

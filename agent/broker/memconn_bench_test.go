@@ -13,6 +13,7 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
@@ -35,6 +36,58 @@ func BenchmarkMemoryPerConnection(b *testing.B) {
 	b.Run("terminal-queue", func(b *testing.B) {
 		benchmarkMemoryPerConnection(b, Options{TerminalTopic: isCommandTopic})
 	})
+	b.Run("watcher", benchmarkMemoryPerWatcher)
+}
+
+// benchmarkMemoryPerWatcher is the "watcher" sub-benchmark: each client, connected as in
+// queue=1024, registers KEYNOTIFY on a key of its own (so it gets a notifier: a queue and
+// a goroutine), gets one notification of a change of it and acknowledges it. Compare with
+// queue=1024: the difference is what a state store watcher adds.
+func benchmarkMemoryPerWatcher(b *testing.B) {
+	const conns = 64
+	br := startBroker(b, Options{})
+	idle := br.Server().Clients.Len()
+	var heap, stack float64
+	for b.Loop() {
+		before := settledMemStats()
+		clients := make([]*memClient, conns)
+		for i := range clients {
+			id := fmt.Sprintf("w%02d", i)
+			c := memConnectTo(b, br.Addr(), id, "clients/"+id+"/r")
+			c.write(b, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: 2,
+				TopicName: InvokeTopic, Payload: cmd("KEYNOTIFY", id),
+				Properties: packets.Properties{ResponseTopic: "clients/" + id + "/r", CorrelationData: []byte{1},
+					User: []packets.UserProperty{{Key: "__ts", Val: "1:0:w"}}},
+				Mods: packets.Mods{AllowResponseInfo: true}}) // the encoder drops the Response Topic without it
+			for range 2 { // its PUBACK and the response, in either order
+				if typ, _ := c.read(b); typ == packets.Publish {
+					// the response's packet id is the broker's first: 1
+					c.write(b, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: 1})
+				}
+			}
+			clients[i] = c
+		}
+		for i, c := range clients {
+			reply, _ := br.Store().Do(&statestore.Request{Payload: cmd("SET", fmt.Sprintf("w%02d", i), "v"),
+				Timestamp: "1:0:w", HasTimestamp: true}, nil)
+			if string(reply) != "+OK\r\n" {
+				b.Fatalf("SET: %q", reply)
+			}
+			c.expectPublishAndAck(b)
+			c.write(b, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pingreq}})
+			c.expect(b, packets.Pingresp)
+		}
+		after := settledMemStats()
+		heap = float64(int64(after.HeapInuse)-int64(before.HeapInuse)) / conns
+		stack = float64(int64(after.StackInuse)-int64(before.StackInuse)) / conns
+		for _, c := range clients {
+			c.close()
+		}
+		waitClients(b, br, idle)
+	}
+	b.ReportMetric(heap, "heap-B/conn")
+	b.ReportMetric(stack, "stack-B/conn")
+	b.ReportMetric(heap+stack, "B/conn")
 }
 
 func benchmarkMemoryPerConnection(b *testing.B, o Options) {

@@ -47,10 +47,13 @@ var CodeNotifyStalled = packets.Code{
 // PUBACK (service.OnQosComplete). Writing from that goroutine keeps a slow
 // watcher from stalling the read loop of the client whose SET caused it.
 //
-// A notification's bytes count against the connection's queue bound and the
-// service's budget (Options.MaxBytes, shared by all connections) from Notify
-// until the client acknowledges it, not only while it waits: a client with a
-// large Receive Maximum that acknowledges nothing is held to the same bound.
+// A notification's key and value bytes count against the connection's queue
+// bound and the service's budget (Options.MaxBytes, shared by all
+// connections) from Notify until the client acknowledges it, not only while
+// it waits: a client with a large Receive Maximum that acknowledges nothing is
+// held to the same bound. Its packet, once sent, is a message the client's
+// session holds (write): a small notification's packet is ~1 KB, which the
+// key and value alone would count as a few bytes.
 type notifier struct {
 	*statestore.NotifyQueue
 	svc    *service
@@ -149,11 +152,15 @@ func (n *notifier) stalled() {
 
 // write sends one notification as a QoS 1 PUBLISH, recorded in the client's
 // inflight set so its PUBACK is accounted for (docs/design.md "Library
-// facts"). It reports whether completed releases the notification's bytes
-// (false: the queue does, now).
-func (n *notifier) write(note statestore.Notification) bool {
+// facts"). The notification is a message its session holds until
+// acknowledged: it is admitted within the session's bounds as mochi admits a
+// routed message (MaxSessionBytes; MaxQueuedBytes beyond the session's fair
+// share), and waits in the queue for an acknowledgement when they have no
+// room (NoRoom). It reports Unacked when completed releases the
+// notification's bytes, Done when the queue does, now.
+func (n *notifier) write(note statestore.Notification) statestore.SendResult {
 	if n.cl.Closed() {
-		return false
+		return statestore.Done
 	}
 	pk := packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
@@ -167,7 +174,7 @@ func (n *notifier) write(note statestore.Notification) bool {
 	id, err := n.cl.NextPacketID()
 	if err != nil {
 		n.svc.log.Warn("state store: no packet id for a notification", "client", n.cl.ID, "error", err)
-		return false
+		return statestore.Done
 	}
 	pk.PacketID = uint16(id)
 	pk.Created = time.Now().Unix() // mochi expires inflight entries from Created
@@ -176,12 +183,16 @@ func (n *notifier) write(note statestore.Notification) bool {
 	n.mu.Lock()
 	n.unacked[pk.PacketID] = note.Size()
 	n.mu.Unlock()
-	if n.cl.State.Inflight.Set(pk) {
-		// Account for it as mochi does for routed messages, since its PUBACK
-		// goes through mochi's processPuback, which undoes both.
-		atomic.AddInt64(&n.svc.srv.Info.Inflight, 1)
-		n.cl.State.Inflight.DecreaseSendQuota()
+	if q := n.svc.srv.AdmitInflight(n.cl, &pk); q != 0 {
+		n.mu.Lock()
+		delete(n.unacked, pk.PacketID)
+		n.mu.Unlock()
+		return statestore.NoRoom
 	}
+	// Accounted for as mochi accounts for routed messages, since its PUBACK
+	// goes through mochi's processPuback, which undoes both.
+	atomic.AddInt64(&n.svc.srv.Info.Inflight, 1)
+	n.cl.State.Inflight.DecreaseSendQuota()
 	if err := n.cl.WritePacket(pk); err != nil {
 		if n.cl.State.Inflight.Delete(pk.PacketID) {
 			atomic.AddInt64(&n.svc.srv.Info.Inflight, -1)
@@ -192,7 +203,10 @@ func (n *notifier) write(note statestore.Notification) bool {
 		_, tracked := n.unacked[pk.PacketID]
 		delete(n.unacked, pk.PacketID)
 		n.mu.Unlock()
-		return !tracked // tracked: the queue releases it; not: completed did
+		if tracked {
+			return statestore.Done // the queue releases it
+		}
+		return statestore.Unacked // completed did
 	}
-	return true // completed releases it (or has already)
+	return statestore.Unacked // completed releases it (or has already)
 }

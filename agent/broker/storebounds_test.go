@@ -232,3 +232,53 @@ func TestReservedKeysOverMQTT(t *testing.T) {
 		t.Fatalf("GET: %q", p.Payload)
 	}
 }
+
+// TestUnacknowledgedNotificationsCountInTheSession: notifications in flight to
+// a watcher are messages its session holds, admitted within MaxSessionBytes
+// like any other: a watcher that acknowledges nothing gets small
+// notifications only while its session has room; the rest wait in its queue
+// and all of them arrive, in order, once it acknowledges. Before, each
+// notification (a ~1 KB packet counted as its key and value: one byte here)
+// went into the in-flight set whatever the session held, up to the client's
+// Receive Maximum: 10,000 by default, ~10 MB a watcher, bounded by nothing
+// else.
+func TestUnacknowledgedNotificationsCountInTheSession(t *testing.T) {
+	const sessionMax, sets = 64 << 10, 600
+	b := startBroker(t, Options{MaxSessionBytes: sessionMax, MaxInflight: 1000})
+	watcher := dialRaw(t, b.Addr(), "slow-watcher", 1000)
+	watcher.keyNotify(1, "k")
+	writer := dial(t, b.Addr(), "small-writer", dialOptions{})
+	for i := range sets {
+		if p := writer.do(cmd("SET", "k", fmt.Sprint(i)), req{}); string(p.Payload) != "+OK\r\n" {
+			t.Fatalf("SET %d: %q", i, p.Payload)
+		}
+	}
+	cl, ok := b.Server().Clients.Get("slow-watcher")
+	if !ok {
+		t.Fatal("the watcher is not connected")
+	}
+	b.service.mu.Lock()
+	n := b.service.notifiers[cl]
+	b.service.mu.Unlock()
+	// Every notification is in flight or waiting once the notifier has sent what the
+	// session takes (the one it holds, waiting for room, is in neither).
+	eventually(t, "the notifier waiting for room", func() bool { return cl.State.Inflight.Len()+n.Len() >= sets-1 })
+	if held := cl.SessionBytes(); held > sessionMax {
+		t.Fatalf("the watcher's session holds %d bytes (%d notifications in flight), bound %d",
+			held, cl.State.Inflight.Len(), sessionMax)
+	}
+	if n.Len() == 0 {
+		t.Fatal("no notification waits: the bound was not reached")
+	}
+	for i := range sets {
+		pk := watcher.read()
+		if pk.FixedHeader.Type != mp.Publish || !strings.HasPrefix(pk.TopicName, NotifyTopicPrefix) {
+			t.Fatalf("notification %d: %+v", i, pk)
+		}
+		if want := fmt.Sprintf("$%d\r\n%d\r\n", len(fmt.Sprint(i)), i); !strings.HasSuffix(string(pk.Payload), want) {
+			t.Fatalf("notification %d: %q", i, pk.Payload)
+		}
+		watcher.send(mp.Packet{FixedHeader: mp.FixedHeader{Type: mp.Puback}, PacketID: pk.PacketID})
+	}
+	eventually(t, "every notification acknowledged", func() bool { return cl.State.Inflight.Len() == 0 && n.Len() == 0 })
+}

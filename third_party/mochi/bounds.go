@@ -251,6 +251,20 @@ func (s *Server) admitInflight(cl *Client, out *packets.Packet) Quota {
 	return cl.State.Inflight.admit(out, others, c.MaximumSessionBytes, c.MaximumQueuedBytes, fairShare(c))
 }
 
+// AdmitInflight puts pk, a new QoS 1/2 message for cl that the caller writes itself
+// (WritePacket), in cl's in-flight set within the session bounds, as a routed message is
+// admitted (MaximumSessionBytes; MaximumQueuedBytes beyond the session's fair share), and
+// reports the bound that refused it (0: put, its bytes counted until it leaves the set).
+// Nothing is reported to QuotaObserver hooks: the caller decides what a refusal means. It
+// takes no send quota and counts nothing in Info.Inflight; the caller does both for a
+// message put. faceagent patch (byte bounds): agent/broker's KEYNOTIFY notifications,
+// which it writes to the registering connection itself, went into the set with Set,
+// counted but never refused: a watcher that acknowledged nothing held up to its Receive
+// Maximum of them whatever its session's bound.
+func (s *Server) AdmitInflight(cl *Client, pk *packets.Packet) Quota {
+	return s.admitInflight(cl, pk)
+}
+
 // admit is setFrom for a new entry m within the bounds: sessionMax for the set's bytes
 // plus others, globalMax for the global counter unless they stay within share. It reports
 // the bound that refused m.

@@ -545,3 +545,69 @@ func TestFairShareOfTheTotal(t *testing.T) {
 		t.Errorf("total %d over twice the bound %d", q, s.Options.Capabilities.MaximumQueuedBytes)
 	}
 }
+
+// AdmitInflight admits a message the caller writes itself as a routed one is: within the
+// session's bound, and within the total beyond the session's fair share; what it puts is
+// counted until deleted, and nothing is reported to the hooks.
+func TestAdmitInflight(t *testing.T) {
+	msg := func(id uint16) *packets.Packet {
+		return &packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: id,
+			TopicName: "n/x", Payload: make([]byte, 1000)}
+	}
+	cost := MessageBytes(msg(1))
+	s, rec := newBoundsServer(t, func(c *Capabilities) {
+		c.MaximumClients = 4
+		c.MaximumQueuedBytes = 40 * cost // share: 10 messages
+		c.MaximumSessionBytes = 30 * cost
+	})
+	cl, _ := pipeClient(t, s, "watcher", "unused")
+	base := cl.SessionBytes() // its subscription
+	put := 0
+	for id := uint16(1); id <= 40; id++ {
+		if q := s.AdmitInflight(cl, msg(id)); q != 0 {
+			if q != QuotaSessionBytes {
+				t.Fatalf("message %d refused for %v, want the session's bound", id, q)
+			}
+			break
+		}
+		put++
+	}
+	if max := int((30*cost - base) / cost); put != max {
+		t.Fatalf("%d messages admitted, the session's bound holds %d", put, max)
+	}
+	if got, want := cl.SessionBytes(), base+int64(put)*cost; got != want {
+		t.Fatalf("session bytes %d, want %d", got, want)
+	}
+	if rec.count(QuotaSessionBytes, false)+rec.count(QuotaSessionBytes, true) != 0 {
+		t.Fatal("a refusal was reported to the hooks")
+	}
+	// The total full (a session away holding it), a second watcher is admitted up to its
+	// share only.
+	hog, _ := pipeClient(t, s, "hog", "f/#")
+	hog.Stop(nil)
+	for i := 0; i < 60; i++ {
+		if err := s.Publish("f/x", payload(uint64(i), 1000), false, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	second, _ := pipeClient(t, s, "second", "unused")
+	n := 0
+	for id := uint16(1); id <= 20; id++ {
+		if q := s.AdmitInflight(second, msg(id)); q != 0 {
+			if q != QuotaQueuedBytes {
+				t.Fatalf("refused for %v with the total full, want the total's bound", q)
+			}
+			break
+		}
+		n++
+	}
+	if n < 8 || n > 10 {
+		t.Fatalf("%d messages admitted with the total full; want up to the share (10, the subscription included)", n)
+	}
+	for id := uint16(1); id <= uint16(put); id++ {
+		cl.State.Inflight.Delete(id)
+	}
+	if got := cl.SessionBytes(); got != base {
+		t.Fatalf("session bytes %d after the deletes, want %d", got, base)
+	}
+}

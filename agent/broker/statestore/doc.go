@@ -37,9 +37,12 @@
 // then disconnects the client, which registers again and rereads the keys).
 // A notification's bytes count from Notify until the connection acknowledges
 // it (NotifyQueueOptions.Send, Release), against the queue's bound and a
-// ByteBudget the queues of all connections may share; with AckTimeout, a
-// notification waiting for room while the connection acknowledges nothing
-// for that long ends the queue too (Stalled).
+// ByteBudget the queues of all connections may share. Send may also answer
+// NoRoom (agent/broker: the connection's session is full); the notification
+// then waits at the head of the queue for an acknowledgement, as for room in
+// the Receive Maximum. With AckTimeout, a notification waiting for room while
+// the connection acknowledges nothing for that long ends the queue too
+// (Stalled).
 //
 // # Bounds
 //

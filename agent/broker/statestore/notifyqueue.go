@@ -55,11 +55,14 @@ type NotifyQueueOptions struct {
 	// section 3.3.4, [MQTT-3.3.4-9]). Nil means always.
 	Room func() bool
 	// Send delivers one notification. The queue calls it from Run, one at a
-	// time, in the order Notify received them. It reports whether the
-	// notification is now unacknowledged on the connection: its Size then
-	// stays counted against MaxQueuedBytes and Budget until the caller passes
-	// it to Release (on its acknowledgement), or until Stop.
-	Send func(Notification) (unacked bool)
+	// time, in the order Notify received them, and goes on as it reports:
+	// Unacked, the notification's Size stays counted against MaxQueuedBytes
+	// and Budget until the caller passes it to Release (on its
+	// acknowledgement), or until Stop; Done, it is released at once; NoRoom,
+	// the queue keeps it at its head and sends it again once the connection
+	// acknowledged something (Acked), as it waits for Room (AckTimeout
+	// applies).
+	Send func(Notification) SendResult
 	// Overflow is called once, from Run, when a bound was exceeded; Run then
 	// returns and the queue delivers nothing more. The policy the broker
 	// applies is to disconnect the client: it registers again when it
@@ -69,6 +72,20 @@ type NotifyQueueOptions struct {
 	// Stalled is called instead of Overflow when AckTimeout passed.
 	Stalled func()
 }
+
+// SendResult is what NotifyQueueOptions.Send did with a notification.
+type SendResult uint8
+
+const (
+	// Done: nothing of it is left unacknowledged (the connection was closing,
+	// or it needs no acknowledgement).
+	Done SendResult = iota
+	// Unacked: sent, and unacknowledged until Release.
+	Unacked
+	// NoRoom: not sent, the connection's bounds have no room for it now (in
+	// the broker, its session's bytes).
+	NoRoom
+)
 
 // ByteBudget is a byte bound shared by several NotifyQueues. It is safe for
 // concurrent use.
@@ -169,12 +186,20 @@ func (q *NotifyQueue) Notify(key string, op Op, value []byte, version hlc.Timest
 		q.overflowed = true
 		q.dropLocked()
 	} else {
-		if q.head > 0 && q.head >= len(q.queue)/2 {
+		if q.head > 0 && (q.head >= len(q.queue)/2 || len(q.queue) == cap(q.queue)) {
 			// Move the live part to the front, so that a queue that never quite
-			// drains does not grow its array forever; amortised O(1).
+			// drains does not grow its array forever (amortised O(1)), and
+			// before the array would grow: it grows only when all of it is
+			// live, and then to at most MaxQueued (a watcher that keeps its
+			// queue full holds 80 B a slot, 1,024 of them by default).
 			live := copy(q.queue, q.queue[q.head:])
 			clear(q.queue[live:])
 			q.queue, q.head = q.queue[:live], 0
+		}
+		if len(q.queue) == cap(q.queue) {
+			grown := make([]Notification, len(q.queue), min(max(2*cap(q.queue), 16), q.opts.MaxQueued))
+			copy(grown, q.queue)
+			q.queue = grown
 		}
 		q.queue = append(q.queue, n)
 		q.bytes += size
@@ -245,8 +270,9 @@ func (q *NotifyQueue) Stop() {
 // stall (then it calls Overflow or Stalled first). It waits for Room before
 // each Send, so the notification at the head waits for an acknowledgement
 // (Acked) when the connection has none to spare, and the ones behind it wait
-// in the queue; with AckTimeout, that wait ends the queue once the connection
-// acknowledged nothing for that long.
+// in the queue; a notification Send found no room for waits likewise. With
+// AckTimeout, that wait ends the queue once the connection acknowledged
+// nothing for that long.
 func (q *NotifyQueue) Run() {
 	var timer *time.Timer
 	defer func() {
@@ -259,39 +285,59 @@ func (q *NotifyQueue) Run() {
 		if !ok {
 			return
 		}
-		var timeout <-chan time.Time
-		if q.opts.Room != nil && !q.opts.Room() && q.opts.AckTimeout > 0 {
-			if timer == nil {
-				timer = time.NewTimer(q.opts.AckTimeout)
-			} else {
-				timer.Reset(q.opts.AckTimeout)
+		for blocked := false; ; blocked = true {
+			if !q.waitRoom(blocked, &timer) {
+				return
 			}
-			timeout = timer.C
+			switch q.opts.Send(n) {
+			case Done:
+				q.Release(n.Size())
+			case NoRoom:
+				continue
+			}
+			break
 		}
-		for q.opts.Room != nil && !q.opts.Room() {
+	}
+}
+
+// waitRoom waits until Room says yes, and first for an acknowledgement when
+// blocked (Send found no room). It reports false when the queue stopped, or
+// stalled (Stalled called).
+func (q *NotifyQueue) waitRoom(blocked bool, timer **time.Timer) bool {
+	room := func() bool { return q.opts.Room == nil || q.opts.Room() }
+	if blocked || !room() {
+		var timeout <-chan time.Time
+		if q.opts.AckTimeout > 0 {
+			if *timer == nil {
+				*timer = time.NewTimer(q.opts.AckTimeout)
+			} else {
+				(*timer).Reset(q.opts.AckTimeout)
+			}
+			timeout = (*timer).C
+		}
+		for blocked || !room() {
 			select {
-			case <-q.acked:
-				if timeout != nil { // an acknowledgement: the connection is alive
-					timer.Reset(q.opts.AckTimeout)
+			case <-q.acked: // an acknowledgement: the connection is alive
+				blocked = false
+				if timeout != nil {
+					(*timer).Reset(q.opts.AckTimeout)
 				}
 			case <-timeout:
 				q.stall()
-				return
+				return false
 			case <-q.done:
-				return
+				return false
 			}
 		}
 		if timeout != nil {
-			timer.Stop()
+			(*timer).Stop()
 		}
-		select {
-		case <-q.done:
-			return
-		default:
-		}
-		if !q.opts.Send(n) {
-			q.Release(n.Size())
-		}
+	}
+	select {
+	case <-q.done:
+		return false
+	default:
+		return true
 	}
 }
 

@@ -33,12 +33,12 @@ func (c *fakeConn) room() bool {
 	return false
 }
 
-func (c *fakeConn) send(n Notification) bool {
+func (c *fakeConn) send(n Notification) SendResult {
 	if got := c.inflight.Add(1); got > c.max {
 		c.t.Errorf("%d notifications unacknowledged, Receive Maximum %d", got, c.max)
 	}
 	c.sent <- n
-	return false
+	return Done
 }
 
 func (c *fakeConn) ack(q *NotifyQueue) {
@@ -288,7 +288,7 @@ func TestNotifyQueueBudgetAndRelease(t *testing.T) {
 		t.Fatal("a zero budget is no bound")
 	}
 	sent := make(chan Notification, 8)
-	held := func(n Notification) bool { sent <- n; return true } // unacknowledged until Release
+	held := func(n Notification) SendResult { sent <- n; return Unacked } // until Release
 	overflowA := make(chan struct{}, 1)
 	a := NewNotifyQueue(NotifyQueueOptions{Budget: budget, Send: held, Overflow: func() { overflowA <- struct{}{} }})
 	b := NewNotifyQueue(NotifyQueueOptions{Budget: budget, Send: held})
@@ -323,5 +323,121 @@ func TestNotifyQueueBudgetAndRelease(t *testing.T) {
 	b.Stop()
 	if budget.Used() != 0 {
 		t.Fatalf("budget %d after both queues ended", budget.Used())
+	}
+}
+
+// TestNotifyQueueNoRoom: a notification Send finds no room for (NoRoom) stays
+// at the head of the queue, counted, and is sent again after the next
+// acknowledgement, before the ones behind it; with no acknowledgement for
+// AckTimeout the queue stalls, as when it waits for Room.
+func TestNotifyQueueNoRoom(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	var full atomic.Bool
+	full.Store(true)
+	refused, sent := make(chan string, 16), make(chan string, 16)
+	stalled := make(chan struct{}, 1)
+	q := NewNotifyQueue(NotifyQueueOptions{AckTimeout: timeout, Stalled: func() { stalled <- struct{}{} },
+		Send: func(n Notification) SendResult {
+			if full.Load() {
+				refused <- string(n.Value)
+				return NoRoom
+			}
+			sent <- string(n.Value)
+			return Unacked
+		}})
+	done := runQueue(t, q)
+	next := func(ch chan string, what string) string {
+		t.Helper()
+		select {
+		case v := <-ch:
+			return v
+		case <-time.After(10 * time.Second):
+			t.Fatalf("nothing %s", what)
+		}
+		return ""
+	}
+	for i := range 3 {
+		q.Notify("k", OpSet, []byte(fmt.Sprint(i)), hlc.Timestamp{Wall: int64(i + 1)})
+	}
+	if v := next(refused, "refused"); v != "0" {
+		t.Fatalf("first refused: %q", v)
+	}
+	q.Acked() // still no room: tried again, refused again
+	if v := next(refused, "refused again"); v != "0" {
+		t.Fatalf("tried again: %q, want the same head", v)
+	}
+	if q.Len() != 2 || q.Bytes() != 3*2 {
+		t.Fatalf("while refused: %d queued, %d bytes; want the other 2 queued and all 3 counted", q.Len(), q.Bytes())
+	}
+	full.Store(false)
+	q.Acked()
+	for i := range 3 {
+		if v := next(sent, "sent"); v != fmt.Sprint(i) {
+			t.Fatalf("sent %q, want %d", v, i)
+		}
+	}
+	select {
+	case v := <-sent:
+		t.Fatalf("sent %q twice", v)
+	default:
+	}
+
+	// No room and no acknowledgement: stalled after AckTimeout.
+	full.Store(true)
+	q.Notify("k", OpSet, []byte("3"), hlc.Timestamp{Wall: 4})
+	next(refused, "refused")
+	start := time.Now()
+	select {
+	case <-stalled:
+		if waited := time.Since(start); waited < timeout/2 {
+			t.Fatalf("stalled after %v, AckTimeout %v", waited, timeout)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stalled not called")
+	}
+	<-done
+}
+
+// TestNotifyQueueArrayStaysWithinItsBound: a queue kept near MaxQueued while
+// its head advances (a watcher acknowledging as fast as the changes come, a
+// full queue behind) never holds an array of more than MaxQueued
+// notifications. Before, it was compacted only once half of it had been
+// sent: 1,024 live notifications sat in an array of 2,150 (172 KB, not 82).
+func TestNotifyQueueArrayStaysWithinItsBound(t *testing.T) {
+	const maxQueued = 1024
+	c := newFakeConn(t, 1)
+	c.sent = make(chan Notification, 1)
+	overflow := make(chan struct{}, 1)
+	q := NewNotifyQueue(NotifyQueueOptions{MaxQueued: maxQueued, Room: c.room, Send: c.send,
+		Overflow: func() { overflow <- struct{}{} }})
+	runQueue(t, q)
+	v := 0
+	notify := func() {
+		v++
+		q.Notify("k", OpSet, nil, hlc.Timestamp{Wall: int64(v)})
+	}
+	notify()
+	c.nextSent() // in flight; the next one will wait for room
+	for range maxQueued - 1 {
+		notify()
+	}
+	c.waitBlocked()
+	peak := 0
+	for range 4 * maxQueued {
+		c.ack(q) // room for one more: the head goes out
+		c.nextSent()
+		c.waitBlocked()
+		notify()
+		q.mu.Lock()
+		peak = max(peak, cap(q.queue))
+		q.mu.Unlock()
+	}
+	select {
+	case <-overflow:
+		t.Fatal("the queue overflowed: the test kept more than MaxQueued waiting")
+	default:
+	}
+	if peak > maxQueued {
+		t.Fatalf("an array of %d notifications for a queue of at most %d", peak, maxQueued)
 	}
 }

@@ -34,13 +34,25 @@ const (
 	// connFixed: what one connection costs whatever it does: goroutine stacks (reader
 	// grown to 32 KiB by a PUBLISH, writer 8 KiB), its heap (client, maps, 1,024 queue
 	// slots, 2 KiB read buffer: ~20 KiB), a write buffer gathering queued packets (up to
-	// 64 KiB), a packet of up to 64 KiB being read outside the inbound budget, and the
-	// structs of a full KEYNOTIFY queue (1,024 × 48 B).
-	connFixed = (40 + 20 + 64 + 64 + 48) << 10
+	// 64 KiB), and, once it sent a KEYNOTIFY, its notifier (goroutine and maps: 6.5 KB at
+	// rest, BenchmarkMemoryPerConnection/watcher; counted as 8 KiB) and the array of its
+	// queue (1,024 notifications of 80 B).
+	connFixed = (40 + 20 + 64 + 8 + 80) << 10
+	// readUnbudgeted: a packet of up to 64 KiB is read and handled outside the inbound
+	// budget; a state store request's reply is built beside it (a GET's: the value,
+	// allocated in whole pages).
+	readUnbudgeted = 64 << 10
 	// heldAcks: the acknowledgements of a publisher's QoS 1 messages held while more of
 	// its packets are buffered: at most a 2 KiB read buffer of 8-byte PUBLISHes, ~850 B
 	// each in the in-flight set.
 	heldAcks = 256 * 850
+	// writeBuffer: the most a pooled buffer that WritePacket encodes into holds before it
+	// grows (mochi's writeBuffers keep those of up to 64 KiB).
+	writeBuffer = 64 << 10
+	// notifyPacket: what a notification's packet holds besides its key (twice: in hex, in
+	// its topic) and value: its topic's prefix, the client id in hex (~50 bytes for the ids
+	// the SDKs make), the payload's framing and the version.
+	notifyPacket = 2 << 10
 	// committer: the sessions journal's writes waiting for their group commit and the
 	// batch being committed (agent/broker groupcommit.go: 4 MiB each).
 	committer = 8 << 20
@@ -49,18 +61,40 @@ const (
 	fixedProcess = 20 << 20
 )
 
-// WorstCase is the most memory the broker's bounds b allow with conns connections, the
-// state store's contents aside: per connection its fixed cost, held acknowledgements, and
-// three times max_pending_write_bytes (its queue, the copy a write encodes, its KEYNOTIFY
-// queue); then the sessions (twice max_queued_bytes: sessions under their fair share are
-// admitted beyond it) and as much again for the copies written from them, the sessions
-// journal's mirror of them and of the retained messages (its records are at most 1.4
-// times what they count: JSON, base64 payloads) and its writes waiting to be committed,
-// the retained messages, the large packets being read, and the process's fixed part.
+// encoded is what a packet of n bytes holds while it is written: the pooled buffer it is
+// encoded into, which, smaller than the packet, grows to twice its size (bytes.Buffer).
+func encoded(n int64) int64 {
+	if n <= writeBuffer {
+		return max(writeBuffer, min(2*n, 2*writeBuffer))
+	}
+	return max(n, 2*writeBuffer)
+}
+
+// WorstCase is the most memory the broker's bounds b allow with conns connections. Per
+// connection: its fixed cost, held acknowledgements, its queue of pending writes
+// (max_pending_write_bytes) and the copy a write encodes, the larger of a packet read
+// outside the inbound budget and a state store reply being built (store_max_value_size
+// and a page), and the KEYNOTIFY notification its notifier encodes while its socket is
+// full (its key and value within max_pending_write_bytes and store_max_value_size).
+// Then the sessions (twice max_queued_bytes: sessions under their fair share are
+// admitted beyond it; notifications not yet acknowledged are among their messages) and
+// as much again for the copies written from them, the sessions journal's mirror of them
+// and of the retained messages (its records are at most 1.4 times what they count: JSON,
+// base64 payloads) and its writes waiting to be committed, the retained messages, the
+// large packets being read, the process's fixed part, and the state store: its keys,
+// values and registrations (store_max_bytes, their bookkeeping included: statestore
+// counts 160 bytes a key or registration, 131 and 134 measured), and the keys and values
+// of the notifications waiting for, or not yet acknowledged by, the watchers (a second
+// budget of store_max_bytes, and at most max_pending_write_bytes a connection).
 func WorstCase(b *config.Broker, conns int) int64 {
-	perConn := int64(connFixed+heldAcks) + 3*int64(b.MaxPendingWriteBytes)
+	c, pending := int64(conns), int64(b.MaxPendingWriteBytes)
+	keyMax, valueMax := int64(b.StoreMaxKeySize), int64(b.StoreMaxValueSize)
+	readOrReply := max(readUnbudgeted, valueMax+8<<10)
+	notification := min(keyMax+valueMax, pending) + keyMax + notifyPacket
+	perConn := connFixed + heldAcks + pending + encoded(pending) + readOrReply + encoded(notification)
 	sessions, r := 2*int64(b.MaxQueuedBytes), int64(b.MaxRetainedBytes)
-	return int64(conns)*perConn + 2*sessions + (sessions+r)*14/10 + committer + r + int64(b.MaxInboundBytes) + fixedProcess
+	store := int64(b.StoreMaxBytes) + min(int64(b.StoreMaxBytes), c*pending)
+	return c*perConn + 2*sessions + (sessions+r)*14/10 + committer + r + int64(b.MaxInboundBytes) + fixedProcess + store
 }
 
 func TestAbusiveClients(t *testing.T) {
@@ -69,9 +103,14 @@ func TestAbusiveClients(t *testing.T) {
 		run      time.Duration
 		size     int
 		bigEvery int
-	}{8, 6 * time.Second, 64 << 10, 0}
+		watchers int
+		fillers  int
+	}{8, 6 * time.Second, 64 << 10, 0, 4, 1}
 	if os.Getenv("FACEAGENT_ABUSE_LONG") != "" {
-		p.abusers, p.run, p.size, p.bigEvery = 64, 60*time.Second, 256<<10, 8
+		p.abusers, p.run, p.size, p.bigEvery, p.watchers, p.fillers = 64, 60*time.Second, 256<<10, 8, 16, 2
+	}
+	if w, err := strconv.Atoi(os.Getenv("FACEAGENT_ABUSE_WATCHERS")); err == nil && w >= 0 {
+		p.watchers = w
 	} else if testing.Short() {
 		t.Skip("builds and runs the daemon")
 	}
@@ -143,10 +182,20 @@ id = "t1"
 	}
 	bo := newBackOffice(t, ctx, addr)
 
-	// The abuse, and meanwhile a task every 25 ms and the resident set every 200 ms.
+	// The state store's abusers first, until the store is full (they keep it full), then
+	// the MQTT abusers; meanwhile a task every 25 ms and the resident set every 200 ms.
+	var wg sync.WaitGroup
+	storeCtx, stopStore := context.WithCancel(ctx)
+	defer stopStore()
+	store := storeCounts{full: make(chan struct{})}
+	storeAbuse(storeCtx, &wg, addr, p.watchers, p.fillers, def, &store)
+	select {
+	case <-store.full:
+	case <-time.After(time.Minute):
+		t.Fatalf("the state store is not full after a minute: %s", &store)
+	}
 	abuseCtx, stopAbuse := context.WithTimeout(ctx, p.run)
 	defer stopAbuse()
-	var wg sync.WaitGroup
 	var refused, connected atomic.Int64
 	for i := range p.abusers {
 		wg.Add(1)
@@ -155,7 +204,7 @@ id = "t1"
 			abuser(abuseCtx, addr, i, def, p.size, p.bigEvery, &connected, &refused)
 		}()
 	}
-	var peakRSS int64
+	var peakRSS, peakStore, peakRegistrations int64
 	submitted := 0
 	tick := time.NewTicker(25 * time.Millisecond)
 	defer tick.Stop()
@@ -165,13 +214,22 @@ id = "t1"
 		submitted++
 		if submitted%8 == 0 {
 			peakRSS = max(peakRSS, vm(t, agent.Process.Pid, "VmRSS"))
+			storeBytes, registrations := gauge(metrics, "faceagent_store_bytes"), gauge(metrics, "faceagent_store_registrations")
+			peakStore, peakRegistrations = max(peakStore, storeBytes), max(peakRegistrations, registrations)
 		}
 	}
+	stopStore()
 	wg.Wait()
 	bo.waitResults(t, submitted, 60*time.Second)
 	hwm := vm(t, agent.Process.Pid, "VmHWM")
 	peakRSS = max(peakRSS, hwm)
 	brokerMetrics := scrape(t, metrics, "faceagent_broker_")
+	var storeMetrics []string // the embedded store's own figures, not the agent's writes to it
+	for _, f := range strings.Split(scrape(t, metrics, "faceagent_store_"), ", ") {
+		if !strings.HasPrefix(f, "write_") {
+			storeMetrics = append(storeMetrics, f)
+		}
+	}
 
 	gap := bo.maxGap()
 	_ = agent.Process.Signal(os.Interrupt)
@@ -181,12 +239,19 @@ id = "t1"
 		p.abusers, connected.Load(), refused.Load(), p.run, p.size>>10, mb(idle), mb(peakRSS), mb(live), gcs, mb(bound), mb(bound-8<<20))
 	t.Logf("terminal: %d tasks submitted, %d results at the back office, longest gap between results %v",
 		submitted, bo.count(), gap.Round(time.Millisecond))
+	t.Logf("state store abusers (%d watchers, %d fillers, a churner): %s; the store held at most %.1f MB (store_max_bytes %.1f MB), %d registrations",
+		p.watchers, p.fillers, &store, mb(peakStore), mb(int64(def.StoreMaxBytes)), peakRegistrations)
 	t.Logf("broker at the end: %s", brokerMetrics)
+	t.Logf("state store at the end: %s", strings.Join(storeMetrics, ", "))
 	if peakRSS > bound || live > bound {
 		t.Errorf("peak RSS %.1f MB, live heap %.1f MB: over the stated worst case %.1f MB", mb(peakRSS), mb(live), mb(bound))
 	}
 	if gap > 5*time.Second {
 		t.Errorf("the terminal's results stopped for %v during the abuse", gap)
+	}
+	// The run pushed the store to its bounds, or it measured less than it claims.
+	if p.watchers > 0 && store.notes.Load() == 0 {
+		t.Error("the watchers got no notification")
 	}
 }
 
@@ -259,6 +324,23 @@ func scrape(t *testing.T, addr, prefix string) string {
 		}
 	}
 	return strings.Join(out, ", ")
+}
+
+// gauge returns the value of a /metrics line without labels (0 when missing).
+func gauge(addr, name string) int64 {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return int64(f)
+		}
+	}
+	return 0
 }
 
 // abuser connects as abuser-i (then, a third of the way through, leaves its session behind
