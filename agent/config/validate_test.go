@@ -221,7 +221,7 @@ func TestBoardBrokerBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := c.Broker
-	if b.MaxClients != 48 || b.MaxPendingWriteBytes != 32<<10 || b.MaxQueuedBytes != 4<<20 || b.MaxRetainedBytes != 1<<20 || b.MaxInboundBytes != 4<<20 {
+	if b.MaxClients != 44 || b.MaxPendingWriteBytes != 32<<10 || b.MaxQueuedBytes != 4<<20 || b.MaxRetainedBytes != 1<<20 || b.MaxInboundBytes != 4<<20 {
 		t.Errorf("imx6ull-armv7's bounds not applied: %+v", *b)
 	}
 	if b.MaxSessionBytes != 3<<20 {
