@@ -271,6 +271,9 @@ func New(opts *Options) (*Broker, error) {
 		return nil, err
 	}
 	b.service = newService(srv, b.store, b.auth, o.Logger, &o)
+	if sessions != nil { // a state store answer's record holds its request's PUBACK
+		sessions.responder = b.service.responder.ID
+	}
 	if err := srv.AddHook(b.service, nil); err != nil {
 		_ = b.store.Close()
 		srv.Close()
