@@ -273,6 +273,7 @@ func New(opts *Options) (*Broker, error) {
 	b.service = newService(srv, b.store, b.auth, o.Logger, &o)
 	if sessions != nil { // a state store answer's record holds its request's PUBACK
 		sessions.responder = b.service.responder.ID
+		b.service.records = sessions
 	}
 	if err := srv.AddHook(b.service, nil); err != nil {
 		_ = b.store.Close()
@@ -410,6 +411,7 @@ func (b *Broker) Close() error {
 		return nil
 	}
 	b.closed = true
+	b.service.shutdown() // read loops waiting for answers let go: their clients are going
 	if !b.started {
 		// Hooks were initialised in New: stop them without serving.
 		b.srv.Close()
