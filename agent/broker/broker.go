@@ -41,7 +41,9 @@ type Options struct {
 	// ConnectTimeout bounds the wait for a new connection's CONNECT
 	// (default DefaultConnectTimeout); WriteTimeout bounds every write to a
 	// client (default DefaultWriteTimeout): a peer that stops reading is cut
-	// off instead of holding a goroutine, or Close, forever.
+	// off instead of holding a goroutine, or Close, forever. It also bounds
+	// how long a PUBACK waits for the answer to a change of a persistent key
+	// (its snapshot not written: the client is disconnected unacknowledged).
 	ConnectTimeout time.Duration
 	WriteTimeout   time.Duration
 	// MaxConnecting bounds the connections accepted but not yet past CONNECT (0:

@@ -21,10 +21,12 @@ import (
 // waited for (losing one redelivers a message after a crash: at-least-once allows it).
 // In-flight puts are waited for when the message came from Server().Publish (the agent
 // marks a result reported once Publish returns); not for Broker.PublishDeferred, whose
-// caller calls Broker.SyncSessions once for a batch; nor for the state store's responses,
-// answers a client asks again for. A network client's QoS 1/2 message is waited for once,
-// after it is routed to every subscriber (sessionStore.WaitBeforeAck), before mochi writes
-// its PUBACK: the records of all its kept sessions share one commit. Clients, subscriptions and retained
+// caller calls Broker.SyncSessions once for a batch. A network client's QoS 1/2 message is
+// waited for once, after it is routed to every subscriber (sessionStore.WaitBeforeAck),
+// before mochi writes its PUBACK: the records of all its kept sessions share one commit.
+// A state store answer is waited for in the same way by its request's PUBACK (the
+// requester's WaitBeforeAck; a persistent change's answer once the service's wait for it
+// is over, answerwait.go). Clients, subscriptions and retained
 // messages are rare and always waited for, as each was its own transaction before.
 //
 // The committer also holds the live records (the journal's state) in memory: a snapshot
