@@ -48,7 +48,9 @@ type Options struct {
 	// ConnectTimeout bounds the wait for a new connection's CONNECT
 	// (default DefaultConnectTimeout); WriteTimeout bounds every write to a
 	// client (default DefaultWriteTimeout): a peer that stops reading is cut
-	// off instead of holding a goroutine, or Close, forever.
+	// off instead of holding a goroutine, or Close, forever. It also bounds
+	// how long a PUBACK waits for the answer to a change of a persistent key
+	// (its snapshot not written: the client is disconnected unacknowledged).
 	ConnectTimeout time.Duration
 	WriteTimeout   time.Duration
 	// MaxConnecting bounds the connections accepted but not yet past CONNECT (0:
@@ -314,6 +316,10 @@ func New(opts *Options) (*Broker, error) {
 		return nil, err
 	}
 	b.service = newService(srv, b.store, b.auth, o.Logger, &o)
+	if sessions != nil { // a state store answer's record holds its request's PUBACK
+		sessions.responder = b.service.responder.ID
+		b.service.records = sessions
+	}
 	if err := srv.AddHook(b.service, nil); err != nil {
 		_ = b.store.Close()
 		srv.Close()
@@ -493,6 +499,7 @@ func (b *Broker) Close() error {
 		return nil
 	}
 	b.closed = true
+	b.service.shutdown() // read loops waiting for answers let go: their clients are going
 	if !b.started {
 		// Hooks were initialised in New: stop them without serving.
 		b.srv.Close()

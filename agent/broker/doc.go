@@ -193,8 +193,8 @@
 // DataDir/statestore.snapshot (see package statestore); a request that
 // changes such a key is answered only once the snapshot holding the change
 // is fsynced (the answer is sent by the store's persistence goroutine, not
-// the client's read loop). Other keys are lost on restart, as in the real
-// service.
+// the client's read loop), and acknowledged after that (see "Durability,
+// exactly"). Other keys are lost on restart, as in the real service.
 //
 // The journal holds puts and deletes of records (sessionrecord.go: a client,
 // a subscription, an in-flight message with its packet id, a retained
@@ -249,6 +249,23 @@
 //     the commit. Upstream mochi acknowledged first, and a SIGKILL then lost
 //     acknowledged messages (TestAcknowledgedPublishSurvivesSIGKILL). A QoS 0
 //     message is not waited for.
+//   - A state store request is acknowledged once its answer is on disk for
+//     the requester's kept session (the session that gets it: the client
+//     subscribes to its response topic), so after a crash the resumed
+//     session gets every answer it had not acknowledged. The answer is routed
+//     as the request is read and its record is waited for with the request's
+//     PUBACK (sessions.go). A request that changes a persistent key is
+//     answered by the store's persistence goroutine once the snapshot holding
+//     the change is fsynced; its PUBACK waits for that answer and its record
+//     (answerwait.go), so the PUBACK also means the change is on disk. Both
+//     waits hold only the requesting connection's read loop, one wait for a
+//     burst of requests. A client on a session that ends with its connection
+//     is not waited for: it has no record, and a crash ends the connection
+//     its answer would come on. Before, the PUBACK was written without waiting
+//     (it could even reach the client before the answer, which waited in the
+//     client's queue of pending writes), and a SIGKILL lost answers to
+//     acknowledged requests (TestSoakStateStoreSIGKILL in agent/cmd/faceagent,
+//     TestPersistentChangeAnsweredAfterSIGKILL).
 //   - The deletion of an acknowledged message's record may be lost in a
 //     crash: the message is sent again after the restart (at least once).
 //   - A kept session's client record is on disk before its CONNACK is sent
@@ -366,7 +383,17 @@
 //   - A network client publishing QoS 1/2 messages to kept sessions gets its
 //     PUBACKs once they are on disk: one group commit for the messages of its
 //     that were read together (a burst), so a publisher with one message in
-//     flight at a time waits an fsync for each. A session taken over while its
+//     flight at a time waits an fsync for each. The same holds for a state
+//     store client on a kept session: its requests' PUBACKs wait for the
+//     answers' records (and, for a change of a persistent key, for the
+//     snapshot first), and its read loop reads its next packets only after
+//     that wait; an SDK client, whose call also waits for the PUBACK, sees
+//     the fsync in every call's latency (docs/benchmarks.md, "Sustained
+//     load"). The client's PUBACKs of answers read between its requests do
+//     not end a burst (third_party/mochi/README.md). A persistent change
+//     whose snapshot cannot be written holds the PUBACK for at most
+//     WriteTimeout; then the client is disconnected unacknowledged (0x80) and
+//     sends the request again. A session taken over while its
 //     old connection waits for that commit does not take a QoS 1 PUBACK
 //     along: the client sends that PUBLISH again on the new connection and
 //     is acknowledged once the copy routed there is stored (at least once: a

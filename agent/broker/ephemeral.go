@@ -54,6 +54,13 @@ func (h *sessionStore) OnQosPublish(cl *mqtt.Client, pk packets.Packet, sent int
 		// A resumed session's resend (mochi's ResendInflightMessages, one message after the
 		// other before the new connection is read): the record was committed when the
 		// message was routed, and waiting for this rewrite took a commit per message.
+	case pk.Origin == h.responder && h.responder != "":
+		// A state store answer, for the requester's kept session (it subscribes to its
+		// response topic): its request's PUBACK waits for it. The service routes it on
+		// the requester's read loop before mochi flushes that PUBACK, or, for a change of
+		// a persistent key, from the store's persistence goroutine before the service's
+		// WaitBeforeAck returns (answerwait.go).
+		h.waitBeforeAck(cl.ID, seq)
 	case known && from.Net.Inline:
 		// The inline publisher takes Publish's return as "stored": the agent marks a
 		// result reported then.

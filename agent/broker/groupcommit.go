@@ -24,12 +24,14 @@ import (
 // waited for (losing one redelivers a message after a crash: at-least-once allows it).
 // In-flight puts are waited for when the message came from Server().Publish (the agent
 // marks a result reported once Publish returns); not for Broker.PublishDeferred, whose
-// caller calls Broker.SyncSessions once for a batch; nor for the state store's responses,
-// answers a client asks again for. A network client's QoS 1/2 message is waited for once,
-// after it is routed to every subscriber (sessionStore.WaitBeforeAck), before mochi writes
-// its PUBACK: the records of all its kept sessions share one commit. So are its retained
-// messages. Clients (before CONNACK), subscriptions (before SUBACK) are rare and always
-// waited for, and refused to the client when they could not be written.
+// caller calls Broker.SyncSessions once for a batch. A network client's QoS 1/2 message is
+// waited for once, after it is routed to every subscriber (sessionStore.WaitBeforeAck),
+// before mochi writes its PUBACK: the records of all its kept sessions share one commit.
+// So are its retained messages. A state store answer is waited for in the same way by its
+// request's PUBACK (the requester's WaitBeforeAck; a persistent change's answer once the
+// service's wait for it is over, answerwait.go). Clients (before CONNACK) and subscriptions
+// (before SUBACK) are rare and always waited for, and refused to the client when they
+// could not be written.
 //
 // The committer also holds the live records (the journal's state) in memory. With them it
 // compacts the journal in the background (sessioncompact.go), and after a failed write it

@@ -64,6 +64,14 @@ type service struct {
 	notifyBudget     *statestore.ByteBudget
 	notifyAckTimeout time.Duration
 
+	// Answers to persistent changes hold the requester's PUBACK (answerwait.go): records
+	// is the session store (nil without DataDir), answerTimeout bounds the wait.
+	records       mqtt.AckWaiter
+	answers       answerWaits
+	answerTimeout time.Duration
+	closing       chan struct{}
+	closeOnce     sync.Once
+
 	mu        sync.Mutex
 	notifiers map[*mqtt.Client]*notifier
 	stopping  bool
@@ -82,9 +90,14 @@ func newService(srv *mqtt.Server, store *statestore.Store, auth *authHook, log *
 	if ackTimeout <= 0 {
 		ackTimeout = DefaultNotifyAckTimeout
 	}
+	answerTimeout := o.WriteTimeout
+	if answerTimeout <= 0 {
+		answerTimeout = DefaultWriteTimeout
+	}
 	return &service{
 		srv: srv, store: store, auth: auth, log: log, responder: responder,
 		notifyBudget: statestore.NewByteBudget(o.MaxBytes), notifyAckTimeout: ackTimeout,
+		answerTimeout: answerTimeout, closing: make(chan struct{}),
 		notifiers: make(map[*mqtt.Client]*notifier),
 	}
 }
@@ -238,16 +251,24 @@ func (s *service) serve(cl *mqtt.Client, pk *packets.Packet) {
 			}
 		}
 		// A change of a persistent key is answered once it is on disk; the
-		// persistence goroutine sends that response, not this read loop.
+		// persistence goroutine sends that response, not this read loop, and the
+		// request's PUBACK waits for it (answerwait.go).
 		to := responseTo{clientID: cl.ID, topic: pk.Properties.ResponseTopic,
 			correlation: pk.Properties.CorrelationData, expiresAt: requestExpiry(pk)}
+		counted := s.waitsForAnswer(cl)
 		out, v, wait := s.store.DoDurable(&req, out, func(reply []byte, v hlc.Timestamp, err error) {
 			if err != nil {
 				s.log.Error("state store: persistent change answered without a snapshot", "client", to.clientID, "error", err)
 			}
 			s.respond(to, reply, v)
+			if counted {
+				s.answers.add(cl, -1)
+			}
 		})
 		if wait {
+			if counted {
+				s.answers.add(cl, 1)
+			}
 			return
 		}
 		s.respond(to, out, v)

@@ -36,6 +36,9 @@ type sessionStore struct {
 	// refusedLog rate-limits the errors logged for what the store refused while the journal
 	// is down (each a publisher not acknowledged, a subscription or a connection refused).
 	refusedLog rateLimit
+	// responder is the client id of the state store's responder (set before Start): its
+	// messages are answers, whose records the requester's PUBACK waits for (OnQosPublish).
+	responder string
 
 	// beforeAck holds, per network publisher (client id), the last record its messages
 	// queued while being routed: WaitBeforeAck waits for it, so mochi (patched: PUBACK
@@ -379,7 +382,7 @@ func (h *sessionStore) deleteInflight(cl *mqtt.Client, pk packets.Packet) {
 // publisher returns the registered client that published pk: a network client, or the
 // inline client of Server.Publish (whose publisher gets no PUBACK but Publish's return).
 // The clients of Broker.PublishDeferred and of the state store's responses are not
-// registered.
+// registered (OnQosPublish tells the responder by its id).
 func (h *sessionStore) publisher(pk packets.Packet) (*mqtt.Client, bool) {
 	if h.srv == nil {
 		return nil, false

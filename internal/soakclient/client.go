@@ -398,10 +398,8 @@ func (c *Client) lost(conn net.Conn, cause error) {
 		if r.ackedAt >= cut {
 			r.graceLeft++
 		}
-		// The store does not wait for its answer's record before acknowledging a request
-		// (agent/broker: answers a client asks again for), so the answer to one the broker
-		// acknowledged may be lost in a crash; not the answer to one written before a
-		// barrier, which was stored by the time the barrier returned.
+		// An acknowledged request unanswered now, written after the last barrier: if it is
+		// never answered, a crash lost its answer (the report counts those apart).
 		if r.answers == 0 && r.pubacked && r.sent != 0 && (!barrier || r.sent >= c.barrierAt) {
 			r.mayBeLost = true
 		}

@@ -48,11 +48,9 @@
 //     although it was acknowledged.
 //   - Unknown: answers whose correlation data the client never sent.
 //   - LostInCrash: requests the broker acknowledged (PUBACK) that were unanswered when the
-//     connection dropped and never answered after. The embedded store acknowledges a
-//     request without waiting for its answer's record to be on disk (agent/broker's
-//     group commit: "answers a client asks again for"; the SDK's client times out after
-//     its Message Expiry), so a crash may lose those; Report.ErrAllowingLostAnswers
-//     tolerates them, Report.Err does not.
+//     connection dropped, not covered by a barrier, and never answered after: answers a
+//     crash lost. The embedded broker acknowledges a state store request only once its
+//     answer is stored for a kept session, so Report.Err fails on any.
 //
 // Client.Barrier makes both bounds exact: once it returns, the broker has stored every
 // acknowledgement the client wrote before it, and the answer to every request written

@@ -17,9 +17,8 @@ type Report struct {
 	Unanswered int // issued and never answered
 	AckedLost  int // of those, acknowledged by the broker (PUBACK): the broker lost the answer
 	// LostInCrash: of those, the ones unanswered when a connection dropped and not covered
-	// by a Barrier: the store acknowledges a request without waiting for its answer's
-	// record (the SDK's client times out and the application asks again), so a crash may
-	// lose their answers. ErrAllowingLostAnswers tolerates them.
+	// by a Barrier: answers a crash lost (the broker acknowledges a request only once its
+	// answer is stored for the session, so there must be none).
 	LostInCrash int
 	TimedOut    int // given up after Timeout (or refused); a later answer still counts in Answered
 	Stalled     bool
@@ -42,14 +41,8 @@ type Report struct {
 
 // Err is nil when every request was answered, nothing came that should not have, and
 // every answer was right; otherwise it says what went wrong.
-func (r *Report) Err() error { return r.err(0) }
-
-// ErrAllowingLostAnswers is Err, except that it tolerates the LostInCrash requests (and
-// their timeouts).
-func (r *Report) ErrAllowingLostAnswers() error { return r.err(r.LostInCrash) }
-
-func (r *Report) err(tolerated int) error {
-	if r.Issued == r.Requests && r.Unanswered == tolerated && r.Phantoms == 0 && r.Unknown == 0 && r.Problems == tolerated && !r.Stalled {
+func (r *Report) Err() error {
+	if r.Issued == r.Requests && r.Unanswered == 0 && r.Phantoms == 0 && r.Unknown == 0 && r.Problems == 0 && !r.Stalled {
 		return nil
 	}
 	return fmt.Errorf("%s\nfirst problems:\n%s", r, r.FirstProblem)

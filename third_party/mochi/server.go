@@ -773,8 +773,9 @@ func (s *Server) readConnectionPacket(cl *Client) (pk packets.Packet, err error)
 // if an error has occurred (if mqtt v5).
 func (s *Server) receivePacket(cl *Client, pk *packets.Packet) error {
 	// faceagent patch (PUBACK after storing): held acknowledgements go out before the
-	// client's next packet that is not a QoS 1/2 PUBLISH is handled.
-	if pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Qos == 0 {
+	// client's next packet that is not a QoS 1/2 PUBLISH is handled, unless it is an
+	// acknowledgement of a message the server sent (keepsAcksHeld).
+	if (pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Qos == 0) && !keepsAcksHeld(cl, pk) {
 		if err := s.flushAcks(cl, nil); err != nil {
 			return err
 		}
@@ -1331,6 +1332,24 @@ func (s *Server) writeAckFor(cl *Client, pk *packets.Packet, pkt byte, reason pa
 		return err
 	}
 	return cl.WritePacket(s.buildAck(pk.PacketID, pkt, 0, pk.Properties, reason))
+}
+
+// keepsAcksHeld reports whether pk, a packet from cl that is not a QoS 1/2 PUBLISH, is
+// handled without writing cl's held acknowledgements first: a PUBACK, PUBREC or PUBCOMP
+// (the client acknowledging a message the server sent it) while more of cl's packets are
+// buffered. Those concern the server's packet ids only (Inflight), and what they make the
+// server write (a PUBREL, a message that waited for send quota) is not ordered with the
+// acknowledgements of the client's publishes [MQTT-4.6.0]. A request/response client
+// interleaves its acknowledgements of responses with its next requests: flushing before
+// each made every request of a burst wait for storage (AckWaiter) on its own. The last
+// buffered packet still flushes, so the read loop never waits for the client with
+// acknowledgements held. faceagent patch (PUBACK after storing).
+func keepsAcksHeld(cl *Client, pk *packets.Packet) bool {
+	switch pk.FixedHeader.Type {
+	case packets.Puback, packets.Pubrec, packets.Pubcomp:
+		return cl.Net.bconn != nil && cl.Net.bconn.Buffered() > 0
+	}
+	return false
 }
 
 // prepareAck holds the acknowledgement of a client's QoS 1 or 2 publish (PUBACK or PUBREC)
