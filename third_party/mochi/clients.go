@@ -186,12 +186,13 @@ type Will struct {
 
 // ClientState tracks the state of the client.
 type ClientState struct {
-	TopicAliases    TopicAliases         // a map of topic aliases
-	stopCause       atomic.Value         // reason for stopping
-	Inflight        *Inflight            // a map of in-flight qos messages (faceagent patch (packet-id spaces): those sent to the client)
-	Inbound         *Inbound             // faceagent patch (packet-id spaces): the client's own unfinished QoS 1/2 publishes
-	Subscriptions   *Subscriptions       // a map of the subscription filters a client maintains
-	disconnected    int64                // the time the client disconnected in unix time, for calculating expiry
+	TopicAliases  TopicAliases   // a map of topic aliases
+	stopCause     atomic.Value   // reason for stopping
+	Inflight      *Inflight      // a map of in-flight qos messages (faceagent patch (packet-id spaces): those sent to the client)
+	Inbound       *Inbound       // faceagent patch (packet-id spaces): the client's own unfinished QoS 1/2 publishes
+	Subscriptions *Subscriptions // a map of the subscription filters a client maintains
+	disconnected  atomic.Int64   // the time the client disconnected in unix time, for calculating expiry; faceagent patch (arm alignment): atomic.Int64, not int64
+
 	outbound        chan *packets.Packet // queue for pending outbound packets
 	endOnce         sync.Once            // only end once
 	isTakenOver     atomic.Bool          // used to identify orphaned clients
@@ -578,7 +579,7 @@ func (cl *Client) Stop(err error) {
 			cl.wakeReader() // after cancelOpen: see wakeReader
 		}
 
-		atomic.StoreInt64(&cl.State.disconnected, time.Now().Unix())
+		cl.State.disconnected.Store(time.Now().Unix())
 	})
 }
 
@@ -592,7 +593,7 @@ func (cl *Client) StopCause() error {
 
 // StopTime returns the the time the client disconnected in unix time, else zero.
 func (cl *Client) StopTime() int64 {
-	return atomic.LoadInt64(&cl.State.disconnected)
+	return cl.State.disconnected.Load()
 }
 
 // Closed returns true if client connection is closed.
