@@ -3,33 +3,15 @@ package broker
 import (
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
-)
 
-// diskBytes is what the files in dir occupy on disk: their allocated blocks, blocks
-// preallocated past a file's end included (du, not ls).
-func diskBytes(t testing.TB, dir string) int64 {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, e := range ents {
-		var st syscall.Stat_t
-		if err := syscall.Stat(filepath.Join(dir, e.Name()), &st); err == nil { // gone meanwhile: compacted
-			n += st.Blocks * 512
-		}
-	}
-	return n
-}
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
+)
 
 // sessionsBound is the most the sessions journal's directory may occupy with live bytes
 // of live records and segments of segment bytes (doc.go, "Persistence"): the files
@@ -76,7 +58,7 @@ func TestSessionsJournalStaysBoundedUnderLoad(t *testing.T) {
 	}
 	sample := func() {
 		st := b.SessionsStats()
-		disk := diskBytes(t, dir)
+		disk := testutil.DirDiskBytes(t, dir)
 		bound := sessionsBound(st.LiveBytes, segment)
 		worst.Lock()
 		defer worst.Unlock()

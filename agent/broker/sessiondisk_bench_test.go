@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
 // BenchmarkSessionsJournalDisk: the sessions journal's bytes on disk (allocated blocks, as
@@ -49,7 +51,7 @@ func BenchmarkSessionsJournalDisk(b *testing.B) {
 			overSeen := false
 			start := time.Now()
 			sample := func(n int64) {
-				disk := diskBytes(b, dir)
+				disk := testutil.DirDiskBytes(b, dir)
 				live, ok := liveSessionBytes(br)
 				mu.Lock()
 				most = max(most, disk)
@@ -111,7 +113,7 @@ func BenchmarkSessionsJournalDisk(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ReportMetric(float64(most)/1e6, "max-disk-MB")
-			b.ReportMetric(float64(diskBytes(b, dir))/1e6, "end-disk-MB")
+			b.ReportMetric(float64(testutil.DirDiskBytes(b, dir))/1e6, "end-disk-MB")
 			if live, ok := liveSessionBytes(br); ok {
 				b.ReportMetric(float64(live)/1e6, "live-MB")
 				b.ReportMetric(float64(over)/1e6, "max-over-bound-MB")
