@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -24,5 +25,22 @@ func DirDiskBytes(t testing.TB, dir string) int64 {
 			n += st.Blocks * 512
 		}
 	}
+	return n
+}
+
+// DirFileBytes sums the sizes of the regular files under dir, subdirectories included (ls,
+// not du): 0 when dir does not exist yet, and files that vanish while it walks (a running
+// broker's compaction) count as gone.
+func DirFileBytes(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		if info, err := d.Info(); err == nil {
+			n += info.Size()
+		}
+		return nil
+	})
 	return n
 }

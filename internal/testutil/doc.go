@@ -1,5 +1,5 @@
 // Package testutil holds helpers shared by the tests of several packages: free loopback
 // ports, a Debian mosquitto broker started on one, the re-exec-and-SIGKILL harness of the
 // crash tests (CrashChild), a small real filesystem to fill up (SmallFS, FillFS), and what
-// a directory occupies (DirDiskBytes). It is imported only from _test.go files.
+// a directory occupies (DirDiskBytes, DirFileBytes). It is imported only from _test.go files.
 package testutil
