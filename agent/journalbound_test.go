@@ -3,32 +3,13 @@ package agent
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/device/face"
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
-
-// dirDiskBytes is what the files in dir occupy on disk, preallocated blocks included.
-func dirDiskBytes(t *testing.T, dir string) int64 {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, e := range ents {
-		var st syscall.Stat_t
-		if err := syscall.Stat(filepath.Join(dir, e.Name()), &st); err == nil { // gone: compacted meanwhile
-			n += st.Blocks * 512
-		}
-	}
-	return n
-}
 
 // smallLogBound is the most a forward or deadletter log occupies with live bytes of backlog,
 // when at most written bytes are written between two compaction checks (agent/doc.go,
@@ -64,7 +45,7 @@ func TestDeadLetterLogStaysWithinItsBound(t *testing.T) {
 		}
 		pub.waitFor(t, i+1)
 		waitBacklog(t, d, 0)
-		most = max(most, dirDiskBytes(t, dir))
+		most = max(most, testutil.DirDiskBytes(t, dir))
 		if most > bound {
 			t.Fatalf("after %d deadletters of %d bytes the log occupies %d bytes, over its bound %d", i+1, size, most, bound)
 		}
@@ -103,7 +84,7 @@ func TestForwardLogStaysWithinItsBound(t *testing.T) {
 		}
 		pub.waitFor(t, (r+1)*perRound)
 		waitFor(t, "the backlog to empty", func() bool { return f.m.forwardBacklog.Value() == 0 }, f.reported)
-		most = max(most, dirDiskBytes(t, dir))
+		most = max(most, testutil.DirDiskBytes(t, dir))
 		if most > bound {
 			t.Fatalf("after %d acks the forward log occupies %d bytes, over its bound %d", (r+1)*perRound, most, bound)
 		}

@@ -123,7 +123,16 @@ type rawSubscriber struct {
 	r    *bufio.Reader
 }
 
+// dialRawSubscriber connects clientID with a clean session and subscribes it to filter
+// with QoS 1.
 func dialRawSubscriber(t *testing.T, addr, clientID, filter string) *rawSubscriber {
+	t.Helper()
+	return connectRawSubscriber(t, addr, packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, ClientIdentifier: clientID}, filter)
+}
+
+// connectRawSubscriber connects with connect on a new connection (closed when t ends) and
+// subscribes to filter with QoS 1.
+func connectRawSubscriber(t *testing.T, addr string, connect packets.ConnectParams, filter string) *rawSubscriber {
 	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -132,8 +141,7 @@ func dialRawSubscriber(t *testing.T, addr, clientID, filter string) *rawSubscrib
 	t.Cleanup(func() { conn.Close() })
 	_ = conn.(*net.TCPConn).SetReadBuffer(4096) // fill up sooner
 	s := &rawSubscriber{conn: conn, r: bufio.NewReaderSize(conn, 512)}
-	s.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 4,
-		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, ClientIdentifier: clientID}})
+	s.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 4, Connect: connect})
 	if pk := s.read(t); pk.FixedHeader.Type != packets.Connack || pk.ReasonCode != 0 {
 		t.Fatalf("connect: %+v", pk)
 	}

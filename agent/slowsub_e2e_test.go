@@ -1,11 +1,9 @@
 package agent
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -114,22 +112,5 @@ func TestStuckBackOfficeStallsNoOne(t *testing.T) {
 // the SUBACK.
 func dialStuckSubscriber(t *testing.T, addr, clientID, filter string) *rawSubscriber {
 	t.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	_ = conn.(*net.TCPConn).SetReadBuffer(4096)
-	s := &rawSubscriber{conn: conn, r: bufio.NewReaderSize(conn, 512)}
-	s.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 4,
-		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: false, Keepalive: 600, ClientIdentifier: clientID}})
-	if pk := s.read(t); pk.FixedHeader.Type != packets.Connack || pk.ReasonCode != 0 {
-		t.Fatalf("connect: %+v", pk)
-	}
-	s.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, ProtocolVersion: 4,
-		PacketID: 1, Filters: packets.Subscriptions{{Filter: filter, Qos: 1}}})
-	if pk := s.read(t); pk.FixedHeader.Type != packets.Suback {
-		t.Fatalf("subscribe: %+v", pk)
-	}
-	return s
+	return connectRawSubscriber(t, addr, packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: false, Keepalive: 600, ClientIdentifier: clientID}, filter)
 }

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
 	"github.com/seed0e69bba5/faceagent/hlc"
-	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
 // The child of TestPersistentChangeAnsweredAfterSIGKILL: a broker with DataDir on the
@@ -34,24 +32,7 @@ const (
 )
 
 func init() {
-	if v := os.Getenv(answerChildEnv); v != "" {
-		dir, addr, _ := strings.Cut(v, " ")
-		b, err := New(&Options{Listen: addr, DataDir: dir, AllowAnonymous: true})
-		if err == nil {
-			err = loadBallast(b.Store())
-		}
-		if err == nil {
-			err = b.AddHook(&readyOnTopic{topic: answerStartTopic}, nil)
-		}
-		if err == nil {
-			err = b.Start()
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "answer child:", err)
-			os.Exit(3)
-		}
-		select {} // until the SIGKILL
-	}
+	runBrokerChild(answerChildEnv, answerStartTopic, func(b *Broker) error { return loadBallast(b.Store()) })
 }
 
 // loadBallast writes the persistent keys that make each snapshot take a while.
@@ -99,27 +80,15 @@ func TestPersistentChangeAnsweredAfterSIGKILL(t *testing.T) {
 // after the first request and checks the restarted broker; it returns how many requests
 // were acknowledged, and how many of those were answered only after the restart.
 func answerKillRound(t *testing.T, killAfter time.Duration) (acked, owed int) {
-	dir := t.TempDir()
-	addr := testutil.FreeAddr(t)
 	var (
 		mu       sync.Mutex
 		pubacked = map[int]bool{}
 		answered = map[int]bool{}
-		err      error
 	)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		e := persistentStream(addr, func(i int) { mu.Lock(); pubacked[i] = true; mu.Unlock() },
+	dir, err := killBrokerChild(t, answerChildEnv, 20*time.Second, killAfter, func(addr string) error {
+		return persistentStream(addr, func(i int) { mu.Lock(); pubacked[i] = true; mu.Unlock() },
 			func(i int) { mu.Lock(); answered[i] = true; mu.Unlock() })
-		mu.Lock()
-		err = e
-		mu.Unlock()
-	}()
-	testutil.CrashChild(t, []string{answerChildEnv + "=" + dir + " " + addr}, 20*time.Second, killAfter, func(l string) {
-		t.Errorf("child said %q", l)
 	})
-	<-done
 	mu.Lock()
 	defer mu.Unlock()
 	if err != nil {

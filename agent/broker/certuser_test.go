@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"crypto/tls"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -17,20 +15,7 @@ import (
 // after the password (a wrong one is still 0x86).
 func TestClientCertificateBelongsToItsUser(t *testing.T) {
 	pki := newTestPKI(t)
-	users := filepath.Join(t.TempDir(), "users.toml")
-	body := fmt.Sprintf(`
-[[users]]
-name          = "backoffice"
-password_hash = %q
-
-[[users]]
-name           = "terminal"
-password_hash  = %q
-certificate_cn = ["door-1", "door-2"]
-`, hash(t, backofficePassword), hash(t, terminalPassword))
-	if err := os.WriteFile(users, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	users := ownerUsersFile(t, `certificate_cn = ["door-1", "door-2"]`)
 	var log logBuffer
 	b := startBroker(t, Options{
 		TLS:       TLSOptions{CertFile: pki.serverCert, KeyFile: pki.serverKey, ClientCAFile: pki.caFile},

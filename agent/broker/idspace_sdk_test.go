@@ -6,18 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/seed0e69bba5/faceagent/hlc"
-	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
 // sdkClient is a raw MQTT 5 client shaped like the Azure IoT Operations Go SDK's session
@@ -371,8 +367,8 @@ func TestSDKShapedClientRestoredSessionHasNothingInFlight(t *testing.T) {
 }
 
 // The child of TestSDKShapedClientRestoredAfterSIGKILL: a broker with DataDir on the address
-// given until the parent kills it; it says "ready" when the parent publishes on
-// idspaceKillTopic, once everything it is to check is on disk.
+// given until the parent kills it (runBrokerChild); it says "ready" when the parent
+// publishes on idspaceKillTopic, once everything it is to check is on disk.
 const idspaceChildEnv = "FACEAGENT_BROKER_IDSPACE_CHILD" // "dir addr"
 
 const (
@@ -380,56 +376,14 @@ const (
 	idspaceBarrierTopic = "idspace/barrier"
 )
 
-func init() {
-	if v := os.Getenv(idspaceChildEnv); v != "" {
-		dir, addr, _ := strings.Cut(v, " ")
-		b, err := New(&Options{Listen: addr, DataDir: dir, AllowAnonymous: true})
-		if err == nil {
-			err = b.AddHook(&readyOnTopic{topic: idspaceKillTopic}, nil)
-		}
-		if err == nil {
-			err = b.Start()
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "idspace child:", err)
-			os.Exit(3)
-		}
-		select {} // until the SIGKILL
-	}
-}
-
-// readyOnTopic says "ready" when a network client publishes on topic.
-type readyOnTopic struct {
-	mqtt.HookBase
-	topic string
-	once  sync.Once
-}
-
-func (h *readyOnTopic) ID() string           { return "test-ready-on-topic" }
-func (h *readyOnTopic) Provides(b byte) bool { return b == mqtt.OnPublish }
-func (h *readyOnTopic) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
-	if !cl.Net.Inline && pk.TopicName == h.topic {
-		h.once.Do(func() { fmt.Println("ready") })
-	}
-	return pk, nil
-}
+func init() { runBrokerChild(idspaceChildEnv, idspaceKillTopic, nil) }
 
 // The same as TestSDKShapedClientRestoredSessionHasNothingInFlight with the broker
 // SIGKILLed instead of closed, once the deletions of the acknowledged responses' records
 // are on disk: a QoS 1 message to an offline kept session is acknowledged only once its
 // record is committed, and the journal commits in order.
 func TestSDKShapedClientRestoredAfterSIGKILL(t *testing.T) {
-	dir := t.TempDir()
-	addr := testutil.FreeAddr(t)
-	var clientErr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		clientErr = idspaceChildWorkload(addr)
-	}()
-	testutil.CrashChild(t, []string{idspaceChildEnv + "=" + dir + " " + addr}, 60*time.Second, 10*time.Millisecond,
-		func(l string) { t.Errorf("child said %q", l) })
-	<-done
+	dir, clientErr := killBrokerChild(t, idspaceChildEnv, 60*time.Second, 10*time.Millisecond, idspaceChildWorkload)
 	if clientErr != nil {
 		t.Fatal(clientErr)
 	}

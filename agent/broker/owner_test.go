@@ -19,8 +19,8 @@ const (
 
 // ownerUsersFile writes a users file with a back office and a terminal user, each allowed
 // everything, as a deployment that trusts both with topics but not with each other's
-// sessions.
-func ownerUsersFile(t *testing.T) string {
+// sessions. terminalKeys are more lines of the terminal's entry.
+func ownerUsersFile(t *testing.T, terminalKeys ...string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "users.toml")
 	body := fmt.Sprintf(`
@@ -32,6 +32,9 @@ password_hash = %q
 name          = "terminal"
 password_hash = %q
 `, hash(t, backofficePassword), hash(t, terminalPassword))
+	for _, k := range terminalKeys {
+		body += k + "\n"
+	}
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}

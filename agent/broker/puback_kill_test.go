@@ -7,57 +7,25 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
 // The child of TestAcknowledgedPublishSurvivesSIGKILL: a broker with DataDir on the
-// address given, until the parent kills it; it says "ready" at the first message. init,
-// not TestMain: the package's TestMain is goleak's, and the child has nothing to check.
+// address given, until the parent kills it (runBrokerChild); it says "ready" at the first
+// message (the stream's, on pubackTopic: the back office only subscribes), so that the kill
+// is timed from the start of the stream, however long the parent took to connect (a loaded
+// machine).
 const pubackChildEnv = "FACEAGENT_BROKER_PUBACK_CHILD" // "dir addr"
 
-func init() {
-	if v := os.Getenv(pubackChildEnv); v != "" {
-		dir, addr, _ := strings.Cut(v, " ")
-		b, err := New(&Options{Listen: addr, DataDir: dir, AllowAnonymous: true})
-		if err == nil {
-			err = b.AddHook(&readyOnFirstPublish{}, nil)
-		}
-		if err == nil {
-			err = b.Start()
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "puback child:", err)
-			os.Exit(3)
-		}
-		select {} // until the SIGKILL
-	}
-}
-
-// readyOnFirstPublish says "ready" when the first message arrives: the kill is timed from
-// the start of the stream, however long the parent took to connect (a loaded machine).
-type readyOnFirstPublish struct {
-	mqtt.HookBase
-	once sync.Once
-}
-
-func (h *readyOnFirstPublish) ID() string           { return "test-ready" }
-func (h *readyOnFirstPublish) Provides(b byte) bool { return b == mqtt.OnPublish }
-func (h *readyOnFirstPublish) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
-	if !cl.Net.Inline {
-		h.once.Do(func() { fmt.Println("ready") })
-	}
-	return pk, nil
-}
+func init() { runBrokerChild(pubackChildEnv, pubackTopic, nil) }
 
 const (
 	pubackTopic  = "results/gw-k"
@@ -85,30 +53,17 @@ func TestAcknowledgedPublishSurvivesSIGKILL(t *testing.T) {
 // pubackKillRound runs the child broker, kills it killAfter after it is ready and checks
 // the restarted broker; it returns how many messages were acknowledged and delivered.
 func pubackKillRound(t *testing.T, killAfter time.Duration) (acked, delivered int) {
-	dir := t.TempDir()
-	addr := testutil.FreeAddr(t)
-
 	var (
 		mu     sync.Mutex
 		ackSet = map[int]bool{}
-		pubErr error
 	)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		err := pubackPublish(addr, func(n int) {
+	dir, pubErr := killBrokerChild(t, pubackChildEnv, 20*time.Second, killAfter, func(addr string) error {
+		return pubackPublish(addr, func(n int) {
 			mu.Lock()
 			ackSet[n] = true
 			mu.Unlock()
 		})
-		mu.Lock()
-		pubErr = err
-		mu.Unlock()
-	}()
-	testutil.CrashChild(t, []string{pubackChildEnv + "=" + dir + " " + addr}, 20*time.Second, killAfter, func(l string) {
-		t.Errorf("child said %q", l)
 	})
-	<-done
 	mu.Lock()
 	defer mu.Unlock()
 	if pubErr != nil {

@@ -3,33 +3,15 @@ package broker
 import (
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
-)
 
-// diskBytes is what the files in dir occupy on disk: their allocated blocks, blocks
-// preallocated past a file's end included (du, not ls).
-func diskBytes(t testing.TB, dir string) int64 {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, e := range ents {
-		var st syscall.Stat_t
-		if err := syscall.Stat(filepath.Join(dir, e.Name()), &st); err == nil { // gone meanwhile: compacted
-			n += st.Blocks * 512
-		}
-	}
-	return n
-}
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
+)
 
 // sessionsBound is the most the sessions journal's directory may occupy with live bytes
 // of live records and segments of segment bytes (doc.go, "Persistence"): the files
@@ -76,7 +58,7 @@ func TestSessionsJournalStaysBoundedUnderLoad(t *testing.T) {
 	}
 	sample := func() {
 		st := b.SessionsStats()
-		disk := diskBytes(t, dir)
+		disk := testutil.DirDiskBytes(t, dir)
 		bound := sessionsBound(st.LiveBytes, segment)
 		worst.Lock()
 		defer worst.Unlock()
@@ -87,55 +69,25 @@ func TestSessionsJournalStaysBoundedUnderLoad(t *testing.T) {
 	}
 
 	for _, inflight := range []int{8, 64} {
-		var next atomic.Int64
-		errs := make(chan error, inflight)
-		var wg sync.WaitGroup
-		for g := range inflight {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				key := fmt.Sprintf("key-%d", g)
-				for {
-					n := next.Add(1)
-					if n > perPhase {
-						return
-					}
-					if time.Now().After(deadline) {
-						errs <- fmt.Errorf("%d in flight: request %d after the deadline", inflight, n)
-						return
-					}
-					payload := cmd("GET", key)
-					if n%2 == 0 {
-						payload = cmd("SET", key, value)
-					}
-					_, wait, err := sdk.publish(payload, req{})
-					if err != nil {
-						errs <- err
-						return
-					}
-					select {
-					case <-wait:
-					case <-time.After(waitFor):
-						errs <- fmt.Errorf("no response to request %d", n)
-						return
-					}
-					if n%stuckEvery == 0 {
-						for _, topic := range []string{"stuck/acks", "stuck/reads"} {
-							if err := b.PublishDeferred(topic, fmt.Appendf(nil, "stuck-%d", n), 1); err != nil {
-								errs <- err
-								return
-							}
-						}
-					}
-					if n%sampleEvery == 0 {
-						sample()
+		err := stateStoreLoad(sdk, inflight, perPhase, value, func(n int64) error {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%d in flight: request %d after the deadline", inflight, n)
+			}
+			return nil
+		}, func(n int64) error {
+			if n%stuckEvery == 0 {
+				for _, topic := range []string{"stuck/acks", "stuck/reads"} {
+					if err := b.PublishDeferred(topic, fmt.Appendf(nil, "stuck-%d", n), 1); err != nil {
+						return err
 					}
 				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
+			}
+			if n%sampleEvery == 0 {
+				sample()
+			}
+			return nil
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 		sample()
@@ -150,4 +102,59 @@ func TestSessionsJournalStaysBoundedUnderLoad(t *testing.T) {
 	if st.Compactions == 0 {
 		t.Fatal("no compaction in the whole run")
 	}
+}
+
+// stateStoreLoad is the state store SDK's load from sdk: requests 1 to total, sent by
+// inflight goroutines, each on a key of its own, GETs and (even n) SETs of value, each
+// waited for until its answer comes (waitFor). before(n) runs before request n is sent and
+// after(n) once it is answered (nil: nothing); an error from either, or a request that
+// fails, stops that goroutine. It returns once every goroutine stopped, with the first
+// error.
+func stateStoreLoad(sdk *client, inflight int, total int64, value string, before, after func(n int64) error) error {
+	var next atomic.Int64
+	errs := make(chan error, inflight)
+	var wg sync.WaitGroup
+	for g := range inflight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("key-%d", g)
+			for {
+				n := next.Add(1)
+				if n > total {
+					return
+				}
+				if before != nil {
+					if err := before(n); err != nil {
+						errs <- err
+						return
+					}
+				}
+				payload := cmd("GET", key)
+				if n%2 == 0 {
+					payload = cmd("SET", key, value)
+				}
+				_, wait, err := sdk.publish(payload, req{})
+				if err != nil {
+					errs <- err
+					return
+				}
+				select {
+				case <-wait:
+				case <-time.After(waitFor):
+					errs <- fmt.Errorf("no response to request %d", n)
+					return
+				}
+				if after != nil {
+					if err := after(n); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
 }

@@ -9,11 +9,12 @@ import (
 	"reflect"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
 // BenchmarkSessionsJournalDisk: the sessions journal's bytes on disk (allocated blocks, as
@@ -43,13 +44,12 @@ func BenchmarkSessionsJournalDisk(b *testing.B) {
 			f := false
 			sdk := dial(b, br.Addr(), "sdk-statestore", dialOptions{cleanStart: &f, sessionExpiry: 0xFFFFFFFF})
 			value := strings.Repeat("v", 1024)
-			var next atomic.Int64
 			var mu sync.Mutex
 			var most, over int64
 			overSeen := false
 			start := time.Now()
 			sample := func(n int64) {
-				disk := diskBytes(b, dir)
+				disk := testutil.DirDiskBytes(b, dir)
 				live, ok := liveSessionBytes(br)
 				mu.Lock()
 				most = max(most, disk)
@@ -64,54 +64,24 @@ func BenchmarkSessionsJournalDisk(b *testing.B) {
 					b.Logf("%6.1f s: %8d requests, %6.1f MB on disk", time.Since(start).Seconds(), n, float64(disk)/1e6)
 				}
 			}
-			errs := make(chan error, inflight)
-			var wg sync.WaitGroup
 			b.ResetTimer()
-			for g := range inflight {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					key := fmt.Sprintf("key-%d", g)
-					for {
-						n := next.Add(1)
-						if n > int64(b.N) {
-							return
-						}
-						payload := cmd("GET", key)
-						if n%2 == 0 {
-							payload = cmd("SET", key, value)
-						}
-						_, wait, err := sdk.publish(payload, req{})
-						if err != nil {
-							errs <- err
-							return
-						}
-						select {
-						case <-wait:
-						case <-time.After(waitFor):
-							errs <- fmt.Errorf("no response to request %d", n)
-							return
-						}
-						if n%2 == 0 {
-							if err := br.PublishDeferred("stuck/x", fmt.Appendf(nil, "left-behind-%d", n), 1); err != nil {
-								errs <- err
-								return
-							}
-						}
-						if n%1000 == 0 || n == int64(b.N) {
-							sample(n)
-						}
+			err := stateStoreLoad(sdk, inflight, int64(b.N), value, nil, func(n int64) error {
+				if n%2 == 0 {
+					if err := br.PublishDeferred("stuck/x", fmt.Appendf(nil, "left-behind-%d", n), 1); err != nil {
+						return err
 					}
-				}()
-			}
-			wg.Wait()
+				}
+				if n%1000 == 0 || n == int64(b.N) {
+					sample(n)
+				}
+				return nil
+			})
 			b.StopTimer()
-			close(errs)
-			for err := range errs {
+			if err != nil {
 				b.Fatal(err)
 			}
 			b.ReportMetric(float64(most)/1e6, "max-disk-MB")
-			b.ReportMetric(float64(diskBytes(b, dir))/1e6, "end-disk-MB")
+			b.ReportMetric(float64(testutil.DirDiskBytes(b, dir))/1e6, "end-disk-MB")
 			if live, ok := liveSessionBytes(br); ok {
 				b.ReportMetric(float64(live)/1e6, "live-MB")
 				b.ReportMetric(float64(over)/1e6, "max-over-bound-MB")

@@ -82,13 +82,7 @@ func (j *Journal) reset(write func(emit func([]byte) error) error) error {
 			// In place but not known durable: it supersedes the open segment, so it goes
 			// again, or nothing more may be appended there.
 			if rerr := j.fs.Remove(j.snapPath(num)); rerr != nil && !os.IsNotExist(rerr) {
-				j.mu.Lock()
-				j.failLocked(err)
-				report := j.takeUnreportedLocked()
-				j.mu.Unlock()
-				if report {
-					j.reportFailure(err)
-				}
+				j.failAndReport(err, nil)
 			}
 		}
 		return err
@@ -97,14 +91,7 @@ func (j *Journal) reset(write func(emit func([]byte) error) error) error {
 	f, reserved, err := j.createSegment(num)
 	if err != nil {
 		// The old segment is superseded by the snapshot now: nothing more may go into it.
-		j.mu.Lock()
-		j.failLocked(err)
-		report := j.takeUnreportedLocked()
-		j.mu.Unlock()
-		j.wmu.Unlock()
-		if report {
-			j.reportFailure(err)
-		}
+		j.failAndReport(err, j.wmu.Unlock)
 		return err
 	}
 	old := j.seg

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 )
@@ -136,6 +138,59 @@ func TestResetAfterFailedFsync(t *testing.T) {
 	j.Close()
 	j = openT(t, dir, nil)
 	defer j.Close()
+	if got, want := replayAll(t, j), []string{"state", "next"}; !slices.Equal(got, want) {
+		t.Fatalf("replayed %v, want %v", got, want)
+	}
+}
+
+// TestResetFailingNewSegment: a Reset whose snapshot is in place but whose new segment
+// cannot be created makes the journal refuse appends and tells OnFailure once; a later
+// Reset starts over.
+func TestResetFailingNewSegment(t *testing.T) {
+	dir := t.TempDir()
+	ffs := &faultFS{budget: -1}
+	var failures atomic.Int32
+	j := openT(t, dir, &Options{FS: ffs, OnFailure: func(error) { failures.Add(1) }})
+	defer func() { j.Close() }()
+	if err := j.Reset(emitAll("state")); err != nil {
+		t.Fatal(err)
+	}
+	var snapSize int64
+	for _, n := range fileNames(t, dir) {
+		if strings.HasSuffix(n, snapshotExt) {
+			info, err := os.Stat(filepath.Join(dir, n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			snapSize = info.Size()
+		}
+	}
+	if snapSize == 0 {
+		t.Fatalf("no snapshot after Reset: %v", fileNames(t, dir))
+	}
+	ffs.setBudget(snapSize) // the same snapshot fits, the new segment's header does not
+	if err := j.Reset(emitAll("state")); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("Reset whose new segment does not fit: %v", err)
+	}
+	if n := failures.Load(); n != 1 {
+		t.Fatalf("OnFailure called %d times after the failed Reset, want 1", n)
+	}
+	if err := j.Append([]byte("x")); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("append after a Reset whose new segment failed: %v", err)
+	}
+
+	ffs.setBudget(-1)
+	if err := j.Reset(emitAll("state")); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Append([]byte("next")); err != nil {
+		t.Fatal(err)
+	}
+	if n := failures.Load(); n != 1 {
+		t.Fatalf("OnFailure called %d times in all, want once", n)
+	}
+	j.Close()
+	j = openT(t, dir, nil)
 	if got, want := replayAll(t, j), []string{"state", "next"}; !slices.Equal(got, want) {
 		t.Fatalf("replayed %v, want %v", got, want)
 	}

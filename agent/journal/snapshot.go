@@ -44,14 +44,7 @@ func (j *Journal) checkpoint() checkpointResult {
 			// The segment may be closed now: appends must be refused (before wmu is
 			// released, so that no WriteOut finds it closed), and the owner told, as after
 			// a failed batch.
-			j.mu.Lock()
-			j.failLocked(err)
-			report := j.takeUnreportedLocked()
-			j.mu.Unlock()
-			j.wmu.Unlock()
-			if report {
-				j.reportFailure(err)
-			}
+			j.failAndReport(err, j.wmu.Unlock)
 			return checkpointResult{err: err}
 		}
 	}

@@ -182,6 +182,24 @@ func (j *Journal) takeUnreportedLocked() bool {
 	return r
 }
 
+// failAndReport makes err the error with which the journal refuses appends (failLocked)
+// and reports it (reportFailure) unless the failure was reported already. release, when
+// not nil, releases the lock the caller holds (wmu) in between: appends must be refused
+// before it is released, and OnFailure runs with no lock held. Called on the writer
+// goroutine without mu.
+func (j *Journal) failAndReport(err error, release func()) {
+	j.mu.Lock()
+	j.failLocked(err)
+	report := j.takeUnreportedLocked()
+	j.mu.Unlock()
+	if release != nil {
+		release()
+	}
+	if report {
+		j.reportFailure(err)
+	}
+}
+
 // reportFailure logs err, with which the journal now refuses appends, and hands it to
 // OnFailure. Called once, on the writer goroutine, with no lock held.
 func (j *Journal) reportFailure(err error) {

@@ -2,31 +2,12 @@ package outbox
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/seed0e69bba5/faceagent/agent/journal"
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
-
-// outboxDiskBytes is what the files in dir occupy on disk, preallocated blocks included.
-func outboxDiskBytes(t *testing.T, dir string) int64 {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, e := range ents {
-		var st syscall.Stat_t
-		if err := syscall.Stat(filepath.Join(dir, e.Name()), &st); err == nil { // gone: compacted meanwhile
-			n += st.Blocks * 512
-		}
-	}
-	return n
-}
 
 // TestTaskCyclesKeepTheOutboxBounded: task cycles as the agent drives them (64 terminals,
 // a task each taken in, sent, acked, its result reported), with the default compaction
@@ -95,7 +76,7 @@ func TestTaskCyclesKeepTheOutboxBounded(t *testing.T) {
 				o.mu.Lock()
 				snapshot := o.baseBytes
 				o.mu.Unlock()
-				disk := outboxDiskBytes(t, dir)
+				disk := testutil.DirDiskBytes(t, dir)
 				bound = max(bound, segment+2*snapshot+max(16<<20, snapshot)+roundBytes+2<<20) // CompactBytes, default
 				if most = max(most, disk); disk > bound {
 					t.Fatalf("round %d: the outbox occupies %d bytes, over its bound %d (snapshot %d)", r, disk, bound, snapshot)

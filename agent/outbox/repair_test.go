@@ -9,44 +9,26 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/journal"
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
-
-// logBuf collects log output from several goroutines.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // repairWatch tells a test when the outbox finished a round of payload repairs or a
 // background compaction, and what it logged.
 type repairWatch struct {
 	rounds   chan struct{}
 	compacts chan error
-	log      *logBuf
+	log      *testutil.SyncBuffer
 }
 
 // newRepairEnv opens an outbox that reports its repair rounds and background compactions
 // to the returned watch. Compactions run only when the test calls for one (or a repair
 // does), unless opts says otherwise.
 func newRepairEnv(t *testing.T, opts Options) (*env, *repairWatch) {
-	w := &repairWatch{rounds: make(chan struct{}, 10_000), compacts: make(chan error, 100), log: &logBuf{}}
+	w := &repairWatch{rounds: make(chan struct{}, 10_000), compacts: make(chan error, 100), log: &testutil.SyncBuffer{}}
 	opts.afterRepair = func() { w.rounds <- struct{}{} }
 	opts.afterCompact = func(err error) { w.compacts <- err }
 	opts.Logger = slog.New(slog.NewTextHandler(w.log, nil))

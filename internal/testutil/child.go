@@ -19,22 +19,13 @@ type Child struct {
 	lines chan string
 }
 
-// StartChild starts the running test binary again as a child (os.Args[0] with
-// -test.run=^$, as CrashChild, so that the package's TestMain or an init function, seeing
-// one of env, runs the child's workload), with env added to the parent's environment and
-// its stderr passed through. The child is SIGKILLed and waited for when t ends.
+// StartChild starts the running test binary again as a child (reexec, as CrashChild: the
+// package's TestMain or an init function, seeing one of env, runs the child's workload),
+// with env added to the parent's environment and its stderr passed through. The child is
+// SIGKILLed and waited for when t ends.
 func StartChild(t testing.TB, env ...string) *Child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, out := reexec(t, env)
 	c := &Child{t: t, cmd: cmd, lines: make(chan string, 4096)}
 	go func() {
 		defer close(c.lines)

@@ -3,12 +3,12 @@ package attack
 import (
 	"bytes"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
 // sampleEvery is the monitor's period: short enough to see a burst of descriptors or
@@ -125,7 +125,7 @@ func (m *monitor) read() sample {
 		ents, err = os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
 		x.fds = len(ents)
 	}
-	x.dataBytes = dirBytes(m.s.dataView)
+	x.dataBytes = testutil.DirFileBytes(m.s.dataView)
 	x.logBytes = int64(m.s.log.Len())
 	x.received = m.s.tr.received()
 	x.results = m.s.tr.bo.resultCount()
@@ -189,20 +189,4 @@ func vmRSS(pid int) (int64, error) {
 		return 0, fmt.Errorf("VmRSS %q: %w", line, err)
 	}
 	return kb << 10, nil
-}
-
-// dirBytes sums the sizes of the regular files under dir (files that vanish while it
-// walks count as gone).
-func dirBytes(dir string) int64 {
-	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return nil
-		}
-		if info, err := d.Info(); err == nil {
-			n += info.Size()
-		}
-		return nil
-	})
-	return n
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,27 +17,10 @@ import (
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/mqttlink"
 	"github.com/seed0e69bba5/faceagent/device/serial"
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// syncBuffer is written by Run's goroutine and read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestHelpDocumentsEveryKnob(t *testing.T) {
 	var out bytes.Buffer
@@ -71,10 +53,10 @@ func TestBadUsage(t *testing.T) {
 }
 
 // start runs facesim in the background and returns what it started.
-func start(t *testing.T, args ...string) (ready, context.CancelFunc, chan int, *syncBuffer, *syncBuffer) {
+func start(t *testing.T, args ...string) (ready, context.CancelFunc, chan int, *testutil.SyncBuffer, *testutil.SyncBuffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var stdout, stderr syncBuffer
+	var stdout, stderr testutil.SyncBuffer
 	readyc := make(chan ready, 1)
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, args, &stdout, &stderr, func(r ready) { readyc <- r }) }()

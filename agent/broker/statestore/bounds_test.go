@@ -8,11 +8,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/hlc"
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
 const quotaReply = "-ERR " + ErrTextQuota + "\r\n"
@@ -243,7 +243,7 @@ func TestSnapshotOverLoweredBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var logs logBuffer
+	var logs testutil.SyncBuffer
 	maxBytes := int64(4 * (6 + 100 + KeyOverhead))
 	s2, err := New(&Options{SnapshotPath: path, MaxKeySize: 64, MaxValueSize: 1 << 10, MaxBytes: maxBytes,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -301,22 +301,4 @@ func TestSnapshotLoadDropsFencesOnReservedKeys(t *testing.T) {
 	if got := do(s2, w).reply; got != "+OK\r\n" {
 		t.Fatalf("owner write on a key fenced before the restart: %q", got)
 	}
-}
-
-// logBuffer collects a test store's logs.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -108,7 +107,7 @@ func (w *soakWatch) sample() {
 	pid := w.pid
 	w.mu.Unlock()
 	rss, hwm, err := procMemory(pid)
-	disk := dirBytes(w.dataDir)
+	disk := testutil.DirFileBytes(w.dataDir)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.samples++
@@ -155,20 +154,6 @@ func procMemory(pid int) (rss, hwm int64, err error) {
 		return 0, 0, fmt.Errorf("/proc/%d/status: no VmRSS (a zombie?)", pid)
 	}
 	return rss, hwm, sc.Err()
-}
-
-// dirBytes is the size of the files under dir (0 when it does not exist yet).
-func dirBytes(dir string) int64 {
-	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if info, err := d.Info(); err == nil {
-				n += info.Size()
-			}
-		}
-		return nil // files come and go under a running broker (compaction)
-	})
-	return n
 }
 
 // soakAgent writes a broker-only config (extra: more [broker] keys) and starts faceagent.
