@@ -607,6 +607,11 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 
 	err := s.connectClient(cl, listener)
 	if err != nil {
+		// faceagent patch (DISCONNECT delivered): a client taken over while it was
+		// connecting (registered, its CONNACK not yet written) was sent a DISCONNECT, which
+		// leaves the connection to this reader's drain: without it the socket stayed open
+		// for good, its descriptor and agent/broker's slot before CONNACK with it.
+		cl.finishLinger()
 		return err
 	}
 	defer atomic.AddInt64(&s.Info.ClientsConnected, -1)
