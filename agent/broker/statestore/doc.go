@@ -97,7 +97,10 @@
 // msgp records each framed with its length and a CRC32C, written to a
 // temporary file, fsynced, renamed over the old snapshot, and the directory
 // fsynced. Changes arriving during a write are coalesced into the next one;
-// Close writes a final snapshot. A change of the persistent set is notified
+// Close writes a final snapshot. A write that fails (a full disk) is tried
+// again after a pause, 0.1 s doubling up to 5 s, until one succeeds, whether
+// or not more changes come; the failure is logged once, then once a minute,
+// and its end once. A change of the persistent set is notified
 // to watchers only once a snapshot holding it is on disk (DoDurable holds the
 // reply back likewise), so that no client acts on a change a crash would
 // undo; later changes of the same key queue behind it, so the per-key order

@@ -94,6 +94,8 @@ type Store struct {
 	waiters       []durableWaiter      // DoDurable callers waiting for a snapshot
 	deferred      []deferredNote       // notifications waiting for their snapshot, in order
 	deferredBy    map[string]int       // how many of deferred are for each key
+	// While snapshot writes fail: since when, and when that was last logged.
+	snapshotFailedSince, snapshotFailLogged time.Time
 
 	wakeSweeper chan struct{} // cap 1: the earliest deadline changed
 	wakePersist chan struct{} // cap 1: the persistent set changed
