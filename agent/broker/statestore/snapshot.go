@@ -2,6 +2,7 @@ package statestore
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -393,6 +394,7 @@ type durableWaiter struct {
 	reply   []byte
 	version hlc.Timestamp
 	done    func(reply []byte, version hlc.Timestamp, err error)
+	cost    int64 // counted in Store.bytes while it waits
 }
 
 // takeWaiters removes and returns the waiters satisfied by seq. Called with
@@ -403,6 +405,7 @@ func (s *Store) takeWaiters(seq uint64) []durableWaiter {
 	for _, w := range s.waiters {
 		if w.seq <= seq {
 			ready = append(ready, w)
+			s.bytes -= w.cost
 		} else {
 			kept = append(kept, w)
 		}
@@ -420,8 +423,15 @@ func (s *Store) takeWaiters(seq uint64) []durableWaiter {
 // change is fsynced — or with the error at Close if none could be written —
 // passing it the reply and version DoDurable returned. Otherwise wait is
 // false and done is never called. done must not block.
+//
+// While it waits, the answer counts against MaxBytes with Request.WaitBytes
+// (WaiterOverhead): a change that would take the store past MaxBytes with what
+// waits for its snapshot is refused, so that while snapshot writes fail the
+// answers and notifications waiting stay within the bound.
 func (s *Store) DoDurable(req *Request, dst []byte, done func(reply []byte, version hlc.Timestamp, err error)) (out []byte, version hlc.Timestamp, wait bool) {
+	req.durable = done != nil
 	out, version = s.Do(req, dst)
+	req.durable = false
 	if req.persistSeq == 0 || done == nil {
 		return out, version, false
 	}
@@ -430,7 +440,10 @@ func (s *Store) DoDurable(req *Request, dst []byte, done func(reply []byte, vers
 	if s.durableSeq >= req.persistSeq {
 		return out, version, false // a snapshot already took it
 	}
-	s.waiters = append(s.waiters, durableWaiter{req.persistSeq, out, version, done})
+	reply := bytes.Clone(out) // not out's spare capacity (a caller's buffer sized for the request)
+	cost := waiterCost(len(reply), req.WaitBytes)
+	s.bytes += cost
+	s.waiters = append(s.waiters, durableWaiter{req.persistSeq, reply, version, done, cost})
 	return out, version, true
 }
 
