@@ -724,12 +724,14 @@ func (s *Server) connectClient(cl *Client, listener string) (err error) {
 			atomic.AddInt64(&s.Info.ClientsConnected, -1)
 			// faceagent patch (end of a failed connection): a client that took its session
 			// (registered) but whose CONNACK or resend failed ends as one that connected
-			// and left: the hooks saw OnSessionEstablish and get OnDisconnect, expiring
-			// the session as clientGone would. Upstream told them nothing, and a hook
-			// keeping state from OnSessionEstablish to OnSessionEstablished or
-			// OnDisconnect (agent/broker's takeover guard) kept it, and the client, for
-			// good. (A refusal by WaitBeforeConnack tells them itself, expire false.)
+			// and left: stopped (nothing more is written to it: no PUBLISH before a CONNACK),
+			// then the hooks, which saw OnSessionEstablish, get OnDisconnect, expiring the
+			// session as clientGone would. Upstream told them nothing, and a hook keeping
+			// state from OnSessionEstablish to OnSessionEstablished or OnDisconnect
+			// (agent/broker's takeover guard) kept it, and the client, for good. (A refusal
+			// by WaitBeforeConnack tells them itself, expire false.)
 			if registered {
+				cl.Stop(err)
 				s.hooks.OnDisconnect(cl, err, (cl.Properties.ProtocolVersion == 5 && cl.Properties.Props.SessionExpiryInterval == 0) ||
 					(cl.Properties.ProtocolVersion < 5 && cl.Properties.Clean))
 			}
