@@ -127,3 +127,56 @@ func TestFailedTakeoverKeepsWhatWasRoutedMeanwhile(t *testing.T) {
 		delete(want, got)
 	}
 }
+
+// TestConnectionChurnLeavesNothingBehind: a daemon sees clients come and go for years.
+// After rounds of clean connections, kept sessions taken over by connections whose CONNACK
+// failed, KEYNOTIFY watchers and persistent changes, all of them gone, nothing kept per
+// connection or per client id is left: the takeover guard's maps, the state store
+// service's notifiers and counts of answers due, the claims of client ids, the listener's
+// connections.
+func TestConnectionChurnLeavesNothingBehind(t *testing.T) {
+	b := startBroker(t, Options{DataDir: t.TempDir()})
+	for i := range 20 {
+		id := fmt.Sprintf("churn-%d", i)
+		c := dial(t, b.Addr(), id, dialOptions{})
+		if r := c.do(cmd("KEYNOTIFY", "k"), req{}); string(r.Payload) != "+OK\r\n" {
+			t.Fatalf("KEYNOTIFY: %q", r.Payload)
+		}
+		c.close()
+
+		kept := dial(t, b.Addr(), "kept", dialOptions{sessionExpiry: 3600})
+		if r := kept.do(cmd("SET", "k", id), req{persist: true}); string(r.Payload) != "+OK\r\n" {
+			t.Fatalf("SET: %q", r.Payload)
+		}
+		takeoverWithTinyMaxPacket(t, b.Addr(), "kept")
+		kept.close()
+	}
+	deadline := time.Now().Add(waitFor)
+	for {
+		in, st := guardEntries(b.takeover)
+		b.service.mu.Lock()
+		notifiers := len(b.service.notifiers)
+		b.service.mu.Unlock()
+		b.service.answers.mu.Lock()
+		answers := len(b.service.answers.pending)
+		b.service.answers.mu.Unlock()
+		owners := b.auth.owners
+		owners.mu.Lock()
+		claims := 0
+		for _, c := range owners.claims {
+			if owners.live(c) {
+				claims++
+			}
+		}
+		owners.mu.Unlock()
+		open, connecting := b.listener.counts()
+		if in+st+notifiers+answers+claims+open+connecting == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left behind: takeovers %d (settling %d), notifiers %d, counts of answers %d, claims %d, connections %d (%d before CONNACK)",
+				in, st, notifiers, answers, claims, open, connecting)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
