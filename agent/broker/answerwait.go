@@ -28,20 +28,23 @@ import (
 var errAnswersPending = errors.New("state store: answers to persistent changes not yet published")
 
 // answerWaits counts, per connection, the answers to its persistent changes that the
-// persistence goroutine has not published yet.
+// persistence goroutine has not published yet. An answer's callback holds its count
+// (answersDue), never the connection: while snapshot writes fail an answer may wait for
+// hours, and a connection that left meanwhile is forgotten (forget) rather than kept with
+// its queues until then.
 type answerWaits struct {
 	mu      sync.Mutex
 	pending map[*mqtt.Client]*answersDue
 }
 
 type answersDue struct {
-	n    int           // requests counted minus answers published (below 0 only briefly: see add)
+	n    int           // answers counted and not yet published
 	idle chan struct{} // closed when n comes back to 0; made by the first waiter
 }
 
-// add counts d answers due to cl (1 on the read loop once DoDurable says it waits, -1 from
-// the persistence goroutine once one is published, which may come first).
-func (a *answerWaits) add(cl *mqtt.Client, d int) {
+// due counts one answer due to cl, before the request that needs it is served (the
+// persistence goroutine may answer at once), and returns the count for answered.
+func (a *answerWaits) due(cl *mqtt.Client) *answersDue {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	w := a.pending[cl]
@@ -52,28 +55,46 @@ func (a *answerWaits) add(cl *mqtt.Client, d int) {
 		w = &answersDue{}
 		a.pending[cl] = w
 	}
-	w.n += d
-	if w.n == 0 {
-		if w.idle != nil {
-			close(w.idle)
-		}
-		delete(a.pending, cl)
+	w.n++
+	return w
+}
+
+// answered takes one answer off w: published, or not due after all (the request needed
+// no snapshot).
+func (a *answerWaits) answered(w *answersDue) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if w.n--; w.n == 0 && w.idle != nil {
+		close(w.idle)
+		w.idle = nil
 	}
 }
 
-// idle returns a channel closed once cl has no answer due; nil when it has none now. On
-// cl's read loop every request it counted came before, so the count is not below 0.
+// idle returns a channel closed once cl has no answer due; nil when it has none now (its
+// entry then goes).
 func (a *answerWaits) idle(cl *mqtt.Client) <-chan struct{} {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	w := a.pending[cl]
-	if w == nil || w.n <= 0 {
+	if w == nil {
+		return nil
+	}
+	if w.n <= 0 {
+		delete(a.pending, cl)
 		return nil
 	}
 	if w.idle == nil {
 		w.idle = make(chan struct{})
 	}
 	return w.idle
+}
+
+// forget drops cl's count: cl has left, nothing more is acknowledged to it (mochi flushes
+// its held acknowledgements before OnDisconnect).
+func (a *answerWaits) forget(cl *mqtt.Client) {
+	a.mu.Lock()
+	delete(a.pending, cl)
+	a.mu.Unlock()
 }
 
 // waitsForAnswer reports whether cl's PUBACKs wait for the answers to its persistent

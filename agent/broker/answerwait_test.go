@@ -12,8 +12,7 @@ import (
 // published, and otherwise with errAnswersPending (mochi then writes none of the held
 // PUBACKs and disconnects the client): after the bound (WriteTimeout) when the snapshot is
 // not written, at once for a closed connection, and when the broker closes. A connection
-// with nothing due does not wait, nor does one whose answers came before its requests were
-// counted (the persistence goroutine may answer before the read loop counts).
+// with nothing due does not wait, nor does one whose request needed no snapshot after all.
 func TestAnswerWaitEnds(t *testing.T) {
 	const bound = 200 * time.Millisecond
 	b := startBroker(t, Options{DataDir: t.TempDir(), WriteTimeout: bound})
@@ -47,43 +46,41 @@ func TestAnswerWaitEnds(t *testing.T) {
 		t.Fatalf("nothing due: %v", err)
 	}
 
-	early := newConn("early")
-	s.answers.add(early, -1) // answered before the read loop counted it
-	s.answers.add(early, 1)
-	if err := result("answered before counted", wait(early), waitFor); err != nil {
-		t.Fatalf("answered before counted: %v", err)
+	notDue := newConn("not-due")
+	s.answers.answered(s.answers.due(notDue)) // the request needed no snapshot after all
+	if err := result("not due after all", wait(notDue), waitFor); err != nil {
+		t.Fatalf("not due after all: %v", err)
 	}
 
 	answered := newConn("answered")
-	s.answers.add(answered, 1)
-	s.answers.add(answered, 1)
+	first, second := s.answers.due(answered), s.answers.due(answered)
 	done := wait(answered)
-	s.answers.add(answered, -1)
+	s.answers.answered(first)
 	select {
 	case err := <-done:
 		t.Fatalf("returned (%v) with one answer still due", err)
 	case <-time.After(bound / 4):
 	}
-	s.answers.add(answered, -1)
+	s.answers.answered(second)
 	if err := result("answers published", done, waitFor); err != nil {
 		t.Fatalf("answers published: %v", err)
 	}
 
 	unanswered := newConn("unanswered")
-	s.answers.add(unanswered, 1)
+	s.answers.due(unanswered)
 	if err := result("never answered", wait(unanswered), bound+waitFor); !errors.Is(err, errAnswersPending) {
 		t.Fatalf("never answered: %v, want %v", err, errAnswersPending)
 	}
 
 	closed := newConn("closed")
-	s.answers.add(closed, 1)
+	s.answers.due(closed)
 	closed.Stop(errors.New("gone"))
 	if err := result("closed connection", wait(closed), bound/2); !errors.Is(err, errAnswersPending) {
 		t.Fatalf("closed connection: %v, want %v", err, errAnswersPending)
 	}
 
 	closing := newConn("closing")
-	s.answers.add(closing, 1)
+	s.answers.due(closing)
 	done = wait(closing)
 	s.shutdown()
 	if err := result("broker closing", done, bound/2); !errors.Is(err, errAnswersPending) {

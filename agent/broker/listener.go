@@ -190,10 +190,10 @@ func (l *tcpListener) admit(conn net.Conn, maxOpen int, establish listeners.Esta
 	if reason != "" {
 		open, connecting := len(l.conns), l.connecting
 		l.mu.Unlock()
+		refused := l.refused.Add(1) // before the close: its peer, seeing it, sees the count
 		_ = conn.Close()
-		l.refused.Add(1)
 		l.log.Warn("broker: connection closed at accept", "reason", reason, "remote", conn.RemoteAddr().String(),
-			"open", open, "connecting", connecting, "refused_total", l.refused.Load())
+			"open", open, "connecting", connecting, "refused_total", refused)
 		return true
 	}
 	dc := &deadlineConn{Conn: conn, l: l}

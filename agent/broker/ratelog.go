@@ -25,6 +25,10 @@ const (
 	logMaxValue = 256
 	// logMaxReasonKey bounds how much of an error message tells reasons apart.
 	logMaxReasonKey = 96
+	// logForgetAfter: a reason with lines held back that has not come again for this long
+	// gives its slot up (their count unreported), so that reasons that came and went cannot
+	// keep every slot taken.
+	logForgetAfter = time.Minute
 )
 
 // logLimiter remembers when each reason was last logged and how many lines of it were held
@@ -80,10 +84,11 @@ func (l *logLimiter) allow(reason string) (ok bool, suppressed int) {
 	return true, n
 }
 
-// prune forgets reasons last logged more than an interval ago with nothing held back.
+// prune forgets reasons last logged more than an interval ago with nothing held back, and
+// those with lines held back that have not come again for logForgetAfter.
 func (l *logLimiter) prune(now time.Time) {
 	for k, r := range l.reasons {
-		if r.suppressed == 0 && now.Sub(r.last) >= l.every {
+		if age := now.Sub(r.last); age >= l.every && (r.suppressed == 0 || age >= max(logForgetAfter, l.every)) {
 			delete(l.reasons, k)
 		}
 	}

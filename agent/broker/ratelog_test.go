@@ -143,3 +143,28 @@ func TestLimitedHandler(t *testing.T) {
 		t.Errorf("%d lines of %d distinct reasons, want %d (the rest share one slot)", n, 10*logMaxReasons, logMaxReasons+1)
 	}
 }
+
+// TestLimiterForgetsReasonsThatStopped: a reason that was held back and then stopped keeps
+// its slot only for a while. Before, such a reason kept it until it came again, if ever:
+// once logMaxReasons of them had come and gone (an error text with a peer's address and
+// port, twice in a second, is enough), every new reason shared one slot for good, one line
+// a second for all of them, so a new fault's lines were lost among an attacker's.
+func TestLimiterForgetsReasonsThatStopped(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l := limiterAt(&now)
+	for i := range logMaxReasons {
+		reason := fmt.Sprintf("reason %d", i)
+		if ok, _ := l.allow(reason); !ok {
+			t.Fatalf("%s: first line held back", reason)
+		}
+		if ok, _ := l.allow(reason); ok { // held back: counted, to be reported by its next line
+			t.Fatalf("%s: second line within a second passed", reason)
+		}
+	}
+	now = now.Add(logForgetAfter)
+	for i := range 3 {
+		if ok, _ := l.allow(fmt.Sprintf("new reason %d", i)); !ok {
+			t.Fatalf("new reason %d held back: the slots of reasons gone for %v are still taken", i, logForgetAfter)
+		}
+	}
+}

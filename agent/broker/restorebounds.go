@@ -16,8 +16,9 @@ import (
 // It sees every change as the journal replays it, in the journal's order, and keeps a put
 // only if the state so far leaves room for it (mochi's counting, bounds.go in the fork):
 //
-//   - a client id takes one of MaxClients slots with its first record of any kind; the
-//     records of a client id beyond them are dropped, the whole session;
+//   - a client id takes one of MaxClients slots with its first record of any kind, and
+//     gives it back when all its records are deleted (the session ended); the records of
+//     a client id beyond them are dropped, the whole session;
 //   - a subscription beyond a session's MaxSubscriptions, or one, a message or a will
 //     (the client record) beyond its MaxSessionBytes or MaxQueuedBytes over all sessions,
 //     is dropped: the newest, as a full session drops new messages at run time;
@@ -45,6 +46,7 @@ type restoreBounds struct {
 type restoreSession struct {
 	bytes         int64
 	subscriptions int
+	records       int  // records kept and not deleted since: at 0 the slot is free again
 	refused       bool // beyond MaxClients: every record dropped
 }
 
@@ -79,6 +81,7 @@ func (r *restoreBounds) admit(op sessionOp) bool {
 		if had {
 			r.account(r.sessions[client], kind, -old)
 			delete(r.cost, op.key)
+			r.forget(client, kind)
 		}
 		return true // a record never kept: nothing to delete
 	}
@@ -98,7 +101,24 @@ func (r *restoreBounds) admit(op sessionOp) bool {
 	}
 	r.account(s, kind, cost-old)
 	r.cost[op.key] = cost
+	if !had && s != nil {
+		s.records++
+	}
 	return true
+}
+
+// forget notes that a kept record of client was deleted. A session whose records are all
+// deleted has ended: its slot goes, as mochi forgets an ended session, so that sessions
+// that came and went earlier in the journal do not count against MaxClients.
+func (r *restoreBounds) forget(client string, kind byte) {
+	if kind == kindRetained {
+		return
+	}
+	if s := r.sessions[client]; s != nil && !s.refused {
+		if s.records--; s.records <= 0 {
+			delete(r.sessions, client)
+		}
+	}
 }
 
 // session returns client's slot, taking one if it has none and one is free (a client

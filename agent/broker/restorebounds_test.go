@@ -119,3 +119,45 @@ func TestRestartHoldsTheJournalToTheBounds(t *testing.T) {
 		t.Errorf("the next start restored a different state")
 	}
 }
+
+// TestRestartCountsOnlyLiveSessions: max_clients counts the client ids the journal holds
+// sessions of at the end of the replay's step, not every id it ever held one of. Sessions
+// that came and went since the last compaction (a tool run with a fresh id and a session
+// expiry, a client that started clean) took a slot each, for good: a session kept after
+// max_clients of them was dropped at the next start, though the broker held only it.
+func TestRestartCountsOnlyLiveSessions(t *testing.T) {
+	dir := t.TempDir()
+	o := Options{Listen: "127.0.0.1:0", AllowAnonymous: true, DataDir: dir, MaxClients: 3}
+	b1, err := New(&o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b1.Start(); err != nil {
+		t.Fatal(err)
+	}
+	clean := true
+	for i := range 5 {
+		id := fmt.Sprintf("gone-%d", i)
+		dial(t, b1.Addr(), id, dialOptions{sessionExpiry: 3600, noSubscribe: true, subscribe: []string{"t"}}).close()
+		// A clean start with no session expiry ends the kept session: its records are deleted.
+		dial(t, b1.Addr(), id, dialOptions{cleanStart: &clean, noSubscribe: true}).close()
+	}
+	dial(t, b1.Addr(), "kept", dialOptions{sessionExpiry: 3600, noSubscribe: true, subscribe: []string{"t"}}).close()
+	if err := b1.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	var logs logBuffer
+	o.Logger = logs.logger()
+	b2 := startBroker(t, o)
+	cl, ok := b2.Server().Clients.Get("kept")
+	if !ok {
+		t.Fatalf("the only session kept was dropped at start:\n%s", logs.String())
+	}
+	if n := cl.State.Subscriptions.Len(); n != 1 {
+		t.Errorf("kept has %d subscriptions, want 1", n)
+	}
+	if strings.Contains(logs.String(), "holds more than") {
+		t.Errorf("something was dropped at start:\n%s", logs.String())
+	}
+}

@@ -253,23 +253,34 @@ func (s *service) serve(cl *mqtt.Client, pk *packets.Packet) {
 		// A change of a persistent key is answered once it is on disk; the
 		// persistence goroutine sends that response, not this read loop, and the
 		// request's PUBACK waits for it (answerwait.go).
+		// The answer may wait for a snapshot for long (a full disk): it keeps copies of its
+		// address, not the request's packet (mochi decodes both as views into it), and its
+		// count, not the connection. They count against the store's MaxBytes meanwhile.
 		to := responseTo{clientID: cl.ID, topic: pk.Properties.ResponseTopic,
 			correlation: pk.Properties.CorrelationData, expiresAt: requestExpiry(pk)}
-		counted := s.waitsForAnswer(cl)
+		later := to
+		later.clientID = strings.Clone(to.clientID)
+		later.topic = strings.Clone(to.topic)
+		later.correlation = bytes.Clone(to.correlation)
+		req.WaitBytes = len(later.clientID) + len(later.topic) + len(later.correlation)
+		var due *answersDue
+		if s.waitsForAnswer(cl) {
+			due = s.answers.due(cl)
+		}
 		out, v, wait := s.store.DoDurable(&req, out, func(reply []byte, v hlc.Timestamp, err error) {
 			if err != nil {
-				s.log.Error("state store: persistent change answered without a snapshot", "client", to.clientID, "error", err)
+				s.log.Error("state store: persistent change answered without a snapshot", "client", later.clientID, "error", err)
 			}
-			s.respond(to, reply, v)
-			if counted {
-				s.answers.add(cl, -1)
+			s.respond(later, reply, v)
+			if due != nil {
+				s.answers.answered(due)
 			}
 		})
 		if wait {
-			if counted {
-				s.answers.add(cl, 1)
-			}
 			return
+		}
+		if due != nil {
+			s.answers.answered(due)
 		}
 		s.respond(to, out, v)
 		return
@@ -348,6 +359,7 @@ func isKeyNotify(payload []byte) bool {
 // the old connection, possibly after the new one registered (docs/design.md
 // "Library facts").
 func (s *service) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
+	s.answers.forget(cl)
 	s.mu.Lock()
 	n := s.notifiers[cl]
 	delete(s.notifiers, cl)

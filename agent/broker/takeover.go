@@ -139,9 +139,10 @@ func (g *takeoverGuard) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) 
 	}
 }
 
-// OnDisconnect forgets a takeover whose new client failed before it was established, and
-// holds an old client whose session mochi would otherwise remove until its takeover marked
-// it (see settling).
+// OnDisconnect forgets a takeover whose new client failed before it was established (mochi,
+// patched, tells the hooks of that end too: "end of a failed connection"), and holds an old
+// client whose session mochi would otherwise remove until its takeover marked it (see
+// settling).
 func (g *takeoverGuard) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 	g.settled(cl)
 	g.mu.Lock()
@@ -155,10 +156,24 @@ func (g *takeoverGuard) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 		}
 	}
 	g.mu.Lock()
-	if t, ok := g.incoming[cl.ID]; ok && t.next == cl {
+	t, ok := g.incoming[cl.ID]
+	if ok && t.next == cl {
 		delete(g.incoming, cl.ID)
+	} else {
+		ok = false
 	}
 	g.mu.Unlock()
+	// A client that took a kept session over and ended before it was established (its
+	// CONNACK could not be written) holds that session: mochi registered it. What was routed
+	// to the connection it took over is the session's, as OnSessionEstablished would have
+	// delivered it; it is sent when the client resumes.
+	if ok && !expire {
+		if held, found := g.srv.Clients.Get(cl.ID); found && held == cl {
+			for _, pk := range t.pending {
+				g.deliver(cl, pk)
+			}
+		}
+	}
 }
 
 func (g *takeoverGuard) rescue(old *mqtt.Client, pk packets.Packet) {

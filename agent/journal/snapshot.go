@@ -74,8 +74,13 @@ func (j *Journal) WriteSnapshot(cp Checkpoint, write func(emit func(rec []byte) 
 	if cp.Segment <= first {
 		return nil // nothing older to replace
 	}
-	off, _, err := j.writeSnapshotFile(cp.Segment, write)
+	off, renamed, err := j.writeSnapshotFile(cp.Segment, write)
 	if err != nil {
+		if renamed {
+			// In place but not known durable, and not recorded: the segments it would
+			// replace stay, and nothing else would delete it before the next Open.
+			_ = j.fs.Remove(j.snapPath(cp.Segment))
+		}
 		return err
 	}
 	// The snapshot is durable: the files it replaces can go. A crash from here on leaves

@@ -607,6 +607,11 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 
 	err := s.connectClient(cl, listener)
 	if err != nil {
+		// faceagent patch (DISCONNECT delivered): a client taken over while it was
+		// connecting (registered, its CONNACK not yet written) was sent a DISCONNECT, which
+		// leaves the connection to this reader's drain: without it the socket stayed open
+		// for good, its descriptor and agent/broker's slot before CONNACK with it.
+		cl.finishLinger()
 		return err
 	}
 	defer atomic.AddInt64(&s.Info.ClientsConnected, -1)
@@ -656,7 +661,7 @@ func (s *Server) clientGone(cl *Client, listener string, err error) error {
 // connection and kept its stack from shrinking below 16 KiB.
 //
 //go:noinline
-func (s *Server) connectClient(cl *Client, listener string) error {
+func (s *Server) connectClient(cl *Client, listener string) (err error) {
 	defer cl.releaseInbound() // faceagent patch (byte bounds): a large CONNECT's budget (readPacket)
 	pk, err := s.readConnectionPacket(cl)
 	if err != nil {
@@ -713,10 +718,23 @@ func (s *Server) connectClient(cl *Client, listener string) error {
 	}
 
 	atomic.AddInt64(&s.Info.ClientsConnected, 1)
-	connected := false
+	connected, registered := false, false
 	defer func() {
 		if !connected {
 			atomic.AddInt64(&s.Info.ClientsConnected, -1)
+			// faceagent patch (end of a failed connection): a client that took its session
+			// (registered) but whose CONNACK or resend failed ends as one that connected
+			// and left: stopped (nothing more is written to it: no PUBLISH before a CONNACK),
+			// then the hooks, which saw OnSessionEstablish, get OnDisconnect, expiring the
+			// session as clientGone would. Upstream told them nothing, and a hook keeping
+			// state from OnSessionEstablish to OnSessionEstablished or OnDisconnect
+			// (agent/broker's takeover guard) kept it, and the client, for good. (A refusal
+			// by WaitBeforeConnack tells them itself, expire false.)
+			if registered {
+				cl.Stop(err)
+				s.hooks.OnDisconnect(cl, err, (cl.Properties.ProtocolVersion == 5 && cl.Properties.Props.SessionExpiryInterval == 0) ||
+					(cl.Properties.ProtocolVersion < 5 && cl.Properties.Clean))
+			}
 			s.connectFailed(cl) // faceagent patch (byte bounds)
 		}
 	}()
@@ -728,6 +746,7 @@ func (s *Server) connectClient(cl *Client, listener string) error {
 
 	sessionPresent := s.inheritClientSession(pk, cl)
 	s.Clients.Add(cl) // [MQTT-4.1.0-1]
+	registered = true
 
 	err = s.SendConnack(cl, code, sessionPresent, nil) // [MQTT-3.1.4-5] [MQTT-3.2.0-1] [MQTT-3.2.0-2] &[MQTT-3.14.0-1]
 	if err != nil {

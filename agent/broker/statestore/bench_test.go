@@ -2,6 +2,8 @@ package statestore
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -152,3 +154,47 @@ func BenchmarkMemoryPerRegistration(b *testing.B) {
 type countingWatcher struct{ n int }
 
 func (w *countingWatcher) Notify(string, Op, []byte, hlc.Timestamp) { w.n++ }
+
+// BenchmarkMemoryPerWaitingChange changes one watched persistent key many times while no
+// snapshot can be written (its directory is gone), each change a DoDurable request, and
+// reports the heap bytes per change beyond the value each notification keeps: the deferred
+// notification and the answer waiting, which DeferredOverhead and WaiterOverhead must cover
+// together (the caller's done is a function without state here).
+func BenchmarkMemoryPerWaitingChange(b *testing.B) {
+	const changes = 20_000
+	value := make([]byte, 64)
+	done := func([]byte, hlc.Timestamp, error) {}
+	for b.Loop() {
+		dir := filepath.Join(b.TempDir(), "data")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			b.Fatal(err)
+		}
+		s, err := New(&Options{SnapshotPath: filepath.Join(dir, "s")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.Do(&Request{Payload: cmd("KEYNOTIFY", "cfg"), Watcher: &countingWatcher{}}, nil)
+		if err := os.RemoveAll(dir); err != nil {
+			b.Fatal(err)
+		}
+		payload := cmd("SET", "cfg", string(value))
+		ts := nowTS()
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for range changes {
+			s.DoDurable(&Request{Payload: payload, Timestamp: ts, HasTimestamp: true, Persist: true}, nil, done)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		s.mu.Lock()
+		if len(s.deferred) != changes || len(s.waiters) != changes {
+			b.Fatalf("%d notifications and %d answers wait, want %d each", len(s.deferred), len(s.waiters), changes)
+		}
+		s.mu.Unlock()
+		perChange := float64(after.HeapAlloc-before.HeapAlloc) / changes
+		b.ReportMetric(perChange, "B/change")
+		b.ReportMetric(perChange-float64(len(value)), "overhead-B/change")
+		s.Close()
+	}
+}

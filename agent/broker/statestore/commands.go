@@ -38,8 +38,13 @@ type Request struct {
 	// Options.ReservedPrefixes: it may write keys under them. Never set it for
 	// a request that came from a network client.
 	Owner bool
+	// WaitBytes, for DoDurable, is what the caller's done holds until it is
+	// called (the address of the answer, say). It counts against MaxBytes
+	// with the waiting answer (see WaiterOverhead).
+	WaitBytes int
 
 	persistSeq uint64 // set by Do: the change of the persistent set it made
+	durable    bool   // set by DoDurable: a change of the persistent set waits for its snapshot
 }
 
 // KeyAccess authorizes a request's key. write is true for SET, DEL and VDEL,
@@ -197,7 +202,11 @@ func (s *Store) set(req *Request, args [][]byte, dst []byte) ([]byte, hlc.Timest
 	} else {
 		grow -= e.cost()
 	}
-	if bounded && s.maxBytes > 0 && grow > 0 && s.bytes+grow > s.maxBytes {
+	// What waits for the change's snapshot counts too (pendingCost): while snapshot writes
+	// fail, the answers and notifications waiting fill the store, not the heap.
+	persistChange := s.snapshot != nil && (req.Persist || (e != nil && e.persist))
+	pending := s.pendingCost(req, key, len(value), persistChange)
+	if bounded && s.maxBytes > 0 && grow+pending > 0 && s.bytes+grow+pending > s.maxBytes {
 		return appendErr(dst, s.refuse(BoundBytes)), none
 	}
 	version, err := s.clock.Update(ts)

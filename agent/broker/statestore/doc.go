@@ -56,7 +56,13 @@
 //     node id when it is fenced; for each KEYNOTIFY registration its key
 //     bytes plus RegistrationOverhead (160, BenchmarkMemoryPerRegistration
 //     measures 134), whether or not the key exists. Registrations of one key
-//     share one copy of it.
+//     share one copy of it. And what waits for a snapshot: a notification of a
+//     persistent change (or queued behind one) with its key and value bytes
+//     plus DeferredOverhead, the answer DoDurable holds back with its reply and
+//     Request.WaitBytes plus WaiterOverhead (160 each; 213 together measured,
+//     BenchmarkMemoryPerWaitingChange). A change that would take the store
+//     past MaxBytes with them is refused: while snapshot writes fail, those
+//     fill the store, not the heap.
 //   - MaxKeys, MaxValueSize.
 //   - MaxKeySize: one key, in every command (GET, DEL and KEYNOTIFY of a key
 //     that could never be stored are refused as SET is).
@@ -97,7 +103,10 @@
 // msgp records each framed with its length and a CRC32C, written to a
 // temporary file, fsynced, renamed over the old snapshot, and the directory
 // fsynced. Changes arriving during a write are coalesced into the next one;
-// Close writes a final snapshot. A change of the persistent set is notified
+// Close writes a final snapshot. A write that fails (a full disk) is tried
+// again after a pause, 0.1 s doubling up to 5 s, until one succeeds, whether
+// or not more changes come; the failure is logged once, then once a minute,
+// and its end once. A change of the persistent set is notified
 // to watchers only once a snapshot holding it is on disk (DoDurable holds the
 // reply back likewise), so that no client acts on a change a crash would
 // undo; later changes of the same key queue behind it, so the per-key order
@@ -124,8 +133,9 @@
 //     reaches the disk; GET shows it at once too (as in the real service's
 //     memory-first store). Only notifications and DoDurable wait for the
 //     disk. While snapshot writes fail, the notifications of persistent
-//     changes wait in memory (one per change of a watched key) and are
-//     dropped, with an error logged, if Close cannot write the snapshot. The snapshot rewrites every persistent key, which
+//     changes wait in memory (one per change of a watched key, within
+//     MaxBytes) and are dropped, with an error logged, if Close cannot write
+//     the snapshot. The snapshot rewrites every persistent key, which
 //     suits the few configuration and lease keys it is meant for, not
 //     hundreds of thousands of persistent keys; a persistent write costs a
 //     snapshot write and two fsyncs of latency (writes in the meantime are

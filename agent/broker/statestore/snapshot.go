@@ -2,6 +2,7 @@ package statestore
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/seed0e69bba5/faceagent/hlc"
 )
@@ -353,16 +355,33 @@ func (s *Store) writeSnapshot() error {
 	}, recs)
 	if err != nil {
 		s.mu.Lock()
-		s.dirty = true // try again on the next change or at Close
+		s.dirty = true // tried again by persistLoop (after a pause), on the next change, or at Close
+		logNow := s.snapshotFailedSince.IsZero() || time.Since(s.snapshotFailLogged) >= snapshotFailLogEvery
+		if s.snapshotFailedSince.IsZero() {
+			s.snapshotFailedSince = time.Now()
+		}
+		if logNow {
+			s.snapshotFailLogged = time.Now()
+		}
+		since := s.snapshotFailedSince
 		s.mu.Unlock()
-		s.log.Error("statestore: snapshot write failed", "path", s.snapshot.path, "error", err)
+		if logNow {
+			s.log.Error("statestore: snapshot write failed; retrying", "path", s.snapshot.path, "error", err,
+				"since", since.Format(time.RFC3339))
+		}
 		return err
 	}
 	s.mu.Lock()
 	s.durableSeq = seq
 	ready := s.takeWaiters(seq)
 	s.releaseDeferred(seq)
+	failedSince := s.snapshotFailedSince
+	s.snapshotFailedSince = time.Time{}
 	s.mu.Unlock()
+	if !failedSince.IsZero() {
+		s.log.Warn("statestore: snapshot written again", "path", s.snapshot.path,
+			"after", time.Since(failedSince).Round(time.Millisecond))
+	}
 	for _, w := range ready {
 		w.done(w.reply, w.version, nil)
 	}
@@ -375,6 +394,7 @@ type durableWaiter struct {
 	reply   []byte
 	version hlc.Timestamp
 	done    func(reply []byte, version hlc.Timestamp, err error)
+	cost    int64 // counted in Store.bytes while it waits
 }
 
 // takeWaiters removes and returns the waiters satisfied by seq. Called with
@@ -385,6 +405,7 @@ func (s *Store) takeWaiters(seq uint64) []durableWaiter {
 	for _, w := range s.waiters {
 		if w.seq <= seq {
 			ready = append(ready, w)
+			s.bytes -= w.cost
 		} else {
 			kept = append(kept, w)
 		}
@@ -402,8 +423,15 @@ func (s *Store) takeWaiters(seq uint64) []durableWaiter {
 // change is fsynced — or with the error at Close if none could be written —
 // passing it the reply and version DoDurable returned. Otherwise wait is
 // false and done is never called. done must not block.
+//
+// While it waits, the answer counts against MaxBytes with Request.WaitBytes
+// (WaiterOverhead): a change that would take the store past MaxBytes with what
+// waits for its snapshot is refused, so that while snapshot writes fail the
+// answers and notifications waiting stay within the bound.
 func (s *Store) DoDurable(req *Request, dst []byte, done func(reply []byte, version hlc.Timestamp, err error)) (out []byte, version hlc.Timestamp, wait bool) {
+	req.durable = done != nil
 	out, version = s.Do(req, dst)
+	req.durable = false
 	if req.persistSeq == 0 || done == nil {
 		return out, version, false
 	}
@@ -412,22 +440,48 @@ func (s *Store) DoDurable(req *Request, dst []byte, done func(reply []byte, vers
 	if s.durableSeq >= req.persistSeq {
 		return out, version, false // a snapshot already took it
 	}
-	s.waiters = append(s.waiters, durableWaiter{req.persistSeq, out, version, done})
+	reply := bytes.Clone(out) // not out's spare capacity (a caller's buffer sized for the request)
+	cost := waiterCost(len(reply), req.WaitBytes)
+	s.bytes += cost
+	s.waiters = append(s.waiters, durableWaiter{req.persistSeq, reply, version, done, cost})
 	return out, version, true
 }
 
+// Pauses before a failed snapshot write is tried again (doubling from the first to the
+// last), and how often a failure that lasts is logged.
+const (
+	snapshotRetryFirst   = 100 * time.Millisecond
+	snapshotRetryMax     = 5 * time.Second
+	snapshotFailLogEvery = time.Minute
+)
+
 // persistLoop writes snapshots off the request path: requests only mark the
 // store dirty, so a client's read loop never waits for the disk. Changes that
-// arrive while a snapshot is being written are coalesced into the next one.
+// arrive while a snapshot is being written are coalesced into the next one. A
+// write that failed is tried again after a pause (snapshotRetryFirst, doubling
+// up to snapshotRetryMax) until one succeeds: the answers DoDurable holds and
+// the notifications of persistent changes wait for it, and must not wait for a
+// further change that may not come.
 func (s *Store) persistLoop() {
 	defer s.wg.Done()
+	retry := time.NewTimer(snapshotRetryMax)
+	retry.Stop() // armed by a failure only
+	defer retry.Stop()
+	var pause time.Duration
 	for {
 		select {
 		case <-s.done:
 			return
 		case <-s.wakePersist:
-			_ = s.writeSnapshot()
+		case <-retry.C:
 		}
+		if s.writeSnapshot() == nil {
+			pause = 0
+			continue
+		}
+		pause = min(max(2*pause, snapshotRetryFirst), snapshotRetryMax)
+		// A change meanwhile tries at once: it is the next change's write either way.
+		retry.Reset(pause)
 	}
 }
 

@@ -94,6 +94,8 @@ type Store struct {
 	waiters       []durableWaiter      // DoDurable callers waiting for a snapshot
 	deferred      []deferredNote       // notifications waiting for their snapshot, in order
 	deferredBy    map[string]int       // how many of deferred are for each key
+	// While snapshot writes fail: since when, and when that was last logged.
+	snapshotFailedSince, snapshotFailLogged time.Time
 
 	wakeSweeper chan struct{} // cap 1: the earliest deadline changed
 	wakePersist chan struct{} // cap 1: the persistent set changed
@@ -199,6 +201,9 @@ func (s *Store) Close() error {
 			s.mu.Lock()
 			if n := len(s.deferred); n > 0 { // the last write failed too
 				s.log.Error("statestore: notifications of changes not on disk dropped at close", "count", n)
+				for _, d := range s.deferred {
+					s.bytes -= d.cost
+				}
 				clear(s.deferred)
 				s.deferred, s.deferredBy = nil, make(map[string]int)
 			}
@@ -278,7 +283,9 @@ func (s *Store) notify(key string, op Op, value []byte, version hlc.Timestamp, s
 			return
 		}
 	}
-	s.deferred = append(s.deferred, deferredNote{key: key, op: op, value: value, version: version, seq: seq})
+	cost := deferredCost(len(key), len(value))
+	s.bytes += cost
+	s.deferred = append(s.deferred, deferredNote{key: key, op: op, value: value, version: version, seq: seq, cost: cost})
 	s.deferredBy[key]++
 }
 
@@ -290,6 +297,7 @@ type deferredNote struct {
 	value   []byte
 	version hlc.Timestamp
 	seq     uint64
+	cost    int64 // counted in Store.bytes while it waits
 }
 
 // releaseDeferred sends the waiting notifications that snapshot durable
@@ -303,6 +311,7 @@ func (s *Store) releaseDeferred(durable uint64) {
 		if s.deferredBy[d.key]--; s.deferredBy[d.key] == 0 {
 			delete(s.deferredBy, d.key)
 		}
+		s.bytes -= d.cost
 		s.watchers.notify(d.key, d.op, d.value, d.version)
 	}
 	rest := copy(s.deferred, s.deferred[i:])
