@@ -314,6 +314,26 @@ func (i *Inflight) hasWaiting() bool {
 	return i.waiting > 0
 }
 
+// wait leaves m waiting in the set to be sent (Expiry -1, see holdForWriter). An entry
+// under m's id that was not waiting (sent, or queued for the writer) took a unit of send
+// quota when it was put in flight (putInflight, or the caller of HoldWrite): it gives it
+// back, as a waiting message holds none; takeNextInto or takeResend takes one when it goes.
+// faceagent patch (counter drift): holdForWriter kept the unit, and the drain took a
+// second one for the same message, which its PUBACK gave back once: each message held for
+// a full queue lost the connection one unit, and after Receive Maximum of them it was sent
+// nothing more.
+func (i *Inflight) wait(m *packets.Packet) {
+	i.Lock()
+	defer i.Unlock()
+	p, ok := i.internal[m.PacketID]
+	sent := ok && p.Expiry >= 0
+	m.Expiry = -1
+	i.putLocked(m, MessageBytes(m), false)
+	if sent {
+		i.IncreaseSendQuota()
+	}
+}
+
 // takeNextInto copies the oldest message waiting to be sent (Expiry < 0) to dst, no
 // longer waiting (Expiry 0) and with one send quota taken, and reports whether there was
 // one the client's send quota allows. The message stays in flight until acknowledged. One
@@ -485,11 +505,10 @@ var writerKick = &packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.
 // instead of queueing it: cl's queue of pending writes is full, or older messages wait
 // ahead of it. The writer sends waiting messages, oldest first, once its queue is empty
 // (drainWaiting), as does the reader after each packet while send quota is left
-// (sendNextImmediate); a resumed session is sent them too. A writer with nothing queued
-// is woken.
+// (sendNextImmediate); a resumed session is sent them too. The send quota out took is
+// given back until it goes (Inflight.wait). A writer with nothing queued is woken.
 func (cl *Client) holdForWriter(out *packets.Packet) {
-	out.Expiry = -1
-	cl.State.Inflight.setFrom(out)
+	cl.State.Inflight.wait(out)
 	if len(cl.State.outbound) == 0 {
 		select {
 		case cl.State.outbound <- writerKick:
@@ -499,10 +518,11 @@ func (cl *Client) holdForWriter(out *packets.Packet) {
 	}
 }
 
-// HoldWrite leaves pk, a QoS 1/2 message in flight to the client already, waiting in its
-// in-flight set for the writer goroutine, which sends it once its queue of pending writes
-// is empty (a resumed session gets it too). For a caller whose QueueWrite found the queue
-// full: the message is neither lost nor written on the caller's goroutine.
+// HoldWrite leaves pk, a QoS 1/2 message in flight to the client already (its send quota
+// taken), waiting in its in-flight set for the writer goroutine, which sends it once its
+// queue of pending writes is empty (a resumed session gets it too); the quota is given
+// back until then. For a caller whose QueueWrite found the queue full: the message is
+// neither lost nor written on the caller's goroutine.
 func (cl *Client) HoldWrite(pk packets.Packet) {
 	if pk.FixedHeader.Qos == 0 || !cl.State.Inflight.Has(pk.PacketID) {
 		return

@@ -1,0 +1,68 @@
+// faceagent patch (counter drift): tests of the send quota on the paths that move a message
+// in flight between sent and waiting, or end it.
+
+package mqtt
+
+import (
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// newQuotaServer returns a server with caps changed by set, letting everyone in.
+func newQuotaServer(t *testing.T, set func(*Capabilities)) *Server {
+	t.Helper()
+	c := NewDefaultServerCapabilities()
+	set(c)
+	s := New(&Options{InlineClient: true, Capabilities: c, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err := s.AddHook(new(allowAll), nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// publishID returns the packet id of the PUBLISH whose body is body.
+func publishID(body []byte) uint16 {
+	l := int(body[0])<<8 | int(body[1])
+	return uint16(body[2+l])<<8 | uint16(body[3+l])
+}
+
+// A QoS 1 message held in the session because the client's queue of pending writes was
+// full takes one unit of send quota, not two: with Receive Maximum 4, three messages
+// published at once all arrive before any PUBACK, and once they are acknowledged the quota
+// is whole again, round after round. Before, putInflight took one and the writer's drain
+// (takeNextInto) another, and the PUBACK gave back one: the third message waited for a
+// PUBACK, and after a few rounds the client got nothing more.
+func TestHeldMessageTakesOneSendQuota(t *testing.T) {
+	s := newQuotaServer(t, func(c *Capabilities) {
+		c.MaximumClientWritesPendingBytes = 1 // every message beyond the first one queued is held
+	})
+	const receiveMax = 4
+	c := pipeConnect(t, s, "c", receiveMax)
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
+		Filters: packets.Subscriptions{{Filter: "out", Qos: 1}}})
+	c.expect(packets.Suback, 1)
+	cl, _ := s.Clients.Get("c")
+	for round := 0; round < 4; round++ {
+		for i := 0; i < 3; i++ {
+			if err := s.Publish("out", []byte("m"), false, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids := make([]uint16, 0, 3)
+		for i := 0; i < 3; i++ {
+			ids = append(ids, publishID(c.expect(packets.Publish, 0)))
+		}
+		for _, id := range ids {
+			c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: id})
+		}
+		c.processed()
+		if q := atomic.LoadInt32(&cl.State.Inflight.sendQuota); q != receiveMax || cl.State.Inflight.Len() != 0 {
+			t.Fatalf("round %d: send quota %d, in flight %d; want %d, 0", round, q, cl.State.Inflight.Len(), receiveMax)
+		}
+	}
+}
