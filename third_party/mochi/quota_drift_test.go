@@ -66,3 +66,30 @@ func TestHeldMessageTakesOneSendQuota(t *testing.T) {
 		}
 	}
 }
+
+// A PUBREC with an error code ends the QoS 2 message's flow and gives back its unit of
+// send quota (MQTT 5, 4.9: "each time a PUBREC packet is received with a Return Code of
+// 0x80 or greater"). Before, the message left the in-flight set with its unit: a client
+// that refused Receive Maximum QoS 2 messages was sent nothing more.
+func TestRefusedPubrecGivesBackSendQuota(t *testing.T) {
+	s := newQuotaServer(t, func(*Capabilities) {})
+	const receiveMax = 2
+	c := pipeConnect(t, s, "c", receiveMax)
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
+		Filters: packets.Subscriptions{{Filter: "out", Qos: 2}}})
+	c.expect(packets.Suback, 1)
+	cl, _ := s.Clients.Get("c")
+	for i := 0; i < 2*receiveMax+1; i++ {
+		go func() { _ = s.Publish("out", []byte("m"), false, 2) }()
+		id := publishID(c.expect(packets.Publish, 0))
+		c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrec}, PacketID: id,
+			ReasonCode: packets.ErrUnspecifiedError.Code})
+		c.processed()
+	}
+	if q := atomic.LoadInt32(&cl.State.Inflight.sendQuota); q != receiveMax || cl.State.Inflight.Len() != 0 {
+		t.Fatalf("send quota %d, in flight %d; want %d, 0", q, cl.State.Inflight.Len(), receiveMax)
+	}
+	if n := atomic.LoadInt64(&s.Info.Inflight); n != 0 {
+		t.Fatalf("Info.Inflight %d, want 0", n)
+	}
+}

@@ -1733,6 +1733,10 @@ func (s *Server) processPubrec(cl *Client, pk *packets.Packet) error {
 
 	if pk.ReasonCode >= packets.ErrUnspecifiedError.Code || !pk.ReasonCodeValid() { // [MQTT-4.3.3-4]
 		if ok := cl.State.Inflight.Delete(pk.PacketID); ok {
+			// faceagent patch (counter drift): the flow ends, and its unit of send quota
+			// comes back (MQTT 5, 4.9); upstream kept it, and a client that refused
+			// Receive Maximum QoS 2 messages was sent nothing more.
+			cl.State.Inflight.IncreaseSendQuota()
 			atomic.AddInt64(&s.Info.Inflight, -1)
 		}
 		cl.ops.hooks.OnQosDropped(cl, *pk)
