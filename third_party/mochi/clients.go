@@ -482,7 +482,13 @@ func (cl *Client) ClearExpiredInflights(now, maximumExpiry int64) []uint16 {
 		enforced := maximumExpiry > 0 && now-tk.Created > maximumExpiry
 
 		if expired || enforced {
-			if ok := cl.State.Inflight.Delete(tk.PacketID); ok {
+			// faceagent patch (counter drift): a message sent gives back its unit of send
+			// quota, which its PUBACK, finding nothing, no longer can; upstream kept it, and
+			// each message expiring unacknowledged cost the connection a unit for good.
+			if ok, sent := cl.State.Inflight.remove(tk.PacketID); ok {
+				if sent {
+					cl.State.Inflight.IncreaseSendQuota()
+				}
 				cl.ops.hooks.OnQosDropped(cl, tk)
 				atomic.AddInt64(&cl.ops.info.Inflight, -1)
 				deleted = append(deleted, tk.PacketID)

@@ -301,6 +301,14 @@ func (i *Inflight) NextImmediate() (packets.Packet, bool) {
 
 // Delete removes an in-flight message from the map. Returns true if the message existed.
 func (i *Inflight) Delete(id uint16) bool {
+	ok, _ := i.remove(id)
+	return ok
+}
+
+// remove is Delete, and also reports whether the message was sent (not waiting for send
+// quota, Expiry >= 0), so holding a unit of send quota until its acknowledgement.
+// faceagent patch (counter drift).
+func (i *Inflight) remove(id uint16) (ok, sent bool) {
 	i.Lock()
 	defer i.Unlock()
 
@@ -311,11 +319,12 @@ func (i *Inflight) Delete(id uint16) bool {
 		if p.Expiry < 0 {
 			i.waiting--
 		}
+		sent = p.Expiry >= 0
 		i.account(-MessageBytes(p)) // faceagent patch (byte bounds)
 		releaseInflight(p)          // faceagent patch (inflight allocations)
 	}
 
-	return ok
+	return ok, sent
 }
 
 // TakeRecieveQuota reduces the receive quota by 1.

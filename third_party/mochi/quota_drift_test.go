@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
 )
@@ -91,5 +92,29 @@ func TestRefusedPubrecGivesBackSendQuota(t *testing.T) {
 	}
 	if n := atomic.LoadInt64(&s.Info.Inflight); n != 0 {
 		t.Fatalf("Info.Inflight %d, want 0", n)
+	}
+}
+
+// A message sent to a connected client and expired before its PUBACK
+// (clearExpiredInflights) gives back its unit of send quota: the PUBACK that comes later
+// finds nothing to give back. Before, each such expiry cost the connection a unit of its
+// Receive Maximum for good.
+func TestExpiredInflightGivesBackSendQuota(t *testing.T) {
+	s := newQuotaServer(t, func(c *Capabilities) { c.MaximumMessageExpiryInterval = 60 })
+	const receiveMax = 2
+	c := pipeConnect(t, s, "c", receiveMax)
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
+		Filters: packets.Subscriptions{{Filter: "out", Qos: 1}}})
+	c.expect(packets.Suback, 1)
+	cl, _ := s.Clients.Get("c")
+	for i := 0; i < 2*receiveMax+1; i++ {
+		go func() { _ = s.Publish("out", []byte("m"), false, 1) }()
+		id := publishID(c.expect(packets.Publish, 0))
+		s.clearExpiredInflights(time.Now().Unix() + 3600)                                            // past the maximum expiry
+		c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: id}) // too late
+		c.processed()
+	}
+	if q := atomic.LoadInt32(&cl.State.Inflight.sendQuota); q != receiveMax || cl.State.Inflight.Len() != 0 {
+		t.Fatalf("send quota %d, in flight %d; want %d, 0", q, cl.State.Inflight.Len(), receiveMax)
 	}
 }
