@@ -606,15 +606,24 @@ func (s *Server) refuseEarly(cl *Client, sub packets.Subscription, pk *packets.P
 
 // connectFailed ends what cl's session held when its connection failed between the will
 // being counted and the session being established (CONNACK not written, say): a session
-// that ends with the connection is removed, as clientGone would; a kept one stays, as
-// upstream left it, for its client to resume.
+// that ends with the connection is removed, as clientGone would; a kept one that cl
+// registered stays, as upstream left it, for its client to resume (it expires as any
+// other). A session cl never registered (refused by a ConnackWaiter) gives back what it
+// counted, its will, whether kept or not.
+//
+// faceagent patch (counter drift): a kept session's connection refused before it was
+// registered kept its will counted in MaximumQueuedBytes for good, one will per refused
+// CONNECT (a client retrying against a full disk).
 func (s *Server) connectFailed(cl *Client) {
-	expire := (cl.Properties.ProtocolVersion == 5 && cl.Properties.Props.SessionExpiryInterval == 0) ||
-		(cl.Properties.ProtocolVersion < 5 && cl.Properties.Clean)
-	if !expire || cl.IsTakenOver() {
-		return
+	if cl.IsTakenOver() {
+		return // the connection that took it over ended it (inheritClientSession)
 	}
 	if cur, ok := s.Clients.Get(cl.ID); ok && cur == cl {
+		expire := (cl.Properties.ProtocolVersion == 5 && cl.Properties.Props.SessionExpiryInterval == 0) ||
+			(cl.Properties.ProtocolVersion < 5 && cl.Properties.Clean)
+		if !expire {
+			return
+		}
 		cl.ClearInflights()
 		s.UnsubscribeClient(cl)
 		s.Clients.deleteIf(cl.ID, cl)
