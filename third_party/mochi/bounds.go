@@ -397,6 +397,32 @@ func (cl *Client) unreservePending(n int64) {
 	}
 }
 
+// dropQueued empties cl's queue of pending writes once cl has stopped: its writer has
+// ended or is ending, and nothing queued can be written any more. Each message gives back
+// what reservePending took for it (the queue's bytes, and an oversize message's share of
+// MaximumQueuedBytes); a QoS 1/2 one stays in the session's in-flight set, for its next
+// connection. The writer calls it as it ends, and a caller that queued a packet calls it
+// when it finds the client stopped since, in case the writer had ended before the packet
+// came.
+//
+// faceagent patch (counter drift): the writer returned with packets in its queue, and an
+// oversize message among them stayed counted in MaximumQueuedBytes for good.
+func (cl *Client) dropQueued() {
+	for {
+		select {
+		case pk := <-cl.State.outbound:
+			atomic.AddInt32(&cl.State.outboundQty, -1)
+			if pk == writerKick {
+				continue
+			}
+			cl.unreservePending(outboundBytes(pk))
+			releaseOutbound(pk)
+		default:
+			return
+		}
+	}
+}
+
 // reserveOversize counts a message larger than the queue's bound in MaximumQueuedBytes.
 func (cl *Client) reserveOversize(n int64) bool {
 	if cl.ops.bounds == nil {

@@ -274,6 +274,7 @@ func (cl *Client) WriteLoop() {
 				cl.drainWaiting()
 			}
 		case <-cl.State.open.Done():
+			cl.dropQueued() // faceagent patch (counter drift)
 			return
 		}
 	}
@@ -1030,6 +1031,9 @@ func (cl *Client) QueueWrite(pk packets.Packet) bool {
 	select {
 	case cl.State.outbound <- &pk:
 		atomic.AddInt32(&cl.State.outboundQty, 1)
+		if cl.Closed() {
+			cl.dropQueued() // faceagent patch (counter drift): its writer may have ended
+		}
 		return true
 	default:
 		cl.unreservePending(n)

@@ -52,3 +52,43 @@ func TestRefusedConnectReleasesItsWill(t *testing.T) {
 		}
 	}
 }
+
+// A message larger than the queue's bound counts in the server's total while it is queued
+// (reservePending); one still queued when the client's writer ends (the client stopped)
+// leaves the total all the same. Before, the writer returned with it in its queue, and
+// its bytes stayed in MaximumQueuedBytes for good: a subscriber cut while a large message
+// waited for its writer took that much from every other session's room.
+func TestQueuedOversizeMessageLeavesTheTotal(t *testing.T) {
+	s, _ := newBoundsServer(t, func(c *Capabilities) {
+		c.MaximumClientWritesPendingBytes = 1 << 10
+		c.MaximumQueuedBytes = 1 << 30
+	})
+	for i := 0; i < 20; i++ {
+		near, far := net.Pipe()
+		defer far.Close()
+		cl := s.NewClient(near, "t", "o", false)
+		cl.Properties.ProtocolVersion = 5
+		base := s.QueuedBytes()
+		pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish}, TopicName: "o", Payload: make([]byte, 4<<10)}
+		if err := s.publishToClient(cl, packets.Subscription{Filter: "o"}, &pk); err != nil {
+			t.Fatal(err)
+		}
+		if s.QueuedBytes() <= base {
+			t.Fatal("the oversize message is not counted in the total")
+		}
+		cl.Stop(nil) // before its writer took the message
+		ended := make(chan struct{})
+		go func() { cl.WriteLoop(); close(ended) }()
+		select {
+		case <-ended:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the writer of a stopped client did not end")
+		}
+		if got := s.QueuedBytes(); got != base {
+			t.Fatalf("round %d: total %d after the writer ended, want %d", i, got, base)
+		}
+		if n := cl.PendingWriteBytes(); n != 0 || cl.OutboundLen() != 0 {
+			t.Fatalf("round %d: %d bytes, %d packets still pending", i, n, cl.OutboundLen())
+		}
+	}
+}

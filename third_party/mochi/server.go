@@ -1600,6 +1600,9 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk *packe
 		select {
 		case cl.State.outbound <- out: // the writer's now (writeOutbound)
 			atomic.AddInt32(&cl.State.outboundQty, 1)
+			if cl.Closed() {
+				cl.dropQueued() // faceagent patch (counter drift): its writer may have ended
+			}
 			return nil
 		default:
 			cl.unreservePending(n)
