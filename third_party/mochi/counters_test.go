@@ -6,7 +6,9 @@ package mqtt
 import (
 	"bufio"
 	"errors"
+	"io"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,5 +92,53 @@ func TestQueuedOversizeMessageLeavesTheTotal(t *testing.T) {
 		if n := cl.PendingWriteBytes(); n != 0 || cl.OutboundLen() != 0 {
 			t.Fatalf("round %d: %d bytes, %d packets still pending", i, n, cl.OutboundLen())
 		}
+	}
+}
+
+// connectKept connects an MQTT 5 client id with a session kept an hour, subscribed to "out"
+// with QoS 1 unless it resumes, and returns it.
+func connectKept(t *testing.T, s *Server, id string, resume bool) *pipePeer {
+	t.Helper()
+	srv, cli := net.Pipe()
+	go func() { _ = s.EstablishConnection("pipe", srv) }()
+	c := &pipePeer{t: t, conn: cli, r: bufio.NewReader(cli)}
+	t.Cleanup(func() { _ = cli.Close() })
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect},
+		Connect:    packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: !resume, Keepalive: 60, ClientIdentifier: id},
+		Properties: packets.Properties{SessionExpiryInterval: 3600, SessionExpiryIntervalFlag: true}})
+	c.expect(packets.Connack, 0)
+	if !resume {
+		c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
+			Filters: packets.Subscriptions{{Filter: "out", Qos: 1}}})
+		c.expect(packets.Suback, 1)
+	}
+	return c
+}
+
+// A session taken over by a new connection carries its messages in flight, and
+// Info.Inflight keeps counting them: one before the takeover, one after, none once
+// acknowledged. Before, clearing the old connection's set counted them out and the copy
+// was never counted in: Info.Inflight lost the messages in flight at every takeover, and
+// went below zero as the new connection's were acknowledged.
+func TestTakeoverKeepsInflightCounted(t *testing.T) {
+	s := newQuotaServer(t, func(*Capabilities) {})
+	old := connectKept(t, s, "k", false)
+	if err := s.Publish("out", []byte("m"), false, 1); err != nil {
+		t.Fatal(err)
+	}
+	old.expect(packets.Publish, 0)                       // not acknowledged
+	go func() { _, _ = io.Copy(io.Discard, old.conn) }() // reads the takeover's DISCONNECT
+	if n := atomic.LoadInt64(&s.Info.Inflight); n != 1 {
+		t.Fatalf("Info.Inflight %d before the takeover, want 1", n)
+	}
+	next := connectKept(t, s, "k", true)
+	id := publishID(next.expect(packets.Publish, 0)) // sent again
+	if n := atomic.LoadInt64(&s.Info.Inflight); n != 1 {
+		t.Fatalf("Info.Inflight %d after the takeover, want 1", n)
+	}
+	next.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: id})
+	next.processed()
+	if n := atomic.LoadInt64(&s.Info.Inflight); n != 0 {
+		t.Fatalf("Info.Inflight %d once acknowledged, want 0", n)
 	}
 }

@@ -836,6 +836,10 @@ func (s *Server) inheritClientSession(pk packets.Packet, cl *Client) bool {
 		cl.State.Inbound = existing.State.Inbound.carry() // faceagent patch (packet-id spaces): the client's QoS 2 flows [MQTT-4.3.3-10]
 		if existing.State.Inflight.Len() > 0 {
 			cl.State.Inflight = existing.State.Inflight.Clone() // [MQTT-3.1.2-5]
+			// faceagent patch (counter drift): the copies count in Info.Inflight, as
+			// existing.ClearInflights below counts the originals out; upstream counted
+			// nothing in, and the counter lost every message carried over a takeover.
+			atomic.AddInt64(&s.Info.Inflight, int64(cl.State.Inflight.Len()))
 			if cl.State.Inflight.maximumReceiveQuota == 0 && cl.ops.options.Capabilities.ReceiveMaximum != 0 {
 				cl.State.Inflight.ResetReceiveQuota(int32(cl.ops.options.Capabilities.ReceiveMaximum)) // server receive max per client
 				cl.State.Inflight.ResetSendQuota(int32(cl.Properties.Props.ReceiveMaximum))            // client receive max
