@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mochi-mqtt/server/v2/hooks/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -140,5 +141,56 @@ func TestTakeoverKeepsInflightCounted(t *testing.T) {
 	next.processed()
 	if n := atomic.LoadInt64(&s.Info.Inflight); n != 0 {
 		t.Fatalf("Info.Inflight %d once acknowledged, want 0", n)
+	}
+}
+
+// restoringHook stores one kept session: its client, a subscription and a message in flight.
+type restoringHook struct{ HookBase }
+
+func (restoringHook) ID() string { return "restoring" }
+func (restoringHook) Provides(b byte) bool {
+	return b == StoredClients || b == StoredSubscriptions || b == StoredInflightMessages
+}
+func (restoringHook) StoredClients() ([]storage.Client, error) {
+	return []storage.Client{{ID: "r", ProtocolVersion: 5, Listener: "t",
+		Properties: storage.ClientProperties{SessionExpiryInterval: 60, SessionExpiryIntervalFlag: true}}}, nil
+}
+func (restoringHook) StoredSubscriptions() ([]storage.Subscription, error) {
+	return []storage.Subscription{{Client: "r", Filter: "out", Qos: 1}, {Client: "not-restored", Filter: "gone", Qos: 1}}, nil
+}
+func (restoringHook) StoredInflightMessages() ([]storage.Message, error) {
+	return []storage.Message{{Client: "r", PacketID: 7, TopicName: "out", Payload: []byte("m"),
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, Created: time.Now().Unix()}}, nil
+}
+
+// A session restored from storage at start counts its subscription and its message in
+// flight in Info.Subscriptions and Info.Inflight, and once it expires every counter is back
+// at zero, and the topics index empty. Before, neither was counted in (a storage hook
+// without StoredSysInfo), and the expiry took them out: both counters went below zero with
+// every restored session; and a stored subscription of a client id not restored stayed in
+// the index for good.
+func TestRestoredSessionCounted(t *testing.T) {
+	s := newQuotaServer(t, func(c *Capabilities) { c.MaximumQueuedBytes = 1 << 20 })
+	if err := s.AddHook(new(restoringHook), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.readStore(); err != nil {
+		t.Fatal(err)
+	}
+	if in, subs := atomic.LoadInt64(&s.Info.Inflight), atomic.LoadInt64(&s.Info.Subscriptions); in != 1 || subs != 1 {
+		t.Fatalf("restored: Info.Inflight %d, Info.Subscriptions %d; want 1, 1", in, subs)
+	}
+	if s.QueuedBytes() == 0 {
+		t.Fatal("the restored session counts nothing in the total")
+	}
+	s.clearExpiredClients(time.Now().Unix() + 3600)
+	if in, subs := atomic.LoadInt64(&s.Info.Inflight), atomic.LoadInt64(&s.Info.Subscriptions); in != 0 || subs != 0 {
+		t.Fatalf("expired: Info.Inflight %d, Info.Subscriptions %d; want 0, 0", in, subs)
+	}
+	if n, known := s.QueuedBytes(), s.Clients.network.Load(); n != 0 || known != 0 {
+		t.Fatalf("expired: %d bytes counted, %d clients known; want 0, 0", n, known)
+	}
+	if n := s.Topics.root.particles.len(); n != 0 {
+		t.Fatalf("expired: %d particles left in the topics index", n)
 	}
 }

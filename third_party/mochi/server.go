@@ -2196,8 +2196,21 @@ func (s *Server) loadServerInfo(v system.Info) {
 }
 
 // loadSubscriptions restores subscriptions from the datastore.
+//
+// faceagent patch (counter drift): each one counts in Info.Subscriptions, and each message in
+// Info.Inflight (loadInflight), as they count when a client subscribes or is sent a
+// message; the session's expiry counts them out. Upstream left both to a stored $SYS
+// snapshot (StoredSysInfo, which loadServerInfo still applies after these), and with a
+// storage hook without one both counters went below zero as restored sessions ended. A
+// subscription of a client id not restored (its session ended at the restart) is not put in
+// the topics index: upstream put it there, where nothing could ever remove it (no session
+// holds it) and no message it matched found a client.
 func (s *Server) loadSubscriptions(v []storage.Subscription) {
 	for _, sub := range v {
+		cl, ok := s.Clients.Get(sub.Client)
+		if !ok {
+			continue
+		}
 		sb := packets.Subscription{
 			Filter:            sub.Filter,
 			RetainHandling:    sub.RetainHandling,
@@ -2207,9 +2220,8 @@ func (s *Server) loadSubscriptions(v []storage.Subscription) {
 			Identifier:        sub.Identifier,
 		}
 		if s.Topics.Subscribe(sub.Client, sb) {
-			if cl, ok := s.Clients.Get(sub.Client); ok {
-				cl.State.Subscriptions.Add(sub.Filter, sb)
-			}
+			atomic.AddInt64(&s.Info.Subscriptions, 1)
+			cl.State.Subscriptions.Add(sub.Filter, sb)
 		}
 	}
 }
@@ -2256,8 +2268,8 @@ func (s *Server) loadClients(v []storage.Client) {
 // loadInflight restores inflight messages from the datastore.
 func (s *Server) loadInflight(v []storage.Message) {
 	for _, msg := range v {
-		if client, ok := s.Clients.Get(msg.Client); ok {
-			client.State.Inflight.Set(msg.ToPacket())
+		if client, ok := s.Clients.Get(msg.Client); ok && client.State.Inflight.Set(msg.ToPacket()) {
+			atomic.AddInt64(&s.Info.Inflight, 1) // faceagent patch (counter drift): see loadSubscriptions
 		}
 	}
 }
