@@ -194,3 +194,37 @@ func TestRestoredSessionCounted(t *testing.T) {
 		t.Fatalf("expired: %d particles left in the topics index", n)
 	}
 }
+
+// Unsubscribing a filter the client does not hold reports no subscription (0x11) and
+// counts nothing out of Info.Subscriptions, even when another client, a shared group or a
+// retained message has the filter's particle. Before, TopicsIndex.Unsubscribe reported
+// true whenever the particle existed: the reason code was 0 (success) and Info.Subscriptions
+// lost one for every such UNSUBSCRIBE, going below zero.
+func TestUnsubscribeOfAFilterNotHeld(t *testing.T) {
+	s := newQuotaServer(t, func(*Capabilities) {})
+	a := pipeConnect(t, s, "a", 0)
+	a.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
+		Filters: packets.Subscriptions{{Filter: "x/y", Qos: 1}, {Filter: "$share/g/x/y", Qos: 1}}})
+	a.expect(packets.Suback, 1)
+	b := pipeConnect(t, s, "b", 0)
+	for i, filter := range []string{"x/y", "$share/g/x/y", "x", "$share/h/x/y"} {
+		id := uint16(10 + i)
+		b.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Unsubscribe, Qos: 1}, PacketID: id,
+			Filters: packets.Subscriptions{{Filter: filter}}})
+		body := b.expect(packets.Unsuback, id)
+		if code := body[len(body)-1]; code != packets.CodeNoSubscriptionExisted.Code {
+			t.Errorf("UNSUBSCRIBE %q not held: reason %#x, want 0x11", filter, code)
+		}
+	}
+	if n := atomic.LoadInt64(&s.Info.Subscriptions); n != 2 {
+		t.Fatalf("Info.Subscriptions %d, want 2 (a's)", n)
+	}
+	a.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Unsubscribe, Qos: 1}, PacketID: 2,
+		Filters: packets.Subscriptions{{Filter: "x/y"}, {Filter: "$share/g/x/y"}}})
+	if body := a.expect(packets.Unsuback, 2); body[len(body)-2] != 0 || body[len(body)-1] != 0 {
+		t.Fatalf("UNSUBSCRIBE of a's subscriptions: reasons % x, want 0 0", body[len(body)-2:])
+	}
+	if n := atomic.LoadInt64(&s.Info.Subscriptions); n != 0 {
+		t.Fatalf("Info.Subscriptions %d, want 0", n)
+	}
+}

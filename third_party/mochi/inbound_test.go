@@ -142,6 +142,8 @@ func (c *pipePeer) send(pk packets.Packet) {
 		err = pk.ConnectEncode(&buf)
 	case packets.Subscribe:
 		err = pk.SubscribeEncode(&buf)
+	case packets.Unsubscribe:
+		err = pk.UnsubscribeEncode(&buf)
 	case packets.Publish:
 		err = pk.PublishEncode(&buf)
 	case packets.Puback:

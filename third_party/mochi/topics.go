@@ -552,6 +552,12 @@ func (x *TopicsIndex) Subscribe(client string, subscription packets.Subscription
 
 // Unsubscribe removes a subscription filter for a client, returning true if the
 // subscription existed.
+//
+// faceagent patch (counter drift): true only when the client held it. Upstream returned
+// true whenever the filter's particle existed (another client's subscription to it, a
+// shared group's, a longer filter or a retained topic through it): the client was told it
+// had unsubscribed (0 instead of 0x11), and Info.Subscriptions lost one each time, going
+// below zero.
 func (x *TopicsIndex) Unsubscribe(filter, client string) bool {
 	x.root.Lock()
 	defer x.root.Unlock()
@@ -568,15 +574,18 @@ func (x *TopicsIndex) Unsubscribe(filter, client string) bool {
 		return false
 	}
 
+	var existed bool
 	if shareSub {
 		group, _ := isolateParticle(filter, 1)
+		_, existed = particle.shared.Get(group, client)
 		particle.shared.Delete(group, client)
 	} else {
+		_, existed = particle.subscriptions.Get(client)
 		particle.subscriptions.Delete(client)
 	}
 
 	x.trim(particle)
-	return true
+	return existed
 }
 
 // RetainMessage saves a message payload to the end of a topic address. Returns
