@@ -641,6 +641,8 @@ func (s *Server) refuseEarly(cl *Client, sub packets.Subscription, pk *packets.P
 // registered kept its will counted in MaximumQueuedBytes for good, one will per refused
 // CONNECT (a client retrying against a full disk).
 func (s *Server) connectFailed(cl *Client) {
+	unlock := s.sessions.lock(cl.ID) // faceagent patch (session takeover)
+	defer unlock()
 	if cl.IsTakenOver() {
 		return // the connection that took it over ended it (inheritClientSession)
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -226,5 +227,30 @@ func TestUnsubscribeOfAFilterNotHeld(t *testing.T) {
 	}
 	if n := atomic.LoadInt64(&s.Info.Subscriptions); n != 0 {
 		t.Fatalf("Info.Subscriptions %d, want 0", n)
+	}
+}
+
+// particleSubscriptions counts the client subscriptions left in the topics index under p.
+func particleSubscriptions(p *particle) int {
+	n := p.subscriptions.Len()
+	if p.shared != nil {
+		n += p.shared.Len()
+	}
+	for _, c := range p.particles.getAll() {
+		n += particleSubscriptions(c)
+	}
+	return n
+}
+
+// waitFor waits up to 10 s for cond, failing the test with what it waited for.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(end) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("waited 10 s for %s\n%s", what, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -155,6 +155,7 @@ type Server struct {
 	inlineClient *Client              // inlineClient is a special client used for inline subscriptions and inline Publish
 	held         heldAcks             // faceagent patch (PUBACK after storing): acknowledgements not yet written
 	bounds       serverBounds         // faceagent patch (byte bounds): server-wide counters
+	sessions     sessionLocks         // faceagent patch (session takeover): one change of a client id's session at a time
 }
 
 // AckWaiter is implemented by a hook that stores the messages routed to its sessions
@@ -636,11 +637,15 @@ func (s *Server) clientGone(cl *Client, listener string, err error) error {
 	expire := (cl.Properties.ProtocolVersion == 5 && cl.Properties.Props.SessionExpiryInterval == 0) || (cl.Properties.ProtocolVersion < 5 && cl.Properties.Clean)
 	s.hooks.OnDisconnect(cl, err, expire)
 
-	if expire && !cl.IsTakenOver() {
-		cl.ClearInflights()
-		s.UnsubscribeClient(cl)
-		s.releaseSession(cl)          // faceagent patch (byte bounds)
-		s.Clients.deleteIf(cl.ID, cl) // [MQTT-4.1.0-2] ![MQTT-3.1.2-23] faceagent patch (byte bounds): not a client that took the id since
+	if expire {
+		unlock := s.sessions.lock(cl.ID) // faceagent patch (session takeover): not while a takeover copies it
+		if !cl.IsTakenOver() {
+			cl.ClearInflights()
+			s.UnsubscribeClient(cl)
+			s.releaseSession(cl)          // faceagent patch (byte bounds)
+			s.Clients.deleteIf(cl.ID, cl) // [MQTT-4.1.0-2] ![MQTT-3.1.2-23] faceagent patch (byte bounds): not a client that took the id since
+		}
+		unlock()
 	}
 
 	cl.finishLinger() // faceagent patch (DISCONNECT delivered): the peer reads its DISCONNECT
@@ -721,13 +726,18 @@ func (s *Server) connectClient(cl *Client, listener string) error {
 		}
 	}()
 
+	// faceagent patch (session takeover): one CONNECT of a client id at a time from here to
+	// its registration, so that a second one takes this one over (sessionLocks).
+	unlock := s.sessions.lock(cl.ID)
 	s.hooks.OnSessionEstablish(cl, pk)
 	if err := s.waitBeforeConnack(cl); err != nil {
+		unlock()
 		return err
 	}
 
 	sessionPresent := s.inheritClientSession(pk, cl)
 	s.Clients.Add(cl) // [MQTT-4.1.0-1]
+	unlock()
 
 	err = s.SendConnack(cl, code, sessionPresent, nil) // [MQTT-3.1.4-5] [MQTT-3.2.0-1] [MQTT-3.2.0-2] &[MQTT-3.14.0-1]
 	if err != nil {
@@ -1813,6 +1823,12 @@ func (s *Server) processSubscribe(cl *Client, pk *packets.Packet) error {
 
 	filterExisted := make([]bool, len(pk.Filters))
 	reasonCodes := make([]byte, len(pk.Filters))
+	// faceagent patch (session takeover): not a session another connection took over
+	// (sessionLocks); its subscriptions went with it.
+	unlock := s.sessions.lock(cl.ID)
+	if cl.IsTakenOver() && code == packets.CodeSuccess {
+		code = packets.ErrUnspecifiedError
+	}
 	for i, sub := range pk.Filters {
 		if code != packets.CodeSuccess {
 			reasonCodes[i] = code.Code // NB 3.9.3 Non-normative 0x91
@@ -1848,6 +1864,7 @@ func (s *Server) processSubscribe(cl *Client, pk *packets.Packet) error {
 			reasonCodes[i] = packets.ErrUnspecifiedError.Code
 		}
 	}
+	unlock()
 
 	ack := packets.Packet{ // [MQTT-3.8.4-1] [MQTT-3.8.4-5]
 		FixedHeader: packets.FixedHeader{
@@ -1890,6 +1907,12 @@ func (s *Server) processUnsubscribe(cl *Client, pk *packets.Packet) error {
 
 	*pk = s.hooks.OnUnsubscribe(cl, *pk)
 	reasonCodes := make([]byte, len(pk.Filters))
+	// faceagent patch (session takeover): not a session another connection took over: the
+	// index holds the new connection's subscriptions under the same client id.
+	unlock := s.sessions.lock(cl.ID)
+	if cl.IsTakenOver() && code == packets.CodeSuccess {
+		code = packets.ErrUnspecifiedError
+	}
 	for i, sub := range pk.Filters { // [MQTT-3.10.4-6] [MQTT-3.11.3-1]
 		if code != packets.CodeSuccess {
 			reasonCodes[i] = code.Code // NB 3.11.3 Non-normative 0x91
@@ -1905,6 +1928,7 @@ func (s *Server) processUnsubscribe(cl *Client, pk *packets.Packet) error {
 
 		cl.State.Subscriptions.Delete(sub.Filter) // [MQTT-3.10.4-2] [MQTT-3.10.4-2] ~[MQTT-3.10.4-3]
 	}
+	unlock()
 
 	ack := packets.Packet{ // [MQTT-3.10.4-4]
 		FixedHeader: packets.FixedHeader{
@@ -2296,15 +2320,24 @@ func (s *Server) clearExpiredClients(dt int64) {
 		}
 
 		if disconnected+int64(expire) < dt {
-			// faceagent patch (byte bounds): not a client that took the id over since, and
-			// the session's subscriptions, messages and will go with it (expireSession).
-			if cur, ok := s.Clients.Get(id); !ok || cur != client || client.IsTakenOver() {
-				continue
-			}
-			s.hooks.OnClientExpired(client)
-			s.expireSession(client) // [MQTT-4.1.0-2]
+			s.expireClient(id, client)
 		}
 	}
+}
+
+// expireClient expires the session client held, unless a connection has taken it over
+// since. faceagent patch (byte bounds): not a client that took the id over since, and the
+// session's subscriptions, messages and will go with it (expireSession). faceagent patch
+// (session takeover): under the client id's lock, so not while a connection resumes it
+// (sessionLocks).
+func (s *Server) expireClient(id string, client *Client) {
+	unlock := s.sessions.lock(id)
+	defer unlock()
+	if cur, ok := s.Clients.Get(id); !ok || cur != client || client.IsTakenOver() {
+		return
+	}
+	s.hooks.OnClientExpired(client)
+	s.expireSession(client) // [MQTT-4.1.0-2]
 }
 
 // clearExpiredRetainedMessage deletes retained messages from topics if they have expired.
