@@ -4,6 +4,7 @@
 package mqtt
 
 import (
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -242,10 +243,11 @@ func fairShare(c *Capabilities) int64 {
 }
 
 // admitInflight puts out, a new message for cl, in cl's in-flight set within the session
-// bounds, and reports the bound that refused it (0: put). The session bound is checked and
-// the global one reserved under the set's lock, so concurrent publishers never overshoot
-// either.
-func (s *Server) admitInflight(cl *Client, out *packets.Packet) Quota {
+// bounds, and reports the bound that refused it (0: put), and whether the message counts
+// (in Info.Inflight, and for send quota): not in a set whose session has ended (Inflight.end).
+// The session bound is checked and the global one reserved under the set's lock, so
+// concurrent publishers never overshoot either.
+func (s *Server) admitInflight(cl *Client, out *packets.Packet) (Quota, bool) {
 	c := s.Options.Capabilities
 	others := cl.State.Subscriptions.bytes.Load() + cl.State.willBytes.Load()
 	return cl.State.Inflight.admit(out, others, c.MaximumSessionBytes, c.MaximumQueuedBytes, fairShare(c))
@@ -262,29 +264,61 @@ func (s *Server) admitInflight(cl *Client, out *packets.Packet) Quota {
 // counted but never refused: a watcher that acknowledged nothing held up to its Receive
 // Maximum of them whatever its session's bound.
 func (s *Server) AdmitInflight(cl *Client, pk *packets.Packet) Quota {
-	return s.admitInflight(cl, pk)
+	q, _ := s.admitInflight(cl, pk)
+	return q
 }
 
 // admit is setFrom for a new entry m within the bounds: sessionMax for the set's bytes
 // plus others, globalMax for the global counter unless they stay within share. It reports
-// the bound that refused m.
-func (i *Inflight) admit(m *packets.Packet, others, sessionMax, globalMax, share int64) Quota {
+// the bound that refused m, and whether m counts: not when the set's session has ended
+// (end), where m is put all the same, for the hooks that look for such messages (a
+// publisher routing on a stale subscriber list to a session another connection took over).
+func (i *Inflight) admit(m *packets.Packet, others, sessionMax, globalMax, share int64) (Quota, bool) {
 	i.Lock()
 	defer i.Unlock()
 	cost := MessageBytes(m)
 	held := i.bytes.Load() + others + cost
 	if sessionMax > 0 && held > sessionMax {
-		return QuotaSessionBytes
+		return QuotaSessionBytes, false
 	}
 	if i.global != nil {
 		if held <= share {
 			i.global.Add(cost) // within its share: whatever the others hold
 		} else if !reserveBytes(i.global, cost, globalMax) {
-			return QuotaQueuedBytes
+			return QuotaQueuedBytes, false
 		}
 	}
 	i.putLocked(m, cost, true)
-	return 0
+	return 0, !i.ended
+}
+
+// end removes every message from the set, stops counting it in the global counter
+// (detach), and ends it: a message put in it afterwards counts nowhere (admit). It returns
+// the messages removed, oldest first, which the caller counts out of Info.Inflight.
+//
+// faceagent patch (counter drift): a session taken over (or ended) had its set cleared
+// (ClearInflights) and detached in two steps; a publisher routing on a stale subscriber
+// list put messages in it in between or after, counted in Info.Inflight, and nothing ever
+// counted them out (the set is no session's).
+func (i *Inflight) end() []packets.Packet {
+	i.Lock()
+	defer i.Unlock()
+	removed := make([]packets.Packet, 0, len(i.internal))
+	for id, p := range i.internal {
+		removed = append(removed, *p)
+		i.account(-MessageBytes(p))
+		releaseInflight(p)
+		delete(i.internal, id)
+	}
+	i.waiting = 0
+	i.inherited = nil
+	if i.global != nil {
+		i.global.Add(-i.bytes.Load())
+		i.global = nil
+	}
+	i.ended = true
+	sort.Slice(removed, func(a, b int) bool { return createdBefore(&removed[a], &removed[b]) })
+	return removed
 }
 
 // account adds delta to the set's bytes and the global counter; under the set's lock.
@@ -693,11 +727,7 @@ func (s *Server) expireSession(cl *Client) {
 			atomic.AddInt64(&s.Info.Subscriptions, -1)
 		}
 	}
-	for _, tk := range cl.State.Inflight.GetAll(false) {
-		if cl.State.Inflight.Delete(tk.PacketID) {
-			atomic.AddInt64(&s.Info.Inflight, -1)
-		}
-	}
+	atomic.AddInt64(&s.Info.Inflight, -int64(len(cl.State.Inflight.end()))) // faceagent patch (counter drift)
 	s.releaseSession(cl)
 	s.Clients.deleteIf(cl.ID, cl)
 }

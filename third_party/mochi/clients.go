@@ -463,12 +463,14 @@ func (cl *Client) ResendInflightMessages(force bool) error {
 }
 
 // ClearInflights deletes all inflight messages for the client, e.g. for a disconnected user with a clean session.
+//
+// faceagent patch (counter drift): it ends the client's in-flight set (Inflight.end): every
+// caller ends the session (a clean session's connection closed, a session taken over), and
+// a message a publisher still routes to it counts nowhere.
 func (cl *Client) ClearInflights() {
-	for _, tk := range cl.State.Inflight.GetAll(false) {
-		if ok := cl.State.Inflight.Delete(tk.PacketID); ok {
-			cl.ops.hooks.OnQosDropped(cl, tk)
-			atomic.AddInt64(&cl.ops.info.Inflight, -1)
-		}
+	for _, tk := range cl.State.Inflight.end() {
+		cl.ops.hooks.OnQosDropped(cl, tk)
+		atomic.AddInt64(&cl.ops.info.Inflight, -1)
 	}
 }
 

@@ -230,6 +230,35 @@ func TestUnsubscribeOfAFilterNotHeld(t *testing.T) {
 	}
 }
 
+// A message routed to a connection after another took its session over (a publisher that
+// looked the client id up just before the takeover registered the new connection) counts
+// nowhere: the old connection's set has ended with its session. The hooks still see it
+// (OnQosPublish: agent/broker's takeover guard hands such messages to the new connection).
+// Before, it counted in Info.Inflight for good: the set it went into was no session's, and
+// nothing counted it out.
+func TestStaleRouteToTakenOverSessionCountsNothing(t *testing.T) {
+	rec := new(qosRecorder)
+	s := newQuotaServer(t, func(c *Capabilities) { c.MaximumQueuedBytes = 1 << 20 })
+	if err := s.AddHook(rec, nil); err != nil {
+		t.Fatal(err)
+	}
+	old := connectKept(t, s, "a", false)
+	go func() { _, _ = io.Copy(io.Discard, old.conn) }()
+	oldCl, _ := s.Clients.Get("a")
+	connectKept(t, s, "a", true)
+	base, inflight := s.QueuedBytes(), atomic.LoadInt64(&s.Info.Inflight)
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "out", Payload: []byte("late")}
+	_ = s.publishToClient(oldCl, packets.Subscription{Filter: "out", Qos: 1}, &pk)
+	if got, in := s.QueuedBytes(), atomic.LoadInt64(&s.Info.Inflight); got != base || in != inflight {
+		t.Fatalf("after a stale route: total %d, Info.Inflight %d; want %d, %d", got, in, base, inflight)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.got) == 0 || rec.got[len(rec.got)-1] != "publish Publish" {
+		t.Fatalf("OnQos hooks saw %q, want the stale message last", rec.got)
+	}
+}
+
 // particleSubscriptions counts the client subscriptions left in the topics index under p.
 func particleSubscriptions(p *particle) int {
 	n := p.subscriptions.Len()

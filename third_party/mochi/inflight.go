@@ -46,6 +46,9 @@ type Inflight struct {
 	// nil for a set of no server's, or whose session ended (detach).
 	bytes  atomic.Int64
 	global *atomic.Int64
+	// faceagent patch (counter drift): the set's session has ended (end): entries put in it
+	// since count nowhere.
+	ended bool
 }
 
 // inflightPackets are the packets of deleted Inflight entries, zeroed, for new ones.

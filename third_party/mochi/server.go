@@ -1645,12 +1645,15 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk *packe
 //
 //go:noinline
 func (s *Server) putInflight(cl *Client, out *packets.Packet) Quota {
-	if q := s.admitInflight(cl, out); q != 0 {
+	q, counted := s.admitInflight(cl, out)
+	if q != 0 {
 		return q
 	}
-	atomic.AddInt64(&s.Info.Inflight, 1)
+	if counted { // faceagent patch (counter drift): not in a set whose session ended (Inflight.end)
+		atomic.AddInt64(&s.Info.Inflight, 1)
+		cl.State.Inflight.DecreaseSendQuota()
+	}
 	s.hooks.OnQosPublish(cl, *out, out.Created, 0)
-	cl.State.Inflight.DecreaseSendQuota()
 	return 0
 }
 
