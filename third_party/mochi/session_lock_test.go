@@ -125,6 +125,11 @@ func TestConcurrentConnectsOfOneClientID(t *testing.T) {
 	if code != packets.ErrSessionTakenOver.Code {
 		t.Fatalf("DISCONNECT %#x, want 0x8e", code)
 	}
+	// The DISCONNECT is written before the connection taking over is registered.
+	waitFor(t, "the connection taking over registered", func() bool {
+		cur, ok := s.Clients.Get("x")
+		return ok && !cur.IsTakenOver()
+	})
 	cur, ok := s.Clients.Get("x")
 	if !ok || cur.IsTakenOver() || cur.Closed() {
 		t.Fatalf("the client registered for x: %v, taken over %v, closed %v", ok, ok && cur.IsTakenOver(), ok && cur.Closed())
