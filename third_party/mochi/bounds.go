@@ -608,17 +608,23 @@ func (cl *Client) drainWaiting() {
 
 // clientsFull reports whether cl may not connect for MaximumClients: as many network
 // clients are known (connected, or kept for their session) and cl's id is not one of
-// them, or as many are connected. Concurrent CONNECTs may overshoot by their number.
+// them, or as many are connected and cl does not take over a connected one (the
+// connection it replaces goes: the count does not grow). Concurrent CONNECTs may overshoot
+// by their number.
+//
+// faceagent patch (session takeover): at MaximumClients connected, every CONNECT was
+// refused, a takeover too: a client whose old connection was left half-open (a terminal
+// after a network fault) could not come back until that connection's keepalive ran out.
 func (s *Server) clientsFull(cl *Client) bool {
 	limit := s.Options.Capabilities.MaximumClients
+	existing, known := s.Clients.Get(cl.ID)
+	if known && !existing.Net.Inline && !existing.Closed() {
+		return false
+	}
 	if atomic.LoadInt64(&s.Info.ClientsConnected) >= limit {
 		return true
 	}
-	if s.Clients.network.Load() < limit {
-		return false
-	}
-	_, known := s.Clients.Get(cl.ID)
-	return !known
+	return s.Clients.network.Load() >= limit && !known
 }
 
 // willRoom reports the bound cl's will breaks (0: none), and counts it in cl's session when

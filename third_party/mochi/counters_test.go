@@ -108,7 +108,9 @@ func connectKept(t *testing.T, s *Server, id string, resume bool) *pipePeer {
 	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect},
 		Connect:    packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: !resume, Keepalive: 60, ClientIdentifier: id},
 		Properties: packets.Properties{SessionExpiryInterval: 3600, SessionExpiryIntervalFlag: true}})
-	c.expect(packets.Connack, 0)
+	if body := c.expect(packets.Connack, 0); len(body) < 2 || body[1] != 0 {
+		t.Fatalf("CONNACK % x, want success", body)
+	}
 	if !resume {
 		c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
 			Filters: packets.Subscriptions{{Filter: "out", Qos: 1}}})

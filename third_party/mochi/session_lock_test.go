@@ -194,3 +194,26 @@ func TestTakenOverConnectionChangesNoSubscription(t *testing.T) {
 		t.Fatalf("Info.Subscriptions %d, want 1", n)
 	}
 }
+
+// At MaximumClients connected, a CONNECT taking over a connected client's session is let
+// in (the connection it replaces goes: the count does not grow), as the bound's
+// documentation says, and a new client id is still refused. Before, every CONNECT was
+// refused once as many clients were connected: a client whose old connection was left
+// half-open (a gateway's terminal after a network fault) could not come back until that
+// connection's keepalive ran out.
+func TestTakeoverAtMaximumClients(t *testing.T) {
+	s := newQuotaServer(t, func(c *Capabilities) { c.MaximumClients = 1 })
+	old := connectKept(t, s, "a", false)
+	go func() { _, _ = io.Copy(io.Discard, old.conn) }()
+	connectKept(t, s, "a", true) // expects CONNACK 0
+	srv, cli := net.Pipe()
+	t.Cleanup(func() { _ = cli.Close() })
+	go func() { _ = s.EstablishConnection("pipe", srv) }()
+	_ = cli.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if _, err := cli.Write(connectBytes(t, "b")); err != nil {
+		t.Fatal(err)
+	}
+	if code := readConnack(t, cli, bufio.NewReader(cli)); code != packets.ErrQuotaExceeded.Code {
+		t.Fatalf("a new client id at the bound: CONNACK %#x, want 0x97", code)
+	}
+}
