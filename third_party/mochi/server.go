@@ -610,7 +610,7 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 	if err != nil {
 		return err
 	}
-	defer atomic.AddInt64(&s.Info.ClientsConnected, -1)
+	// connected: clientGone counts it out of Info.ClientsConnected
 
 	err = cl.Read(s.receivePacket)
 	return s.clientGone(cl, listener, err)
@@ -648,12 +648,19 @@ func (s *Server) clientGone(cl *Client, listener string, err error) error {
 		unlock()
 	}
 
+	// faceagent patch (DISCONNECT delivered): no longer a connected client while its
+	// connection lingers (MaximumClients counts connected clients): counted until the
+	// linger ended, it took a place of MaximumClients for up to DisconnectLinger after every
+	// DISCONNECT the server sent, and a client reconnecting at once on a full server was
+	// refused. The connection itself stays bounded (DisconnectLinger; agent/broker's
+	// listener counts open connections).
+	atomic.AddInt64(&s.Info.ClientsConnected, -1)
 	cl.finishLinger() // faceagent patch (DISCONNECT delivered): the peer reads its DISCONNECT
 	return err
 }
 
 // connectClient reads and answers the CONNECT of attachClient's client. On success the
-// client is counted in Info.ClientsConnected (attachClient takes it off when the client
+// client is counted in Info.ClientsConnected (clientGone takes it off when the client
 // goes) and its session is established.
 //
 // faceagent patch (stack): this was the first half of attachClient, whose frame (~3 KB:
