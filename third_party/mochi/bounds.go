@@ -243,14 +243,15 @@ func fairShare(c *Capabilities) int64 {
 }
 
 // admitInflight puts out, a new message for cl, in cl's in-flight set within the session
-// bounds, and reports the bound that refused it (0: put), and whether the message counts
-// (in Info.Inflight, and for send quota): not in a set whose session has ended (Inflight.end).
-// The session bound is checked and the global one reserved under the set's lock, so
-// concurrent publishers never overshoot either.
-func (s *Server) admitInflight(cl *Client, out *packets.Packet) (Quota, bool) {
+// bounds, and reports the bound that refused it (0: put), whether the message counts (in
+// Info.Inflight: not in a set whose session has ended, see Inflight.end) and, with send,
+// whether it waits for send quota (else it took a unit). The session bound is checked and
+// the global one reserved under the set's lock, so concurrent publishers never overshoot
+// either.
+func (s *Server) admitInflight(cl *Client, out *packets.Packet, send bool) (q Quota, counted, waiting bool) {
 	c := s.Options.Capabilities
 	others := cl.State.Subscriptions.bytes.Load() + cl.State.willBytes.Load()
-	return cl.State.Inflight.admit(out, others, c.MaximumSessionBytes, c.MaximumQueuedBytes, fairShare(c))
+	return cl.State.Inflight.admit(out, others, c.MaximumSessionBytes, c.MaximumQueuedBytes, fairShare(c), send)
 }
 
 // AdmitInflight puts pk, a new QoS 1/2 message for cl that the caller writes itself
@@ -264,7 +265,7 @@ func (s *Server) admitInflight(cl *Client, out *packets.Packet) (Quota, bool) {
 // counted but never refused: a watcher that acknowledged nothing held up to its Receive
 // Maximum of them whatever its session's bound.
 func (s *Server) AdmitInflight(cl *Client, pk *packets.Packet) Quota {
-	q, _ := s.admitInflight(cl, pk)
+	q, _, _ := s.admitInflight(cl, pk, false)
 	return q
 }
 
@@ -273,23 +274,41 @@ func (s *Server) AdmitInflight(cl *Client, pk *packets.Packet) Quota {
 // the bound that refused m, and whether m counts: not when the set's session has ended
 // (end), where m is put all the same, for the hooks that look for such messages (a
 // publisher routing on a stale subscriber list to a session another connection took over).
-func (i *Inflight) admit(m *packets.Packet, others, sessionMax, globalMax, share int64) (Quota, bool) {
+//
+// With send, m is to be sent: it takes a unit of send quota, or, with none left, waits in
+// the set for one (its entry's Expiry -1; m itself is left as it is), and admit reports
+// which. faceagent patch (counter drift): publishToClient read the quota before putting
+// the message in flight and took a unit after, and a PUBACK handled in between (which
+// found no message waiting to send) gave back the unit it then took for a message it left
+// waiting: no quota and nothing in flight, the client was sent nothing more.
+func (i *Inflight) admit(m *packets.Packet, others, sessionMax, globalMax, share int64, send bool) (q Quota, counted, waiting bool) {
 	i.Lock()
 	defer i.Unlock()
 	cost := MessageBytes(m)
 	held := i.bytes.Load() + others + cost
 	if sessionMax > 0 && held > sessionMax {
-		return QuotaSessionBytes, false
+		return QuotaSessionBytes, false, false
 	}
 	if i.global != nil {
 		if held <= share {
 			i.global.Add(cost) // within its share: whatever the others hold
 		} else if !reserveBytes(i.global, cost, globalMax) {
-			return QuotaQueuedBytes, false
+			return QuotaQueuedBytes, false, false
 		}
 	}
 	i.putLocked(m, cost, true)
-	return 0, !i.ended
+	if !send || i.ended {
+		return 0, !i.ended, false
+	}
+	if !i.takeSendQuota() {
+		p := i.internal[m.PacketID]
+		if p.Expiry >= 0 {
+			p.Expiry = -1
+			i.waiting++
+		}
+		return 0, true, true
+	}
+	return 0, true, false
 }
 
 // end removes every message from the set, stops counting it in the global counter
@@ -356,11 +375,17 @@ func (i *Inflight) hasWaiting() bool {
 // second one for the same message, which its PUBACK gave back once: each message held for
 // a full queue lost the connection one unit, and after Receive Maximum of them it was sent
 // nothing more.
+//
+// A message no longer in the set (expired, or its session ended, since it was put) is not
+// put back: nothing would count it, and its PUBACK would count it out a second time.
 func (i *Inflight) wait(m *packets.Packet) {
 	i.Lock()
 	defer i.Unlock()
 	p, ok := i.internal[m.PacketID]
-	sent := ok && p.Expiry >= 0
+	if !ok {
+		return
+	}
+	sent := p.Expiry >= 0
 	m.Expiry = -1
 	i.putLocked(m, MessageBytes(m), false)
 	if sent {

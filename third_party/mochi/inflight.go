@@ -352,15 +352,39 @@ func (i *Inflight) ResetReceiveQuota(n int32) {
 
 // DecreaseSendQuota reduces the send quota by 1.
 func (i *Inflight) DecreaseSendQuota() {
-	if atomic.LoadInt32(&i.sendQuota) > 0 {
-		atomic.AddInt32(&i.sendQuota, -1)
+	i.takeSendQuota()
+}
+
+// takeSendQuota takes a unit of send quota and reports whether it did: true without a
+// quota (no Receive Maximum: maximumSendQuota 0), false when none is left. faceagent patch
+// (counter drift): a compare-and-swap, as IncreaseSendQuota, where a check and an add let
+// concurrent callers (a publisher, the client's reader, the housekeeping's expiry) take the
+// quota past its bounds.
+func (i *Inflight) takeSendQuota() bool {
+	if atomic.LoadInt32(&i.maximumSendQuota) == 0 {
+		return true
+	}
+	for {
+		q := atomic.LoadInt32(&i.sendQuota)
+		if q <= 0 {
+			return false
+		}
+		if atomic.CompareAndSwapInt32(&i.sendQuota, q, q-1) {
+			return true
+		}
 	}
 }
 
 // IncreaseSendQuota increases the send quota by 1.
 func (i *Inflight) IncreaseSendQuota() {
-	if atomic.LoadInt32(&i.sendQuota) < atomic.LoadInt32(&i.maximumSendQuota) {
-		atomic.AddInt32(&i.sendQuota, 1)
+	for {
+		q := atomic.LoadInt32(&i.sendQuota)
+		if q >= atomic.LoadInt32(&i.maximumSendQuota) {
+			return
+		}
+		if atomic.CompareAndSwapInt32(&i.sendQuota, q, q+1) {
+			return
+		}
 	}
 }
 

@@ -4,6 +4,7 @@
 package mqtt
 
 import (
+	"bytes"
 	"io"
 	"log/slog"
 	"sync/atomic"
@@ -116,5 +117,59 @@ func TestExpiredInflightGivesBackSendQuota(t *testing.T) {
 	}
 	if q := atomic.LoadInt32(&cl.State.Inflight.sendQuota); q != receiveMax || cl.State.Inflight.Len() != 0 {
 		t.Fatalf("send quota %d, in flight %d; want %d, 0", q, cl.State.Inflight.Len(), receiveMax)
+	}
+}
+
+// qosPublishGate blocks the routing of the next message put in flight (OnQosPublish) once
+// armed, until released.
+type qosPublishGate struct {
+	HookBase
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (*qosPublishGate) ID() string           { return "qos-publish-gate" }
+func (*qosPublishGate) Provides(b byte) bool { return b == OnQosPublish }
+func (g *qosPublishGate) OnQosPublish(*Client, packets.Packet, int64, int) {
+	if g.armed.CompareAndSwap(true, false) {
+		close(g.entered)
+		<-g.release
+	}
+}
+
+// A message routed while the client's PUBACK for the only message in flight is handled
+// (Receive Maximum 1) is sent: whether it waits for send quota and the taking of that quota
+// are one step (Inflight.admit). Before, the publisher read the quota (0), the PUBACK gave
+// it back, the publisher took it and then left the message waiting as if there had been
+// none: no quota and nothing in flight, the client was sent nothing more on that
+// connection.
+func TestMessageRoutedDuringPubackIsSent(t *testing.T) {
+	gate := &qosPublishGate{entered: make(chan struct{}), release: make(chan struct{})}
+	s := newQuotaServer(t, func(*Capabilities) {})
+	if err := s.AddHook(gate, nil); err != nil {
+		t.Fatal(err)
+	}
+	c := pipeConnect(t, s, "c", 1)
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
+		Filters: packets.Subscriptions{{Filter: "out", Qos: 1}}})
+	c.expect(packets.Suback, 1)
+	go func() { _ = s.Publish("out", []byte("first"), false, 1) }()
+	first := publishID(c.expect(packets.Publish, 0))
+
+	gate.armed.Store(true)
+	published := make(chan struct{})
+	go func() { defer close(published); _ = s.Publish("out", []byte("second"), false, 1) }()
+	<-gate.entered // the second message is being put in flight
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: first})
+	waitFor(t, "the PUBACK handled", func() bool {
+		cl, _ := s.Clients.Get("c")
+		return !cl.State.Inflight.Has(first)
+	})
+	close(gate.release)
+	<-published
+	body := c.expect(packets.Publish, 0)
+	if l := int(body[0])<<8 | int(body[1]); string(body[4+l:]) != "second" && !bytes.HasSuffix(body, []byte("second")) {
+		t.Fatalf("got % x, want the second message", body)
 	}
 }

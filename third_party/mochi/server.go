@@ -1591,18 +1591,17 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk *packe
 		}
 
 		out.PacketID = uint16(i) // [MQTT-2.2.1-4]
-		sentQuota := atomic.LoadInt32(&cl.State.Inflight.sendQuota)
 
 		// faceagent patch (byte bounds): within the session's bounds, or dropped for it alone.
-		if q := s.putInflight(cl, out); q != 0 { // [MQTT-4.3.2-3] [MQTT-4.3.3-3]
+		// faceagent patch (counter drift): it takes send quota or waits for it in one step.
+		q, waiting := s.putInflight(cl, out) // [MQTT-4.3.2-3] [MQTT-4.3.3-3]
+		if q != 0 {
 			releaseOutbound(out)
 			s.quotaExceeded(cl, q, false, pk)
 			return packets.ErrQuotaExceeded
 		}
 
-		if sentQuota == 0 && atomic.LoadInt32(&cl.State.Inflight.maximumSendQuota) > 0 {
-			out.Expiry = -1
-			cl.State.Inflight.setFrom(out)
+		if waiting { // no send quota left: sent once a PUBACK or PUBCOMP gives one back
 			releaseOutbound(out)
 			return nil
 		}
@@ -1644,24 +1643,24 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk *packe
 }
 
 // putInflight puts out in cl's in-flight set; a new entry is counted, stored by the hooks
-// (OnQosPublish) and takes send quota. faceagent patch (stack): out of publishToClient,
-// with the copies of out that Set and the hooks take.
+// (OnQosPublish) and takes send quota, or waits for it when none is left (waiting).
+// faceagent patch (stack): out of publishToClient, with the copies of out that Set and the
+// hooks take.
 //
 // faceagent patch (byte bounds): within the session's bounds (admitInflight); it returns the
 // bound that refused out, or 0.
 //
 //go:noinline
-func (s *Server) putInflight(cl *Client, out *packets.Packet) Quota {
-	q, counted := s.admitInflight(cl, out)
+func (s *Server) putInflight(cl *Client, out *packets.Packet) (q Quota, waiting bool) {
+	q, counted, waiting := s.admitInflight(cl, out, true)
 	if q != 0 {
-		return q
+		return q, false
 	}
 	if counted { // faceagent patch (counter drift): not in a set whose session ended (Inflight.end)
 		atomic.AddInt64(&s.Info.Inflight, 1)
-		cl.State.Inflight.DecreaseSendQuota()
 	}
 	s.hooks.OnQosPublish(cl, *out, out.Created, 0)
-	return 0
+	return 0, waiting
 }
 
 // packetIDExhausted reports that pk found no packet id free for cl. faceagent patch
