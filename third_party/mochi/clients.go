@@ -452,9 +452,11 @@ func (cl *Client) ResendInflightMessages(force bool) error {
 		}
 
 		if tk.FixedHeader.Type == packets.Puback || tk.FixedHeader.Type == packets.Pubcomp {
-			if ok := cl.State.Inflight.Delete(tk.PacketID); ok {
+			if ok, _, counted := cl.State.Inflight.remove(tk.PacketID); ok {
 				cl.ops.hooks.OnQosComplete(cl, tk)
-				atomic.AddInt64(&cl.ops.info.Inflight, -1)
+				if counted { // faceagent patch (counter drift)
+					atomic.AddInt64(&cl.ops.info.Inflight, -1)
+				}
 			}
 		}
 	}
@@ -488,12 +490,14 @@ func (cl *Client) ClearExpiredInflights(now, maximumExpiry int64) []uint16 {
 			// faceagent patch (counter drift): a message sent gives back its unit of send
 			// quota, which its PUBACK, finding nothing, no longer can; upstream kept it, and
 			// each message expiring unacknowledged cost the connection a unit for good.
-			if ok, sent := cl.State.Inflight.remove(tk.PacketID); ok {
+			if ok, sent, counted := cl.State.Inflight.remove(tk.PacketID); ok {
 				if sent {
 					cl.State.Inflight.IncreaseSendQuota()
 				}
 				cl.ops.hooks.OnQosDropped(cl, tk)
-				atomic.AddInt64(&cl.ops.info.Inflight, -1)
+				if counted {
+					atomic.AddInt64(&cl.ops.info.Inflight, -1)
+				}
 				deleted = append(deleted, tk.PacketID)
 			}
 		}

@@ -261,6 +261,32 @@ func TestStaleRouteToTakenOverSessionCountsNothing(t *testing.T) {
 	}
 }
 
+// A PUBACK for a message of a session that has ended (its set emptied and ended, a message
+// put there since under an id the client still acknowledges from before: its reader was
+// still reading) counts nothing out of Info.Inflight: the message never counted in. Before,
+// Info.Inflight went below zero (the lifecycle test found it with sessions expiring while
+// their readers still read).
+func TestAckInEndedSessionCountsNothingOut(t *testing.T) {
+	s := newQuotaServer(t, func(c *Capabilities) { c.MaximumQueuedBytes = 1 << 20 })
+	c := connectKept(t, s, "e", false)
+	go func() { _ = s.Publish("out", []byte("m"), false, 1) }()
+	id := publishID(c.expect(packets.Publish, 0))
+	cl, _ := s.Clients.Get("e")
+	cl.ClearInflights() // its session ends (expired, say), its reader still reading
+	late := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: id, TopicName: "out", Payload: []byte("late")}
+	if q, _ := s.putInflight(cl, &late); q != 0 {
+		t.Fatalf("refused for %v", q)
+	}
+	if n := atomic.LoadInt64(&s.Info.Inflight); n != 0 {
+		t.Fatalf("Info.Inflight %d with the session ended, want 0", n)
+	}
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: id})
+	c.processed()
+	if n := atomic.LoadInt64(&s.Info.Inflight); n != 0 {
+		t.Fatalf("Info.Inflight %d after the PUBACK, want 0", n)
+	}
+}
+
 // particleSubscriptions counts the client subscriptions left in the topics index under p.
 func particleSubscriptions(p *particle) int {
 	n := p.subscriptions.Len()

@@ -109,6 +109,18 @@ func (i *Inflight) putLocked(m *packets.Packet, cost int64, reserved bool) bool 
 	return !ok
 }
 
+// replace puts m in place of the entry under its packet id and reports whether there was
+// one; it adds none. faceagent patch (counter drift).
+func (i *Inflight) replace(m *packets.Packet) bool {
+	i.Lock()
+	defer i.Unlock()
+	if _, ok := i.internal[m.PacketID]; !ok {
+		return false
+	}
+	i.putLocked(m, MessageBytes(m), false)
+	return true
+}
+
 // Get returns an inflight packet by packet id.
 func (i *Inflight) Get(id uint16) (packets.Packet, bool) {
 	i.RLock()
@@ -304,14 +316,18 @@ func (i *Inflight) NextImmediate() (packets.Packet, bool) {
 
 // Delete removes an in-flight message from the map. Returns true if the message existed.
 func (i *Inflight) Delete(id uint16) bool {
-	ok, _ := i.remove(id)
+	ok, _, _ := i.remove(id)
 	return ok
 }
 
 // remove is Delete, and also reports whether the message was sent (not waiting for send
-// quota, Expiry >= 0), so holding a unit of send quota until its acknowledgement.
-// faceagent patch (counter drift).
-func (i *Inflight) remove(id uint16) (ok, sent bool) {
+// quota, Expiry >= 0), so holding a unit of send quota until its acknowledgement, and
+// whether it counted in Info.Inflight: not in a set whose session has ended (end), whose
+// messages count nowhere. faceagent patch (counter drift): an acknowledgement for a
+// message of an ended set (its id taken again after the set was emptied, while the
+// client's PUBACK for the id's earlier message was still being read) counted a message out
+// of Info.Inflight that was never counted in.
+func (i *Inflight) remove(id uint16) (ok, sent, counted bool) {
 	i.Lock()
 	defer i.Unlock()
 
@@ -322,12 +338,12 @@ func (i *Inflight) remove(id uint16) (ok, sent bool) {
 		if p.Expiry < 0 {
 			i.waiting--
 		}
-		sent = p.Expiry >= 0
+		sent, counted = p.Expiry >= 0, !i.ended
 		i.account(-MessageBytes(p)) // faceagent patch (byte bounds)
 		releaseInflight(p)          // faceagent patch (inflight allocations)
 	}
 
-	return ok, sent
+	return ok, sent, counted
 }
 
 // TakeRecieveQuota reduces the receive quota by 1.

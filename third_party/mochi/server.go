@@ -1742,9 +1742,11 @@ func (s *Server) buildAck(packetID uint16, pkt, qos byte, properties packets.Pro
 // flight only to see that there was one; Delete reports it (an unknown id: omitted, but
 // would be packets.ErrPacketIdentifierNotFound).
 func (s *Server) processPuback(cl *Client, pk *packets.Packet) error {
-	if ok := cl.State.Inflight.Delete(pk.PacketID); ok { // [MQTT-4.3.2-5]
+	if ok, _, counted := cl.State.Inflight.remove(pk.PacketID); ok { // [MQTT-4.3.2-5]
 		cl.State.Inflight.IncreaseSendQuota()
-		atomic.AddInt64(&s.Info.Inflight, -1)
+		if counted { // faceagent patch (counter drift): see Inflight.remove
+			atomic.AddInt64(&s.Info.Inflight, -1)
+		}
 		s.hooks.OnQosComplete(cl, *pk)
 	}
 
@@ -1758,12 +1760,14 @@ func (s *Server) processPubrec(cl *Client, pk *packets.Packet) error {
 	}
 
 	if pk.ReasonCode >= packets.ErrUnspecifiedError.Code || !pk.ReasonCodeValid() { // [MQTT-4.3.3-4]
-		if ok := cl.State.Inflight.Delete(pk.PacketID); ok {
+		if ok, _, counted := cl.State.Inflight.remove(pk.PacketID); ok {
 			// faceagent patch (counter drift): the flow ends, and its unit of send quota
 			// comes back (MQTT 5, 4.9); upstream kept it, and a client that refused
 			// Receive Maximum QoS 2 messages was sent nothing more.
 			cl.State.Inflight.IncreaseSendQuota()
-			atomic.AddInt64(&s.Info.Inflight, -1)
+			if counted {
+				atomic.AddInt64(&s.Info.Inflight, -1)
+			}
 		}
 		cl.ops.hooks.OnQosDropped(cl, *pk)
 		return nil // as per MQTT5 Section 4.13.2 paragraph 2
@@ -1773,7 +1777,12 @@ func (s *Server) processPubrec(cl *Client, pk *packets.Packet) error {
 	// takes no receive quota (upstream took one here and gave it back at PUBCOMP): that
 	// quota counts the client's own publishes; the message keeps its send quota until PUBCOMP.
 	ack := s.buildAck(pk.PacketID, packets.Pubrel, 1, pk.Properties, packets.CodeSuccess) // [MQTT-4.3.3-4] ![MQTT-4.3.3-6]
-	cl.State.Inflight.Set(ack)                                                            // [MQTT-4.3.3-5]
+	// faceagent patch (counter drift): in place of the message, not back in the set when it
+	// left since the check above (expired): counted nowhere, its PUBCOMP would count it out
+	// of Info.Inflight a second time.
+	if !cl.State.Inflight.replace(&ack) { // [MQTT-4.3.3-5]
+		return cl.WritePacket(s.buildAck(pk.PacketID, packets.Pubrel, 1, pk.Properties, packets.ErrPacketIdentifierNotFound))
+	}
 	return cl.WritePacket(ack)
 }
 
@@ -1813,9 +1822,12 @@ func (s *Server) processPubrel(cl *Client, pk *packets.Packet) error {
 // the one its PUBREC stage took) and did both for any id.
 func (s *Server) processPubcomp(cl *Client, pk *packets.Packet) error {
 	// regardless of whether the pubcomp is a success or failure, we end the qos flow, delete inflight, and restore the quota.
-	if ok := cl.State.Inflight.Delete(pk.PacketID); ok {
+	if ok, _, counted := cl.State.Inflight.remove(pk.PacketID); ok {
 		cl.State.Inflight.IncreaseSendQuota() // +1 SENT QUOTA
-		atomic.AddInt64(&s.Info.Inflight, -1)
+		// faceagent patch (counter drift): see Inflight.remove
+		if counted {
+			atomic.AddInt64(&s.Info.Inflight, -1)
+		}
 		s.hooks.OnQosComplete(cl, *pk)
 	}
 
