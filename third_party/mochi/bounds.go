@@ -631,6 +631,24 @@ func (cl *Client) drainWaiting() {
 	}
 }
 
+// flushIdle writes what WritePacket buffered (outbuf) when the writer's queue is empty.
+// WritePacket buffers a packet written while the queue holds more, for the writer's next
+// write to flush; a writerKick (or a resize marker) is taken without a write, so a packet
+// another goroutine wrote behind one (the reader sending a message that waited for send
+// quota) stayed in the buffer. It runs on the writer goroutine. faceagent patch (byte
+// bounds): such a message waited for the client's next packet (a PINGRESP, up to a
+// keepalive later).
+func (cl *Client) flushIdle() {
+	cl.Lock()
+	defer cl.Unlock()
+	if cl.Net.outbuf == nil || len(cl.State.outbound) > 0 || cl.Closed() {
+		return
+	}
+	if err := cl.flushOutbuf(); err != nil {
+		cl.Stop(err) // as WritePacket: the stream is unusable
+	}
+}
+
 // clientsFull reports whether cl may not connect for MaximumClients: as many network
 // clients are known (connected, or kept for their session) and cl's id is not one of
 // them, or as many are connected and cl does not take over a connected one (the

@@ -272,6 +272,7 @@ func (cl *Client) WriteLoop() {
 			// was full go once it is empty.
 			if len(cl.State.outbound) == 0 {
 				cl.drainWaiting()
+				cl.flushIdle()
 			}
 		case <-cl.State.open.Done():
 			cl.dropQueued() // faceagent patch (counter drift)

@@ -4,9 +4,11 @@
 package mqtt
 
 import (
+	"bufio"
 	"bytes"
 	"io"
 	"log/slog"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -171,5 +173,30 @@ func TestMessageRoutedDuringPubackIsSent(t *testing.T) {
 	body := c.expect(packets.Publish, 0)
 	if l := int(body[0])<<8 | int(body[1]); string(body[4+l:]) != "second" && !bytes.HasSuffix(body, []byte("second")) {
 		t.Fatalf("got % x, want the second message", body)
+	}
+}
+
+// A packet written on another goroutine (the reader sending a message that waited for
+// send quota) while the writer's queue holds only the wake-up for held messages
+// (writerKick) is buffered behind it; the writer, taking the wake-up and finding its queue
+// empty, sends it. Before, the wake-up wrote nothing and flushed nothing: the message sat
+// in the write buffer until the next packet to that client (a PINGRESP, up to a keepalive
+// later); TestHeldMessageTakesOneSendQuota timed out once in about a dozen runs.
+func TestBufferedWriteBehindWakeUpIsFlushed(t *testing.T) {
+	s := newQuotaServer(t, func(*Capabilities) {})
+	near, far := net.Pipe()
+	t.Cleanup(func() { _ = near.Close(); _ = far.Close() })
+	cl := s.NewClient(near, "t", "k", false)
+	cl.Properties.ProtocolVersion = 5
+	cl.State.outbound <- writerKick
+	atomic.AddInt32(&cl.State.outboundQty, 1)
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish}, TopicName: "out", Payload: []byte("m")}
+	if err := cl.WritePacket(pk); err != nil { // buffered: the queue is not empty
+		t.Fatal(err)
+	}
+	go cl.WriteLoop()
+	t.Cleanup(func() { cl.Stop(nil) })
+	if got := readPublish(t, far, bufio.NewReader(far)); string(got.Payload) != "m" {
+		t.Fatalf("got %q, want m", got.Payload)
 	}
 }
