@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -219,10 +220,18 @@ func (g *takeoverGuard) deliver(cl *mqtt.Client, pk packets.Packet) {
 	pk.PacketID = uint16(id)
 	pk.FixedHeader.Dup = false
 	pk.Created = time.Now().Unix()
+	// Sent now, not waiting for send quota: a copy of a message that waited in the old
+	// session (Expiry -1, as OnQosDropped reports it) would otherwise also wait in cl's set,
+	// and go out a second time with the next free quota, which it would take twice.
+	pk.Expiry = max(pk.Expiry, 0)
 	if cl.State.Inflight.Set(pk) {
 		if g.store != nil {
 			g.store.OnQosPublish(cl, pk, pk.Created, 0)
 		}
+		// Counted as mochi counts a routed message (its PUBACK counts it out): mochi counts
+		// nothing for a message routed to a taken-over connection, and counts the old
+		// connection's cleared messages out.
+		atomic.AddInt64(&g.srv.Info.Inflight, 1)
 		cl.State.Inflight.DecreaseSendQuota()
 	}
 	// cl taken over meanwhile (before Set, since mochi marks it before copying its set): the

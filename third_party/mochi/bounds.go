@@ -4,6 +4,7 @@
 package mqtt
 
 import (
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -242,13 +243,15 @@ func fairShare(c *Capabilities) int64 {
 }
 
 // admitInflight puts out, a new message for cl, in cl's in-flight set within the session
-// bounds, and reports the bound that refused it (0: put). The session bound is checked and
+// bounds, and reports the bound that refused it (0: put), whether the message counts (in
+// Info.Inflight: not in a set whose session has ended, see Inflight.end) and, with send,
+// whether it waits for send quota (else it took a unit). The session bound is checked and
 // the global one reserved under the set's lock, so concurrent publishers never overshoot
 // either.
-func (s *Server) admitInflight(cl *Client, out *packets.Packet) Quota {
+func (s *Server) admitInflight(cl *Client, out *packets.Packet, send bool) (q Quota, counted, waiting bool) {
 	c := s.Options.Capabilities
 	others := cl.State.Subscriptions.bytes.Load() + cl.State.willBytes.Load()
-	return cl.State.Inflight.admit(out, others, c.MaximumSessionBytes, c.MaximumQueuedBytes, fairShare(c))
+	return cl.State.Inflight.admit(out, others, c.MaximumSessionBytes, c.MaximumQueuedBytes, fairShare(c), send)
 }
 
 // AdmitInflight puts pk, a new QoS 1/2 message for cl that the caller writes itself
@@ -262,29 +265,79 @@ func (s *Server) admitInflight(cl *Client, out *packets.Packet) Quota {
 // counted but never refused: a watcher that acknowledged nothing held up to its Receive
 // Maximum of them whatever its session's bound.
 func (s *Server) AdmitInflight(cl *Client, pk *packets.Packet) Quota {
-	return s.admitInflight(cl, pk)
+	q, _, _ := s.admitInflight(cl, pk, false)
+	return q
 }
 
 // admit is setFrom for a new entry m within the bounds: sessionMax for the set's bytes
 // plus others, globalMax for the global counter unless they stay within share. It reports
-// the bound that refused m.
-func (i *Inflight) admit(m *packets.Packet, others, sessionMax, globalMax, share int64) Quota {
+// the bound that refused m, and whether m counts: not when the set's session has ended
+// (end), where m is put all the same, for the hooks that look for such messages (a
+// publisher routing on a stale subscriber list to a session another connection took over).
+//
+// With send, m is to be sent: it takes a unit of send quota, or, with none left, waits in
+// the set for one (its entry's Expiry -1; m itself is left as it is), and admit reports
+// which. faceagent patch (counter drift): publishToClient read the quota before putting
+// the message in flight and took a unit after, and a PUBACK handled in between (which
+// found no message waiting to send) gave back the unit it then took for a message it left
+// waiting: no quota and nothing in flight, the client was sent nothing more.
+func (i *Inflight) admit(m *packets.Packet, others, sessionMax, globalMax, share int64, send bool) (q Quota, counted, waiting bool) {
 	i.Lock()
 	defer i.Unlock()
 	cost := MessageBytes(m)
 	held := i.bytes.Load() + others + cost
 	if sessionMax > 0 && held > sessionMax {
-		return QuotaSessionBytes
+		return QuotaSessionBytes, false, false
 	}
 	if i.global != nil {
 		if held <= share {
 			i.global.Add(cost) // within its share: whatever the others hold
 		} else if !reserveBytes(i.global, cost, globalMax) {
-			return QuotaQueuedBytes
+			return QuotaQueuedBytes, false, false
 		}
 	}
 	i.putLocked(m, cost, true)
-	return 0
+	if !send || i.ended {
+		return 0, !i.ended, false
+	}
+	if !i.takeSendQuota() {
+		p := i.internal[m.PacketID]
+		if p.Expiry >= 0 {
+			p.Expiry = -1
+			i.waiting++
+		}
+		return 0, true, true
+	}
+	return 0, true, false
+}
+
+// end removes every message from the set, stops counting it in the global counter
+// (detach), and ends it: a message put in it afterwards counts nowhere (admit). It returns
+// the messages removed, oldest first, which the caller counts out of Info.Inflight.
+//
+// faceagent patch (counter drift): a session taken over (or ended) had its set cleared
+// (ClearInflights) and detached in two steps; a publisher routing on a stale subscriber
+// list put messages in it in between or after, counted in Info.Inflight, and nothing ever
+// counted them out (the set is no session's).
+func (i *Inflight) end() []packets.Packet {
+	i.Lock()
+	defer i.Unlock()
+	removed := make([]packets.Packet, 0, len(i.internal))
+	for id, p := range i.internal {
+		removed = append(removed, *p)
+		i.account(-MessageBytes(p))
+		releaseInflight(p)
+		delete(i.internal, id)
+	}
+	i.waiting = 0
+	i.inherited = nil
+	if i.global != nil {
+		i.global.Add(-i.bytes.Load())
+		i.global = nil
+	}
+	i.ended = true
+	sort.Slice(removed, func(a, b int) bool { return createdBefore(&removed[a], &removed[b]) })
+	return removed
 }
 
 // account adds delta to the set's bytes and the global counter; under the set's lock.
@@ -312,6 +365,32 @@ func (i *Inflight) hasWaiting() bool {
 	i.RLock()
 	defer i.RUnlock()
 	return i.waiting > 0
+}
+
+// wait leaves m waiting in the set to be sent (Expiry -1, see holdForWriter). An entry
+// under m's id that was not waiting (sent, or queued for the writer) took a unit of send
+// quota when it was put in flight (putInflight, or the caller of HoldWrite): it gives it
+// back, as a waiting message holds none; takeNextInto or takeResend takes one when it goes.
+// faceagent patch (counter drift): holdForWriter kept the unit, and the drain took a
+// second one for the same message, which its PUBACK gave back once: each message held for
+// a full queue lost the connection one unit, and after Receive Maximum of them it was sent
+// nothing more.
+//
+// A message no longer in the set (expired, or its session ended, since it was put) is not
+// put back: nothing would count it, and its PUBACK would count it out a second time.
+func (i *Inflight) wait(m *packets.Packet) {
+	i.Lock()
+	defer i.Unlock()
+	p, ok := i.internal[m.PacketID]
+	if !ok {
+		return
+	}
+	sent := p.Expiry >= 0
+	m.Expiry = -1
+	i.putLocked(m, MessageBytes(m), false)
+	if sent {
+		i.IncreaseSendQuota()
+	}
 }
 
 // takeNextInto copies the oldest message waiting to be sent (Expiry < 0) to dst, no
@@ -374,6 +453,32 @@ func (cl *Client) unreservePending(n int64) {
 	cl.State.pendingBytes.Add(-n)
 	if limit := cl.ops.options.Capabilities.MaximumClientWritesPendingBytes; limit > 0 && n > limit {
 		cl.unreserveOversize(n) // only the empty queue's exception takes one this large
+	}
+}
+
+// dropQueued empties cl's queue of pending writes once cl has stopped: its writer has
+// ended or is ending, and nothing queued can be written any more. Each message gives back
+// what reservePending took for it (the queue's bytes, and an oversize message's share of
+// MaximumQueuedBytes); a QoS 1/2 one stays in the session's in-flight set, for its next
+// connection. The writer calls it as it ends, and a caller that queued a packet calls it
+// when it finds the client stopped since, in case the writer had ended before the packet
+// came.
+//
+// faceagent patch (counter drift): the writer returned with packets in its queue, and an
+// oversize message among them stayed counted in MaximumQueuedBytes for good.
+func (cl *Client) dropQueued() {
+	for {
+		select {
+		case pk := <-cl.State.outbound:
+			atomic.AddInt32(&cl.State.outboundQty, -1)
+			if pk == writerKick {
+				continue
+			}
+			cl.unreservePending(outboundBytes(pk))
+			releaseOutbound(pk)
+		default:
+			return
+		}
 	}
 }
 
@@ -485,11 +590,10 @@ var writerKick = &packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.
 // instead of queueing it: cl's queue of pending writes is full, or older messages wait
 // ahead of it. The writer sends waiting messages, oldest first, once its queue is empty
 // (drainWaiting), as does the reader after each packet while send quota is left
-// (sendNextImmediate); a resumed session is sent them too. A writer with nothing queued
-// is woken.
+// (sendNextImmediate); a resumed session is sent them too. The send quota out took is
+// given back until it goes (Inflight.wait). A writer with nothing queued is woken.
 func (cl *Client) holdForWriter(out *packets.Packet) {
-	out.Expiry = -1
-	cl.State.Inflight.setFrom(out)
+	cl.State.Inflight.wait(out)
 	if len(cl.State.outbound) == 0 {
 		select {
 		case cl.State.outbound <- writerKick:
@@ -499,10 +603,11 @@ func (cl *Client) holdForWriter(out *packets.Packet) {
 	}
 }
 
-// HoldWrite leaves pk, a QoS 1/2 message in flight to the client already, waiting in its
-// in-flight set for the writer goroutine, which sends it once its queue of pending writes
-// is empty (a resumed session gets it too). For a caller whose QueueWrite found the queue
-// full: the message is neither lost nor written on the caller's goroutine.
+// HoldWrite leaves pk, a QoS 1/2 message in flight to the client already (its send quota
+// taken), waiting in its in-flight set for the writer goroutine, which sends it once its
+// queue of pending writes is empty (a resumed session gets it too); the quota is given
+// back until then. For a caller whose QueueWrite found the queue full: the message is
+// neither lost nor written on the caller's goroutine.
 func (cl *Client) HoldWrite(pk packets.Packet) {
 	if pk.FixedHeader.Qos == 0 || !cl.State.Inflight.Has(pk.PacketID) {
 		return
@@ -526,19 +631,43 @@ func (cl *Client) drainWaiting() {
 	}
 }
 
+// flushIdle writes what WritePacket buffered (outbuf) when the writer's queue is empty.
+// WritePacket buffers a packet written while the queue holds more, for the writer's next
+// write to flush; a writerKick (or a resize marker) is taken without a write, so a packet
+// another goroutine wrote behind one (the reader sending a message that waited for send
+// quota) stayed in the buffer. It runs on the writer goroutine. faceagent patch (byte
+// bounds): such a message waited for the client's next packet (a PINGRESP, up to a
+// keepalive later).
+func (cl *Client) flushIdle() {
+	cl.Lock()
+	defer cl.Unlock()
+	if cl.Net.outbuf == nil || len(cl.State.outbound) > 0 || cl.Closed() {
+		return
+	}
+	if err := cl.flushOutbuf(); err != nil {
+		cl.Stop(err) // as WritePacket: the stream is unusable
+	}
+}
+
 // clientsFull reports whether cl may not connect for MaximumClients: as many network
 // clients are known (connected, or kept for their session) and cl's id is not one of
-// them, or as many are connected. Concurrent CONNECTs may overshoot by their number.
+// them, or as many are connected and cl does not take over a connected one (the
+// connection it replaces goes: the count does not grow). Concurrent CONNECTs may overshoot
+// by their number.
+//
+// faceagent patch (session takeover): at MaximumClients connected, every CONNECT was
+// refused, a takeover too: a client whose old connection was left half-open (a terminal
+// after a network fault) could not come back until that connection's keepalive ran out.
 func (s *Server) clientsFull(cl *Client) bool {
 	limit := s.Options.Capabilities.MaximumClients
+	existing, known := s.Clients.Get(cl.ID)
+	if known && !existing.Net.Inline && !existing.Closed() {
+		return false
+	}
 	if atomic.LoadInt64(&s.Info.ClientsConnected) >= limit {
 		return true
 	}
-	if s.Clients.network.Load() < limit {
-		return false
-	}
-	_, known := s.Clients.Get(cl.ID)
-	return !known
+	return s.Clients.network.Load() >= limit && !known
 }
 
 // willRoom reports the bound cl's will breaks (0: none), and counts it in cl's session when
@@ -586,15 +715,26 @@ func (s *Server) refuseEarly(cl *Client, sub packets.Subscription, pk *packets.P
 
 // connectFailed ends what cl's session held when its connection failed between the will
 // being counted and the session being established (CONNACK not written, say): a session
-// that ends with the connection is removed, as clientGone would; a kept one stays, as
-// upstream left it, for its client to resume.
+// that ends with the connection is removed, as clientGone would; a kept one that cl
+// registered stays, as upstream left it, for its client to resume (it expires as any
+// other). A session cl never registered (refused by a ConnackWaiter) gives back what it
+// counted, its will, whether kept or not.
+//
+// faceagent patch (counter drift): a kept session's connection refused before it was
+// registered kept its will counted in MaximumQueuedBytes for good, one will per refused
+// CONNECT (a client retrying against a full disk).
 func (s *Server) connectFailed(cl *Client) {
-	expire := (cl.Properties.ProtocolVersion == 5 && cl.Properties.Props.SessionExpiryInterval == 0) ||
-		(cl.Properties.ProtocolVersion < 5 && cl.Properties.Clean)
-	if !expire || cl.IsTakenOver() {
-		return
+	unlock := s.sessions.lock(cl.ID) // faceagent patch (session takeover)
+	defer unlock()
+	if cl.IsTakenOver() {
+		return // the connection that took it over ended it (inheritClientSession)
 	}
 	if cur, ok := s.Clients.Get(cl.ID); ok && cur == cl {
+		expire := (cl.Properties.ProtocolVersion == 5 && cl.Properties.Props.SessionExpiryInterval == 0) ||
+			(cl.Properties.ProtocolVersion < 5 && cl.Properties.Clean)
+		if !expire {
+			return
+		}
 		cl.ClearInflights()
 		s.UnsubscribeClient(cl)
 		s.Clients.deleteIf(cl.ID, cl)
@@ -636,11 +776,7 @@ func (s *Server) expireSession(cl *Client) {
 			atomic.AddInt64(&s.Info.Subscriptions, -1)
 		}
 	}
-	for _, tk := range cl.State.Inflight.GetAll(false) {
-		if cl.State.Inflight.Delete(tk.PacketID) {
-			atomic.AddInt64(&s.Info.Inflight, -1)
-		}
-	}
+	atomic.AddInt64(&s.Info.Inflight, -int64(len(cl.State.Inflight.end()))) // faceagent patch (counter drift)
 	s.releaseSession(cl)
 	s.Clients.deleteIf(cl.ID, cl)
 }

@@ -272,8 +272,10 @@ func (cl *Client) WriteLoop() {
 			// was full go once it is empty.
 			if len(cl.State.outbound) == 0 {
 				cl.drainWaiting()
+				cl.flushIdle()
 			}
 		case <-cl.State.open.Done():
+			cl.dropQueued() // faceagent patch (counter drift)
 			return
 		}
 	}
@@ -451,9 +453,11 @@ func (cl *Client) ResendInflightMessages(force bool) error {
 		}
 
 		if tk.FixedHeader.Type == packets.Puback || tk.FixedHeader.Type == packets.Pubcomp {
-			if ok := cl.State.Inflight.Delete(tk.PacketID); ok {
+			if ok, _, counted := cl.State.Inflight.remove(tk.PacketID); ok {
 				cl.ops.hooks.OnQosComplete(cl, tk)
-				atomic.AddInt64(&cl.ops.info.Inflight, -1)
+				if counted { // faceagent patch (counter drift)
+					atomic.AddInt64(&cl.ops.info.Inflight, -1)
+				}
 			}
 		}
 	}
@@ -462,12 +466,14 @@ func (cl *Client) ResendInflightMessages(force bool) error {
 }
 
 // ClearInflights deletes all inflight messages for the client, e.g. for a disconnected user with a clean session.
+//
+// faceagent patch (counter drift): it ends the client's in-flight set (Inflight.end): every
+// caller ends the session (a clean session's connection closed, a session taken over), and
+// a message a publisher still routes to it counts nowhere.
 func (cl *Client) ClearInflights() {
-	for _, tk := range cl.State.Inflight.GetAll(false) {
-		if ok := cl.State.Inflight.Delete(tk.PacketID); ok {
-			cl.ops.hooks.OnQosDropped(cl, tk)
-			atomic.AddInt64(&cl.ops.info.Inflight, -1)
-		}
+	for _, tk := range cl.State.Inflight.end() {
+		cl.ops.hooks.OnQosDropped(cl, tk)
+		atomic.AddInt64(&cl.ops.info.Inflight, -1)
 	}
 }
 
@@ -482,9 +488,17 @@ func (cl *Client) ClearExpiredInflights(now, maximumExpiry int64) []uint16 {
 		enforced := maximumExpiry > 0 && now-tk.Created > maximumExpiry
 
 		if expired || enforced {
-			if ok := cl.State.Inflight.Delete(tk.PacketID); ok {
+			// faceagent patch (counter drift): a message sent gives back its unit of send
+			// quota, which its PUBACK, finding nothing, no longer can; upstream kept it, and
+			// each message expiring unacknowledged cost the connection a unit for good.
+			if ok, sent, counted := cl.State.Inflight.remove(tk.PacketID); ok {
+				if sent {
+					cl.State.Inflight.IncreaseSendQuota()
+				}
 				cl.ops.hooks.OnQosDropped(cl, tk)
-				atomic.AddInt64(&cl.ops.info.Inflight, -1)
+				if counted {
+					atomic.AddInt64(&cl.ops.info.Inflight, -1)
+				}
 				deleted = append(deleted, tk.PacketID)
 			}
 		}
@@ -1024,6 +1038,9 @@ func (cl *Client) QueueWrite(pk packets.Packet) bool {
 	select {
 	case cl.State.outbound <- &pk:
 		atomic.AddInt32(&cl.State.outboundQty, 1)
+		if cl.Closed() {
+			cl.dropQueued() // faceagent patch (counter drift): its writer may have ended
+		}
 		return true
 	default:
 		cl.unreservePending(n)

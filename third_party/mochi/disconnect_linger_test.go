@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,4 +91,23 @@ func TestDisconnectLingersUntilTheReaderDrains(t *testing.T) {
 	if _, err := cl.Net.Conn.Write([]byte{0}); !errors.Is(err, io.ErrClosedPipe) {
 		t.Fatalf("write to the client's connection after the drain: %v, want it closed", err)
 	}
+}
+
+// A connection the server sent a DISCONNECT to no longer counts as a connected client
+// while it lingers (DisconnectLinger): at MaximumClients 1, another client connects during
+// the linger. Before, Info.ClientsConnected counted it until the linger ended, so every
+// CONNECT in that second was refused with 0x97 (a client disconnected for a fault and
+// reconnecting at once, on a gateway serving its full count).
+func TestLingeringConnectionIsNotConnected(t *testing.T) {
+	s := newQuotaServer(t, func(c *Capabilities) { c.MaximumClients = 1 })
+	a := pipeConnect(t, s, "a", 0)
+	cl, _ := s.Clients.Get("a")
+	go func() { _ = s.DisconnectClient(cl, packets.ErrReceiveMaximum) }()
+	a.expect(packets.Disconnect, 0) // and the connection stays open on this side
+	waitFor(t, "the disconnected client no longer counted", func() bool { return atomic.LoadInt64(&s.Info.ClientsConnected) == 0 })
+	_ = a.conn.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	if _, err := a.conn.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read on the disconnected connection: %v, want it still open (lingering)", err)
+	}
+	pipeConnect(t, s, "b", 0) // CONNACK 0 within the linger
 }

@@ -128,7 +128,9 @@ func pipeConnect(t *testing.T, s *Server, id string, receiveMax uint16) *pipePee
 	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect},
 		Connect:    packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 60, ClientIdentifier: id},
 		Properties: packets.Properties{ReceiveMaximum: receiveMax}})
-	c.expect(packets.Connack, 0)
+	if body := c.expect(packets.Connack, 0); len(body) < 2 || body[1] != 0 {
+		t.Fatalf("CONNACK % x, want success", body)
+	}
 	return c
 }
 
@@ -142,6 +144,8 @@ func (c *pipePeer) send(pk packets.Packet) {
 		err = pk.ConnectEncode(&buf)
 	case packets.Subscribe:
 		err = pk.SubscribeEncode(&buf)
+	case packets.Unsubscribe:
+		err = pk.UnsubscribeEncode(&buf)
 	case packets.Publish:
 		err = pk.PublishEncode(&buf)
 	case packets.Puback:

@@ -46,6 +46,9 @@ type Inflight struct {
 	// nil for a set of no server's, or whose session ended (detach).
 	bytes  atomic.Int64
 	global *atomic.Int64
+	// faceagent patch (counter drift): the set's session has ended (end): entries put in it
+	// since count nowhere.
+	ended bool
 }
 
 // inflightPackets are the packets of deleted Inflight entries, zeroed, for new ones.
@@ -104,6 +107,18 @@ func (i *Inflight) putLocked(m *packets.Packet, cost int64, reserved bool) bool 
 	}
 	delete(i.inherited, m.PacketID) // faceagent patch (wedged peer): no longer the inherited message
 	return !ok
+}
+
+// replace puts m in place of the entry under its packet id and reports whether there was
+// one; it adds none. faceagent patch (counter drift).
+func (i *Inflight) replace(m *packets.Packet) bool {
+	i.Lock()
+	defer i.Unlock()
+	if _, ok := i.internal[m.PacketID]; !ok {
+		return false
+	}
+	i.putLocked(m, MessageBytes(m), false)
+	return true
 }
 
 // Get returns an inflight packet by packet id.
@@ -301,6 +316,18 @@ func (i *Inflight) NextImmediate() (packets.Packet, bool) {
 
 // Delete removes an in-flight message from the map. Returns true if the message existed.
 func (i *Inflight) Delete(id uint16) bool {
+	ok, _, _ := i.remove(id)
+	return ok
+}
+
+// remove is Delete, and also reports whether the message was sent (not waiting for send
+// quota, Expiry >= 0), so holding a unit of send quota until its acknowledgement, and
+// whether it counted in Info.Inflight: not in a set whose session has ended (end), whose
+// messages count nowhere. faceagent patch (counter drift): an acknowledgement for a
+// message of an ended set (its id taken again after the set was emptied, while the
+// client's PUBACK for the id's earlier message was still being read) counted a message out
+// of Info.Inflight that was never counted in.
+func (i *Inflight) remove(id uint16) (ok, sent, counted bool) {
 	i.Lock()
 	defer i.Unlock()
 
@@ -311,11 +338,12 @@ func (i *Inflight) Delete(id uint16) bool {
 		if p.Expiry < 0 {
 			i.waiting--
 		}
+		sent, counted = p.Expiry >= 0, !i.ended
 		i.account(-MessageBytes(p)) // faceagent patch (byte bounds)
 		releaseInflight(p)          // faceagent patch (inflight allocations)
 	}
 
-	return ok
+	return ok, sent, counted
 }
 
 // TakeRecieveQuota reduces the receive quota by 1.
@@ -340,15 +368,39 @@ func (i *Inflight) ResetReceiveQuota(n int32) {
 
 // DecreaseSendQuota reduces the send quota by 1.
 func (i *Inflight) DecreaseSendQuota() {
-	if atomic.LoadInt32(&i.sendQuota) > 0 {
-		atomic.AddInt32(&i.sendQuota, -1)
+	i.takeSendQuota()
+}
+
+// takeSendQuota takes a unit of send quota and reports whether it did: true without a
+// quota (no Receive Maximum: maximumSendQuota 0), false when none is left. faceagent patch
+// (counter drift): a compare-and-swap, as IncreaseSendQuota, where a check and an add let
+// concurrent callers (a publisher, the client's reader, the housekeeping's expiry) take the
+// quota past its bounds.
+func (i *Inflight) takeSendQuota() bool {
+	if atomic.LoadInt32(&i.maximumSendQuota) == 0 {
+		return true
+	}
+	for {
+		q := atomic.LoadInt32(&i.sendQuota)
+		if q <= 0 {
+			return false
+		}
+		if atomic.CompareAndSwapInt32(&i.sendQuota, q, q-1) {
+			return true
+		}
 	}
 }
 
 // IncreaseSendQuota increases the send quota by 1.
 func (i *Inflight) IncreaseSendQuota() {
-	if atomic.LoadInt32(&i.sendQuota) < atomic.LoadInt32(&i.maximumSendQuota) {
-		atomic.AddInt32(&i.sendQuota, 1)
+	for {
+		q := atomic.LoadInt32(&i.sendQuota)
+		if q >= atomic.LoadInt32(&i.maximumSendQuota) {
+			return
+		}
+		if atomic.CompareAndSwapInt32(&i.sendQuota, q, q+1) {
+			return
+		}
 	}
 }
 

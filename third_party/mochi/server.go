@@ -155,6 +155,7 @@ type Server struct {
 	inlineClient *Client              // inlineClient is a special client used for inline subscriptions and inline Publish
 	held         heldAcks             // faceagent patch (PUBACK after storing): acknowledgements not yet written
 	bounds       serverBounds         // faceagent patch (byte bounds): server-wide counters
+	sessions     sessionLocks         // faceagent patch (session takeover): one change of a client id's session at a time
 }
 
 // AckWaiter is implemented by a hook that stores the messages routed to its sessions
@@ -614,7 +615,7 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 		cl.finishLinger()
 		return err
 	}
-	defer atomic.AddInt64(&s.Info.ClientsConnected, -1)
+	// connected: clientGone counts it out of Info.ClientsConnected
 
 	err = cl.Read(s.receivePacket)
 	return s.clientGone(cl, listener, err)
@@ -641,19 +642,30 @@ func (s *Server) clientGone(cl *Client, listener string, err error) error {
 	expire := (cl.Properties.ProtocolVersion == 5 && cl.Properties.Props.SessionExpiryInterval == 0) || (cl.Properties.ProtocolVersion < 5 && cl.Properties.Clean)
 	s.hooks.OnDisconnect(cl, err, expire)
 
-	if expire && !cl.IsTakenOver() {
-		cl.ClearInflights()
-		s.UnsubscribeClient(cl)
-		s.releaseSession(cl)          // faceagent patch (byte bounds)
-		s.Clients.deleteIf(cl.ID, cl) // [MQTT-4.1.0-2] ![MQTT-3.1.2-23] faceagent patch (byte bounds): not a client that took the id since
+	if expire {
+		unlock := s.sessions.lock(cl.ID) // faceagent patch (session takeover): not while a takeover copies it
+		if !cl.IsTakenOver() {
+			cl.ClearInflights()
+			s.UnsubscribeClient(cl)
+			s.releaseSession(cl)          // faceagent patch (byte bounds)
+			s.Clients.deleteIf(cl.ID, cl) // [MQTT-4.1.0-2] ![MQTT-3.1.2-23] faceagent patch (byte bounds): not a client that took the id since
+		}
+		unlock()
 	}
 
+	// faceagent patch (DISCONNECT delivered): no longer a connected client while its
+	// connection lingers (MaximumClients counts connected clients): counted until the
+	// linger ended, it took a place of MaximumClients for up to DisconnectLinger after every
+	// DISCONNECT the server sent, and a client reconnecting at once on a full server was
+	// refused. The connection itself stays bounded (DisconnectLinger; agent/broker's
+	// listener counts open connections).
+	atomic.AddInt64(&s.Info.ClientsConnected, -1)
 	cl.finishLinger() // faceagent patch (DISCONNECT delivered): the peer reads its DISCONNECT
 	return err
 }
 
 // connectClient reads and answers the CONNECT of attachClient's client. On success the
-// client is counted in Info.ClientsConnected (attachClient takes it off when the client
+// client is counted in Info.ClientsConnected (clientGone takes it off when the client
 // goes) and its session is established.
 //
 // faceagent patch (stack): this was the first half of attachClient, whose frame (~3 KB:
@@ -739,14 +751,19 @@ func (s *Server) connectClient(cl *Client, listener string) (err error) {
 		}
 	}()
 
+	// faceagent patch (session takeover): one CONNECT of a client id at a time from here to
+	// its registration, so that a second one takes this one over (sessionLocks).
+	unlock := s.sessions.lock(cl.ID)
 	s.hooks.OnSessionEstablish(cl, pk)
 	if err := s.waitBeforeConnack(cl); err != nil {
+		unlock()
 		return err
 	}
 
 	sessionPresent := s.inheritClientSession(pk, cl)
 	s.Clients.Add(cl) // [MQTT-4.1.0-1]
 	registered = true
+	unlock()
 
 	err = s.SendConnack(cl, code, sessionPresent, nil) // [MQTT-3.1.4-5] [MQTT-3.2.0-1] [MQTT-3.2.0-2] &[MQTT-3.14.0-1]
 	if err != nil {
@@ -855,6 +872,10 @@ func (s *Server) inheritClientSession(pk packets.Packet, cl *Client) bool {
 		cl.State.Inbound = existing.State.Inbound.carry() // faceagent patch (packet-id spaces): the client's QoS 2 flows [MQTT-4.3.3-10]
 		if existing.State.Inflight.Len() > 0 {
 			cl.State.Inflight = existing.State.Inflight.Clone() // [MQTT-3.1.2-5]
+			// faceagent patch (counter drift): the copies count in Info.Inflight, as
+			// existing.ClearInflights below counts the originals out; upstream counted
+			// nothing in, and the counter lost every message carried over a takeover.
+			atomic.AddInt64(&s.Info.Inflight, int64(cl.State.Inflight.Len()))
 			if cl.State.Inflight.maximumReceiveQuota == 0 && cl.ops.options.Capabilities.ReceiveMaximum != 0 {
 				cl.State.Inflight.ResetReceiveQuota(int32(cl.ops.options.Capabilities.ReceiveMaximum)) // server receive max per client
 				cl.State.Inflight.ResetSendQuota(int32(cl.Properties.Props.ReceiveMaximum))            // client receive max
@@ -1589,18 +1610,17 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk *packe
 		}
 
 		out.PacketID = uint16(i) // [MQTT-2.2.1-4]
-		sentQuota := atomic.LoadInt32(&cl.State.Inflight.sendQuota)
 
 		// faceagent patch (byte bounds): within the session's bounds, or dropped for it alone.
-		if q := s.putInflight(cl, out); q != 0 { // [MQTT-4.3.2-3] [MQTT-4.3.3-3]
+		// faceagent patch (counter drift): it takes send quota or waits for it in one step.
+		q, waiting := s.putInflight(cl, out) // [MQTT-4.3.2-3] [MQTT-4.3.3-3]
+		if q != 0 {
 			releaseOutbound(out)
 			s.quotaExceeded(cl, q, false, pk)
 			return packets.ErrQuotaExceeded
 		}
 
-		if sentQuota == 0 && atomic.LoadInt32(&cl.State.Inflight.maximumSendQuota) > 0 {
-			out.Expiry = -1
-			cl.State.Inflight.setFrom(out)
+		if waiting { // no send quota left: sent once a PUBACK or PUBCOMP gives one back
 			releaseOutbound(out)
 			return nil
 		}
@@ -1619,6 +1639,9 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk *packe
 		select {
 		case cl.State.outbound <- out: // the writer's now (writeOutbound)
 			atomic.AddInt32(&cl.State.outboundQty, 1)
+			if cl.Closed() {
+				cl.dropQueued() // faceagent patch (counter drift): its writer may have ended
+			}
 			return nil
 		default:
 			cl.unreservePending(n)
@@ -1639,21 +1662,24 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk *packe
 }
 
 // putInflight puts out in cl's in-flight set; a new entry is counted, stored by the hooks
-// (OnQosPublish) and takes send quota. faceagent patch (stack): out of publishToClient,
-// with the copies of out that Set and the hooks take.
+// (OnQosPublish) and takes send quota, or waits for it when none is left (waiting).
+// faceagent patch (stack): out of publishToClient, with the copies of out that Set and the
+// hooks take.
 //
 // faceagent patch (byte bounds): within the session's bounds (admitInflight); it returns the
 // bound that refused out, or 0.
 //
 //go:noinline
-func (s *Server) putInflight(cl *Client, out *packets.Packet) Quota {
-	if q := s.admitInflight(cl, out); q != 0 {
-		return q
+func (s *Server) putInflight(cl *Client, out *packets.Packet) (q Quota, waiting bool) {
+	q, counted, waiting := s.admitInflight(cl, out, true)
+	if q != 0 {
+		return q, false
 	}
-	atomic.AddInt64(&s.Info.Inflight, 1)
+	if counted { // faceagent patch (counter drift): not in a set whose session ended (Inflight.end)
+		atomic.AddInt64(&s.Info.Inflight, 1)
+	}
 	s.hooks.OnQosPublish(cl, *out, out.Created, 0)
-	cl.State.Inflight.DecreaseSendQuota()
-	return 0
+	return 0, waiting
 }
 
 // packetIDExhausted reports that pk found no packet id free for cl. faceagent patch
@@ -1735,9 +1761,11 @@ func (s *Server) buildAck(packetID uint16, pkt, qos byte, properties packets.Pro
 // flight only to see that there was one; Delete reports it (an unknown id: omitted, but
 // would be packets.ErrPacketIdentifierNotFound).
 func (s *Server) processPuback(cl *Client, pk *packets.Packet) error {
-	if ok := cl.State.Inflight.Delete(pk.PacketID); ok { // [MQTT-4.3.2-5]
+	if ok, _, counted := cl.State.Inflight.remove(pk.PacketID); ok { // [MQTT-4.3.2-5]
 		cl.State.Inflight.IncreaseSendQuota()
-		atomic.AddInt64(&s.Info.Inflight, -1)
+		if counted { // faceagent patch (counter drift): see Inflight.remove
+			atomic.AddInt64(&s.Info.Inflight, -1)
+		}
 		s.hooks.OnQosComplete(cl, *pk)
 	}
 
@@ -1751,8 +1779,14 @@ func (s *Server) processPubrec(cl *Client, pk *packets.Packet) error {
 	}
 
 	if pk.ReasonCode >= packets.ErrUnspecifiedError.Code || !pk.ReasonCodeValid() { // [MQTT-4.3.3-4]
-		if ok := cl.State.Inflight.Delete(pk.PacketID); ok {
-			atomic.AddInt64(&s.Info.Inflight, -1)
+		if ok, _, counted := cl.State.Inflight.remove(pk.PacketID); ok {
+			// faceagent patch (counter drift): the flow ends, and its unit of send quota
+			// comes back (MQTT 5, 4.9); upstream kept it, and a client that refused
+			// Receive Maximum QoS 2 messages was sent nothing more.
+			cl.State.Inflight.IncreaseSendQuota()
+			if counted {
+				atomic.AddInt64(&s.Info.Inflight, -1)
+			}
 		}
 		cl.ops.hooks.OnQosDropped(cl, *pk)
 		return nil // as per MQTT5 Section 4.13.2 paragraph 2
@@ -1762,7 +1796,12 @@ func (s *Server) processPubrec(cl *Client, pk *packets.Packet) error {
 	// takes no receive quota (upstream took one here and gave it back at PUBCOMP): that
 	// quota counts the client's own publishes; the message keeps its send quota until PUBCOMP.
 	ack := s.buildAck(pk.PacketID, packets.Pubrel, 1, pk.Properties, packets.CodeSuccess) // [MQTT-4.3.3-4] ![MQTT-4.3.3-6]
-	cl.State.Inflight.Set(ack)                                                            // [MQTT-4.3.3-5]
+	// faceagent patch (counter drift): in place of the message, not back in the set when it
+	// left since the check above (expired): counted nowhere, its PUBCOMP would count it out
+	// of Info.Inflight a second time.
+	if !cl.State.Inflight.replace(&ack) { // [MQTT-4.3.3-5]
+		return cl.WritePacket(s.buildAck(pk.PacketID, packets.Pubrel, 1, pk.Properties, packets.ErrPacketIdentifierNotFound))
+	}
 	return cl.WritePacket(ack)
 }
 
@@ -1802,9 +1841,12 @@ func (s *Server) processPubrel(cl *Client, pk *packets.Packet) error {
 // the one its PUBREC stage took) and did both for any id.
 func (s *Server) processPubcomp(cl *Client, pk *packets.Packet) error {
 	// regardless of whether the pubcomp is a success or failure, we end the qos flow, delete inflight, and restore the quota.
-	if ok := cl.State.Inflight.Delete(pk.PacketID); ok {
+	if ok, _, counted := cl.State.Inflight.remove(pk.PacketID); ok {
 		cl.State.Inflight.IncreaseSendQuota() // +1 SENT QUOTA
-		atomic.AddInt64(&s.Info.Inflight, -1)
+		// faceagent patch (counter drift): see Inflight.remove
+		if counted {
+			atomic.AddInt64(&s.Info.Inflight, -1)
+		}
 		s.hooks.OnQosComplete(cl, *pk)
 	}
 
@@ -1821,6 +1863,12 @@ func (s *Server) processSubscribe(cl *Client, pk *packets.Packet) error {
 
 	filterExisted := make([]bool, len(pk.Filters))
 	reasonCodes := make([]byte, len(pk.Filters))
+	// faceagent patch (session takeover): not a session another connection took over
+	// (sessionLocks); its subscriptions went with it.
+	unlock := s.sessions.lock(cl.ID)
+	if cl.IsTakenOver() && code == packets.CodeSuccess {
+		code = packets.ErrUnspecifiedError
+	}
 	for i, sub := range pk.Filters {
 		if code != packets.CodeSuccess {
 			reasonCodes[i] = code.Code // NB 3.9.3 Non-normative 0x91
@@ -1856,6 +1904,7 @@ func (s *Server) processSubscribe(cl *Client, pk *packets.Packet) error {
 			reasonCodes[i] = packets.ErrUnspecifiedError.Code
 		}
 	}
+	unlock()
 
 	ack := packets.Packet{ // [MQTT-3.8.4-1] [MQTT-3.8.4-5]
 		FixedHeader: packets.FixedHeader{
@@ -1898,6 +1947,12 @@ func (s *Server) processUnsubscribe(cl *Client, pk *packets.Packet) error {
 
 	*pk = s.hooks.OnUnsubscribe(cl, *pk)
 	reasonCodes := make([]byte, len(pk.Filters))
+	// faceagent patch (session takeover): not a session another connection took over: the
+	// index holds the new connection's subscriptions under the same client id.
+	unlock := s.sessions.lock(cl.ID)
+	if cl.IsTakenOver() && code == packets.CodeSuccess {
+		code = packets.ErrUnspecifiedError
+	}
 	for i, sub := range pk.Filters { // [MQTT-3.10.4-6] [MQTT-3.11.3-1]
 		if code != packets.CodeSuccess {
 			reasonCodes[i] = code.Code // NB 3.11.3 Non-normative 0x91
@@ -1913,6 +1968,7 @@ func (s *Server) processUnsubscribe(cl *Client, pk *packets.Packet) error {
 
 		cl.State.Subscriptions.Delete(sub.Filter) // [MQTT-3.10.4-2] [MQTT-3.10.4-2] ~[MQTT-3.10.4-3]
 	}
+	unlock()
 
 	ack := packets.Packet{ // [MQTT-3.10.4-4]
 		FixedHeader: packets.FixedHeader{
@@ -2204,8 +2260,21 @@ func (s *Server) loadServerInfo(v system.Info) {
 }
 
 // loadSubscriptions restores subscriptions from the datastore.
+//
+// faceagent patch (counter drift): each one counts in Info.Subscriptions, and each message in
+// Info.Inflight (loadInflight), as they count when a client subscribes or is sent a
+// message; the session's expiry counts them out. Upstream left both to a stored $SYS
+// snapshot (StoredSysInfo, which loadServerInfo still applies after these), and with a
+// storage hook without one both counters went below zero as restored sessions ended. A
+// subscription of a client id not restored (its session ended at the restart) is not put in
+// the topics index: upstream put it there, where nothing could ever remove it (no session
+// holds it) and no message it matched found a client.
 func (s *Server) loadSubscriptions(v []storage.Subscription) {
 	for _, sub := range v {
+		cl, ok := s.Clients.Get(sub.Client)
+		if !ok {
+			continue
+		}
 		sb := packets.Subscription{
 			Filter:            sub.Filter,
 			RetainHandling:    sub.RetainHandling,
@@ -2215,9 +2284,8 @@ func (s *Server) loadSubscriptions(v []storage.Subscription) {
 			Identifier:        sub.Identifier,
 		}
 		if s.Topics.Subscribe(sub.Client, sb) {
-			if cl, ok := s.Clients.Get(sub.Client); ok {
-				cl.State.Subscriptions.Add(sub.Filter, sb)
-			}
+			atomic.AddInt64(&s.Info.Subscriptions, 1)
+			cl.State.Subscriptions.Add(sub.Filter, sb)
 		}
 	}
 }
@@ -2264,8 +2332,8 @@ func (s *Server) loadClients(v []storage.Client) {
 // loadInflight restores inflight messages from the datastore.
 func (s *Server) loadInflight(v []storage.Message) {
 	for _, msg := range v {
-		if client, ok := s.Clients.Get(msg.Client); ok {
-			client.State.Inflight.Set(msg.ToPacket())
+		if client, ok := s.Clients.Get(msg.Client); ok && client.State.Inflight.Set(msg.ToPacket()) {
+			atomic.AddInt64(&s.Info.Inflight, 1) // faceagent patch (counter drift): see loadSubscriptions
 		}
 	}
 }
@@ -2292,15 +2360,24 @@ func (s *Server) clearExpiredClients(dt int64) {
 		}
 
 		if disconnected+int64(expire) < dt {
-			// faceagent patch (byte bounds): not a client that took the id over since, and
-			// the session's subscriptions, messages and will go with it (expireSession).
-			if cur, ok := s.Clients.Get(id); !ok || cur != client || client.IsTakenOver() {
-				continue
-			}
-			s.hooks.OnClientExpired(client)
-			s.expireSession(client) // [MQTT-4.1.0-2]
+			s.expireClient(id, client)
 		}
 	}
+}
+
+// expireClient expires the session client held, unless a connection has taken it over
+// since. faceagent patch (byte bounds): not a client that took the id over since, and the
+// session's subscriptions, messages and will go with it (expireSession). faceagent patch
+// (session takeover): under the client id's lock, so not while a connection resumes it
+// (sessionLocks).
+func (s *Server) expireClient(id string, client *Client) {
+	unlock := s.sessions.lock(id)
+	defer unlock()
+	if cur, ok := s.Clients.Get(id); !ok || cur != client || client.IsTakenOver() {
+		return
+	}
+	s.hooks.OnClientExpired(client)
+	s.expireSession(client) // [MQTT-4.1.0-2]
 }
 
 // clearExpiredRetainedMessage deletes retained messages from topics if they have expired.

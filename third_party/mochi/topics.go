@@ -552,6 +552,12 @@ func (x *TopicsIndex) Subscribe(client string, subscription packets.Subscription
 
 // Unsubscribe removes a subscription filter for a client, returning true if the
 // subscription existed.
+//
+// faceagent patch (counter drift): true only when the client held it. Upstream returned
+// true whenever the filter's particle existed (another client's subscription to it, a
+// shared group's, a longer filter or a retained topic through it): the client was told it
+// had unsubscribed (0 instead of 0x11), and Info.Subscriptions lost one each time, going
+// below zero.
 func (x *TopicsIndex) Unsubscribe(filter, client string) bool {
 	x.root.Lock()
 	defer x.root.Unlock()
@@ -568,15 +574,18 @@ func (x *TopicsIndex) Unsubscribe(filter, client string) bool {
 		return false
 	}
 
+	var existed bool
 	if shareSub {
 		group, _ := isolateParticle(filter, 1)
+		_, existed = particle.shared.Get(group, client)
 		particle.shared.Delete(group, client)
 	} else {
+		_, existed = particle.subscriptions.Get(client)
 		particle.subscriptions.Delete(client)
 	}
 
 	x.trim(particle)
-	return true
+	return existed
 }
 
 // RetainMessage saves a message payload to the end of a topic address. Returns
@@ -728,8 +737,8 @@ func (x *TopicsIndex) scanMessages(filter string, d int, n *particle, pks []pack
 			}
 
 			if !hasNext {
-				if adjacent.retainPath != "" {
-					if pk, ok := x.Retained.Get(adjacent.retainPath); ok {
+				if path := adjacent.retained(); path != "" {
+					if pk, ok := x.Retained.Get(path); ok {
 						pks = append(pks, pk)
 					}
 				}
@@ -747,7 +756,7 @@ func (x *TopicsIndex) scanMessages(filter string, d int, n *particle, pks []pack
 			return x.scanMessages(filter, d+1, particle, pks)
 		}
 
-		if pk, ok := x.Retained.Get(particle.retainPath); ok {
+		if pk, ok := x.Retained.Get(particle.retained()); ok {
 			pks = append(pks, pk)
 		}
 	}
@@ -965,6 +974,16 @@ type particle struct {
 	inlineSubscriptions *InlineSubscriptions // a map of inline subscriptions for this particle
 	retainPath          string               // path of a retained message
 	sync.Mutex                               // mutex for when making changes to the particle
+}
+
+// retained returns the path of the particle's retained message ("" for none). faceagent
+// patch (retained race): under the particle's lock, which retain holds while it writes the
+// path; scanMessages (a new subscription's retained messages) read it without a lock, a
+// data race in which a torn string could be read.
+func (p *particle) retained() string {
+	p.Lock()
+	defer p.Unlock()
+	return p.retainPath
 }
 
 // newParticle returns a pointer to a new instance of particle.
