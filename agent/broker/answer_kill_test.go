@@ -32,7 +32,7 @@ const (
 )
 
 func init() {
-	runBrokerChild(answerChildEnv, answerStartTopic, func(b *Broker) error { return loadBallast(b.Store()) })
+	runBrokerChild(answerChildEnv, answerStartTopic, Options{}, func(b *Broker) error { return loadBallast(b.Store()) })
 }
 
 // loadBallast writes the persistent keys that make each snapshot take a while.

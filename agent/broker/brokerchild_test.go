@@ -24,13 +24,14 @@ import (
 // prepare (nil: nothing to do) before it starts, that says "ready" when a network client
 // publishes on readyTopic, and serves until the parent kills it. It exits with status 3 if
 // the broker does not start.
-func runBrokerChild(env, readyTopic string, prepare func(*Broker) error) {
+func runBrokerChild(env, readyTopic string, o Options, prepare func(*Broker) error) {
 	v := os.Getenv(env)
 	if v == "" {
 		return
 	}
 	dir, addr, _ := strings.Cut(v, " ")
-	b, err := New(&Options{Listen: addr, DataDir: dir, AllowAnonymous: true})
+	o.Listen, o.DataDir, o.AllowAnonymous = addr, dir, true
+	b, err := New(&o)
 	if err == nil && prepare != nil {
 		err = prepare(b)
 	}

@@ -376,7 +376,7 @@ const (
 	idspaceBarrierTopic = "idspace/barrier"
 )
 
-func init() { runBrokerChild(idspaceChildEnv, idspaceKillTopic, nil) }
+func init() { runBrokerChild(idspaceChildEnv, idspaceKillTopic, Options{}, nil) }
 
 // The same as TestSDKShapedClientRestoredSessionHasNothingInFlight with the broker
 // SIGKILLed instead of closed, once the deletions of the acknowledged responses' records

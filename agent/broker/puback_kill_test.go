@@ -25,12 +25,20 @@ import (
 // machine).
 const pubackChildEnv = "FACEAGENT_BROKER_PUBACK_CHILD" // "dir addr"
 
-func init() { runBrokerChild(pubackChildEnv, pubackTopic, nil) }
+func init() { runBrokerChild(pubackChildEnv, pubackTopic, pubackBounds, nil) }
+
+// pubackBounds hold every message the publisher can send (pubackMax, some 850 bytes each
+// as a session counts it) in the back office's offline session, before and after the
+// restart. With the defaults the session is full after some 4,900 messages (4 MiB) or
+// 8,192 (MaxInflight) and drops the rest, acknowledged all the same (the publisher's
+// PUBACK is about the publication, not about one subscriber): that is another test's
+// matter, and a machine without the race detector gets that far before the kill.
+var pubackBounds = Options{MaxSessionBytes: 256 << 20, MaxQueuedBytes: 256 << 20, MaxInflight: pubackMax + 1}
 
 const (
 	pubackTopic  = "results/gw-k"
 	pubackWindow = 64 // QoS 1 PUBLISHes the publisher keeps unacknowledged
-	pubackMax    = 6000
+	pubackMax    = 60000
 )
 
 // A PUBACK means the message is the broker's: for a subscriber with a kept session that is
@@ -76,8 +84,16 @@ func pubackKillRound(t *testing.T, killAfter time.Duration) (acked, delivered in
 		t.Fatalf("all %d messages acknowledged before the kill: the kill came too late to test anything", len(ackSet))
 	}
 
-	b := startBroker(t, Options{DataDir: dir})
-	bo := pubackConnect(t, b.Addr(), "bo")
+	o := pubackBounds
+	o.DataDir = dir
+	b := startBroker(t, o)
+	// The session's CONNACK waits for an fsync, and so may each read behind the resent
+	// messages' acks: on a machine busy with other suites that can take seconds. What
+	// this test is about is that nothing is lost, so it waits long.
+	bo, err := dialWireWithin(b.Addr(), "bo", false, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer bo.close()
 	seen := map[int]bool{}
 	for missing := len(ackSet); missing > 0; {
@@ -187,18 +203,24 @@ func pubackPublish(addr string, onAck func(n int)) error {
 // wireClient is an MQTT 5 client on a raw connection whose methods return errors, so it
 // can run outside the test goroutine.
 type wireClient struct {
-	conn net.Conn
-	r    *bufio.Reader
-	wmu  sync.Mutex
+	conn    net.Conn
+	r       *bufio.Reader
+	wmu     sync.Mutex
+	timeout time.Duration // of each read and write
 }
 
 // dialWire connects id: a clean session, or a kept one (one hour).
 func dialWire(addr, id string, clean bool) (*wireClient, error) {
-	conn, err := net.DialTimeout("tcp", addr, waitFor)
+	return dialWireWithin(addr, id, clean, waitFor)
+}
+
+// dialWireWithin is dialWire with timeout for the dial and each read and write after.
+func dialWireWithin(addr, id string, clean bool, timeout time.Duration) (*wireClient, error) {
+	conn, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
 		return nil, err
 	}
-	c := &wireClient{conn: conn, r: bufio.NewReader(conn)}
+	c := &wireClient{conn: conn, r: bufio.NewReader(conn), timeout: timeout}
 	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 5,
 		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: clean, Keepalive: 60, ClientIdentifier: id}}
 	if !clean {
@@ -248,7 +270,7 @@ func (c *wireClient) send(pk packets.Packet) error {
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	_ = c.conn.SetWriteDeadline(time.Now().Add(waitFor))
+	_ = c.conn.SetWriteDeadline(time.Now().Add(c.within()))
 	_, err := c.conn.Write(buf.Bytes())
 	return err
 }
@@ -261,7 +283,7 @@ func (c *wireClient) read() (byte, []byte, error) {
 
 // readWithHeader returns the next packet's first byte (type and flags) and body.
 func (c *wireClient) readWithHeader() (byte, []byte, error) {
-	_ = c.conn.SetReadDeadline(time.Now().Add(waitFor))
+	_ = c.conn.SetReadDeadline(time.Now().Add(c.within()))
 	first, err := c.r.ReadByte()
 	if err != nil {
 		return 0, nil, err
@@ -317,3 +339,11 @@ func (c *wireClient) nextPublishAndAck() ([]byte, error) {
 }
 
 func (c *wireClient) close() { _ = c.conn.Close() }
+
+// within is the timeout of one read or write.
+func (c *wireClient) within() time.Duration {
+	if c.timeout == 0 {
+		return waitFor
+	}
+	return c.timeout
+}
