@@ -15,7 +15,7 @@ import (
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
-	"github.com/seed0e69bba5/faceagent/agent/intake"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/mqttlink"
@@ -171,9 +171,9 @@ func startAgentRig(b *testing.B, persist bool, backOfficeSessionExpiry uint32) (
 	seq := 0
 	fsyncs = func() uint64 { return a.outbox.Load().JournalStats().Batches }
 	return func(n int) {
-		var batch []intake.Task
+		var batch []wire.Task
 		for i := range n {
-			batch = append(batch, intake.Task{TaskID: fmt.Sprintf("b-%d", seq), DeviceID: ids[i%benchTerminals], Op: face.AddPerson,
+			batch = append(batch, wire.Task{TaskID: fmt.Sprintf("b-%d", seq), DeviceID: ids[i%benchTerminals], Op: face.AddPerson,
 				Person: face.Person{ID: fmt.Sprint(seq)}})
 			seq++
 			if len(batch) == 64 || i == n-1 { // the last batch may be short (n = 10,000)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed0e69bba5/faceagent/agent/intake"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/internal/mqttwire"
 )
 
@@ -235,7 +235,7 @@ func (bo *benchBackOffice) handle(p mqttwire.Publish) {
 	defer bo.mu.Unlock()
 	switch string(p.Topic) { // compared without a copy
 	case bo.resultsTopic:
-		r, err := intake.ParseResult(p.Payload)
+		r, err := wire.ParseResult(p.Payload)
 		if err != nil {
 			bo.tb.Errorf("bad result %s: %v", p.Payload, err)
 			return

@@ -17,8 +17,8 @@ import (
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
-	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/journal"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
@@ -79,7 +79,7 @@ func TestDeadLettersSurviveSIGKILL(t *testing.T) {
 
 	// Read the log as the kill left it.
 	taskOf := func(payload []byte) string {
-		var dl intake.DeadLetter
+		var dl wire.DeadLetter
 		var task struct {
 			TaskID string `json:"taskId"`
 		}

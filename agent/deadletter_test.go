@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/journal"
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 )
 
 func testMetrics() *agentMetrics {
@@ -292,7 +292,7 @@ func TestIntakeRefusesWhenDeadLetterBacklogFull(t *testing.T) {
 		t.Errorf("the good task was not stored: %+v", st)
 	}
 	got := pub.waitFor(t, 3)
-	dl, err := intake.ParseDeadLetter([]byte(got[2]))
+	dl, err := wire.ParseDeadLetter([]byte(got[2]))
 	if err != nil || dl.Reason != `task 0: unknown device "nope"` {
 		t.Errorf("deadletter %s: %+v %v", got[2], dl, err)
 	}

@@ -15,8 +15,8 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
-	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/store"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/sim"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
@@ -28,8 +28,8 @@ type backOffice struct {
 	t       testing.TB
 	c       *paho.Client
 	mu      sync.Mutex
-	results map[string]intake.Result
-	dead    []intake.DeadLetter
+	results map[string]wire.Result
+	dead    []wire.DeadLetter
 	acks    int
 	changed chan struct{}
 	// want is the condition waitFor waits on (nil: nobody waits); the message handler
@@ -100,20 +100,20 @@ func connectBackOfficeAs(t testing.TB, addr, gw, clientID string, cleanStart boo
 	if err != nil {
 		t.Fatal(err)
 	}
-	bo := &backOffice{t: t, results: map[string]intake.Result{}, changed: make(chan struct{}, 1)}
+	bo := &backOffice{t: t, results: map[string]wire.Result{}, changed: make(chan struct{}, 1)}
 	prefix := "faceagent/" + gw + "/"
 	bo.c = paho.NewClient(paho.ClientConfig{Conn: newBufferedConn(conn), OnPublishReceived: []func(paho.PublishReceived) (bool, error){
 		func(pr paho.PublishReceived) (bool, error) {
 			bo.mu.Lock()
 			switch topic := pr.Packet.Topic; {
 			case topic == prefix+"results":
-				r, err := intake.ParseResult(pr.Packet.Payload)
+				r, err := wire.ParseResult(pr.Packet.Payload)
 				if err != nil {
 					t.Errorf("bad result %s: %v", pr.Packet.Payload, err)
 				}
 				bo.results[r.TaskID] = r
 			case topic == prefix+"deadletter":
-				d, err := intake.ParseDeadLetter(pr.Packet.Payload)
+				d, err := wire.ParseDeadLetter(pr.Packet.Payload)
 				if err != nil {
 					t.Errorf("bad deadletter %s: %v", pr.Packet.Payload, err)
 				}
@@ -283,10 +283,10 @@ sync = "batch"
 	bo := connectBackOffice(t, addr, "gw-e")
 	const n uint64 = 200
 	want := map[string][]string{} // device -> person ids expected on its whitelist
-	var batch []intake.Task
+	var batch []wire.Task
 	for i := range int(n) {
 		dev := ids[i%len(ids)]
-		task := intake.Task{TaskID: fmt.Sprintf("task-%d", i), DeviceID: dev, Op: face.AddPerson,
+		task := wire.Task{TaskID: fmt.Sprintf("task-%d", i), DeviceID: dev, Op: face.AddPerson,
 			Person: face.Person{ID: fmt.Sprint(1000 + i), Name: "P"}}
 		want[dev] = append(want[dev], task.Person.ID)
 		batch = append(batch, task)
@@ -301,7 +301,7 @@ sync = "batch"
 
 	bo.waitFor("every result", 60*time.Second, func() bool { return uint64(len(bo.results)) == n && len(bo.dead) == 2 })
 	for id, r := range bo.results {
-		if r.Status != intake.Succeeded || r.Tries < 1 || r.MessageID == "" {
+		if r.Status != wire.Succeeded || r.Tries < 1 || r.MessageID == "" {
 			t.Errorf("task %s: %+v", id, r)
 		}
 	}
@@ -339,7 +339,7 @@ sync = "batch"
 			t.Fatal(err)
 		}
 		final := func(v []byte) bool {
-			var st intake.DeviceState
+			var st wire.DeviceState
 			if _, err := st.UnmarshalMsg(v); err != nil {
 				t.Fatalf("%s: %v", key, err)
 			}
@@ -431,7 +431,7 @@ id = "x2"
 		}
 		bo.waitFor(name+" results", 60*time.Second, func() bool {
 			for i := from; i < from+n; i++ {
-				if r, ok := bo.results[fmt.Sprintf("%s-%d", name, i)]; !ok || r.Status != intake.Succeeded {
+				if r, ok := bo.results[fmt.Sprintf("%s-%d", name, i)]; !ok || r.Status != wire.Succeeded {
 					return false
 				}
 			}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
-	"github.com/seed0e69bba5/faceagent/agent/intake"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/sim"
 )
@@ -21,8 +21,8 @@ import (
 // longer listed, as the field report's back office API does (docs/design.md "The field report").
 type fakeBackOffice struct {
 	mu      sync.Mutex
-	open    []intake.Task
-	results map[string]intake.Result
+	open    []wire.Task
+	results map[string]wire.Result
 	auth    []string
 	pages   []string
 	done    chan struct{}
@@ -38,7 +38,7 @@ func (f *fakeBackOffice) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		page, _ := strconv.Atoi(r.URL.Query().Get("page"))
 		size, _ := strconv.Atoi(r.URL.Query().Get("size"))
 		f.pages = append(f.pages, r.URL.RawQuery)
-		var list []intake.Task
+		var list []wire.Task
 		for _, t := range f.open {
 			if _, finished := f.results[t.TaskID]; !finished {
 				list = append(list, t)
@@ -47,12 +47,12 @@ func (f *fakeBackOffice) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		from := min((page-1)*size, len(list))
 		to := min(from+size, len(list))
 		if page%2 == 0 { // both page shapes: an array, and {"tasks":[…]}
-			json.NewEncoder(w).Encode(map[string]any{"tasks": append([]intake.Task{}, list[from:to]...)})
+			json.NewEncoder(w).Encode(map[string]any{"tasks": append([]wire.Task{}, list[from:to]...)})
 		} else {
-			json.NewEncoder(w).Encode(append([]intake.Task{}, list[from:to]...))
+			json.NewEncoder(w).Encode(append([]wire.Task{}, list[from:to]...))
 		}
 	case http.MethodPost:
-		var rs []intake.Result
+		var rs []wire.Result
 		b, _ := io.ReadAll(r.Body)
 		if err := json.Unmarshal(b, &rs); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
@@ -69,9 +69,9 @@ func (f *fakeBackOffice) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func TestHTTPIntake(t *testing.T) {
-	bo := &fakeBackOffice{results: map[string]intake.Result{}, done: make(chan struct{}), want: 7}
+	bo := &fakeBackOffice{results: map[string]wire.Result{}, done: make(chan struct{}), want: 7}
 	for i := range 7 {
-		bo.open = append(bo.open, intake.Task{TaskID: fmt.Sprintf("h-%d", i), DeviceID: "h1", Op: "AddPerson",
+		bo.open = append(bo.open, wire.Task{TaskID: fmt.Sprintf("h-%d", i), DeviceID: "h1", Op: "AddPerson",
 			Person: intakePerson(i)})
 	}
 	srv := httptest.NewServer(bo)
@@ -113,7 +113,7 @@ id = "h1"
 	bo.mu.Lock()
 	defer bo.mu.Unlock()
 	for id, r := range bo.results {
-		if r.Status != intake.Succeeded {
+		if r.Status != wire.Succeeded {
 			t.Errorf("%s: %+v", id, r)
 		}
 	}

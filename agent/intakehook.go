@@ -12,8 +12,8 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
-	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 )
 
 // taker turns task messages into journalled outbox tasks and dead-letters the rest.
@@ -21,7 +21,7 @@ import (
 // cure (journal failure, shutting down): the message must then not be acknowledged.
 type taker struct {
 	ob     atomic.Pointer[outbox.Outbox]
-	limits intake.Limits
+	limits wire.Limits
 	// dead journals the deadletters; they are durable before the message is acknowledged.
 	dead *deadLetterLog
 	log  *slog.Logger
@@ -38,7 +38,7 @@ func newTaker(cfg *config.Config, m *agentMetrics, log *slog.Logger) *taker {
 		known[d.ID] = true
 	}
 	return &taker{
-		limits: intake.Limits{
+		limits: wire.Limits{
 			MaxBatch:       cfg.Intake.MaxBatch,
 			MaxMessageSize: int(cfg.Intake.MaxMessageSize),
 			KnownDevice:    func(id string) bool { return known[id] },
@@ -59,12 +59,12 @@ func (t *taker) accept(ctx context.Context, payload []byte) error {
 	if ob == nil {
 		return errNotReady
 	}
-	batch := intake.Parse(payload, t.limits)
+	batch := wire.Parse(payload, t.limits)
 	rejects := batch.Rejects
 	if t.draining.Load() {
 		for _, task := range batch.Tasks {
 			raw, _ := json.Marshal(task)
-			rejects = append(rejects, intake.NewReject("gateway draining: not taking new tasks", raw))
+			rejects = append(rejects, wire.NewReject("gateway draining: not taking new tasks", raw))
 		}
 		batch.Tasks = nil
 	}
@@ -122,7 +122,7 @@ func (t *taker) accept(ctx context.Context, payload []byte) error {
 				// Admitted past the backlog's bound (at most one message's tasks): the
 				// task is in no queue, so the deadletter is all that speaks for it.
 				raw, _ := json.Marshal(batch.Tasks[i])
-				r := intake.NewReject("over a bound: "+err.Error(), raw)
+				r := wire.NewReject("over a bound: "+err.Error(), raw)
 				b, _ := json.Marshal(r)
 				dead = append(dead, b)
 				rejects = append(rejects, r)

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
 )
 
@@ -41,7 +41,7 @@ func TestTakerStoresEachTaskCommand(t *testing.T) {
 	msg := []byte(`[{"taskId":"t1","deviceId":"d1","op":"AddPerson","person":{"id":"1","name":"Li Lei","validFrom":"2026-01-01T00:00:00Z"}},` +
 		`{"taskId":"t2","deviceId":"d2","op":"DeletePerson","person":{"id":"22"}},` +
 		`{"taskId":"t3","deviceId":"d3","op":"AddPerson","person":{"id":"333","name":"Han Meimei","validTo":"2027-01-01T00:00:00Z"}}]`)
-	want := intake.Parse(msg, intake.Limits{})
+	want := wire.Parse(msg, wire.Limits{})
 	if len(want.Tasks) != 3 {
 		t.Fatalf("test batch: %+v", want)
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
-	"github.com/seed0e69bba5/faceagent/agent/intake"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/sim"
 )
@@ -41,16 +41,16 @@ func TestTerminalOfflineAndBack(t *testing.T) {
 	defer steady.Close()
 
 	bo := connectBackOffice(t, addr, "gw-o")
-	var tasks []intake.Task
+	var tasks []wire.Task
 	for i := range 80 {
 		dev := []string{"flaky", "steady"}[i%2]
-		tasks = append(tasks, intake.Task{TaskID: fmt.Sprintf("o-%d", i), DeviceID: dev, Op: face.AddPerson, Person: face.Person{ID: fmt.Sprint(i)}})
+		tasks = append(tasks, wire.Task{TaskID: fmt.Sprintf("o-%d", i), DeviceID: dev, Op: face.AddPerson, Person: face.Person{ID: fmt.Sprint(i)}})
 	}
 	b, _ := json.Marshal(tasks)
 	bo.publish("faceagent/gw-o/tasks", b)
 	bo.waitFor("every result", 90*time.Second, func() bool { return len(bo.results) == len(tasks) })
 	for id, r := range bo.results {
-		if r.Status != intake.Succeeded {
+		if r.Status != wire.Succeeded {
 			t.Errorf("%s: %+v", id, r)
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
-	"github.com/seed0e69bba5/faceagent/agent/intake"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/sim"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
@@ -40,7 +40,7 @@ func TestResultsArePipelinedAcrossASlowLink(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, p := range sub.received() {
-		r, err := intake.ParseResult([]byte(p))
+		r, err := wire.ParseResult([]byte(p))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +53,7 @@ func TestResultsArePipelinedAcrossASlowLink(t *testing.T) {
 		if _, err := fmt.Sscanf(r.TaskID, "w-%d", &i); err != nil {
 			t.Fatal(err)
 		}
-		if r.Status != intake.Succeeded {
+		if r.Status != wire.Succeeded {
 			t.Errorf("task %s: %s %s", r.TaskID, r.Status, r.Error)
 		}
 		if want := next[r.DeviceID]; i != want {
@@ -118,7 +118,7 @@ func TestResultsSurviveUpstreamRestartMidStream(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, p := range got {
-		r, err := intake.ParseResult([]byte(p))
+		r, err := wire.ParseResult([]byte(p))
 		if err != nil {
 			t.Fatal(err)
 		}

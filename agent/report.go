@@ -11,8 +11,8 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
-	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
 )
 
@@ -108,7 +108,7 @@ func upstreamTopics(gw string) topics {
 }
 
 // resultJSON is the upstream result of an outbox result, written by appendResultJSON:
-// byte for byte what encoding/json writes for intake.Result (FuzzResultJSON checks),
+// byte for byte what encoding/json writes for wire.Result (FuzzResultJSON checks),
 // without its reflection. The reporter encodes one per finished task (appendResultsJSON).
 func resultJSON(r outbox.Result) []byte {
 	out := upstreamResult(r)
@@ -140,7 +140,7 @@ func appendResultsJSON(payloads [][]byte, results []outbox.Result) [][]byte {
 }
 
 // appendResultJSON appends r as encoding/json writes it (field order and escaping).
-func appendResultJSON(dst []byte, r *intake.Result) []byte {
+func appendResultJSON(dst []byte, r *wire.Result) []byte {
 	dst = append(dst, `{"taskId":`...)
 	dst = face.AppendJSONString(dst, r.TaskID)
 	dst = append(dst, `,"deviceId":`...)
@@ -159,23 +159,23 @@ func appendResultJSON(dst []byte, r *intake.Result) []byte {
 }
 
 // upstreamResult maps an outbox result to its upstream form.
-func upstreamResult(r outbox.Result) intake.Result {
-	out := intake.Result{
+func upstreamResult(r outbox.Result) wire.Result {
+	out := wire.Result{
 		TaskID: r.TaskID, DeviceID: r.DeviceID, MessageID: r.MessageID,
 		Tries: r.Tries, Error: r.Err, DurationMs: r.Duration().Milliseconds(),
 	}
 	switch r.Status {
 	case outbox.Succeeded:
-		out.Status = intake.Succeeded
+		out.Status = wire.Succeeded
 	case outbox.Superseded:
-		out.Status = intake.Superseded
+		out.Status = wire.Superseded
 	case outbox.Expired:
-		out.Status = intake.Failed
+		out.Status = wire.Failed
 		if out.Error == "" {
 			out.Error = "expired before it could be sent"
 		}
 	default:
-		out.Status = intake.Failed
+		out.Status = wire.Failed
 	}
 	return out
 }

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 )
 
 // recordingPublisher keeps what it was asked to publish.
@@ -36,7 +36,7 @@ func (p *recordingPublisher) taskIDs(t *testing.T) []string {
 	defer p.mu.Unlock()
 	ids := make([]string, len(p.msgs))
 	for i, m := range p.msgs {
-		r, err := intake.ParseResult(m)
+		r, err := wire.ParseResult(m)
 		if err != nil {
 			t.Fatalf("published result %q: %v", m, err)
 		}

@@ -4,17 +4,17 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 )
 
-// FuzzResultJSON: appendResultJSON writes what encoding/json writes for intake.Result,
+// FuzzResultJSON: appendResultJSON writes what encoding/json writes for wire.Result,
 // for any strings and numbers.
 func FuzzResultJSON(f *testing.F) {
 	f.Add("t-1", "2042253", "AddPerson-951-1494527067538440192", "succeeded", 1, "", int64(12))
 	f.Add("t<&>", "d\"\\", "m\n\t\b\f\r\x01\x1f", "failed", -3, "refused: \xff \u2028 \u2029 é 漢", int64(-1))
 	f.Fuzz(func(t *testing.T, task, dev, msg, status string, tries int, errText string, ms int64) {
-		r := intake.Result{TaskID: task, DeviceID: dev, MessageID: msg, Status: intake.Status(status), Tries: tries, Error: errText, DurationMs: ms}
+		r := wire.Result{TaskID: task, DeviceID: dev, MessageID: msg, Status: wire.Status(status), Tries: tries, Error: errText, DurationMs: ms}
 		want, err := json.Marshal(r)
 		if err != nil {
 			t.Fatal(err)
@@ -27,12 +27,12 @@ func FuzzResultJSON(f *testing.F) {
 
 // Every outbox status maps to the upstream status and reads back with ParseResult.
 func TestResultJSONStatuses(t *testing.T) {
-	for st, want := range map[outbox.Status]intake.Status{
-		outbox.Succeeded: intake.Succeeded, outbox.Superseded: intake.Superseded,
-		outbox.Expired: intake.Failed, outbox.Failed: intake.Failed,
+	for st, want := range map[outbox.Status]wire.Status{
+		outbox.Succeeded: wire.Succeeded, outbox.Superseded: wire.Superseded,
+		outbox.Expired: wire.Failed, outbox.Failed: wire.Failed,
 	} {
 		r := outbox.Result{TaskID: "t-1", DeviceID: "d", MessageID: "m", Status: st, Tries: 2}
-		got, err := intake.ParseResult(resultJSON(r))
+		got, err := wire.ParseResult(resultJSON(r))
 		if err != nil || got.Status != want || got.TaskID != "t-1" || got.Tries != 2 {
 			t.Errorf("status %v: %+v, %v", st, got, err)
 		}

@@ -21,7 +21,7 @@ import (
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
-	"github.com/seed0e69bba5/faceagent/agent/intake"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/sim"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
@@ -237,9 +237,9 @@ func TestResultsForAStalledSubscriberAreHeld(t *testing.T) {
 		if submitted >= 20000 {
 			t.Fatalf("no result held after %d tasks: the test proves nothing", submitted)
 		}
-		var batch []intake.Task
+		var batch []wire.Task
 		for range 250 {
-			batch = append(batch, intake.Task{TaskID: fmt.Sprintf("q-%d", submitted), DeviceID: ids[submitted%len(ids)],
+			batch = append(batch, wire.Task{TaskID: fmt.Sprintf("q-%d", submitted), DeviceID: ids[submitted%len(ids)],
 				Op: face.AddPerson, Person: face.Person{ID: fmt.Sprint(submitted)}})
 			submitted++
 		}
@@ -257,7 +257,7 @@ func TestResultsForAStalledSubscriberAreHeld(t *testing.T) {
 		if pk.FixedHeader.Type != packets.Publish {
 			continue
 		}
-		r, err := intake.ParseResult(pk.Payload)
+		r, err := wire.ParseResult(pk.Payload)
 		if err != nil {
 			t.Fatalf("result %s: %v", pk.Payload, err)
 		}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
-	"github.com/seed0e69bba5/faceagent/agent/intake"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/serial"
 	"github.com/seed0e69bba5/faceagent/device/sim"
@@ -53,16 +53,16 @@ func TestEndToEndSerial(t *testing.T) {
 	bo := connectBackOffice(t, addr, "gw-s")
 	ids := []string{"s1", "s2", "m1"}
 	const n = 90
-	var batch []intake.Task
+	var batch []wire.Task
 	for i := range n {
-		batch = append(batch, intake.Task{TaskID: fmt.Sprintf("s-%d", i), DeviceID: ids[i%3], Op: face.AddPerson,
+		batch = append(batch, wire.Task{TaskID: fmt.Sprintf("s-%d", i), DeviceID: ids[i%3], Op: face.AddPerson,
 			Person: face.Person{ID: fmt.Sprint(i)}})
 	}
 	b, _ := json.Marshal(batch)
 	bo.publish("faceagent/gw-s/tasks", b)
 	bo.waitFor("every result", 60*time.Second, func() bool { return len(bo.results) == n })
 	for id, r := range bo.results {
-		if r.Status != intake.Succeeded {
+		if r.Status != wire.Succeeded {
 			t.Errorf("%s: %+v", id, r)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
-	"github.com/seed0e69bba5/faceagent/agent/intake"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/sim"
 )
@@ -69,9 +69,9 @@ func TestStuckBackOfficeStallsNoOne(t *testing.T) {
 	submitted := 0
 	var slowest time.Duration
 	for b := range batches {
-		batch := make([]intake.Task, 0, batchSize)
+		batch := make([]wire.Task, 0, batchSize)
 		for range batchSize {
-			batch = append(batch, intake.Task{TaskID: fmt.Sprintf("s-%d", submitted), DeviceID: ids[submitted%len(ids)],
+			batch = append(batch, wire.Task{TaskID: fmt.Sprintf("s-%d", submitted), DeviceID: ids[submitted%len(ids)],
 				Op: face.AddPerson, Person: face.Person{ID: fmt.Sprint(submitted), Name: name}})
 			submitted++
 		}

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
-	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
 	"github.com/seed0e69bba5/faceagent/agent/store"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/hlc"
 	"github.com/seed0e69bba5/faceagent/resp3"
@@ -246,7 +246,7 @@ func (w *stateWriter) writeDue(ctx context.Context) time.Time {
 // writeOne writes one device's state; it reports whether the write failed (the device is
 // dirty again and due after write_interval).
 func (w *stateWriter) writeOne(ctx context.Context, id string, now time.Time) (failed bool) {
-	st := intake.DeviceState{DeviceID: id, UpdatedAt: now.UnixMilli()}
+	st := wire.DeviceState{DeviceID: id, UpdatedAt: now.UnixMilli()}
 	if s, ok := w.ob.DeviceStatus(id); ok {
 		st.Online, st.Paused, st.QueueDepth, st.InFlight = s.Online, s.Paused, s.Queued, s.InFlight
 		st.Sent, st.Succeeded, st.Failed, st.Retries = s.Sent, s.Succeeded, s.Failed, s.Retries

@@ -14,8 +14,8 @@ import (
 
 	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
 	"github.com/seed0e69bba5/faceagent/agent/config"
-	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/store"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/hlc"
 	"github.com/seed0e69bba5/faceagent/resp3"
 )
@@ -84,7 +84,7 @@ id = "d1"
 	for n := 0; ; {
 		select {
 		case nt := <-w.C():
-			var st intake.DeviceState
+			var st wire.DeviceState
 			if _, err := st.UnmarshalMsg(nt.Value); err != nil || st.DeviceID != "d1" {
 				continue // the forged value, before the fix
 			}

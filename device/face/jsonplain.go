@@ -205,7 +205,7 @@ func parsePlainHeartbeat(b []byte) (h Heartbeat, ok bool) {
 }
 
 // ScanPlainOp reads an op string into op from the plain JSON p is at (see above); a task
-// message (agent/intake) has the same member as a command.
+// message (agent/wire) has the same member as a command.
 func ScanPlainOp(p *jsonplain.Scanner, op *Op) bool {
 	var s string
 	ok := p.Str(&s)
@@ -215,7 +215,7 @@ func ScanPlainOp(p *jsonplain.Scanner, op *Op) bool {
 
 // ScanPlainPerson reads a person object into pr from the plain JSON p is at: into the same
 // Person, so a repeated "person" member merges, as with encoding/json. Task messages
-// (agent/intake) carry the same object as commands.
+// (agent/wire) carry the same object as commands.
 func ScanPlainPerson(p *jsonplain.Scanner, pr *Person) bool {
 	return p.Object(func(key []byte) bool {
 		switch string(key) {

@@ -6,7 +6,7 @@
 // A Scanner never decides what an input means. Each method reports whether the next
 // token is in the plain subset; a parser built on it gives up (ok false) on anything else
 // and leaves that input to encoding/json, which then gives its usual answer. The parsers
-// (device/face's terminal protocol, agent/intake's results) are fuzzed against
+// (device/face's terminal protocol, agent/wire's results) are fuzzed against
 // encoding/json on arbitrary bytes.
 //
 // Tutorial:

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/seed0e69bba5/faceagent/agent/intake"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 )
 
 // Value formats `sscli get --decode` knows.
@@ -40,7 +40,7 @@ func formatFor(format, key string) (string, error) {
 	return "", usagef("--decode %q: want %s", format, decodeFormats)
 }
 
-// deviceStateView is intake.DeviceState as sscli prints it: the same field names as the
+// deviceStateView is wire.DeviceState as sscli prints it: the same field names as the
 // msgp map keys, Unix-millisecond times as RFC 3339 UTC (null: never).
 type deviceStateView struct {
 	DeviceID      string  `json:"deviceId"`
@@ -72,7 +72,7 @@ func unixMilliText(ms int64) *string {
 // newline: indented, or on one line when compact. Bytes that are not a DeviceState, or
 // carry bytes after it, are an error; unknown map keys (a newer agent's) are skipped.
 func decodeDeviceStateJSON(value []byte, compact bool) ([]byte, error) {
-	var st intake.DeviceState
+	var st wire.DeviceState
 	rest, err := st.UnmarshalMsg(value)
 	if err != nil {
 		return nil, fmt.Errorf("not a device state (msgp): %w", err)

@@ -6,11 +6,11 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/seed0e69bba5/faceagent/agent/intake"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 )
 
 // sampleState is the device state behind testdata/device-state.msgp (rewritten by -update).
-var sampleState = intake.DeviceState{
+var sampleState = wire.DeviceState{
 	DeviceID: "term-01", Online: true, LastHeartbeat: 1795873200123, LastAck: 1795873201456,
 	Firmware: "facesim-1", Persons: 312, QueueDepth: 4, InFlight: "AddPerson-p17-1795873200000000001",
 	Sent: 330, Succeeded: 312, Failed: 2, Retries: 7, LastError: `terminal refused: code 17 "refused by facesim"`,

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
-	"github.com/seed0e69bba5/faceagent/agent/intake"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 )
 
 // make demo's inputs stay consistent with the code that reads them: configs/demo.toml
@@ -62,10 +62,10 @@ func TestDemoFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim := intake.Limits{KnownDevice: func(id string) bool { return slices.Contains(devices, id) }}
+	lim := wire.Limits{KnownDevice: func(id string) bool { return slices.Contains(devices, id) }}
 	var refused []string
 	for _, task := range tasks {
-		if b := intake.Parse(task.raw, lim); len(b.Rejects) > 0 {
+		if b := wire.Parse(task.raw, lim); len(b.Rejects) > 0 {
 			refused = append(refused, task.taskID)
 		}
 	}

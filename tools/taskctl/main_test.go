@@ -18,7 +18,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	"go.uber.org/goleak"
 
-	"github.com/seed0e69bba5/faceagent/agent/intake"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
@@ -63,16 +63,16 @@ func startFakeAgent(t *testing.T, gw string, known ...string) *fakeAgent {
 	go func() {
 		defer f.wg.Done()
 		for payload := range f.work {
-			b := intake.Parse(payload, intake.Limits{KnownDevice: isKnown})
+			b := wire.Parse(payload, wire.Limits{KnownDevice: isKnown})
 			for _, r := range b.Rejects {
 				dl, _ := json.Marshal(r)
 				_ = srv.Publish("faceagent/"+gw+"/deadletter", dl, false, 1)
 			}
 			for i, task := range b.Tasks {
-				res := intake.Result{TaskID: task.TaskID, DeviceID: task.DeviceID, MessageID: task.MessageID(), Status: intake.Succeeded, Tries: 1, DurationMs: int64(10 + i)}
+				res := wire.Result{TaskID: task.TaskID, DeviceID: task.DeviceID, MessageID: task.MessageID(), Status: wire.Succeeded, Tries: 1, DurationMs: int64(10 + i)}
 				switch task.Person.ID {
 				case "refuse-me":
-					res.Status, res.Error = intake.Failed, "terminal refused: code 3"
+					res.Status, res.Error = wire.Failed, "terminal refused: code 3"
 				case "never":
 					continue
 				}
@@ -247,7 +247,7 @@ func TestGenerateAndBatches(t *testing.T) {
 	seen := map[string]bool{}
 	deletes := 0
 	for _, p := range tasks {
-		b := intake.Parse(p.raw, intake.Limits{})
+		b := wire.Parse(p.raw, wire.Limits{})
 		if len(b.Tasks) != 1 || b.Tasks[0].TaskID != p.taskID || seen[p.taskID] {
 			t.Fatalf("generated task invalid or repeated: %s %+v", p.raw, b.Rejects)
 		}
@@ -263,7 +263,7 @@ func TestGenerateAndBatches(t *testing.T) {
 	if len(msgs) != 3 || msgs[2][0] != '{' || msgs[0][0] != '[' {
 		t.Fatalf("batches: %d, %s", len(msgs), msgs[2])
 	}
-	b := intake.Parse(msgs[0], intake.Limits{})
+	b := wire.Parse(msgs[0], wire.Limits{})
 	if len(b.Tasks) != 2 || b.Tasks[1].TaskID != tasks[1].taskID {
 		t.Fatalf("batch content %+v", b)
 	}

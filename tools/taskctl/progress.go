@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/seed0e69bba5/faceagent/agent/intake"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 )
 
 // tracker follows the submitted tasks' outcomes. Safe for concurrent use: results arrive
@@ -75,7 +75,7 @@ func (t *tracker) finish(taskID string) (*devProgress, bool) {
 	return t.dev[st.device], true
 }
 
-func (t *tracker) result(r intake.Result) {
+func (t *tracker) result(r wire.Result) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if _, ours := t.tasks[r.TaskID]; !ours {
@@ -87,19 +87,19 @@ func (t *tracker) result(r intake.Result) {
 		return
 	}
 	switch r.Status {
-	case intake.Succeeded:
+	case wire.Succeeded:
 		d.succeeded++
 		d.durations = append(d.durations, r.DurationMs)
-	case intake.Failed:
+	case wire.Failed:
 		d.failed++
-	case intake.Superseded:
+	case wire.Superseded:
 		d.superseded++
 	}
 }
 
 // deadletter counts refused tasks: the payload is one task, an array of them (a whole
 // batch refused), or a string when it was not JSON.
-func (t *tracker) deadletter(dl intake.DeadLetter) {
+func (t *tracker) deadletter(dl wire.DeadLetter) {
 	var ids []string
 	var one struct {
 		TaskID string `json:"taskId"`

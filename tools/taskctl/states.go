@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
-	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/store"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 )
 
 // states implements `taskctl states`: read each terminal's state from the state store
@@ -93,7 +93,7 @@ Flags:
 			code = 1
 			continue
 		}
-		var st intake.DeviceState
+		var st wire.DeviceState
 		if _, err := st.UnmarshalMsg(e.Value); err != nil {
 			fmt.Fprintf(stdout, "%-12s undecodable state: %v\n", id, err)
 			code = 1

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
-	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/store"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 )
 
 func TestStates(t *testing.T) {
@@ -29,7 +29,7 @@ func TestStates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := intake.DeviceState{DeviceID: "d1", Online: true, QueueDepth: 4, InFlight: "m", Sent: 10, Succeeded: 9,
+	st := wire.DeviceState{DeviceID: "d1", Online: true, QueueDepth: 4, InFlight: "m", Sent: 10, Succeeded: 9,
 		Failed: 1, Persons: 33, Firmware: "fw-9", LastHeartbeat: time.Now().UnixMilli(), LastError: "refused by the device: code 17"}
 	v, _ := st.MarshalMsg(nil)
 	if _, err := c.Set(ctx, "faceagent/g/devices/d1", v, nil); err != nil {

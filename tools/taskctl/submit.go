@@ -16,7 +16,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
-	"github.com/seed0e69bba5/faceagent/agent/intake"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 )
 
 // submitOptions are the flags of `taskctl submit`.
@@ -48,11 +48,11 @@ func submit(ctx context.Context, o submitOptions, tasks []pending, out io.Writer
 	c, err := dial(ctx, o, func(pr paho.PublishReceived) (bool, error) {
 		switch pr.Packet.Topic {
 		case prefix + "results":
-			if r, err := intake.ParseResult(pr.Packet.Payload); err == nil {
+			if r, err := wire.ParseResult(pr.Packet.Payload); err == nil {
 				tr.result(r)
 			}
 		case prefix + "deadletter":
-			if d, err := intake.ParseDeadLetter(pr.Packet.Payload); err == nil {
+			if d, err := wire.ParseDeadLetter(pr.Packet.Payload); err == nil {
 				tr.deadletter(d)
 			}
 		}

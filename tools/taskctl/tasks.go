@@ -9,7 +9,7 @@ import (
 	"io"
 	"strconv"
 
-	"github.com/seed0e69bba5/faceagent/agent/intake"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
 )
 
@@ -92,7 +92,7 @@ func generateTasks(n int, devices []string, run string) []pending {
 	for i := range n {
 		dev := devices[i%len(devices)]
 		person := strconv.Itoa(1000 + i/len(devices))
-		t := intake.Task{
+		t := wire.Task{
 			TaskID:   fmt.Sprintf("%s-%d", run, i+1),
 			DeviceID: dev,
 			Op:       face.AddPerson,

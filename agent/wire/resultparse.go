@@ -1,4 +1,4 @@
-package intake
+package wire
 
 import (
 	"github.com/seed0e69bba5/faceagent/internal/jsonplain"

@@ -1,4 +1,4 @@
-package intake
+package wire
 
 //go:generate go run github.com/tinylib/msgp -file=state.go -o=state_gen.go -tests=false
 

@@ -1,11 +1,11 @@
-// Package intake is the agent's upstream message format: task messages from the back
+// Package wire is the agent's upstream message format: task messages from the back
 // office (parsed, bounded and validated), the deadletter messages for what is refused, the
 // result messages, and the stable MessageID a task's command carries to the terminal.
 // It is a data package: no I/O.
 //
 // # Tutorial
 //
-//	batch := intake.Parse(payload, intake.Limits{
+//	batch := wire.Parse(payload, wire.Limits{
 //		MaxBatch:       cfg.Intake.MaxBatch,
 //		MaxMessageSize: int(cfg.Intake.MaxMessageSize),
 //		KnownDevice:    func(id string) bool { return cfg.Device(id) != nil },
@@ -44,4 +44,4 @@
 //     of it (escapes, other key case, floats) to encoding/json: both give the same Result.
 //   - Deadletter payloads that are not JSON are kept as a string of at most
 //     MaxDeadLetterPayload bytes.
-package intake
+package wire
