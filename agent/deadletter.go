@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/journal"
+	"github.com/seed0e69bba5/faceagent/agent/publish"
 )
 
 // DeadLetterDir is the deadletter log's directory inside agent.data_dir.
@@ -221,15 +222,15 @@ const deadLetterBatch = 64
 // the broker took as reported. It returns whether more is waiting, and how many went.
 func (d *deadLetterLog) drain(ctx context.Context) (more bool, sent int, err error) {
 	d.mu.Lock()
-	batch := d.pending[:min(len(d.pending), batchFor(d.pub, deadLetterBatch))]
+	batch := d.pending[:min(len(d.pending), publish.BatchFor(d.pub, deadLetterBatch))]
 	d.mu.Unlock()
 	// In order, up to the publisher's window in flight; sent is the prefix accepted.
-	mark := publishMark(d.pub)
-	sent, err = publishInOrder(ctx, d.pub, len(batch), func(i int) (string, []byte, bool) {
+	mark := publish.MarkOf(d.pub)
+	sent, err = publish.InOrder(ctx, d.pub, len(batch), func(i int) (string, []byte, bool) {
 		return d.topic, batch[i].payload, false
 	})
 	if sent > 0 {
-		if serr := syncPublished(d.pub, mark); serr != nil {
+		if serr := publish.SyncSince(d.pub, mark); serr != nil {
 			return true, 0, serr // not stored: sent again
 		}
 		d.m.deadLettersPublished.Add(uint64(sent))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/journal"
+	"github.com/seed0e69bba5/faceagent/agent/publish"
 	"github.com/seed0e69bba5/faceagent/device/face"
 )
 
@@ -440,7 +441,7 @@ func (f *forwarder) start(ctx context.Context) {
 func (f *forwarder) drain(ctx context.Context) (more bool, sent int, err error) {
 	f.mu.Lock()
 	f.batch = f.batch[:0]
-	limit := batchFor(f.pub, forwardBatch)
+	limit := publish.BatchFor(f.pub, forwardBatch)
 	for i := 0; i < len(f.pending) && len(f.batch) < limit; i++ {
 		if f.pending[i].payload != nil {
 			f.batch = append(f.batch, f.pending[i])
@@ -460,8 +461,8 @@ func (f *forwarder) drain(ctx context.Context) (more bool, sent int, err error) 
 	// entry superseded or dropped meanwhile is not sent, so an outage ends with each
 	// device's latest heartbeat only.
 	f.skip = f.skip[:0]
-	mark := publishMark(f.pub)
-	n, err := publishInOrder(ctx, f.pub, len(f.batch), func(i int) (string, []byte, bool) {
+	mark := publish.MarkOf(f.pub)
+	n, err := publish.InOrder(ctx, f.pub, len(f.batch), func(i int) (string, []byte, bool) {
 		e := f.batch[i]
 		dead := !f.stillLive(e.id)
 		f.skip = append(f.skip, dead)
@@ -482,7 +483,7 @@ func (f *forwarder) drain(ctx context.Context) (more bool, sent int, err error) 
 	f.m.forwarded.With("ack").Add(uint64(acks))
 	f.m.forwarded.With("heartbeat").Add(uint64(sent - acks))
 	if through > 0 && sent > 0 {
-		if serr := syncPublished(f.pub, mark); serr != nil {
+		if serr := publish.SyncSince(f.pub, mark); serr != nil {
 			through = 0 // not stored: sent again next round
 			if err == nil {
 				err = serr

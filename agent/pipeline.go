@@ -14,6 +14,8 @@ import (
 	"github.com/eclipse/paho.golang/paho/session"
 	"github.com/eclipse/paho.golang/paho/session/state"
 	"github.com/eclipse/paho.golang/paho/store/memory"
+
+	"github.com/seed0e69bba5/faceagent/agent/publish"
 )
 
 // defaultPublishWindow is how many reports (results, forwarded acks and heartbeats,
@@ -35,28 +37,6 @@ var (
 	errNotAcked    = errors.New("the upstream session was closed before the PUBACK")
 )
 
-// asyncPublisher is a publisher that can keep several QoS 1 messages in flight on one
-// connection: publishAsync writes a message after every message written before it and
-// returns without waiting for its PUBACK. MQTT keeps the order of QoS 1 messages on one
-// connection per topic, so the first copies reach subscribers in the order written.
-type asyncPublisher interface {
-	publisher
-	publishWindow() int
-	// publishAsync refuses (errSessionLost) when after, a message of the caller still in
-	// flight, was dropped with its session: what follows it must wait until it was sent
-	// again, or the first copies would arrive out of order.
-	publishAsync(ctx context.Context, topic string, payload []byte, after *inFlight) (*inFlight, error)
-}
-
-// batchFor is how many messages a stream takes from its backlog per round: at least
-// base, and a whole window, so a window larger than the batch is used.
-func batchFor(pub publisher, base int) int {
-	if ap, ok := pub.(asyncPublisher); ok {
-		return max(base, ap.publishWindow())
-	}
-	return base
-}
-
 // inFlight is one message written and not yet acknowledged.
 type inFlight struct {
 	resp chan packets.ControlPacket // capacity 1: paho sends the PUBACK (or a zero packet at close)
@@ -65,20 +45,14 @@ type inFlight struct {
 
 // wait returns nil once the broker acknowledged the message with a success code.
 func (f *inFlight) wait(ctx context.Context) error {
-	if f == nil {
-		return nil // nothing was sent (an entry skipped)
-	}
 	t := time.NewTimer(pubackTimeout)
 	defer t.Stop()
-	return f.waitWith(ctx, t)
+	return f.Wait(ctx, t)
 }
 
-// waitWith is wait with the caller's timer, (re)armed for pubackTimeout here: a stream
-// waits for its messages one after the other with one timer, not one per message.
-func (f *inFlight) waitWith(ctx context.Context, t *time.Timer) error {
-	if f == nil {
-		return nil
-	}
+// Wait implements publish.Pending: it is wait with the caller's timer, (re)armed for
+// pubackTimeout here.
+func (f *inFlight) Wait(ctx context.Context, t *time.Timer) error {
 	t.Reset(pubackTimeout) // Go 1.23 timers: no stale tick survives a Reset
 	select {
 	case r := <-f.resp:
@@ -96,79 +70,6 @@ func (f *inFlight) waitWith(ctx context.Context, t *time.Timer) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// publishInOrder publishes the messages 0..n-1 (msg gives each one's topic and payload;
-// skip: nothing to send, it counts as done) in order and returns how many of the first
-// ones the broker accepted — a contiguous prefix, so a caller marks exactly those
-// reported — and the error that stopped it. With an asyncPublisher up to its window are
-// in flight; on the first failure nothing more is written, the messages before it are
-// still waited for, and the caller sends everything from the first unaccepted one again
-// (duplicates possible, no loss, no reordering of first copies). Any other publisher
-// (the embedded broker's, whose drop detection needs one publish at a time) publishes
-// one by one.
-func publishInOrder(ctx context.Context, pub publisher, n int, msg func(i int) (topic string, payload []byte, skip bool)) (int, error) {
-	ap, ok := pub.(asyncPublisher)
-	if !ok {
-		for i := range n {
-			topic, payload, skip := msg(i)
-			if skip {
-				continue
-			}
-			if err := pub.Publish(ctx, topic, payload); err != nil {
-				return i, err
-			}
-		}
-		return n, nil
-	}
-	window := max(1, ap.publishWindow())
-	queue := make([]*inFlight, 0, min(n, window))
-	t := time.NewTimer(pubackTimeout)
-	defer t.Stop()
-	var err error
-	acked, sent := 0, 0
-	for sent < n {
-		if sent-acked >= window {
-			if err := queue[0].waitWith(ctx, t); err != nil {
-				return acked, err // the prefix ends here; what follows is sent again
-			}
-			queue[0] = nil
-			queue = queue[1:]
-			acked++
-			continue
-		}
-		topic, payload, skip := msg(sent)
-		var f *inFlight
-		if !skip {
-			if f, err = ap.publishAsync(ctx, topic, payload, oldest(queue)); err != nil {
-				break
-			}
-		}
-		queue = append(queue, f)
-		sent++
-	}
-	// Wait for what is in flight, in order: the messages before a failure may still be
-	// accepted (after a reconnect the session sends them again).
-	for _, f := range queue {
-		if werr := f.waitWith(ctx, t); werr != nil {
-			if err == nil {
-				err = werr
-			}
-			break
-		}
-		acked++
-	}
-	return acked, err
-}
-
-// oldest is the first message of queue that was sent (nil: none).
-func oldest(queue []*inFlight) *inFlight {
-	for _, f := range queue {
-		if f != nil {
-			return f
-		}
-	}
-	return nil
 }
 
 // pipeSession is the paho session of the upstream connection (the in-memory state of
@@ -279,12 +180,12 @@ func (s *pipeSession) ConnectionLost(dp *packets.Disconnect) error {
 // broker's Receive Maximum) and writes it. A write error leaves it stored: it is sent
 // again on the next connection, or reported lost. It refuses when after (if set) was
 // dropped with its session: the caller sends after again first.
-func (s *pipeSession) publish(ctx context.Context, topic string, payload []byte, after *inFlight) (*inFlight, error) {
+func (s *pipeSession) publish(ctx context.Context, topic string, payload []byte, after publish.Pending) (*inFlight, error) {
 	pb := (&paho.Publish{QoS: 1, Topic: topic, Payload: payload}).Packet()
 	f := &inFlight{resp: make(chan packets.ControlPacket, 1)}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if after != nil && after.lost != s.lost {
+	if a, ok := after.(*inFlight); ok && a != nil && a.lost != s.lost {
 		return nil, errSessionLost
 	}
 	if s.conn == nil {

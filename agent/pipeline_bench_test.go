@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/agent/publish"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
@@ -25,7 +26,7 @@ func BenchmarkPipelinedResults(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(payload)))
 			b.ResetTimer()
-			n, err := publishInOrder(context.Background(), uc, b.N, func(int) (string, []byte, bool) {
+			n, err := publish.InOrder(context.Background(), uc, b.N, func(int) (string, []byte, bool) {
 				return topic, payload, false
 			})
 			if err != nil || n != b.N {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/publish"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
@@ -154,7 +155,7 @@ func TestPipelinedPublishKeepsItsWindowInFlight(t *testing.T) {
 			sub := subscribeInOrder(t, m.Addr, topic)
 			uc := dialTestUpstream(t, proxy.addr(), tc.window)
 			msgs := numbered(tc.n)
-			n, err := publishInOrder(context.Background(), uc, len(msgs), func(i int) (string, []byte, bool) {
+			n, err := publish.InOrder(context.Background(), uc, len(msgs), func(i int) (string, []byte, bool) {
 				return topic, msgs[i], false
 			})
 			if err != nil || n != len(msgs) {
@@ -252,7 +253,7 @@ func TestPipelinedPublishHonoursReceiveMaximum(t *testing.T) {
 	proxy := startDelayProxy(t, br.Addr(), 10*time.Millisecond)
 	uc := dialTestUpstream(t, proxy.addr(), 64)
 	msgs := numbered(200)
-	n, err := publishInOrder(context.Background(), uc, len(msgs), func(i int) (string, []byte, bool) {
+	n, err := publish.InOrder(context.Background(), uc, len(msgs), func(i int) (string, []byte, bool) {
 		return "faceagent/gw-p/results", msgs[i], false
 	})
 	if err != nil || n != len(msgs) {

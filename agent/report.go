@@ -12,15 +12,13 @@ import (
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/agent/publish"
 	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
 )
 
-// publisher sends one upstream message with QoS 1 and returns once the upstream broker
-// accepted it (PUBACK, or routed by the embedded broker).
-type publisher interface {
-	Publish(ctx context.Context, topic string, payload []byte) error
-}
+// publisher is what carries reports upstream.
+type publisher = publish.Publisher
 
 // inlinePublisher publishes through the embedded broker's inline client: the message is
 // routed (and, for persistent sessions, stored by the broker's storage hook) before
@@ -62,25 +60,6 @@ func (p inlinePublisher) SyncSince(mark uint64) error {
 		return nil
 	}
 	return p.br.SyncSessionsSince(broker.SessionsMark(mark))
-}
-
-// publishMark returns the point from which syncPublished checks what p publishes: take it
-// before publishing a batch.
-func publishMark(p publisher) uint64 {
-	if s, ok := p.(interface{ Mark() uint64 }); ok {
-		return s.Mark()
-	}
-	return 0
-}
-
-// syncPublished returns once what p published is stored, for a publisher whose Publish
-// may return earlier (inlinePublisher with br), with an error if any of what it published
-// since mark (publishMark) is not: call it before marking published messages reported.
-func syncPublished(p publisher, mark uint64) error {
-	if s, ok := p.(interface{ SyncSince(uint64) error }); ok {
-		return s.SyncSince(mark)
-	}
-	return nil
 }
 
 func (p inlinePublisher) publish(topic string, payload []byte) error {
@@ -224,7 +203,7 @@ func (r *reporter) start(ctx context.Context) {
 // marked reported, err non-nil when the batch is to be tried again. With an HTTP
 // results_url the batch is also POSTed, and marked reported only once both took it.
 func (r *reporter) drain(ctx context.Context) (more bool, sent int, err error) {
-	batch := batchFor(r.pub, reportBatch)
+	batch := publish.BatchFor(r.pub, reportBatch)
 	results, err := r.ob.Results(batch)
 	if err != nil {
 		if !errors.Is(err, outbox.ErrClosed) {
@@ -237,8 +216,8 @@ func (r *reporter) drain(ctx context.Context) (more bool, sent int, err error) {
 	payloads := all
 	// In order, up to the publisher's window in flight; n is the prefix accepted. Stop at
 	// the first failure so results stay in order.
-	mark := publishMark(r.pub)
-	n, err := publishInOrder(ctx, r.pub, len(results), func(i int) (string, []byte, bool) {
+	mark := publish.MarkOf(r.pub)
+	n, err := publish.InOrder(ctx, r.pub, len(results), func(i int) (string, []byte, bool) {
 		return r.topic, payloads[i], false
 	})
 	if err != nil {
@@ -247,7 +226,7 @@ func (r *reporter) drain(ctx context.Context) (more bool, sent int, err error) {
 	payloads = payloads[:n]
 	done := results[:len(payloads)]
 	if len(done) > 0 {
-		if serr := syncPublished(r.pub, mark); serr != nil {
+		if serr := publish.SyncSince(r.pub, mark); serr != nil {
 			r.log.Warn("storing results in the broker's sessions failed; will retry", "err", serr)
 			done, err = nil, serr
 		}

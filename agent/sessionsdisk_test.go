@@ -14,6 +14,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/journal"
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
+	"github.com/seed0e69bba5/faceagent/agent/publish"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
@@ -48,7 +49,7 @@ func TestResultsNotStoredAreNotCountedStored(t *testing.T) {
 	ctx := context.Background()
 
 	free := testutil.FillFS(t, dir)
-	mark := publishMark(p)
+	mark := publish.MarkOf(p)
 	for i := 0; b.SessionsErr() == nil; i++ { // what fits in the journal's last block is taken
 		if i == 200 {
 			t.Fatal("200 results stored on a full disk")
@@ -56,7 +57,7 @@ func TestResultsNotStoredAreNotCountedStored(t *testing.T) {
 		if err := p.Publish(ctx, "results", fmt.Appendf(nil, "r-%d", i)); err != nil {
 			t.Fatal(err)
 		}
-		_ = syncPublished(p, publishMark(p)) // the commit, whatever it gives
+		_ = publish.SyncSince(p, publish.MarkOf(p)) // the commit, whatever it gives
 	}
 	if err := a.Healthy(); !errors.Is(err, journal.ErrNoSpace) {
 		t.Fatalf("Healthy with the sessions journal refusing writes: %v", err)
@@ -76,14 +77,14 @@ func TestResultsNotStoredAreNotCountedStored(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // polling a state; the recovery has its own backoff
 	}
-	after := publishMark(p)
+	after := publish.MarkOf(p)
 	if err := p.Publish(ctx, "results", []byte("after")); err != nil {
 		t.Fatal(err)
 	}
-	if err := syncPublished(p, mark); !errors.Is(err, journal.ErrNoSpace) {
+	if err := publish.SyncSince(p, mark); !errors.Is(err, journal.ErrNoSpace) {
 		t.Fatalf("a batch published while the disk was full syncs as %v, want ErrNoSpace", err)
 	}
-	if err := syncPublished(p, after); err != nil {
+	if err := publish.SyncSince(p, after); err != nil {
 		t.Fatalf("a batch published after the recovery: %v", err)
 	}
 	if err := a.Healthy(); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/publish"
 )
 
 // upstreamConn is the agent's connection to an external broker ([upstream]): it takes
@@ -181,7 +182,7 @@ func (uc *upstreamConn) onPublish(pr paho.PublishReceived) (bool, error) {
 	return true, pr.Client.Ack(pk)
 }
 
-// Publish implements publisher: QoS 1, returns after the PUBACK. While the connection is
+// Publish implements publish.Publisher: QoS 1, returns after the PUBACK. While the connection is
 // down it waits for it (or ctx), so a report goes out the moment the broker is back
 // instead of after its sender's retry delay.
 func (uc *upstreamConn) Publish(ctx context.Context, topic string, payload []byte) error {
@@ -192,17 +193,26 @@ func (uc *upstreamConn) Publish(ctx context.Context, topic string, payload []byt
 	return f.wait(ctx)
 }
 
-// publishAsync implements asyncPublisher: the message is written after those published
-// before on this connection; its PUBACK is waited for with the handle. While the
-// connection is down it waits for it (or ctx).
-func (uc *upstreamConn) publishAsync(ctx context.Context, topic string, payload []byte, after *inFlight) (*inFlight, error) {
+// PublishAsync implements publish.Pipelined: the message is written after those
+// published before on this connection; its PUBACK is waited for with the handle. While
+// the connection is down it waits for it (or ctx).
+func (uc *upstreamConn) PublishAsync(ctx context.Context, topic string, payload []byte, after publish.Pending) (publish.Pending, error) {
+	f, err := uc.publishAsync(ctx, topic, payload, after)
+	if err != nil {
+		return nil, err // not a typed nil: InOrder tests for nil
+	}
+	return f, nil
+}
+
+func (uc *upstreamConn) publishAsync(ctx context.Context, topic string, payload []byte, after publish.Pending) (*inFlight, error) {
 	if err := uc.cm.AwaitConnection(ctx); err != nil {
 		return nil, err
 	}
 	return uc.sess.publish(ctx, topic, payload, after)
 }
 
-func (uc *upstreamConn) publishWindow() int { return uc.window }
+// Window implements publish.Pipelined.
+func (uc *upstreamConn) Window() int { return uc.window }
 
 func (uc *upstreamConn) close(ctx context.Context) error {
 	err := uc.cm.Disconnect(ctx)
