@@ -118,11 +118,11 @@ fuzz:
 	  done; \
 	done
 
-# attack: the long form of the attack suite (tests/attack, docs/security.md): every attack
+# attack: the long form of the attack suite (test/attack, docs/security.md): every attack
 # against the live agent tens of times more than the short form that make test runs.
 ATTACK_TIMEOUT ?= 30m
 attack:
-	FACEAGENT_ATTACK_LONG=1 $(GO) test -count=1 -timeout $(ATTACK_TIMEOUT) -v ./tests/attack
+	FACEAGENT_ATTACK_LONG=1 $(GO) test -count=1 -timeout $(ATTACK_TIMEOUT) -v ./test/attack
 
 # cross: every package builds (and vets) for each CPU the boards use, then every board's
 # release binaries land in bin/<board>/.
@@ -230,7 +230,7 @@ size:
 	if [ $$n -gt $(SIZE_LIMIT) ]; then echo "size: over budget by $$((n - $(SIZE_LIMIT))) bytes"; exit 1; fi
 
 # size-report: every binary per board (stripped), then what each module costs in the armv7
-# faceagent (internal/sizereport: ELF symbol sizes summed by module; bss excluded).
+# faceagent (tools/sizereport: ELF symbol sizes summed by module; bss excluded).
 size-report: cross-boards
 	@set -e; echo "| board | binary | bytes |"; echo "|---|---|---:|"; \
 	for b in $(BOARDS); do for f in $(BINDIR)/$$b/*; do \
@@ -241,7 +241,7 @@ size-report: cross-boards
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=7 $(GO) build -trimpath -ldflags=-w -o $(BINDIR)/nm/main ./$$main; \
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=7 $(GO) list -deps -f '{{.ImportPath}} {{if .Module}}{{.Module.Path}}{{else}}std{{end}}' ./$$main > $(BINDIR)/nm/modules; \
 	echo; echo "$$main, linux/arm/7, symbol table kept (-w only), by module:"; echo; \
-	$(GO) run ./internal/sizereport $(BINDIR)/nm/modules $(BINDIR)/nm/main
+	$(GO) run ./tools/sizereport $(BINDIR)/nm/modules $(BINDIR)/nm/main
 
 # test-arm: the portable core's tests cross-compiled for armv7 and arm64 and run under
 # qemu-user (no -race: the race detector does not exist on linux/arm), then the armv7 smoke
@@ -261,11 +261,11 @@ test-arm:
 	$(MAKE) --no-print-directory smoke-arm
 
 # smoke-arm: the armv7 faceagent, under qemu, with a broker-only config answers a state store
-# SET and GET (internal/releasetest), and every board's faceagent runs on its board's emulated
+# SET and GET (test/release), and every board's faceagent runs on its board's emulated
 # core (boards' qemu_cpu: catches a wrong GOARM). Skips, saying why, while faceagent or sscli
 # is absent.
 smoke-arm:
-	FACEAGENT_ARM_SMOKE=1 QEMU_ARM=$(QEMU_ARM) QEMU_ARM64=$(QEMU_ARM64) $(GO) test -count=1 -v -run '^(TestARMSmoke|TestBoardCPUs)$$' ./internal/releasetest
+	FACEAGENT_ARM_SMOKE=1 QEMU_ARM=$(QEMU_ARM) QEMU_ARM64=$(QEMU_ARM64) $(GO) test -count=1 -v -run '^(TestARMSmoke|TestBoardCPUs)$$' ./test/release
 
 generate:
 	$(GO) generate $(PKGS)

@@ -1,4 +1,4 @@
-// Package releasetest holds the tests of what ships rather than of a Go package: the systemd
+// Package release holds the tests of what ships rather than of a Go package: the systemd
 // unit (configs/faceagent.service), the daemon's side of it (READY=1, WATCHDOG=1 keepalives,
 // STOPPING=1 over a real notify socket), and the armv7 smoke test, in which the cross-compiled
 // faceagent runs under qemu-user with a broker-only config and answers a state store SET and
@@ -6,8 +6,8 @@
 //
 // # Running
 //
-//	go test ./internal/releasetest                 # unit checks; the smoke test skips
-//	make smoke-arm                                 # FACEAGENT_ARM_SMOKE=1: the smoke test too
+//	go test ./test/release   # unit checks; the smoke test skips
+//	make smoke-arm           # FACEAGENT_ARM_SMOKE=1: the smoke test too
 //
 // # Caveats
 //
@@ -17,4 +17,4 @@
 //     missing; once both exist it fails on any problem.
 //   - systemd-analyze verify runs only where systemd-analyze is installed; its warnings count
 //     as failures (verify exits 0 on unknown keys).
-package releasetest
+package release

@@ -1,4 +1,4 @@
-package releasetest
+package release
 
 import (
 	"testing"

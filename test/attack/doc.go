@@ -8,8 +8,8 @@
 //
 // # Running
 //
-//	go test ./tests/attack                          # the short form (part of make test)
-//	go test -run 'TestAttacks/users' -v ./tests/attack
+//	go test ./test/attack                          # the short form (part of make test)
+//	go test -run 'TestAttacks/users' -v ./test/attack
 //	make attack                                     # the long form: FACEAGENT_ATTACK_LONG=1
 //
 // The short form takes about a minute (two under the race detector) on 2 cores; the long

@@ -6,7 +6,7 @@
 //
 //	go list -deps -f '{{.ImportPath}} {{if .Module}}{{.Module.Path}}{{else}}std{{end}}' PKG > mods
 //	go build -trimpath -ldflags=-w -o bin PKG   # not -s: the symbol table is needed
-//	go run ./internal/sizereport mods bin
+//	go run ./tools/sizereport mods bin
 //
 // Output: a Markdown table, largest first. "runtime" is the Go runtime and the compiler's
 // per-binary tables (go:func.*, type descriptors); "std" is the rest of the standard library.
