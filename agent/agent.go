@@ -16,6 +16,7 @@ import (
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/devstate"
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
 )
@@ -56,7 +57,7 @@ type Agent struct {
 	// brokerServing is closed once the embedded broker has started (stored sessions loaded).
 	brokerServing chan struct{}
 	outbox        atomic.Pointer[outbox.Outbox]
-	state         *stateWriter
+	state         *devstate.Writer
 	take          *taker
 	// brokerStats is the embedded broker, for /metrics (set once it is made).
 	brokerStats atomic.Pointer[broker.Broker]
@@ -185,7 +186,7 @@ func (a *Agent) Warnings() []string {
 	if a.state == nil || !a.running.Load() {
 		return nil
 	}
-	return a.state.refusedWarnings()
+	return a.state.RefusedWarnings()
 }
 
 // Run starts the configured parts in order, closes Ready, and blocks until ctx is
@@ -304,7 +305,7 @@ func newBroker(cfg *config.Config, log *slog.Logger) (*broker.Broker, error) {
 		opts.MaxInflight = uint16(min(c.MaxQueuedMessages, 65535))
 	}
 	if cfg.Upstream == nil && !cfg.BrokerOnly() {
-		// The agent writes these keys into this store in-process (engineSetter, engineKeys):
+		// The agent writes these keys into this store in-process (kv.Engine, as its owner):
 		// nobody else may write them, and so nobody can fence them and freeze the agent's
 		// writes. Clients still read and watch them.
 		opts.ReservedKeyPrefixes = agentOwnedKeys(cfg.Agent.GatewayID)

@@ -12,6 +12,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/devstate"
 	"github.com/seed0e69bba5/faceagent/agent/journal"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
 	"github.com/seed0e69bba5/faceagent/device"
@@ -223,7 +224,7 @@ type pumps struct {
 	wg sync.WaitGroup
 }
 
-func (p *pumps) start(l *links, ob *outbox.Outbox, fwd *forwarder, sw *stateWriter, log *slog.Logger) {
+func (p *pumps) start(l *links, ob *outbox.Outbox, fwd *forwarder, sw *devstate.Writer, log *slog.Logger) {
 	direct := func(ev device.Event) { handleEvent(ev, nil, ob, fwd, sw, log) }
 	l.direct.Store(&direct)
 	for _, link := range l.all {
@@ -238,7 +239,7 @@ func (p *pumps) start(l *links, ob *outbox.Outbox, fwd *forwarder, sw *stateWrit
 	}
 }
 
-func handleEvent(ev device.Event, ids []string, ob *outbox.Outbox, fwd *forwarder, sw *stateWriter, log *slog.Logger) {
+func handleEvent(ev device.Event, ids []string, ob *outbox.Outbox, fwd *forwarder, sw *devstate.Writer, log *slog.Logger) {
 	targets := ids
 	if ev.DeviceID != "" {
 		targets = []string{ev.DeviceID}
@@ -247,21 +248,21 @@ func handleEvent(ev device.Event, ids []string, ob *outbox.Outbox, fwd *forwarde
 	case device.Ack:
 		ob.Ack(ev.DeviceID, ev.Ack.MessageID, ev.Ack.Code, ev.Ack.Message)
 		fwd.ack(ev.DeviceID, ev.Ack)
-		sw.touch(ev.DeviceID)
+		sw.Touch(ev.DeviceID)
 	case device.Heartbeat:
 		ob.Heartbeat(ev.DeviceID)
 		fwd.heartbeat(ev.DeviceID, ev.Heartbeat)
-		sw.heartbeat(ev.DeviceID, ev.Heartbeat)
+		sw.Heartbeat(ev.DeviceID, ev.Heartbeat)
 	case device.Up:
 		for _, id := range targets {
 			ob.LinkUp(id)
-			sw.touch(id)
+			sw.Touch(id)
 		}
 		log.Info("device link up", "devices", len(targets))
 	case device.Down:
 		for _, id := range targets {
 			ob.LinkDown(id)
-			sw.touch(id)
+			sw.Touch(id)
 		}
 		log.Warn("device link down", "devices", len(targets), "err", ev.Err)
 	case device.Error:

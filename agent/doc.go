@@ -25,14 +25,16 @@
 //
 // # Remote management
 //
-// faceagent/{gw}/config holds TOML overrides of [dispatch] and devices' settings
-// (config.ApplyOverrides): each change, seen through KEYNOTIFY, is validated and applied
-// live, or refused with the running config kept; the outcome is written to
-// faceagent/{gw}/config/status. faceagent/{gw}/control holds one ControlCommand (pause,
-// resume, retry-failed, purge-failed, drain, undrain), executed once per id — the ids
-// done are kept in data_dir/control-done.json — with the outcome in …/control/status.
-// With the embedded broker this goes straight to its store engine; with an external
-// store through agent/store, whose watches survive reconnects.
+// agent/remote watches faceagent/{gw}/config, TOML overrides of [dispatch] and devices'
+// settings that the agent validates (config.ApplyOverrides) and applies live, or refuses
+// with the running config kept, and faceagent/{gw}/control, one remote.ControlCommand
+// (pause, resume, retry-failed, purge-failed, drain, undrain) executed once per id — the
+// ids done are kept in data_dir/control-done.json. The outcomes are written to
+// …/config/status and …/control/status. agent/devstate writes each terminal's state to
+// faceagent/{gw}/devices/{id}. Both reach the state store through agent/kv: with the
+// embedded broker straight into its store engine (kv.Engine, the owner of those status
+// and state keys); with an external store through agent/store (kv.Client), whose
+// watches survive reconnects.
 //
 // # With an external broker ([upstream])
 //

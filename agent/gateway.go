@@ -6,11 +6,12 @@ import (
 	"net/http"
 	"path/filepath"
 	"sync"
-	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/devstate"
 	"github.com/seed0e69bba5/faceagent/agent/journal"
+	"github.com/seed0e69bba5/faceagent/agent/kv"
 	"github.com/seed0e69bba5/faceagent/agent/store"
 	"github.com/seed0e69bba5/faceagent/hlc"
 )
@@ -94,10 +95,9 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	}
 	var results publisher
 	clock := hlc.NewClock("faceagent-" + cfg.Agent.GatewayID)
-	var setter func(context.Context, string, []byte, time.Duration) error
-	var keys keyStore
+	var keys kv.Store
 	if b != nil {
-		setter, keys = engineSetter(b.Store(), clock), engineKeys{st: b.Store(), clock: clock}
+		keys = kv.Engine{Store: b.Store(), Clock: clock}
 	}
 	if external {
 		uc, err := dialUpstream(rctx, cfg, take, a.upstreamUp, a.upstreamEvent, a.m, a.log.With("part", "upstream"))
@@ -118,7 +118,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 			return fmt.Errorf("state store client: %w", err)
 		}
 		*stops = append(*stops, func(context.Context) error { return sc.Close() })
-		setter, keys = clientSetter(sc), clientKeys{c: sc}
+		keys = kv.Client{C: sc}
 	} else {
 		// PublishDeferred, and one sessions sync per batch before it is marked reported
 		// (reporter, forwarder, deadletter log): one fsync a batch, not one a message.
@@ -138,11 +138,11 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	for i, d := range cfg.Devices {
 		ids[i] = d.ID
 	}
-	sw := newStateWriter(ids, setter, ob, cfg.Agent.GatewayID, cfg.Store.WriteInterval.Duration,
-		cfg.Dispatch.HeartbeatTimeout.Duration, cfg.Store.RequestTimeout.Duration, a.log.With("part", "state"))
-	sw.m = a.m
+	sw := devstate.New(devstate.Options{Devices: ids, Store: keys, Status: ob, Prefix: t.devices,
+		WriteInterval: cfg.Store.WriteInterval.Duration, HeartbeatTimeout: cfg.Dispatch.HeartbeatTimeout.Duration,
+		Timeout: cfg.Store.RequestTimeout.Duration, Log: a.log.With("part", "state"), Metrics: a.m.state})
 	a.state = sw
-	take.touched = sw.touch
+	take.touched = sw.Touch
 	p.start(l, ob, fwd, sw, a.log)
 
 	rep := &reporter{ob: ob, pub: results, topic: t.results, log: a.log.With("part", "report"), m: a.m, state: sw}
@@ -158,24 +158,15 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	}
 	rep.start(rctx)
 	*stops = append(*stops, cancelAndWait(&rep.wg))
-	sw.start(rctx)
-	*stops = append(*stops, cancelAndWait(&sw.wg))
+	sw.Start(rctx)
+	*stops = append(*stops, func(context.Context) error { cancel(); sw.Wait(); return nil })
 
 	// Remote management: faceagent/{gw}/config and …/control, watched with KEYNOTIFY.
 	a.take = take
-	rem := &remote{keys: keys, a: a, ob: ob, take: take, prefix: "faceagent/" + cfg.Agent.GatewayID + "/",
-		doneLog: filepath.Join(cfg.Agent.DataDir, "control-done.json"), log: a.log.With("part", "remote")}
-	rem.start(rctx)
-	*stops = append(*stops, cancelAndWait(&rem.wg))
+	rem := a.newRemote(cfg, keys, ob, take)
+	rem.Start(rctx)
+	*stops = append(*stops, func(context.Context) error { cancel(); rem.Wait(); return nil })
 	return nil
-}
-
-// clientSetter writes keys through an agent/store client (an external store).
-func clientSetter(c *store.Client) func(context.Context, string, []byte, time.Duration) error {
-	return func(ctx context.Context, key string, value []byte, px time.Duration) error {
-		_, err := c.Set(ctx, key, value, &store.SetOptions{Expiry: px})
-		return err
-	}
 }
 
 // journalOptions maps [journal] onto the options of the small logs (deadletters, forwarded

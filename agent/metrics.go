@@ -7,6 +7,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
+	"github.com/seed0e69bba5/faceagent/agent/devstate"
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
 )
@@ -25,10 +26,8 @@ type agentMetrics struct {
 	retries          *metrics.CounterVec
 	upstreamUp       *metrics.Gauge
 	upstreamConnects *metrics.Counter
-	storeWrite       *metrics.Histogram
-	storeWriteErrors *metrics.Counter
-	// storeWriteRefused counts device state writes the store refused, by reason.
-	storeWriteRefused *metrics.CounterVec
+	// state are the device state writer's series (faceagent_store_write_*).
+	state *devstate.Metrics
 	// The embedded state store's bounds (agent/broker/statestore Stats).
 	storeBytes      *metrics.Gauge
 	storeKeys       *metrics.Gauge
@@ -106,10 +105,7 @@ func (a *Agent) registerMetrics() {
 		retries:          r.NewCounterVec("faceagent_commands_retried_total", "Resends after an ack timeout.", "device"),
 		upstreamUp:       r.NewGauge("faceagent_upstream_connected", "1 while connected and subscribed to the external upstream broker."),
 		upstreamConnects: r.NewCounter("faceagent_upstream_connects_total", "Connections (and subscriptions) to the external upstream broker."),
-		storeWrite:       r.NewHistogram("faceagent_store_write_seconds", "Round trip of a device state write to the state store.", metrics.DefaultLatencyBuckets),
-		storeWriteErrors: r.NewCounter("faceagent_store_write_errors_total", "Device state writes that failed (retried later)."),
-		storeWriteRefused: r.NewCounterVec("faceagent_store_write_refused_total",
-			"Device state writes the state store refused (answered -ERR; counted in faceagent_store_write_errors_total too), by reason: fencing, quota, not_authorized, other. /healthz names the devices.", "reason"),
+		state:            devstate.NewMetrics(r),
 		storeBytes: r.NewGauge("faceagent_store_bytes",
 			"Memory the embedded state store counts against store_max_bytes (keys, values, bookkeeping, KEYNOTIFY registrations)."),
 		storeKeys:    r.NewGauge("faceagent_store_keys", "Keys in the embedded state store."),

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/remote"
 	"github.com/seed0e69bba5/faceagent/agent/store"
 )
 
@@ -31,7 +32,7 @@ func TestRemoteConfigAndControl(t *testing.T) {
 	defer sc.Close()
 
 	// write sets key and waits for the status key to hold a status matching want.
-	write := func(key, value, statusKey string, want func(remoteStatus) bool) remoteStatus {
+	write := func(key, value, statusKey string, want func(remote.Status) bool) remote.Status {
 		t.Helper()
 		w, err := sc.KeyNotify(ctx, statusKey)
 		if err != nil {
@@ -44,7 +45,7 @@ func TestRemoteConfigAndControl(t *testing.T) {
 		for {
 			select {
 			case n := <-w.C():
-				var st remoteStatus
+				var st remote.Status
 				if err := json.Unmarshal(n.Value, &st); err != nil {
 					t.Fatalf("%s: %v: %q", statusKey, err, n.Value)
 				}
@@ -56,21 +57,21 @@ func TestRemoteConfigAndControl(t *testing.T) {
 			}
 		}
 	}
-	ok := func(st remoteStatus) bool { return st.OK }
+	ok := func(st remote.Status) bool { return st.OK }
 
 	write("faceagent/gw-r/config", "[dispatch]\nmax_tries = 9\n[[devices]]\nid = \"r2\"\nheartbeat = false\n", "faceagent/gw-r/config/status", ok)
 	ob := a.outbox.Load()
 	if a.Config().Dispatch.MaxTries != 9 || ob.Settings().MaxTries != 9 || a.Config().Device("r2").HasHeartbeat() {
 		t.Fatalf("override not applied: config %d, outbox %d", a.Config().Dispatch.MaxTries, ob.Settings().MaxTries)
 	}
-	st := write("faceagent/gw-r/config", "[dispatch]\nmax_tries = 0\n", "faceagent/gw-r/config/status", func(st remoteStatus) bool { return !st.OK })
+	st := write("faceagent/gw-r/config", "[dispatch]\nmax_tries = 0\n", "faceagent/gw-r/config/status", func(st remote.Status) bool { return !st.OK })
 	if !strings.Contains(st.Error, "override:2: dispatch.max_tries: 0 is out of range") || ob.Settings().MaxTries != 9 {
 		t.Fatalf("bad override: status %+v, running max_tries %d", st, ob.Settings().MaxTries)
 	}
 
 	ctl := "faceagent/gw-r/control"
 	ctlStatus := "faceagent/gw-r/control/status"
-	byID := func(id string) func(remoteStatus) bool { return func(st remoteStatus) bool { return st.ID == id } }
+	byID := func(id string) func(remote.Status) bool { return func(st remote.Status) bool { return st.ID == id } }
 	if st := write(ctl, `{"id":"c1","command":"pause","device":"r1"}`, ctlStatus, byID("c1")); !st.OK {
 		t.Fatalf("pause: %+v", st)
 	}

@@ -11,6 +11,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
+	"github.com/seed0e69bba5/faceagent/agent/devstate"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
 	"github.com/seed0e69bba5/faceagent/agent/publish"
 	"github.com/seed0e69bba5/faceagent/agent/wire"
@@ -168,7 +169,7 @@ type reporter struct {
 	topic  string
 	log    *slog.Logger
 	m      *agentMetrics
-	state  *stateWriter
+	state  *devstate.Writer
 	poster *resultPoster // nil without intake.http.results_url
 	wg     sync.WaitGroup
 
@@ -241,7 +242,7 @@ func (r *reporter) drain(ctx context.Context) (more bool, sent int, err error) {
 	for _, res := range done {
 		ids = append(ids, res.MessageID)
 		r.m.result(res)
-		r.state.result(res)
+		r.state.Result(res)
 	}
 	if merr := r.ob.MarkReported(ids...); merr != nil && !errors.Is(merr, outbox.ErrClosed) {
 		r.log.Error("marking results reported", "err", merr)

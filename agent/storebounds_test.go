@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
 	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/devstate"
+	"github.com/seed0e69bba5/faceagent/agent/outbox"
 	"github.com/seed0e69bba5/faceagent/agent/store"
 	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/hlc"
@@ -155,60 +156,33 @@ type countingWatcher struct{ n int }
 
 func (w *countingWatcher) Notify(string, statestore.Op, []byte, hlc.Timestamp) { w.n++ }
 
-// A write the store refuses (an external store, or the embedded one) is counted by
-// reason, warned about at most once a minute, and named in /healthz until a write of
-// that device succeeds. Before, it was logged at debug only.
-func TestStateWriterReportsRefusals(t *testing.T) {
-	refuse := make(chan error, 1)
-	refuse <- store.ErrFencingTokenLowerVersion
-	set := func(context.Context, string, []byte, time.Duration) error {
-		select {
-		case err := <-refuse:
-			return err
-		default:
-			return nil
-		}
-	}
-	var logs bytes.Buffer
+// /healthz names the devices whose state the store refuses (agent/devstate's
+// RefusedWarnings), and stays 200: a restart would not help.
+func TestHealthzNamesRefusedDeviceState(t *testing.T) {
+	set := devstate.SetterFunc(func(context.Context, string, []byte, time.Duration) error {
+		return store.ErrQuotaExceeded
+	})
 	a, err := New(&Options{Config: config.Default()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := newStateWriter([]string{"d1", "d2"}, set, openStateWriterOutbox(t), "gw", time.Hour, time.Hour, time.Second,
-		slog.New(slog.NewTextHandler(&logs, nil)))
-	w.m = a.m
-	now := time.Now()
-	if !w.writeOne(context.Background(), "d1", now) {
-		t.Fatal("a refused write reported as written")
-	}
-	ws := w.refusedWarnings()
-	if len(ws) != 1 || !strings.Contains(ws[0], "faceagent/gw/devices/d1") ||
-		!strings.Contains(ws[0], store.ErrFencingTokenLowerVersion.Text) {
-		t.Fatalf("warnings %v", ws)
-	}
-	refuse <- store.ErrQuotaExceeded
-	w.writeOne(context.Background(), "d2", now.Add(time.Second))
-	if n := strings.Count(logs.String(), "level=WARN"); n != 1 {
-		t.Fatalf("%d warnings logged within a minute, want 1:\n%s", n, logs.String())
-	}
-	refuse <- errors.New("link down") // not a refusal: not counted as one
-	w.writeOne(context.Background(), "d2", now.Add(2*time.Second))
-	var exp strings.Builder
-	if _, err := a.registry.WriteTo(&exp); err != nil {
+	ob, err := outbox.Open(t.TempDir(), outbox.SenderFunc(func(context.Context, string, outbox.Command) error { return nil }), nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`faceagent_store_write_refused_total{reason="fencing"} 1`,
-		`faceagent_store_write_refused_total{reason="quota"} 1`, `faceagent_store_write_errors_total 3`} {
-		if !strings.Contains(exp.String(), want) {
-			t.Errorf("/metrics lacks %q", want)
+	defer ob.Close()
+	w := devstate.New(devstate.Options{Devices: []string{"d2"}, Store: set, Status: ob, Prefix: "faceagent/gw/devices/",
+		WriteInterval: time.Hour, HeartbeatTimeout: time.Hour, Timeout: time.Second, Metrics: a.m.state})
+	ctx, cancel := context.WithCancel(context.Background())
+	w.Start(ctx) // writes d2 once at start: refused
+	defer func() { cancel(); w.Wait() }()
+	for deadline := time.Now().Add(10 * time.Second); len(w.RefusedWarnings()) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the refused start-up write was never recorded")
 		}
-	}
-	w.writeOne(context.Background(), "d1", now.Add(3*time.Second)) // accepted
-	if ws := w.refusedWarnings(); len(ws) != 1 || !strings.Contains(ws[0], "device d2") {
-		t.Fatalf("after d1's write succeeded: %v", ws)
+		time.Sleep(5 * time.Millisecond) // polling the writer's state, not standing in for an event
 	}
 
-	// /healthz stays 200 (a restart would not help) and names the device.
 	a.state = w
 	a.running.Store(true)
 	m := config.Default().Metrics
@@ -226,5 +200,12 @@ func TestStateWriterReportsRefusals(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(string(body), "ok\nwarning: state store refuses the state of device d2 ") ||
 		!strings.Contains(string(body), store.ErrQuotaExceeded.Text) {
 		t.Fatalf("/healthz: %d %q", resp.StatusCode, body)
+	}
+	var exp strings.Builder
+	if _, err := a.registry.WriteTo(&exp); err != nil {
+		t.Fatal(err)
+	}
+	if want := `faceagent_store_write_refused_total{reason="quota"} 1`; !strings.Contains(exp.String(), want) {
+		t.Errorf("/metrics lacks %q", want)
 	}
 }

@@ -5,10 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/hlc"
+	"github.com/seed0e69bba5/faceagent/resp3"
 )
 
 func benchStore(b testing.TB) *Store {
@@ -197,4 +199,42 @@ func BenchmarkMemoryPerWaitingChange(b *testing.B) {
 		b.ReportMetric(perChange-float64(len(value)), "overhead-B/change")
 		s.Close()
 	}
+}
+
+// BenchmarkOwnerWrite: one device-state write of the store's owner (a 150-byte value
+// with PX), through the typed Set, against the same write encoded as a RESP3 command
+// and its reply parsed, as the owner did before the typed API.
+func BenchmarkOwnerWrite(b *testing.B) {
+	value := make([]byte, 150)
+	clock := hlc.NewClock("agent")
+	b.Run("typed", func(b *testing.B) {
+		s := benchStore(b)
+		defer s.Close()
+		b.ReportAllocs()
+		for b.Loop() {
+			v, err := s.Set("faceagent/gw/devices/d1", value, SetOptions{Timestamp: clock.Now(), Expiry: 90 * time.Second, Owner: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			clock.Observe(v)
+		}
+	})
+	b.Run("resp3", func(b *testing.B) {
+		s := benchStore(b)
+		defer s.Close()
+		b.ReportAllocs()
+		for b.Loop() {
+			c := resp3.AppendArrayHeader(nil, 5)
+			c = resp3.AppendBlobString(c, "SET")
+			c = resp3.AppendBlobString(c, "faceagent/gw/devices/d1")
+			c = resp3.AppendBlob(c, value)
+			c = resp3.AppendBlobString(c, "PX")
+			c = resp3.AppendBlobString(c, strconv.FormatInt(90_000, 10))
+			reply, v := s.Do(&Request{Payload: c, Timestamp: clock.Now().String(), HasTimestamp: true, Owner: true}, nil)
+			if r, _, err := resp3.ReadValue(reply); err != nil || r.Kind != resp3.SimpleString {
+				b.Fatalf("%q", reply)
+			}
+			clock.Observe(v)
+		}
+	})
 }

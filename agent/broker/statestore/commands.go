@@ -159,18 +159,41 @@ func (s *Store) set(req *Request, args [][]byte, dst []byte) ([]byte, hlc.Timest
 	if err != nil {
 		return appendErr(dst, ErrTextBadTimestamp), none
 	}
-	ft, msg := s.parseFence(req)
+	ft, msg := parseFenceToken(req)
 	if msg != "" {
 		return appendErr(dst, msg), none
 	}
+	applied, version, msg := s.setChecked(req, key, value, opts, ts, ft)
+	switch {
+	case msg != "":
+		return appendErr(dst, msg), none
+	case !applied:
+		return resp3.AppendInt(dst, -1), version // wire fact 1: the stored version in __ts
+	}
+	return resp3.AppendSimpleString(dst, "OK"), version
+}
+
+// setChecked applies a SET whose key passed checkKey and whose timestamp and fencing token
+// (when req.HasFencingToken) are parsed: the drift checks, the bounds, the condition, the
+// fencing token, the version, expiry, persistence and notifications. Every SET goes
+// through it, the RESP3 command (set) and the typed Set alike, so the rules have one
+// code path. It returns whether the SET was applied and the version (the new one, or the
+// stored one when a condition refused it), or the error text of a refusal.
+func (s *Store) setChecked(req *Request, key, value []byte, opts setOptions, ts, ft hlc.Timestamp) (applied bool, version hlc.Timestamp, errText string) {
+	var none hlc.Timestamp
+	if req.HasFencingToken {
+		if err := s.clock.CheckDrift(ft); err != nil {
+			return false, none, ErrTextFencingAhead
+		}
+	}
 	if err := s.clock.CheckDrift(ts); err != nil {
-		return appendErr(dst, ErrTextTimestampAhead), none
+		return false, none, ErrTextTimestampAhead
 	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.maxValue > 0 && len(value) > s.maxValue {
-		return appendErr(dst, s.refuse(BoundValueSize)), none
+		return false, none, s.refuse(BoundValueSize)
 	}
 	e := s.lookup(key)
 	if e != nil {
@@ -178,10 +201,10 @@ func (s *Store) set(req *Request, args [][]byte, dst []byte) ([]byte, hlc.Timest
 		// The condition is checked before the fencing token: see checkFence.
 		if opts.nx || (opts.nex && !bytes.Equal(e.value, value)) {
 			s.clock.Observe(ts)
-			return resp3.AppendInt(dst, -1), e.version
+			return false, e.version, ""
 		}
 		if msg := checkFence(e, req, ft); msg != "" {
-			return appendErr(dst, msg), none
+			return false, none, msg
 		}
 	}
 	// The fence the key will have: the request's token when it is newer.
@@ -197,7 +220,7 @@ func (s *Store) set(req *Request, args [][]byte, dst []byte) ([]byte, hlc.Timest
 	bounded := !(req.Owner && s.reserved(key)) // see Options.ReservedPrefixes
 	if e == nil {
 		if bounded && s.maxKeys > 0 && len(s.keys) >= s.maxKeys {
-			return appendErr(dst, s.refuse(BoundKeys)), none
+			return false, none, s.refuse(BoundKeys)
 		}
 	} else {
 		grow -= e.cost()
@@ -207,11 +230,11 @@ func (s *Store) set(req *Request, args [][]byte, dst []byte) ([]byte, hlc.Timest
 	persistChange := s.snapshot != nil && (req.Persist || (e != nil && e.persist))
 	pending := s.pendingCost(req, key, len(value), persistChange)
 	if bounded && s.maxBytes > 0 && grow+pending > 0 && s.bytes+grow+pending > s.maxBytes {
-		return appendErr(dst, s.refuse(BoundBytes)), none
+		return false, none, s.refuse(BoundBytes)
 	}
 	version, err := s.clock.Update(ts)
 	if err != nil { // raced past the drift check: the wall clock moved back
-		return appendErr(dst, ErrTextTimestampAhead), none
+		return false, none, ErrTextTimestampAhead
 	}
 
 	stored := append(make([]byte, 0, len(value)), value...) // the one allocation of a SET
@@ -242,7 +265,7 @@ func (s *Store) set(req *Request, args [][]byte, dst []byte) ([]byte, hlc.Timest
 	if s.watchers.has(e.key) || len(s.deferred) > 0 {
 		s.notify(e.key, OpSet, stored, version, req.persistSeq)
 	}
-	return resp3.AppendSimpleString(dst, "OK"), version
+	return true, version, ""
 }
 
 func (s *Store) get(req *Request, args [][]byte, dst []byte) ([]byte, hlc.Timestamp) {
@@ -253,13 +276,23 @@ func (s *Store) get(req *Request, args [][]byte, dst []byte) ([]byte, hlc.Timest
 	if msg := s.checkKey(req, args[1], false); msg != "" {
 		return appendErr(dst, msg), none
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e := s.lookup(args[1])
-	if e == nil {
+	value, version, found := s.getChecked(args[1])
+	if !found {
 		return resp3.AppendNullBlob(dst), none // wire fact 12: no __ts
 	}
-	return resp3.AppendBlob(dst, e.value), e.version
+	return resp3.AppendBlob(dst, value), version
+}
+
+// getChecked returns the stored value of a key that passed checkKey (GET and the typed
+// Get). The value is the store's, never modified: the caller must not modify it either.
+func (s *Store) getChecked(key []byte) (value []byte, version hlc.Timestamp, found bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.lookup(key)
+	if e == nil {
+		return nil, version, false
+	}
+	return e.value, e.version, true
 }
 
 // del serves DEL and VDEL (vdel: delete only when the value matches).
@@ -317,34 +350,53 @@ func (s *Store) keynotify(req *Request, args [][]byte, dst []byte) []byte {
 		s.bytes -= registrationCost(len(key))
 		return resp3.AppendSimpleString(dst, "OK")
 	}
-	if s.watchers.registered(key, req.Watcher) {
-		return resp3.AppendSimpleString(dst, "OK") // registering twice is one registration
+	if msg := s.watchChecked(key, req.Watcher); msg != "" {
+		return appendErr(dst, msg)
+	}
+	return resp3.AppendSimpleString(dst, "OK")
+}
+
+// watchChecked registers w for a key that passed checkKey (KEYNOTIFY and the typed
+// Watch), within MaxNotify and MaxBytes, and returns the error text of a refusal.
+// Called with s.mu held.
+func (s *Store) watchChecked(key []byte, w Watcher) string {
+	if s.watchers.registered(key, w) {
+		return "" // registering twice is one registration
 	}
 	// Registrations are bounded whether or not the key exists: each one holds
 	// its key until STOP or the connection ends.
-	if s.maxNotify > 0 && s.watchers.watching(req.Watcher) >= s.maxNotify {
-		return appendErr(dst, s.refuse(BoundNotify))
+	if s.maxNotify > 0 && s.watchers.watching(w) >= s.maxNotify {
+		return s.refuse(BoundNotify)
 	}
 	cost := registrationCost(len(key))
 	if s.maxBytes > 0 && s.bytes+cost > s.maxBytes {
-		return appendErr(dst, s.refuse(BoundBytes))
+		return s.refuse(BoundBytes)
 	}
-	s.watchers.add(key, req.Watcher)
+	s.watchers.add(key, w)
 	s.bytes += cost
-	return resp3.AppendSimpleString(dst, "OK")
+	return ""
 }
 
 // parseFence parses and drift-checks the request's __ft when present.
 func (s *Store) parseFence(req *Request) (hlc.Timestamp, string) {
+	ft, msg := parseFenceToken(req)
+	if msg != "" || !req.HasFencingToken {
+		return ft, msg
+	}
+	if err := s.clock.CheckDrift(ft); err != nil {
+		return ft, ErrTextFencingAhead
+	}
+	return ft, ""
+}
+
+// parseFenceToken parses the request's __ft when present.
+func parseFenceToken(req *Request) (hlc.Timestamp, string) {
 	if !req.HasFencingToken {
 		return hlc.Timestamp{}, ""
 	}
 	ft, err := hlc.ParseString(req.FencingToken)
 	if err != nil {
 		return ft, ErrTextBadTimestamp
-	}
-	if err := s.clock.CheckDrift(ft); err != nil {
-		return ft, ErrTextFencingAhead
 	}
 	return ft, ""
 }

@@ -21,6 +21,19 @@
 //	// reply is "+OK\r\n"; version (the response's __ts) is greater than
 //	// the request's timestamp.
 //
+// The store's in-process owner uses the typed API instead, which takes and returns Go
+// values and goes through the same checks as the RESP3 command of its verb (bounds,
+// reserved prefixes, timestamps, fencing tokens, notifications, persistence):
+//
+//	v, err := s.Set("faceagent/gw/devices/d1", state, statestore.SetOptions{
+//		Timestamp: clock.Now(), Expiry: 90 * time.Second, Owner: true})
+//	clock.Observe(v) // as a client observes the response's __ts
+//	value, version, err := s.Get("faceagent/gw/config") // ErrNotFound when missing
+//	err = s.Watch("faceagent/gw/config", w)             // as KEYNOTIFY; Unwatch(w) ends it
+//
+// A refusal is an *Error holding the reply's text (ErrQuota, ErrNotAuthorized,
+// ErrFencingNeeded…; errors.Is compares texts).
+//
 // Replies are exactly what the service sends (docs/design.md "State store
 // wire facts", cited as "wire fact N" in this package): "+OK",
 // ":1"/":0"/":-1", "$n value", "$-1", or "-ERR <text>" with one of the Err*

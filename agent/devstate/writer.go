@@ -1,4 +1,4 @@
-package agent
+package devstate
 
 import (
 	"bytes"
@@ -7,92 +7,81 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
 	"github.com/seed0e69bba5/faceagent/agent/store"
 	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
-	"github.com/seed0e69bba5/faceagent/hlc"
-	"github.com/seed0e69bba5/faceagent/resp3"
 )
 
-// engineSetter writes keys straight into the embedded broker's state store engine: the
-// same store clients reach over MQTT, without a connection of our own (and so without
-// TLS or credentials for the agent itself). Do never blocks on I/O.
-//
-// Like every client, the agent stamps its requests with an HLC timestamp (__ts); the store
-// refuses requests without one.
-func engineSetter(st *statestore.Store, clock *hlc.Clock) func(context.Context, string, []byte, time.Duration) error {
-	return func(_ context.Context, key string, value []byte, px time.Duration) error {
-		cmd := resp3.AppendArrayHeader(nil, 5)
-		cmd = resp3.AppendBlobString(cmd, "SET")
-		cmd = resp3.AppendBlobString(cmd, key)
-		cmd = resp3.AppendBlob(cmd, value)
-		cmd = resp3.AppendBlobString(cmd, "PX")
-		cmd = resp3.AppendBlobString(cmd, strconv.FormatInt(px.Milliseconds(), 10))
-		// Owner: the device-state keys are reserved to this writer (newBroker).
-		reply, version := st.Do(&statestore.Request{Payload: cmd, Timestamp: clock.Now().String(), HasTimestamp: true,
-			Owner: true}, nil)
-		if !version.IsZero() {
-			clock.Observe(version)
-		}
-		v, _, err := resp3.ReadValue(reply)
-		if err != nil {
-			return fmt.Errorf("state store reply: %w", err)
-		}
-		if v.Kind == resp3.SimpleError || v.Kind == resp3.BlobError {
-			text, _ := strings.CutPrefix(string(v.Str), "ERR ")
-			return &store.ServerError{Text: text} // as the store client reports a refusal
-		}
-		return nil
-	}
+// Setter is what the writer needs of the state store: one write with an expiry. A
+// refusal (the store answered with an error) must be a *store.ServerError, as both
+// agent/kv adapters report it; any other error counts as the store being away.
+type Setter interface {
+	Set(ctx context.Context, key string, value []byte, expiry time.Duration) error
 }
 
-// refusalReason is the label of faceagent_store_write_refused_total for a refusal.
-func refusalReason(err error) string {
-	switch {
-	case errors.Is(err, store.ErrFencingTokenRequired), errors.Is(err, store.ErrFencingTokenLowerVersion),
-		errors.Is(err, store.ErrFencingTokenSkew):
-		return "fencing"
-	case errors.Is(err, store.ErrQuotaExceeded):
-		return "quota"
-	case errors.Is(err, store.ErrNotAuthorized):
-		return "not_authorized"
-	}
-	return "other"
+// SetterFunc is a func as a Setter.
+type SetterFunc func(ctx context.Context, key string, value []byte, expiry time.Duration) error
+
+// Set implements Setter.
+func (f SetterFunc) Set(ctx context.Context, key string, value []byte, expiry time.Duration) error {
+	return f(ctx, key, value, expiry)
+}
+
+// StatusSource gives a device's queue and link state (the outbox).
+type StatusSource interface {
+	DeviceStatus(deviceID string) (outbox.DeviceStatus, bool)
+}
+
+// Options configure a Writer.
+type Options struct {
+	// Devices are the ids whose state is kept; each is written once at start.
+	Devices []string
+	// Store takes the writes.
+	Store Setter
+	// Status gives each device's counts and link state.
+	Status StatusSource
+	// Prefix is the key prefix: a device's state is written to Prefix+id
+	// (faceagent/{gw}/devices/).
+	Prefix string
+	// WriteInterval is the least time between two writes of one device ([store]
+	// write_interval); a failed write is retried after it.
+	WriteInterval time.Duration
+	// HeartbeatTimeout is how often an unchanged state is written again; the key's
+	// expiry is three times it ([dispatch] heartbeat_timeout).
+	HeartbeatTimeout time.Duration
+	// Timeout bounds one write ([store] request_timeout).
+	Timeout time.Duration
+	// Log receives refusal warnings and failed writes (debug). Default: discard.
+	Log *slog.Logger
+	// Metrics, when not nil, counts the writes.
+	Metrics *Metrics
 }
 
 // refusalWarnEvery bounds the warnings of refused state writes: one a minute, with the
 // count since the last one.
 const refusalWarnEvery = time.Minute
 
-// stateWriter keeps faceagent/{gw}/devices/{id} current: it writes a device's state when
-// something about it changed, at most once per write_interval per device, and rewrites
-// an unchanged state once per heartbeat_timeout so that its expiry (PX = 3 ×
-// heartbeat_timeout) only lapses when the gateway is gone. Callers only mark devices
-// dirty (never blocking); the writes happen on the writer's goroutine, so a slow or
-// absent store delays nothing but the next state write.
-type stateWriter struct {
-	set      func(ctx context.Context, key string, value []byte, px time.Duration) error
-	ob       *outbox.Outbox
-	prefix   string // faceagent/{gw}/devices/
+// Writer keeps Prefix+id current for each device; see the package doc.
+type Writer struct {
+	store    Setter
+	status   StatusSource
+	prefix   string
 	interval time.Duration
 	refresh  time.Duration
 	px       time.Duration
 	timeout  time.Duration
 	log      *slog.Logger
-	m        *agentMetrics
+	m        *Metrics
 
 	mu      sync.Mutex
 	devs    map[string]*devState
 	wake    chan struct{}
 	wg      sync.WaitGroup
-	written uint64 // writes done (tests, metrics)
+	written uint64 // writes done (tests, benchmarks)
 	failed  uint64
 	scans   uint64 // writeDue rounds: wake-ups of the writer (tests, benchmarks)
 	// refused counts writes the store refused (an -ERR answer, not a lost link);
@@ -114,26 +103,30 @@ type devState struct {
 	refusedSince time.Time
 }
 
-func newStateWriter(ids []string, set func(context.Context, string, []byte, time.Duration) error, ob *outbox.Outbox,
-	gw string, interval, heartbeatTimeout, timeout time.Duration, log *slog.Logger) *stateWriter {
-	w := &stateWriter{
-		set: set, ob: ob, prefix: upstreamTopics(gw).devices, interval: interval,
-		refresh: heartbeatTimeout, px: 3 * heartbeatTimeout, timeout: timeout, log: log,
+// New returns a Writer; Start runs it.
+func New(o Options) *Writer {
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	w := &Writer{
+		store: o.Store, status: o.Status, prefix: o.Prefix, interval: o.WriteInterval,
+		refresh: o.HeartbeatTimeout, px: 3 * o.HeartbeatTimeout, timeout: o.Timeout, log: log, m: o.Metrics,
 		devs: map[string]*devState{}, wake: make(chan struct{}, 1),
 	}
-	for _, id := range ids {
+	for _, id := range o.Devices {
 		w.devs[id] = &devState{dirty: true} // write every device once at start
 	}
 	return w
 }
 
-// touch marks a device's state as changed.
+// Touch marks a device's state as changed. It never blocks; a nil Writer ignores it.
 //
 // Only a device turning dirty wakes the writer: one already dirty is in the writer's
 // next wake-up (its write_interval timer, or a write in progress that re-marked it). At
 // thousands of acks a second, waking for each only to find every device inside its
 // write_interval was a scan of all devices per ack on two shared cores.
-func (w *stateWriter) touch(id string) {
+func (w *Writer) Touch(id string) {
 	if w == nil {
 		return
 	}
@@ -155,7 +148,8 @@ func markDirty(d *devState) bool {
 	return true
 }
 
-func (w *stateWriter) heartbeat(id string, hb face.Heartbeat) {
+// Heartbeat records a device's heartbeat (firmware, persons) and marks it changed.
+func (w *Writer) Heartbeat(id string, hb face.Heartbeat) {
 	if w == nil {
 		return
 	}
@@ -171,7 +165,9 @@ func (w *stateWriter) heartbeat(id string, hb face.Heartbeat) {
 	}
 }
 
-func (w *stateWriter) result(r outbox.Result) {
+// Result records a finished command (the error of a failed or expired one is the
+// device's last error) and marks its device changed.
+func (w *Writer) Result(r outbox.Result) {
 	if w == nil {
 		return
 	}
@@ -187,11 +183,15 @@ func (w *stateWriter) result(r outbox.Result) {
 	}
 }
 
-func (w *stateWriter) poke() {
-	poke(w.wake)
+func (w *Writer) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
 }
 
-func (w *stateWriter) start(ctx context.Context) {
+// Start runs the writer on its own goroutine until ctx ends; Wait waits for it.
+func (w *Writer) Start(ctx context.Context) {
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
@@ -210,8 +210,11 @@ func (w *stateWriter) start(ctx context.Context) {
 	}()
 }
 
+// Wait returns once the goroutine Start began has ended.
+func (w *Writer) Wait() { w.wg.Wait() }
+
 // writeDue writes every device that is due and returns when the next one will be.
-func (w *stateWriter) writeDue(ctx context.Context) time.Time {
+func (w *Writer) writeDue(ctx context.Context) time.Time {
 	now := time.Now()
 	next := now.Add(w.refresh)
 	w.mu.Lock()
@@ -245,9 +248,9 @@ func (w *stateWriter) writeDue(ctx context.Context) time.Time {
 
 // writeOne writes one device's state; it reports whether the write failed (the device is
 // dirty again and due after write_interval).
-func (w *stateWriter) writeOne(ctx context.Context, id string, now time.Time) (failed bool) {
+func (w *Writer) writeOne(ctx context.Context, id string, now time.Time) (failed bool) {
 	st := wire.DeviceState{DeviceID: id, UpdatedAt: now.UnixMilli()}
-	if s, ok := w.ob.DeviceStatus(id); ok {
+	if s, ok := w.status.DeviceStatus(id); ok {
 		st.Online, st.Paused, st.QueueDepth, st.InFlight = s.Online, s.Paused, s.Queued, s.InFlight
 		st.Sent, st.Succeeded, st.Failed, st.Retries = s.Sent, s.Succeeded, s.Failed, s.Retries
 		st.LastAck = unixMilli(s.LastAck)
@@ -270,12 +273,12 @@ func (w *stateWriter) writeOne(ctx context.Context, id string, now time.Time) (f
 	value, _ := st.MarshalMsg(nil)
 	wctx, cancel := context.WithTimeout(ctx, w.timeout)
 	start := time.Now()
-	err := w.set(wctx, w.prefix+id, value, w.px)
+	err := w.store.Set(wctx, w.prefix+id, value, w.px)
 	cancel()
 	if w.m != nil {
-		w.m.storeWrite.Observe(time.Since(start).Seconds())
+		w.m.WriteSeconds.Observe(time.Since(start).Seconds())
 		if err != nil {
-			w.m.storeWriteErrors.Inc()
+			w.m.WriteErrors.Inc()
 		}
 	}
 	var serr *store.ServerError
@@ -308,7 +311,7 @@ func (w *stateWriter) writeOne(ctx context.Context, id string, now time.Time) (f
 		// Not the link: the store answered, and will answer the same until someone acts (a
 		// fencing token on the key, a full store, a key rule). Warn, at most once a minute.
 		if w.m != nil {
-			w.m.storeWriteRefused.With(refusalReason(err)).Inc()
+			w.m.WriteRefused.With(refusalReason(err)).Inc()
 		}
 		if warn {
 			w.log.Warn("the state store refuses the device state", "device", id, "key", w.prefix+id,
@@ -320,9 +323,12 @@ func (w *stateWriter) writeOne(ctx context.Context, id string, now time.Time) (f
 	return err != nil
 }
 
-// refusedWarnings describes the devices whose last state write the store refused, for
-// /healthz.
-func (w *stateWriter) refusedWarnings() []string {
+// RefusedWarnings describes the devices whose last state write the store refused, for
+// /healthz, sorted. A nil Writer has none.
+func (w *Writer) RefusedWarnings() []string {
+	if w == nil {
+		return nil
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []string
@@ -334,6 +340,21 @@ func (w *stateWriter) refusedWarnings() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// refusalReason is the label of faceagent_store_write_refused_total for a refusal:
+// fencing, quota, not_authorized or other.
+func refusalReason(err error) string {
+	switch {
+	case errors.Is(err, store.ErrFencingTokenRequired), errors.Is(err, store.ErrFencingTokenLowerVersion),
+		errors.Is(err, store.ErrFencingTokenSkew):
+		return "fencing"
+	case errors.Is(err, store.ErrQuotaExceeded):
+		return "quota"
+	case errors.Is(err, store.ErrNotAuthorized):
+		return "not_authorized"
+	}
+	return "other"
 }
 
 func unixMilli(t time.Time) int64 {

@@ -1,0 +1,23 @@
+package devstate
+
+import "github.com/seed0e69bba5/faceagent/agent/metrics"
+
+// Metrics are the writer's series.
+type Metrics struct {
+	// WriteSeconds is the round trip of each write.
+	WriteSeconds *metrics.Histogram
+	// WriteErrors counts the writes that failed, refused ones included.
+	WriteErrors *metrics.Counter
+	// WriteRefused counts the writes the store refused, by reason (fencing, quota, not_authorized, other).
+	WriteRefused *metrics.CounterVec
+}
+
+// NewMetrics registers the writer's series in r.
+func NewMetrics(r *metrics.Registry) *Metrics {
+	return &Metrics{
+		WriteSeconds: r.NewHistogram("faceagent_store_write_seconds", "Round trip of a device state write to the state store.", metrics.DefaultLatencyBuckets),
+		WriteErrors:  r.NewCounter("faceagent_store_write_errors_total", "Device state writes that failed (retried later)."),
+		WriteRefused: r.NewCounterVec("faceagent_store_write_refused_total",
+			"Device state writes the state store refused (answered -ERR; counted in faceagent_store_write_errors_total too), by reason: fencing, quota, not_authorized, other. /healthz names the devices.", "reason"),
+	}
+}
