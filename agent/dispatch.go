@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
-
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/journal"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
@@ -104,10 +102,10 @@ func (l *links) close() {
 	}
 }
 
-// openLinks creates one MQTT link for all MQTT terminals (through the embedded broker's
-// inline client when there is one, else through brokerURL) and one serial link per serial
+// openLinks creates one MQTT link for all MQTT terminals (through the embedded broker,
+// bus, when there is one, else through brokerURL) and one serial link per serial
 // terminal. Links connect in the background; Up events follow.
-func openLinks(cfg *config.Config, srv *mqtt.Server, brokerURL string, log *slog.Logger) (*links, error) {
+func openLinks(cfg *config.Config, bus mqttlink.Bus, brokerURL string, log *slog.Logger) (*links, error) {
 	l := &links{byDevice: map[string]device.Link{}, devices: map[device.Link][]string{}, nonBlocking: map[string]bool{}}
 	var mqttIDs []string
 	for _, d := range cfg.Devices {
@@ -128,8 +126,8 @@ func openLinks(cfg *config.Config, srv *mqtt.Server, brokerURL string, log *slog
 			Deliver:     l.deliver,
 			Logger:      log.With("part", "mqttlink"),
 		}
-		if srv != nil {
-			lc.Server = srv
+		if bus != nil {
+			lc.Bus = bus
 		} else {
 			lc.URL = brokerURL
 			lc.ClientID = "faceagent-" + cfg.Agent.GatewayID + "-devices"

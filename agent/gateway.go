@@ -56,7 +56,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 
 	var l *links
 	if b != nil {
-		l, err = openLinks(cfg, b.Server(), "", a.log)
+		l, err = openLinks(cfg, b, "", a.log)
 	} else {
 		l, err = openLinks(cfg, nil, cfg.Upstream.URL, a.log)
 	}

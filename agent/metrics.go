@@ -4,8 +4,6 @@ import (
 	"runtime"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
-
 	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
@@ -183,17 +181,18 @@ func (a *Agent) scrapeBroker() {
 	if b == nil {
 		return
 	}
-	for reason, q := range map[string]mqtt.Quota{"pending_writes": mqtt.QuotaWritesDropped, "session_bytes": mqtt.QuotaSessionBytes,
-		"queued_bytes": mqtt.QuotaQueuedBytes, "inflight_quota": mqtt.QuotaInflight} {
-		a.m.brokerDropped.With(reason).Set(uint64(b.Dropped(q)))
+	st := b.Stats()
+	for reason, n := range map[string]int64{"pending_writes": st.DroppedPendingWrites, "session_bytes": st.DroppedSessionBytes,
+		"queued_bytes": st.DroppedQueuedBytes, "inflight_quota": st.DroppedInflight} {
+		a.m.brokerDropped.With(reason).Set(uint64(n))
 	}
-	a.m.brokerHeld.Set(uint64(b.Dropped(mqtt.QuotaWritesHeld)))
-	for reason, q := range map[string]mqtt.Quota{"clients": mqtt.QuotaClients, "subscriptions": mqtt.QuotaSubscriptions,
-		"session_bytes": mqtt.QuotaSessionBytes, "queued_bytes": mqtt.QuotaQueuedBytes, "retained_bytes": mqtt.QuotaRetainedBytes} {
-		a.m.brokerRefused.With(reason).Set(uint64(b.Refused(q)))
+	a.m.brokerHeld.Set(uint64(st.HeldWrites))
+	for reason, n := range map[string]int64{"clients": st.RefusedClients, "subscriptions": st.RefusedSubscriptions,
+		"session_bytes": st.RefusedSessionBytes, "queued_bytes": st.RefusedQueuedBytes, "retained_bytes": st.RefusedRetainedBytes} {
+		a.m.brokerRefused.With(reason).Set(uint64(n))
 	}
-	a.m.brokerQueued.Set(float64(b.QueuedBytes()))
-	a.m.brokerRetained.Set(float64(b.RetainedBytes()))
+	a.m.brokerQueued.Set(float64(st.QueuedBytes))
+	a.m.brokerRetained.Set(float64(st.RetainedBytes))
 }
 
 // scrapeOutbox mirrors the outbox's per-device status into the gauges and counters.
