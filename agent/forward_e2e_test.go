@@ -129,7 +129,7 @@ func TestForwardedAcksSurviveUpstreamOutage(t *testing.T) {
 	defer cancel()
 	mt := testMetrics()
 	connected := make(chan struct{})
-	uc, err := dialUpstream(ctx, cfg, newTaker(cfg, mt, quietLog), connected, make(chan struct{}, 1), mt, quietLog)
+	uc, err := dialUpstream(ctx, cfg, newTaker(cfg, nil, quietLog), connected, make(chan struct{}, 1), mt, quietLog)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,14 +5,13 @@ import (
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
+	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
 )
 
 // agentMetrics are the agent's series; names are faceagent_<what>[_unit][_total].
 type agentMetrics struct {
-	tasksAccepted    *metrics.Counter
-	tasksRejected    *metrics.Counter
 	results          *metrics.CounterVec // by status
 	queued           *metrics.GaugeVec   // by device
 	inFlight         *metrics.GaugeVec
@@ -91,9 +90,8 @@ func (a *Agent) registerMetrics() {
 		return float64(runtime.NumGoroutine())
 	})
 	a.registerMemoryMetrics()
+	a.intakeM = intake.NewMetrics(r)
 	a.m = &agentMetrics{
-		tasksAccepted:    r.NewCounter("faceagent_tasks_accepted_total", "Tasks stored in the journal at intake."),
-		tasksRejected:    r.NewCounter("faceagent_tasks_rejected_total", "Tasks (or messages) dead-lettered at intake."),
 		results:          r.NewCounterVec("faceagent_results_total", "Results reported upstream, by status.", "status"),
 		queued:           r.NewGaugeVec("faceagent_queue_depth", "Commands waiting per terminal (not counting the one in flight).", "device"),
 		inFlight:         r.NewGaugeVec("faceagent_in_flight", "1 while a command is in flight to the terminal.", "device"),
@@ -246,8 +244,8 @@ func (a *Agent) scrapeJournals() {
 	if a.fwd != nil {
 		a.m.journalFileBytes.With("forward").Set(float64(a.fwd.j.Stats().FileBytes))
 	}
-	if a.take != nil && a.take.dead != nil {
-		a.m.journalFileBytes.With("deadletter").Set(float64(a.take.dead.j.Stats().FileBytes))
+	if a.dead != nil {
+		a.m.journalFileBytes.With("deadletter").Set(float64(a.dead.j.Stats().FileBytes))
 	}
 	if a.broker == nil || !a.started.Load() {
 		return

@@ -14,6 +14,7 @@ import (
 
 	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
 	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
 	"github.com/seed0e69bba5/faceagent/agent/store"
 	"github.com/seed0e69bba5/faceagent/hlc"
@@ -177,7 +178,7 @@ type remote struct {
 	keys    keyStore
 	a       *Agent
 	ob      *outbox.Outbox
-	take    *taker
+	take    *intake.Taker
 	prefix  string // faceagent/{gw}/
 	doneLog string // file of executed control ids
 	log     *slog.Logger
@@ -314,10 +315,10 @@ func (r *remote) execute(c ControlCommand) (string, error) {
 		n, err := r.ob.PurgeFailed(c.Device)
 		return fmt.Sprintf("%d failed commands purged", n), err
 	case "drain":
-		r.take.draining.Store(true)
+		r.take.SetDraining(true)
 		return "draining: new tasks are dead-lettered", nil
 	case "undrain":
-		r.take.draining.Store(false)
+		r.take.SetDraining(false)
 		return "taking tasks again", nil
 	}
 	return "", fmt.Errorf("unknown command %q (pause, resume, retry-failed, purge-failed, drain, undrain)", c.Command)
