@@ -12,6 +12,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/journal"
+	"github.com/seed0e69bba5/faceagent/agent/links"
 	"github.com/seed0e69bba5/faceagent/agent/store"
 	"github.com/seed0e69bba5/faceagent/hlc"
 )
@@ -57,7 +58,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	}
 	*stops = append(*stops, func(context.Context) error { return fwd.close() })
 
-	var l *links
+	var l *links.Links
 	if b != nil {
 		l, err = openLinks(cfg, b, "", a.log)
 	} else {
@@ -66,10 +67,9 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	if err != nil {
 		return err
 	}
-	var p pumps
 	*stops = append(*stops, func(sctx context.Context) error {
-		l.close() // closes the Events channels: the pumps end
-		stopWithin(sctx, p.wg.Wait)
+		l.Close() // closes the Events channels: the pumps end
+		stopWithin(sctx, l.Wait)
 		return nil
 	})
 	ob, err := openOutbox(cfg, l, a.log)
@@ -146,7 +146,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	sw.m = a.m
 	a.state = sw
 	take.OnTouched(sw.touch)
-	p.start(l, ob, fwd, sw, a.log)
+	l.Start(links.Sinks{Outbox: ob, Forwarder: forwardSink{fwd}, State: stateSink{sw}})
 
 	rep := &reporter{ob: ob, pub: results, topic: t.results, log: a.log.With("part", "report"), m: a.m, state: sw}
 	if h := cfg.Intake.HTTP; h != nil {
