@@ -125,7 +125,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	} else {
 		// PublishDeferred, and one sessions sync per batch before it is marked reported
 		// (reporter, forwarder, deadletter log): one fsync a batch, not one a message.
-		results = inlinePublisher{srv: b.Server(), serving: a.brokerServing, br: b}
+		results = inlinePublisher{srv: b, serving: a.brokerServing, br: b}
 	}
 	dead.pub = results
 	dead.start(rctx)

@@ -20,6 +20,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
+	"github.com/seed0e69bba5/faceagent/agent/broker/brokertest"
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
@@ -152,7 +153,7 @@ func connectRawSubscriber(t *testing.T, addr string, connect packets.ConnectPara
 
 func (s *rawSubscriber) write(t *testing.T, pk packets.Packet) {
 	var buf bytes.Buffer
-	err := testutil.EncodeClientPacket(&buf, pk)
+	err := brokertest.EncodeClientPacket(&buf, pk)
 	if err == nil {
 		_, err = s.conn.Write(buf.Bytes())
 	}
