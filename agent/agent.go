@@ -17,6 +17,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/devstate"
+	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
 )
@@ -58,14 +59,15 @@ type Agent struct {
 	brokerServing chan struct{}
 	outbox        atomic.Pointer[outbox.Outbox]
 	state         *devstate.Writer
-	take          *taker
+	take          *intake.Taker
+	dead          *deadLetterLog // the taker's deadletter log (set by startGateway)
 	// brokerStats is the embedded broker, for /metrics (set once it is made).
 	brokerStats atomic.Pointer[broker.Broker]
 	fwd         *forwarder // forwarded acks and heartbeats (set by startGateway)
 	// tuneBroker, set by tests before Run, adjusts the embedded broker before it starts.
 	tuneBroker func(*broker.Broker)
-	httpIntake *httpIntake
 	m          *agentMetrics
+	intakeM    *intake.Metrics
 	httpServer *http.Server
 	httpAddr   string
 }
@@ -108,7 +110,7 @@ func (a *Agent) Config() *config.Config {
 func (a *Agent) Ready() <-chan struct{} { return a.ready }
 
 // takeDraining reports whether intake is draining (tests).
-func (a *Agent) takeDraining() bool { return a.take != nil && a.take.draining.Load() }
+func (a *Agent) takeDraining() bool { return a.take != nil && a.take.Draining() }
 
 // UpstreamConnected is closed once the agent is connected to the external [upstream]
 // broker and subscribed to its tasks for the first time (never without [upstream]).
@@ -163,8 +165,8 @@ func (a *Agent) NeedsRestart() error {
 			return fmt.Errorf("outbox: %w", err)
 		}
 	}
-	if a.take != nil && a.take.dead != nil {
-		if err := a.take.dead.j.Err(); err != nil {
+	if a.dead != nil {
+		if err := a.dead.j.Err(); err != nil {
 			// Every message with a refused task is refused now; a restart reopens the log.
 			return fmt.Errorf("deadletter log: %w", err)
 		}
@@ -194,7 +196,7 @@ func (a *Agent) Warnings() []string {
 // returns nil for a clean stop. A part that fails to start stops the ones already
 // started and its error is returned.
 //
-// Start order: embedded broker (not yet listening) with the intake hook, device links,
+// Start order: embedded broker (not yet listening) with intake's interception, device links,
 // outbox (journal replay), event pumps, reporter, broker listening, /metrics. Stop order
 // is the reverse, so no task is acknowledged that the journal did not take, and the
 // journal is flushed after the last ack was recorded.

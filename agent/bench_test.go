@@ -212,7 +212,7 @@ func benchPollThroughput(b *testing.B) {
 	if err := fleet.WaitReady(ctx); err != nil {
 		b.Fatal(err)
 	}
-	link, err := mqttlink.New(mqttlink.Config{Server: br.Server(), Devices: ids, EventBuffer: 1024})
+	link, err := mqttlink.New(mqttlink.Config{Bus: br, Devices: ids, EventBuffer: 1024})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -411,7 +411,7 @@ func startCeilingRig(b *testing.B) (round func(n int)) {
 		}
 		return true
 	}
-	link, err = mqttlink.New(mqttlink.Config{Server: br.Server(), Devices: ids, EventBuffer: 1024, Deliver: deliver})
+	link, err = mqttlink.New(mqttlink.Config{Bus: br, Devices: ids, EventBuffer: 1024, Deliver: deliver})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -169,6 +169,6 @@ func TestDeadLettersSurviveSIGKILL(t *testing.T) {
 	}
 	t.Logf("%d messages acknowledged before SIGKILL, all in the log; %d not yet marked reported, all published after the restart",
 		n, len(unreported))
-	waitFor(t, "the backlog to empty", func() bool { return a.m.deadLetterBacklog.Value() == 0 }, a.take.dead.reported)
+	waitFor(t, "the backlog to empty", func() bool { return a.m.deadLetterBacklog.Value() == 0 }, a.dead.reported)
 	stop()
 }

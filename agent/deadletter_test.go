@@ -254,20 +254,19 @@ func TestIntakeRefusesWhenDeadLetterBacklogFull(t *testing.T) {
 	}
 	defer d.close()
 	d.maxCount = 2
-	take := newTaker(cfg, m, quietLog)
-	take.dead = d
-	take.ob.Store(ob)
+	take := newTaker(cfg, nil, quietLog)
+	take.Open(ob, deadLetters{d})
 
 	bad := func(i int) string {
 		return fmt.Sprintf(`{"taskId":"b%d","deviceId":"nope","op":"AddPerson","person":{"id":"1"}}`, i)
 	}
 	for i := range 2 {
-		if err := take.accept(context.Background(), []byte(bad(i))); err != nil {
+		if err := take.Accept(context.Background(), []byte(bad(i))); err != nil {
 			t.Fatalf("deadletter %d within the bound: %v", i, err)
 		}
 	}
 	msg := []byte(`[` + bad(9) + `,{"taskId":"g1","deviceId":"d1","op":"AddPerson","person":{"id":"5"}}]`)
-	if err := take.accept(context.Background(), msg); !errors.Is(err, errDeadLetterBacklog) {
+	if err := take.Accept(context.Background(), msg); !errors.Is(err, errDeadLetterBacklog) {
 		t.Fatalf("over the bound: %v", err)
 	}
 	if st, _ := ob.DeviceStatus("d1"); st.Queued != 0 {
@@ -285,7 +284,7 @@ func TestIntakeRefusesWhenDeadLetterBacklogFull(t *testing.T) {
 	d.start(ctx)
 	pub.waitFor(t, 2)
 	waitBacklog(t, d, 0)
-	if err := take.accept(context.Background(), msg); err != nil { // the redelivery
+	if err := take.Accept(context.Background(), msg); err != nil { // the redelivery
 		t.Fatal(err)
 	}
 	if st, _ := ob.DeviceStatus("d1"); st.Queued+len(st.InFlight) == 0 {

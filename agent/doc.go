@@ -58,10 +58,11 @@
 //
 // # How a task travels (embedded broker)
 //
-//  1. The back office publishes on faceagent/{gw}/tasks (QoS 1). The intake hook, inside
-//     the broker's OnPublish, parses the message (package intake), stores the good tasks
-//     in the outbox's journal (EnqueueBatch returns once they are durable) and only then
-//     lets mochi send the PUBACK. Malformed tasks, unknown devices and tasks over a queue
+//  1. The back office publishes on faceagent/{gw}/tasks (QoS 1). The broker hands the
+//     message to intake (agent/broker's Intercept, package agent/intake) before it routes
+//     or acknowledges it: intake parses it (package agent/wire), stores the good tasks in
+//     the outbox's journal (EnqueueBatch returns once they are durable) and only then lets
+//     the broker send the PUBACK. Malformed tasks, unknown devices and tasks over a queue
 //     bound go to faceagent/{gw}/deadletter and are acknowledged; a journal failure is
 //     not acknowledged (MQTT5: PUBACK 0x83; 3.1.1: no PUBACK, disconnect).
 //  2. The outbox sends each device's commands one at a time through the device links

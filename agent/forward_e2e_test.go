@@ -129,7 +129,7 @@ func TestForwardedAcksSurviveUpstreamOutage(t *testing.T) {
 	defer cancel()
 	mt := testMetrics()
 	connected := make(chan struct{})
-	uc, err := dialUpstream(ctx, cfg, newTaker(cfg, mt, quietLog), connected, make(chan struct{}, 1), mt, quietLog)
+	uc, err := dialUpstream(ctx, cfg, newTaker(cfg, nil, quietLog), connected, make(chan struct{}, 1), mt, quietLog)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func TestForwardedAcksForAFullQueueAreHeldNotDropped(t *testing.T) {
 	stalled := dialRawSubscriber(t, br.Addr(), "stalled", prefix+"+/ack")
 	serving := make(chan struct{})
 	close(serving)
-	f, err := openForwarder(t.TempDir(), journal.Options{Sync: journal.SyncNone}, inlinePublisher{srv: br.Server(), serving: serving}, prefix, mt, quietLog)
+	f, err := openForwarder(t.TempDir(), journal.Options{Sync: journal.SyncNone}, inlinePublisher{srv: br, serving: serving}, prefix, mt, quietLog)
 	if err != nil {
 		t.Fatal(err)
 	}

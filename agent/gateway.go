@@ -10,15 +10,17 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/devstate"
+	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/journal"
 	"github.com/seed0e69bba5/faceagent/agent/kv"
+	"github.com/seed0e69bba5/faceagent/agent/links"
 	"github.com/seed0e69bba5/faceagent/agent/store"
 	"github.com/seed0e69bba5/faceagent/hlc"
 )
 
 // startGateway wires intake, links, outbox, reports and device state. b is the embedded
 // broker (not listening yet) or nil. Without [upstream] everything goes through b:
-// intake in its OnPublish hook, reports through its inline client, device state into its
+// intake by its interception of the tasks topic, reports through its inline client, device state into its
 // store engine. With [upstream] tasks, reports and the state store are on that broker,
 // and the terminals on b when there is one, else on the upstream broker too.
 //
@@ -28,7 +30,7 @@ import (
 // forward into it until they end), then (in Run) the broker.
 func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.Broker, stops *[]func(context.Context) error) error {
 	t := upstreamTopics(cfg.Agent.GatewayID)
-	take := newTaker(cfg, a.m, a.log.With("part", "intake"))
+	take := newTaker(cfg, a.intakeM, a.log.With("part", "intake"))
 	external := cfg.Upstream != nil
 	if b != nil {
 		// A client subscribing to configured terminals' command topics only gets a short
@@ -42,7 +44,9 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		}
 	}
 	if !external {
-		if err := b.AddHook(&intakeHook{srv: b.Server(), topic: t.tasks, take: take}, nil); err != nil {
+		// Tasks are journalled inside the publisher's PUBLISH, before its PUBACK; a message
+		// not taken is refused so that it comes again (agent/broker's Intercept).
+		if err := b.Intercept(t.tasks, take.Intercepted); err != nil {
 			return err
 		}
 	}
@@ -55,19 +59,18 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	}
 	*stops = append(*stops, func(context.Context) error { return fwd.close() })
 
-	var l *links
+	var l *links.Links
 	if b != nil {
-		l, err = openLinks(cfg, b.Server(), "", a.log)
+		l, err = openLinks(cfg, b, "", a.log)
 	} else {
 		l, err = openLinks(cfg, nil, cfg.Upstream.URL, a.log)
 	}
 	if err != nil {
 		return err
 	}
-	var p pumps
 	*stops = append(*stops, func(sctx context.Context) error {
-		l.close() // closes the Events channels: the pumps end
-		stopWithin(sctx, p.wg.Wait)
+		l.Close() // closes the Events channels: the pumps end
+		stopWithin(sctx, l.Wait)
 		return nil
 	})
 	ob, err := openOutbox(cfg, l, a.log)
@@ -81,11 +84,11 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		return fmt.Errorf("deadletter log: %w", err)
 	}
 	*stops = append(*stops, func(context.Context) error { return dead.close() })
-	take.dead = dead // before the outbox: intake takes nothing while take.ob is nil
+	a.dead = dead
 	a.outbox.Store(ob)
-	take.ob.Store(ob)
+	take.Open(ob, deadLetters{dead})
 	// From the moment shutdown begins, refuse tasks without acknowledging them.
-	*stops = append(*stops, func(context.Context) error { take.ob.Store(nil); return nil })
+	*stops = append(*stops, func(context.Context) error { take.Close(); return nil })
 
 	rctx, cancel := context.WithCancel(ctx)
 	// cancelAndWait stops a part running on rctx: cancel (shared, harmless to repeat)
@@ -122,7 +125,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	} else {
 		// PublishDeferred, and one sessions sync per batch before it is marked reported
 		// (reporter, forwarder, deadletter log): one fsync a batch, not one a message.
-		results = inlinePublisher{srv: b.Server(), serving: a.brokerServing, br: b}
+		results = inlinePublisher{srv: b, serving: a.brokerServing, br: b}
 	}
 	dead.pub = results
 	dead.start(rctx)
@@ -142,8 +145,8 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		WriteInterval: cfg.Store.WriteInterval.Duration, HeartbeatTimeout: cfg.Dispatch.HeartbeatTimeout.Duration,
 		Timeout: cfg.Store.RequestTimeout.Duration, Log: a.log.With("part", "state"), Metrics: a.m.state})
 	a.state = sw
-	take.touched = sw.Touch
-	p.start(l, ob, fwd, sw, a.log)
+	take.OnTouched(sw.Touch)
+	l.Start(links.Sinks{Outbox: ob, Forwarder: forwardSink{fwd}, State: sw})
 
 	rep := &reporter{ob: ob, pub: results, topic: t.results, log: a.log.With("part", "report"), m: a.m, state: sw}
 	if h := cfg.Intake.HTTP; h != nil {
@@ -151,10 +154,11 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 			rep.poster = &resultPoster{url: h.ResultsURL, header: h.AuthHeader, value: h.AuthValue,
 				client: &http.Client{Timeout: h.Timeout.Duration}}
 		}
-		hi := newHTTPIntake(h, take, a.log.With("part", "http-intake"))
-		a.httpIntake = hi
-		hi.start(rctx)
-		*stops = append(*stops, cancelAndWait(&hi.wg))
+		hi := intake.NewHTTPPull(intake.HTTPOptions{URL: h.URL, PageSize: h.PageSize, Interval: h.Interval.Duration,
+			Timeout: h.Timeout.Duration, AuthHeader: h.AuthHeader, AuthValue: h.AuthValue,
+			Logger: a.log.With("part", "http-intake")}, take)
+		hi.Start(rctx)
+		*stops = append(*stops, func(context.Context) error { cancel(); hi.Wait(); return nil })
 	}
 	rep.start(rctx)
 	*stops = append(*stops, cancelAndWait(&rep.wg))

@@ -12,8 +12,8 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/seed0e69bba5/faceagent/agent/broker/brokertest"
 	"github.com/seed0e69bba5/faceagent/agent/config"
-	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
 // A terminal's heartbeat fits its mochi reader's 8 KiB stack (third_party/mochi reads and
@@ -119,7 +119,7 @@ func (c *rawTerminal) write(t *testing.T, pk packets.Packet) {
 	t.Helper()
 	pk.ProtocolVersion = 5
 	var buf bytes.Buffer
-	if err := testutil.EncodeClientPacket(&buf, pk); err != nil {
+	if err := brokertest.EncodeClientPacket(&buf, pk); err != nil {
 		t.Fatal(err)
 	}
 	_ = c.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))

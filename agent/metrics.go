@@ -4,18 +4,15 @@ import (
 	"runtime"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
-
 	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
 	"github.com/seed0e69bba5/faceagent/agent/devstate"
+	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
 )
 
 // agentMetrics are the agent's series; names are faceagent_<what>[_unit][_total].
 type agentMetrics struct {
-	tasksAccepted    *metrics.Counter
-	tasksRejected    *metrics.Counter
 	results          *metrics.CounterVec // by status
 	queued           *metrics.GaugeVec   // by device
 	inFlight         *metrics.GaugeVec
@@ -92,9 +89,8 @@ func (a *Agent) registerMetrics() {
 		return float64(runtime.NumGoroutine())
 	})
 	a.registerMemoryMetrics()
+	a.intakeM = intake.NewMetrics(r)
 	a.m = &agentMetrics{
-		tasksAccepted:    r.NewCounter("faceagent_tasks_accepted_total", "Tasks stored in the journal at intake."),
-		tasksRejected:    r.NewCounter("faceagent_tasks_rejected_total", "Tasks (or messages) dead-lettered at intake."),
 		results:          r.NewCounterVec("faceagent_results_total", "Results reported upstream, by status.", "status"),
 		queued:           r.NewGaugeVec("faceagent_queue_depth", "Commands waiting per terminal (not counting the one in flight).", "device"),
 		inFlight:         r.NewGaugeVec("faceagent_in_flight", "1 while a command is in flight to the terminal.", "device"),
@@ -179,17 +175,18 @@ func (a *Agent) scrapeBroker() {
 	if b == nil {
 		return
 	}
-	for reason, q := range map[string]mqtt.Quota{"pending_writes": mqtt.QuotaWritesDropped, "session_bytes": mqtt.QuotaSessionBytes,
-		"queued_bytes": mqtt.QuotaQueuedBytes, "inflight_quota": mqtt.QuotaInflight} {
-		a.m.brokerDropped.With(reason).Set(uint64(b.Dropped(q)))
+	st := b.Stats()
+	for reason, n := range map[string]int64{"pending_writes": st.DroppedPendingWrites, "session_bytes": st.DroppedSessionBytes,
+		"queued_bytes": st.DroppedQueuedBytes, "inflight_quota": st.DroppedInflight} {
+		a.m.brokerDropped.With(reason).Set(uint64(n))
 	}
-	a.m.brokerHeld.Set(uint64(b.Dropped(mqtt.QuotaWritesHeld)))
-	for reason, q := range map[string]mqtt.Quota{"clients": mqtt.QuotaClients, "subscriptions": mqtt.QuotaSubscriptions,
-		"session_bytes": mqtt.QuotaSessionBytes, "queued_bytes": mqtt.QuotaQueuedBytes, "retained_bytes": mqtt.QuotaRetainedBytes} {
-		a.m.brokerRefused.With(reason).Set(uint64(b.Refused(q)))
+	a.m.brokerHeld.Set(uint64(st.HeldWrites))
+	for reason, n := range map[string]int64{"clients": st.RefusedClients, "subscriptions": st.RefusedSubscriptions,
+		"session_bytes": st.RefusedSessionBytes, "queued_bytes": st.RefusedQueuedBytes, "retained_bytes": st.RefusedRetainedBytes} {
+		a.m.brokerRefused.With(reason).Set(uint64(n))
 	}
-	a.m.brokerQueued.Set(float64(b.QueuedBytes()))
-	a.m.brokerRetained.Set(float64(b.RetainedBytes()))
+	a.m.brokerQueued.Set(float64(st.QueuedBytes))
+	a.m.brokerRetained.Set(float64(st.RetainedBytes))
 }
 
 // scrapeOutbox mirrors the outbox's per-device status into the gauges and counters.
@@ -243,8 +240,8 @@ func (a *Agent) scrapeJournals() {
 	if a.fwd != nil {
 		a.m.journalFileBytes.With("forward").Set(float64(a.fwd.j.Stats().FileBytes))
 	}
-	if a.take != nil && a.take.dead != nil {
-		a.m.journalFileBytes.With("deadletter").Set(float64(a.take.dead.j.Stats().FileBytes))
+	if a.dead != nil {
+		a.m.journalFileBytes.With("deadletter").Set(float64(a.dead.j.Stats().FileBytes))
 	}
 	if a.broker == nil || !a.started.Load() {
 		return

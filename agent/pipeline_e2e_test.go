@@ -87,7 +87,7 @@ func TestResultsSurviveUpstreamRestartMidStream(t *testing.T) {
 	publishAddBatches(bo, "gw-v", "v-%04d", ids, n, 100)
 	// Every task is in the agent's journal before the broker goes (it would lose those
 	// it had not delivered yet).
-	pollUntil(t, "every task taken", func() bool { return a.m.tasksAccepted.Value() >= n })
+	pollUntil(t, "every task taken", func() bool { return a.intakeM.Accepted.Value() >= n })
 	waitFor(t, "a quarter of the results", func() bool { return len(results.received()) >= n/4 }, results.changed)
 	proxy.hold()
 	pollUntil(t, "the subscribers to get what reached the broker", func() bool {

@@ -37,7 +37,7 @@ id = "p1"
 	ctx, cancel := context.WithCancel(context.Background())
 	m := testMetrics()
 	first := make(chan struct{})
-	uc, err := dialUpstream(ctx, cfg, newTaker(cfg, m, quietLog), first, make(chan struct{}, 1), m, quietLog)
+	uc, err := dialUpstream(ctx, cfg, newTaker(cfg, nil, quietLog), first, make(chan struct{}, 1), m, quietLog)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

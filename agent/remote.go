@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/kv"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
 	"github.com/seed0e69bba5/faceagent/agent/remote"
@@ -12,7 +13,7 @@ import (
 
 // newRemote maps the configuration onto remote management (agent/remote): the remote
 // override goes to setOverride, the control commands to the outbox and the taker.
-func (a *Agent) newRemote(cfg *config.Config, keys kv.Store, ob *outbox.Outbox, take *taker) *remote.Remote {
+func (a *Agent) newRemote(cfg *config.Config, keys kv.Store, ob *outbox.Outbox, take *intake.Taker) *remote.Remote {
 	return remote.New(remote.Options{
 		Store:   keys,
 		Prefix:  "faceagent/" + cfg.Agent.GatewayID + "/",
@@ -28,7 +29,7 @@ func (a *Agent) newRemote(cfg *config.Config, keys kv.Store, ob *outbox.Outbox, 
 		},
 		KnownDevice: func(id string) bool { return a.Config().Device(id) != nil },
 		Outbox:      ob,
-		SetDraining: take.draining.Store,
+		SetDraining: take.SetDraining,
 	})
 }
 

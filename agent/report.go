@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
-
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/devstate"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
@@ -37,7 +35,7 @@ type publisher = publish.Publisher
 // full (max_session_bytes, counted in faceagent_broker_dropped_total). Publishing it again
 // to everyone would stall every other subscriber behind the slowest one.
 type inlinePublisher struct {
-	srv     *mqtt.Server
+	srv     *broker.Broker
 	serving <-chan struct{} // closed once the broker has started
 	// br, when set, publishes with PublishDeferred: SyncSince must then be called before a
 	// published message counts as stored.
@@ -67,7 +65,7 @@ func (p inlinePublisher) publish(topic string, payload []byte) error {
 	if p.br != nil {
 		return p.br.PublishDeferred(topic, payload, 1)
 	}
-	return p.srv.Publish(topic, payload, false, 1)
+	return p.srv.Publish(topic, payload, 1)
 }
 
 func (p inlinePublisher) Publish(ctx context.Context, topic string, payload []byte) error {

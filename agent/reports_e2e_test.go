@@ -20,6 +20,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
+	"github.com/seed0e69bba5/faceagent/agent/broker/brokertest"
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
@@ -65,11 +66,8 @@ id = "r1"
 	}
 
 	_, a, stop := startAgentFull(t, cfg)
-	select {
-	case <-a.httpIntake.polled: // the page was taken: its deadletter is on disk
-	case <-time.After(20 * time.Second):
-		t.Fatal("the HTTP intake never polled")
-	}
+	// Intake counts a refused task once its deadletter is on disk.
+	pollUntil(t, "the page's deadletter journalled", func() bool { return a.intakeM.Rejected.Value() >= 1 })
 	if n := a.m.deadLetterBacklog.Value(); n != 1 {
 		t.Fatalf("deadletter backlog %v, want 1 (the broker is down)", n)
 	}
@@ -99,7 +97,7 @@ id = "r1"
 	if d := second; !strings.HasPrefix(d.Reason, "malformed JSON:") || string(d.Payload) != `"{\"taskId\":"` {
 		t.Errorf("deadletter %+v (%s)", d, d.Payload)
 	}
-	waitFor(t, "the backlog to empty", func() bool { return a.m.deadLetterBacklog.Value() == 0 }, a.take.dead.reported)
+	waitFor(t, "the backlog to empty", func() bool { return a.m.deadLetterBacklog.Value() == 0 }, a.dead.reported)
 	stop()
 }
 
@@ -155,7 +153,7 @@ func connectRawSubscriber(t *testing.T, addr string, connect packets.ConnectPara
 
 func (s *rawSubscriber) write(t *testing.T, pk packets.Packet) {
 	var buf bytes.Buffer
-	err := testutil.EncodeClientPacket(&buf, pk)
+	err := brokertest.EncodeClientPacket(&buf, pk)
 	if err == nil {
 		_, err = s.conn.Write(buf.Bytes())
 	}
@@ -350,9 +348,9 @@ func TestEmbeddedIntakeRefusesOverTheDeadLetterBound(t *testing.T) {
 	}
 	addr, a, stop := startAgentFull(t, cfg)
 	setBound := func(n int) {
-		a.take.dead.mu.Lock()
-		a.take.dead.maxCount = n
-		a.take.dead.mu.Unlock()
+		a.dead.mu.Lock()
+		a.dead.maxCount = n
+		a.dead.mu.Unlock()
 	}
 	setBound(0)
 	bo := connectBackOffice(t, addr, "gw-f")

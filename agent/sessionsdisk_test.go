@@ -41,7 +41,7 @@ func TestResultsNotStoredAreNotCountedStored(t *testing.T) {
 
 	serving := make(chan struct{})
 	close(serving)
-	p := inlinePublisher{srv: b.Server(), serving: serving, br: b}
+	p := inlinePublisher{srv: b, serving: serving, br: b}
 	a := &Agent{broker: b, registry: metrics.NewRegistry()}
 	a.registerMetrics()
 	a.running.Store(true)

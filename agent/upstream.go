@@ -17,6 +17,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/publish"
 )
 
@@ -29,7 +30,7 @@ import (
 type upstreamConn struct {
 	cm    *autopaho.ConnectionManager
 	topic string
-	take  *taker
+	take  *intake.Taker
 	log   *slog.Logger
 	once  sync.Once
 	first chan struct{} // closed once tasks are subscribed for the first time
@@ -85,7 +86,7 @@ func clientID(cfg *config.Config) string {
 	return "faceagent-" + cfg.Agent.GatewayID
 }
 
-func dialUpstream(ctx context.Context, cfg *config.Config, take *taker, first, event chan struct{}, m *agentMetrics, log *slog.Logger) (*upstreamConn, error) {
+func dialUpstream(ctx context.Context, cfg *config.Config, take *intake.Taker, first, event chan struct{}, m *agentMetrics, log *slog.Logger) (*upstreamConn, error) {
 	u := cfg.Upstream
 	p, err := url.Parse(u.URL)
 	if err != nil {
@@ -168,7 +169,7 @@ func (uc *upstreamConn) onPublish(pr paho.PublishReceived) (bool, error) {
 	if pk.Topic != uc.topic {
 		return true, pr.Client.Ack(pk)
 	}
-	if err := uc.take.accept(context.Background(), pk.Payload); err != nil {
+	if err := uc.take.Accept(context.Background(), pk.Payload); err != nil {
 		// Not stored: no PUBACK. The broker redelivers it on the next connection; drop this
 		// one so that happens (the journal or the outbox is gone or stopping).
 		uc.log.Error("task message not stored; not acknowledged", "err", err)

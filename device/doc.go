@@ -9,7 +9,7 @@
 //
 // # Tutorial
 //
-//	link, err := mqttlink.New(mqttlink.Config{Server: srv}) // or serial.New(serial.Config{...})
+//	link, err := mqttlink.New(mqttlink.Config{Bus: srv}) // or serial.New(serial.Config{...})
 //	if err != nil { ... }
 //	defer link.Close()
 //	go func() {

@@ -181,6 +181,10 @@ type Broker struct {
 	// terminals shortens terminals' queues of pending writes; nil if mochi's layout was
 	// not recognised.
 	terminals *terminalQueues
+	// subscribes calls the WatchSubscribes functions; intercept, added by the first
+	// Intercept, runs the intercepted topics' functions.
+	subscribes *subscribeWatchers
+	intercept  *interceptHook
 
 	mu      sync.Mutex
 	started bool
@@ -334,6 +338,11 @@ func New(opts *Options) (*Broker, error) {
 	if o.MaxConnecting <= 0 {
 		o.MaxConnecting = DefaultMaxConnecting
 	}
+	b.subscribes = &subscribeWatchers{}
+	if err := srv.AddHook(b.subscribes, nil); err != nil {
+		srv.Close()
+		return nil, err
+	}
 	b.listener = &tcpListener{
 		id: "tcp", address: o.Listen, tlsConfig: tlsConfig, srv: srv,
 		connectTimeout: o.ConnectTimeout, writeTimeout: o.WriteTimeout, maxConnecting: o.MaxConnecting,
@@ -346,8 +355,8 @@ func New(opts *Options) (*Broker, error) {
 	return b, nil
 }
 
-// AddHook adds a mochi hook (the agent journals tasks in OnPublish). Call it
-// before Start.
+// AddHook adds a mochi hook (tests, and code inside this package; the agent uses Intercept
+// and the in-process bus, inprocess.go). Call it before Start.
 func (b *Broker) AddHook(h mqtt.Hook, config any) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -483,7 +492,8 @@ func (b *Broker) SessionsStats() SessionsStats {
 // Addr returns the bound host:port (the configured address before Start).
 func (b *Broker) Addr() string { return b.listener.Address() }
 
-// Server returns the mochi server, for in-process hooks and inline clients.
+// Server returns the mochi server, for this package's tests and tools that tune it; the
+// agent's parts use the in-process API (inprocess.go), which names no mochi type.
 func (b *Broker) Server() *mqtt.Server { return b.srv }
 
 // Store returns the state store engine behind the service.

@@ -10,8 +10,7 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
-
-	"github.com/seed0e69bba5/faceagent/internal/testutil"
+	"github.com/seed0e69bba5/faceagent/agent/broker/brokertest"
 )
 
 // exceedReceiveMaximum connects id with MQTT 5 and writes max+1 QoS 2 PUBLISHes in one go,
@@ -29,7 +28,7 @@ func exceedReceiveMaximum(t *testing.T, addr, id string, max int, gone chan *mqt
 	expectWithin(t, c, packets.Connack, id+"'s CONNACK")
 	var burst bytes.Buffer
 	for i := 1; i <= max+1; i++ {
-		err := testutil.EncodeClientPacket(&burst, packets.Packet{
+		err := brokertest.EncodeClientPacket(&burst, packets.Packet{
 			FixedHeader:     packets.FixedHeader{Type: packets.Publish, Qos: 2},
 			ProtocolVersion: 5, TopicName: "rm/over", PacketID: uint16(i), Payload: []byte("m"),
 		})
@@ -54,7 +53,7 @@ func exceedReceiveMaximum(t *testing.T, addr, id string, max int, gone chan *mqt
 // writePubrel answers a PUBREC as a client does.
 func writePubrel(c *memClient, id uint16) error {
 	var buf bytes.Buffer
-	err := testutil.EncodeClientPacket(&buf, packets.Packet{
+	err := brokertest.EncodeClientPacket(&buf, packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Pubrel, Qos: 1}, ProtocolVersion: 5, PacketID: id,
 	})
 	if err == nil {
@@ -128,7 +127,7 @@ func TestLingerAfterDisconnectIsBounded(t *testing.T) {
 	}
 	read := time.Now()
 	var pingreq bytes.Buffer
-	if err := testutil.EncodeClientPacket(&pingreq, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pingreq}}); err != nil {
+	if err := brokertest.EncodeClientPacket(&pingreq, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pingreq}}); err != nil {
 		t.Fatal(err)
 	}
 	bound := mqtt.DisconnectLinger + promptly

@@ -13,8 +13,8 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/seed0e69bba5/faceagent/agent/broker/brokertest"
 	"github.com/seed0e69bba5/faceagent/internal/mqttwire"
-	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
 // FuzzConnectSubscribeSequences drives the broker's listener and hooks (auth, sessions
@@ -218,7 +218,7 @@ func (run *fuzzRun) execute(program []byte) {
 		}
 		var buf bytes.Buffer
 		pk.Mods.AllowResponseInfo = true
-		if err := testutil.EncodeClientPacket(&buf, pk); err != nil {
+		if err := brokertest.EncodeClientPacket(&buf, pk); err != nil {
 			continue // mochi's encoder refuses it (QoS > 0 without a packet id): nothing to send
 		}
 		run.write(slot, buf.Bytes())
@@ -287,7 +287,7 @@ func (run *fuzzRun) connect(slot int, r *fuzzReader) {
 		}
 	}
 	var buf bytes.Buffer
-	if err := testutil.EncodeClientPacket(&buf, pk); err != nil {
+	if err := brokertest.EncodeClientPacket(&buf, pk); err != nil {
 		return
 	}
 	conn, err := net.DialTimeout("tcp", run.addr, time.Second)
@@ -376,7 +376,7 @@ func writeCheck(t *testing.T, c net.Conn, pk packets.Packet) {
 	t.Helper()
 	pk.ProtocolVersion = 5
 	var buf bytes.Buffer
-	if err := testutil.EncodeClientPacket(&buf, pk); err != nil {
+	if err := brokertest.EncodeClientPacket(&buf, pk); err != nil {
 		t.Fatal(err)
 	}
 	_ = c.SetWriteDeadline(time.Now().Add(promptly))

@@ -13,8 +13,8 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/seed0e69bba5/faceagent/agent/broker/brokertest"
 	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
-	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
 // BenchmarkMemoryPerConnection measures what one connected terminal costs the
@@ -196,7 +196,7 @@ func (c *memClient) write(tb testing.TB, pk packets.Packet) {
 	tb.Helper()
 	pk.ProtocolVersion = 5
 	var buf bytes.Buffer
-	err := testutil.EncodeClientPacket(&buf, pk)
+	err := brokertest.EncodeClientPacket(&buf, pk)
 	if err != nil {
 		tb.Fatal(err)
 	}

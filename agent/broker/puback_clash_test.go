@@ -5,8 +5,7 @@ import (
 	"testing"
 
 	"github.com/mochi-mqtt/server/v2/packets"
-
-	"github.com/seed0e69bba5/faceagent/internal/testutil"
+	"github.com/seed0e69bba5/faceagent/agent/broker/brokertest"
 )
 
 // readPublishID reads a QoS 1 PUBLISH without acknowledging it: its payload and packet id.
@@ -44,7 +43,7 @@ func TestHeldAcknowledgementsKeepDisplacedMessage(t *testing.T) {
 	for _, pid := range []uint16{id + 100, id} { // the second reuses the result's id
 		pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, ProtocolVersion: 5,
 			TopicName: "tasks", PacketID: pid, Payload: []byte("task")}
-		if err := testutil.EncodeClientPacket(&burst, pk); err != nil {
+		if err := brokertest.EncodeClientPacket(&burst, pk); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -14,8 +14,7 @@ import (
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
-
-	"github.com/seed0e69bba5/faceagent/internal/testutil"
+	"github.com/seed0e69bba5/faceagent/agent/broker/brokertest"
 )
 
 // The child of TestAcknowledgedPublishSurvivesSIGKILL: a broker with DataDir on the
@@ -265,7 +264,7 @@ func pubackConnect(t *testing.T, addr, id string) *wireClient {
 func (c *wireClient) send(pk packets.Packet) error {
 	pk.ProtocolVersion = 5
 	var buf bytes.Buffer
-	if err := testutil.EncodeClientPacket(&buf, pk); err != nil {
+	if err := brokertest.EncodeClientPacket(&buf, pk); err != nil {
 		return err
 	}
 	c.wmu.Lock()

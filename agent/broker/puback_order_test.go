@@ -6,8 +6,7 @@ import (
 	"testing"
 
 	"github.com/mochi-mqtt/server/v2/packets"
-
-	"github.com/seed0e69bba5/faceagent/internal/testutil"
+	"github.com/seed0e69bba5/faceagent/agent/broker/brokertest"
 )
 
 // A burst of QoS 1 and 2 PUBLISHes read together (one write) to an offline kept session:
@@ -31,11 +30,11 @@ func TestAcknowledgementsFollowCommitsInOrder(t *testing.T) {
 	for i := range n {
 		pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos(i)}, ProtocolVersion: 5,
 			TopicName: "results", PacketID: uint16(i + 1), Payload: fmt.Appendf(nil, "m-%d", i)}
-		if err := testutil.EncodeClientPacket(&burst, pk); err != nil {
+		if err := brokertest.EncodeClientPacket(&burst, pk); err != nil {
 			t.Fatal(err)
 		}
 		if i+1 == pingAfter {
-			if err := testutil.EncodeClientPacket(&burst, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pingreq}}); err != nil {
+			if err := brokertest.EncodeClientPacket(&burst, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pingreq}}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -174,7 +173,7 @@ func TestRefusedPublishFlushesHeldAcknowledgements(t *testing.T) {
 		{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "results", PacketID: 3, Payload: []byte("c")}, // no PUBREL yet: id 3 is in use
 	} {
 		pk.ProtocolVersion = 5
-		if err := testutil.EncodeClientPacket(&burst, pk); err != nil {
+		if err := brokertest.EncodeClientPacket(&burst, pk); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
-
-	"github.com/seed0e69bba5/faceagent/internal/testutil"
+	"github.com/seed0e69bba5/faceagent/agent/broker/brokertest"
 )
 
 // An MQTT 3.1.1 client has no Receive Maximum: it may send more QoS 1 PUBLISHes than the
@@ -24,7 +23,7 @@ func TestHeldAcknowledgementsKeepReceiveQuota(t *testing.T) {
 	for i := range n {
 		pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, ProtocolVersion: 4,
 			TopicName: "burst", PacketID: uint16(i + 1), Payload: fmt.Appendf(nil, "m-%d", i)}
-		if err := testutil.EncodeClientPacket(&burst, pk); err != nil {
+		if err := brokertest.EncodeClientPacket(&burst, pk); err != nil {
 			t.Fatal(err)
 		}
 	}

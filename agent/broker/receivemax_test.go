@@ -11,8 +11,7 @@ import (
 	"time"
 
 	mp "github.com/mochi-mqtt/server/v2/packets"
-
-	"github.com/seed0e69bba5/faceagent/internal/testutil"
+	"github.com/seed0e69bba5/faceagent/agent/broker/brokertest"
 )
 
 // rawClient is an MQTT 5 client written packet by packet, so that a test
@@ -49,7 +48,7 @@ func (c *rawClient) send(pk mp.Packet) {
 	pk.ProtocolVersion = 5
 	pk.Mods.AllowResponseInfo = true // mochi drops the Response Topic without it
 	var buf bytes.Buffer
-	err := testutil.EncodeClientPacket(&buf, pk)
+	err := brokertest.EncodeClientPacket(&buf, pk)
 	if err == nil {
 		_, err = c.conn.Write(buf.Bytes())
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/mochi-mqtt/server/v2/packets"
-	"github.com/seed0e69bba5/faceagent/internal/testutil"
+	"github.com/seed0e69bba5/faceagent/agent/broker/brokertest"
 )
 
 // connectReceiveMax connects the kept session id with Receive Maximum max (MQTT 5).
@@ -171,7 +171,7 @@ func write311(t *testing.T, c *memClient, pk packets.Packet) {
 	t.Helper()
 	pk.ProtocolVersion = 4
 	var buf bytes.Buffer
-	if err := testutil.EncodeClientPacket(&buf, pk); err != nil {
+	if err := brokertest.EncodeClientPacket(&buf, pk); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.conn.Write(buf.Bytes()); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/hooks/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/seed0e69bba5/faceagent/agent/broker/brokertest"
 	"github.com/seed0e69bba5/faceagent/agent/journal"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
@@ -131,7 +132,7 @@ func TestSessionsJournalSurvivesFullDisk(t *testing.T) {
 	}
 	late311 := dialMem(t, b.Addr())
 	var buf bytes.Buffer
-	if err := testutil.EncodeClientPacket(&buf, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 4,
+	if err := brokertest.EncodeClientPacket(&buf, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 4,
 		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Keepalive: 60, ClientIdentifier: "late311"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -305,7 +305,7 @@ func TestWedgedTerminalCutAfterWriteTimeout(t *testing.T) {
 // terminal, arrives.
 func TestWedgedTerminalMqttlinkSend(t *testing.T) {
 	b := startBroker(t, wedgeOptions())
-	link, err := mqttlink.New(mqttlink.Config{Server: b.Server()})
+	link, err := mqttlink.New(mqttlink.Config{Bus: b})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,13 +12,13 @@ import (
 )
 
 // BenchmarkRoundTrip is one command to one simulated terminal (its own paho connection to
-// the same in-process mochi broker) and the wait for its ack: the ceiling of a one-in-flight
+// the same in-process broker) and the wait for its ack: the ceiling of a one-in-flight
 // dispatcher per terminal on local MQTT. Both link modes run in the same invocation.
 func BenchmarkRoundTrip(b *testing.B) {
 	for _, mode := range []string{"inline", "paho"} {
 		b.Run(mode, func(b *testing.B) {
-			srv, url := startMochiB(b)
-			cfg := Config{Server: srv}
+			srv, url := startBroker(b)
+			cfg := Config{Bus: srv}
 			if mode == "paho" {
 				cfg = Config{URL: url}
 			}

@@ -6,9 +6,9 @@
 //
 // Two ways to reach the broker:
 //
-//   - Config.Server: an in-process mochi broker (github.com/mochi-mqtt/server/v2) with
-//     Options.InlineClient = true. The link uses its inline client (srv.Subscribe /
-//     srv.Publish): no socket, no second connection, up as long as the process is.
+//   - Config.Bus: an in-process broker (agent/broker's Broker satisfies Bus). The link
+//     subscribes and publishes through it (Bus.SubscribeInline, Bus.Publish): no socket,
+//     no second connection, up as long as the process is.
 //   - Config.URL: an external broker (a local mosquitto, the cluster's broker) through one
 //     autopaho connection that reconnects by itself (exponential backoff up to
 //     ReconnectMax) and resubscribes on every connection.
@@ -30,7 +30,7 @@
 //   - Up and Down concern the whole connection (DeviceID ""). They are coalesced: a flapping
 //     connection yields alternating Up/Down events, never two of a kind in a row.
 //   - Send's nil means the broker accepted the command (PUBACK for QoS 1 over URL; the inline
-//     publish has no PUBACK and returns once mochi queued it for the subscribers). A terminal
+//     publish has no PUBACK and returns once the broker queued it for the subscribers). A terminal
 //     that is offline with a clean session never gets it: the agent's retry covers that.
 //   - Inline mode holds the first command after a terminal's heartbeat on a new connection
 //     when nobody is subscribed to its topic yet (a terminal that announces itself before
@@ -39,17 +39,17 @@
 //     subscribed for, is dropped, and the agent's retry covers it as before.
 //   - Malformed acks and heartbeats, and messages from terminals outside Config.Devices, are
 //     Error events with the device id and topic, never dropped silently.
-//   - Inline mode ignores messages published by mochi inline clients (including our own
-//     commands), because mochi hands inline handlers no other way to tell them apart.
+//   - Inline mode does not hear messages published in-process (its own commands included):
+//     Bus.SubscribeInline passes on network clients' messages only.
 //   - Received messages are handled on the broker's (or paho's) delivery goroutine; a full
 //     Events channel holds that delivery back rather than drop an ack. Drain Events.
-//   - Config.Deliver runs on that delivery goroutine too (with Server: the terminal's own
+//   - Config.Deliver runs on that delivery goroutine too (with Bus: the terminal's own
 //     connection goroutine, which has already sent the PUBACK for the ack). A slow Deliver
 //     holds back that terminal's messages; a Send from inside it is fine (the agent sends
 //     the next command there). Events taken by Deliver and events on Events are two
 //     paths: an ack taken by Deliver may be handled before an Up still in the channel.
-//   - SendsWithoutBlocking is true with Server: the inline publish queues the command in
-//     mochi and never waits; mochi drops it (and Send still returns nil) when the
+//   - SendsWithoutBlocking is true with Bus: the inline publish queues the command in the
+//     broker and never waits; the broker drops it (and Send still returns nil) when the
 //     terminal's pending-writes queue is full.
 //   - With SessionExpiry = 0 (the default) acks published while the link is disconnected are
 //     lost; set it (and a fixed ClientID) to have the broker keep them.

@@ -9,18 +9,16 @@ import (
 	"sync/atomic"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
-
 	"github.com/seed0e69bba5/faceagent/device"
 	"github.com/seed0e69bba5/faceagent/device/face"
 )
 
-// Config chooses the broker and the topics. Exactly one of Server and URL is set. The zero
+// Config chooses the broker and the topics. Exactly one of Bus and URL is set. The zero
 // value of every other field means its default.
 type Config struct {
-	// Server is an in-process mochi broker with Options.InlineClient = true; the link
-	// publishes and subscribes through its inline client (no network, no extra connection).
-	Server *mqtt.Server
+	// Bus is an in-process broker (agent/broker's Broker); the link publishes and subscribes
+	// through it (no network, no extra connection).
+	Bus Bus
 	// URL is an external broker, e.g. mqtt://127.0.0.1:1883 or tls://host:8883, reached with
 	// one autopaho connection (reconnected automatically).
 	URL string
@@ -45,14 +43,14 @@ type Config struct {
 	// Devices, when not empty, restricts the link to these terminals: Send refuses others
 	// with device.ErrUnknownDevice, and their messages become Error events.
 	Devices []string
-	// SubscriptionID names the inline subscriptions (Server only); default: unique per link.
+	// SubscriptionID names the inline subscriptions (Bus only); default: unique per link.
 	SubscriptionID int
 	EventBuffer    int // capacity of Events(); default 256
 	// Deliver, when set, is offered every Ack and Heartbeat event on the goroutine that
 	// received the message (the broker's delivery to the inline client, or paho's), before
 	// Events: when it returns true the event is taken and not put on Events. It lets a
 	// consumer act on an ack with no hand-off to another goroutine. It must not block for
-	// long: it holds back that connection's delivery (Server: the terminal's own
+	// long: it holds back that connection's delivery (Bus: the terminal's own
 	// connection). It may return false while it is not ready yet; Up, Down and Error events
 	// always go to Events.
 	Deliver func(device.Event) bool
@@ -62,8 +60,8 @@ type Config struct {
 var linkSeq atomic.Int64
 
 func (c *Config) fill() error {
-	if (c.Server == nil) == (c.URL == "") {
-		return errors.New("set exactly one of Server and URL")
+	if (c.Bus == nil) == (c.URL == "") {
+		return errors.New("set exactly one of Bus and URL")
 	}
 	if c.CommandTopic == "" {
 		c.CommandTopic = DefaultCommandTopic
@@ -146,7 +144,7 @@ type connState struct {
 
 var _ device.Link = (*Link)(nil)
 
-// New validates cfg, connects (Server: subscribes at once; URL: starts autopaho, which
+// New validates cfg, connects (Bus: subscribes at once; URL: starts autopaho, which
 // connects in the background) and returns. An Up event follows once the subscriptions are
 // in place.
 func New(cfg Config) (*Link, error) {
@@ -172,7 +170,7 @@ func New(cfg Config) (*Link, error) {
 	}
 	l.work.Add(1)
 	go l.statusLoop()
-	if cfg.Server != nil {
+	if cfg.Bus != nil {
 		l.tr, err = newInline(l)
 	} else {
 		l.tr, err = newPaho(l)
@@ -188,9 +186,9 @@ func New(cfg Config) (*Link, error) {
 func (l *Link) Events() <-chan device.Event { return l.events }
 
 // SendsWithoutBlocking reports whether Send returns without waiting for I/O: true with
-// Config.Server, whose inline publish only queues the command for the subscribers; false
+// Config.Bus, whose inline publish only queues the command for the subscribers; false
 // with Config.URL, where Send waits for the broker's PUBACK.
-func (l *Link) SendsWithoutBlocking() bool { return l.cfg.Server != nil }
+func (l *Link) SendsWithoutBlocking() bool { return l.cfg.Bus != nil }
 
 // Send implements device.Link: it publishes cmd as JSON on the terminal's command topic
 // with the configured QoS and, for QoS 1, returns after the broker's PUBACK.

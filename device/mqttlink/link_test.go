@@ -12,11 +12,9 @@ import (
 
 	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/eclipse/paho.golang/paho"
-	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/listeners"
-	"github.com/mochi-mqtt/server/v2/packets"
 	"go.uber.org/goleak"
 
+	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/device"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/sim"
@@ -25,36 +23,27 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// allowAll lets every client connect and use every topic (mochi's auth.AllowHook pulls in a
-// YAML module this repository does not otherwise need).
-type allowAll struct{ mqtt.HookBase }
-
-func (allowAll) ID() string { return "allow-all" }
-func (allowAll) Provides(b byte) bool {
-	return b == mqtt.OnConnectAuthenticate || b == mqtt.OnACLCheck
-}
-func (allowAll) OnConnectAuthenticate(*mqtt.Client, packets.Packet) bool { return true }
-func (allowAll) OnACLCheck(*mqtt.Client, string, bool) bool              { return true }
-
-// startMochi runs an in-process mochi broker with the inline client on a free loopback port.
-func startMochi(t *testing.T) (*mqtt.Server, string) { return startMochiB(t) }
-
-func startMochiB(t testing.TB) (*mqtt.Server, string) {
+// startBroker runs the embedded broker (agent/broker: the Bus the agent gives its link)
+// on a free loopback port, open to every client.
+func startBroker(t testing.TB) (*broker.Broker, string) {
 	t.Helper()
-	srv := mqtt.New(&mqtt.Options{InlineClient: true, Logger: slog.New(slog.DiscardHandler)})
-	srv.Options.Capabilities.Compatibilities.NoInheritedPropertiesOnAck = true
-	if err := srv.AddHook(new(allowAll), nil); err != nil {
+	b, err := broker.New(&broker.Options{Listen: testutil.FreeAddr(t), AllowAnonymous: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
 		t.Fatal(err)
 	}
-	addr := testutil.FreeAddr(t)
-	if err := srv.AddListener(listeners.NewTCP(listeners.Config{ID: "t", Address: addr})); err != nil {
+	if err := b.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Serve(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	return srv, "mqtt://" + addr
+	t.Cleanup(func() { b.Close() })
+	return b, "mqtt://" + b.Addr()
+}
+
+// refusingBus is a Bus that refuses subscriptions, as a broker without in-process
+// subscriptions would.
+type refusingBus struct{ Bus }
+
+func (refusingBus) SubscribeInline(string, int, func(string, []byte, string)) error {
+	return errors.New("no in-process subscriptions")
 }
 
 func newLink(t *testing.T, cfg Config) *Link {
@@ -132,8 +121,8 @@ func roundTrips(t *testing.T, l *Link, f *sim.Fleet, n int) {
 }
 
 func TestInlineRoundTripsManyTerminals(t *testing.T) {
-	srv, burl := startMochi(t)
-	l := newLink(t, Config{Server: srv})
+	srv, burl := startBroker(t)
+	l := newLink(t, Config{Bus: srv})
 	if ev := waitEvent(t, l, device.Up); ev.DeviceID != "" {
 		t.Fatalf("up for %q, want the whole link", ev.DeviceID)
 	}
@@ -142,7 +131,7 @@ func TestInlineRoundTripsManyTerminals(t *testing.T) {
 }
 
 func TestPahoRoundTripsAgainstMochi(t *testing.T) {
-	_, burl := startMochi(t)
+	_, burl := startBroker(t)
 	l := newLink(t, Config{URL: burl})
 	waitEvent(t, l, device.Up)
 	f := startFleet(t, burl, []string{"a", "b"}, sim.Options{Seed: 2, HeartbeatInterval: time.Hour})
@@ -215,8 +204,8 @@ func mustURL(t *testing.T, s string) *url.URL {
 }
 
 func TestBadMessagesBecomeErrorEvents(t *testing.T) {
-	srv, burl := startMochi(t)
-	l := newLink(t, Config{Server: srv, Devices: []string{"d1"}})
+	srv, burl := startBroker(t)
+	l := newLink(t, Config{Bus: srv, Devices: []string{"d1"}})
 	waitEvent(t, l, device.Up)
 	cm := rawClient(t, burl)
 	pub := func(topic, payload string) {
@@ -262,8 +251,8 @@ func TestBadMessagesBecomeErrorEvents(t *testing.T) {
 }
 
 func TestCommandsArriveWithQoS1(t *testing.T) {
-	srv, burl := startMochi(t)
-	l := newLink(t, Config{Server: srv, CommandTopic: "site/7/{id}/cmd"})
+	srv, burl := startBroker(t)
+	l := newLink(t, Config{Bus: srv, CommandTopic: "site/7/{id}/cmd"})
 	got := make(chan paho.PublishReceived, 1)
 	u := mustURL(t, burl)
 	cm, err := autopaho.NewConnection(context.Background(), autopaho.ClientConfig{
@@ -301,11 +290,11 @@ func TestCommandsArriveWithQoS1(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	srv := mqtt.New(&mqtt.Options{Logger: slog.New(slog.DiscardHandler)}) // no inline client
+	srv := refusingBus{}
 	for _, cfg := range []Config{
 		{},
-		{Server: srv, URL: "mqtt://x"},
-		{Server: srv},
+		{Bus: srv, URL: "mqtt://x"},
+		{Bus: srv},
 		{URL: "mqtt://127.0.0.1:1", AckTopic: "dev/{id}x/Ack"},
 		{URL: "mqtt://127.0.0.1:1", AckTopic: "dev/+/{id}"},
 		{URL: "mqtt://127.0.0.1:1", AckTopic: "dev/face/{id}/heartbeat"},
@@ -360,8 +349,8 @@ func TestTemplate(t *testing.T) {
 // A consumer that stops draining Events holds back delivery (no ack is dropped), and Close
 // still returns: it unblocks the handlers waiting on the full channel.
 func TestCloseUnblocksAFullEventsChannel(t *testing.T) {
-	srv, burl := startMochi(t)
-	l, err := New(Config{Server: srv, EventBuffer: 1})
+	srv, burl := startBroker(t)
+	l, err := New(Config{Bus: srv, EventBuffer: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +382,7 @@ func TestCloseUnblocksAFullEventsChannel(t *testing.T) {
 func TestDeliverTakesAcksBeforeEvents(t *testing.T) {
 	for _, mode := range []string{"inline", "paho"} {
 		t.Run(mode, func(t *testing.T) {
-			srv, burl := startMochi(t)
+			srv, burl := startBroker(t)
 			got := make(chan device.Event, 16)
 			take := make(chan bool, 1)
 			take <- false // the first ack is refused: it must go to Events
@@ -410,7 +399,7 @@ func TestDeliverTakesAcksBeforeEvents(t *testing.T) {
 				return true
 			}}
 			if mode == "inline" {
-				cfg.Server = srv
+				cfg.Bus = srv
 			} else {
 				cfg.URL = burl
 			}
@@ -452,11 +441,11 @@ func TestDeliverTakesAcksBeforeEvents(t *testing.T) {
 
 // TestInlineHoldsACommandUntilItsTerminalSubscribes: a terminal that heartbeats on a new
 // connection before subscribing (as after a broker restart) is sent its command as soon as
-// its SUBSCRIBE is handled, not a retry interval later; mochi would have dropped it.
+// its SUBSCRIBE is handled, not a retry interval later; the broker would have dropped it.
 func TestInlineHoldsACommandUntilItsTerminalSubscribes(t *testing.T) {
-	srv, burl := startMochi(t)
+	srv, burl := startBroker(t)
 	beats := make(chan device.Event, 4)
-	l := newLink(t, Config{Server: srv, Devices: []string{"t1", "t2"}, Deliver: func(ev device.Event) bool {
+	l := newLink(t, Config{Bus: srv, Devices: []string{"t1", "t2"}, Deliver: func(ev device.Event) bool {
 		if ev.Kind == device.Heartbeat {
 			beats <- ev
 		}
@@ -533,8 +522,8 @@ func TestInlineHoldsACommandUntilItsTerminalSubscribes(t *testing.T) {
 // the connection map would grow with every id a client makes up, and each such id would
 // keep every later Send on the slow path that looks for held commands.
 func TestInlineTracksOnlyItsTerminalsConnections(t *testing.T) {
-	srv, burl := startMochi(t)
-	l := newLink(t, Config{Server: srv, Devices: []string{"d1"}})
+	srv, burl := startBroker(t)
+	l := newLink(t, Config{Bus: srv, Devices: []string{"d1"}})
 	waitEvent(t, l, device.Up)
 	tr := l.tr.(*inline)
 	cm := rawClient(t, burl)

@@ -13,11 +13,9 @@ import (
 	"testing"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/listeners"
-	"github.com/mochi-mqtt/server/v2/packets"
 	"go.uber.org/goleak"
 
+	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/device"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/mqttlink"
@@ -28,31 +26,19 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-type allowAll struct{ mqtt.HookBase }
-
-func (allowAll) ID() string { return "allow-all" }
-func (allowAll) Provides(b byte) bool {
-	return b == mqtt.OnConnectAuthenticate || b == mqtt.OnACLCheck
-}
-func (allowAll) OnConnectAuthenticate(*mqtt.Client, packets.Packet) bool { return true }
-func (allowAll) OnACLCheck(*mqtt.Client, string, bool) bool              { return true }
-
-func startMochi(t *testing.T) (*mqtt.Server, string) {
+// startBroker runs the embedded broker (agent/broker) on a free loopback port, open to
+// every client.
+func startBroker(t *testing.T) (*broker.Broker, string) {
 	t.Helper()
-	srv := mqtt.New(&mqtt.Options{InlineClient: true, Logger: slog.New(slog.DiscardHandler)})
-	srv.Options.Capabilities.Compatibilities.NoInheritedPropertiesOnAck = true
-	if err := srv.AddHook(new(allowAll), nil); err != nil {
+	b, err := broker.New(&broker.Options{Listen: testutil.FreeAddr(t), AllowAnonymous: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
 		t.Fatal(err)
 	}
-	addr := testutil.FreeAddr(t)
-	if err := srv.AddListener(listeners.NewTCP(listeners.Config{ID: "t", Address: addr})); err != nil {
+	if err := b.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Serve(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	return srv, "mqtt://" + addr
+	t.Cleanup(func() { b.Close() })
+	return b, "mqtt://" + b.Addr()
 }
 
 // strict turns strict mode on and fails the test on any violation.
@@ -194,8 +180,8 @@ func sortedIDs(ids []string) string {
 // TestUnreliableTerminalsConvergeOverMQTT runs the smallest correct agent against terminals
 // with every fault on and checks the final whitelists and the absence of violations.
 func TestUnreliableTerminalsConvergeOverMQTT(t *testing.T) {
-	srv, url := startMochi(t)
-	l, err := mqttlink.New(mqttlink.Config{Server: srv})
+	srv, url := startBroker(t)
+	l, err := mqttlink.New(mqttlink.Config{Bus: srv})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -450,7 +436,7 @@ func TestDuplicateIsAckedNotReExecuted(t *testing.T) {
 // outlive the fleet: a leftover connection reconnected to the broker while it closed and
 // held mochi's Close forever (seen as a hung `go test -count 8`).
 func TestMQTTTerminalDoesNotReconnectAfterClose(t *testing.T) {
-	_, url := startMochi(t)
+	_, url := startBroker(t)
 	f, err := StartMQTT(url, []string{"x"}, Options{Seed: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -476,8 +462,8 @@ func TestMQTTTerminalDoesNotReconnectAfterClose(t *testing.T) {
 // takes commands; its packet ids and PUBACK waits belong to the connection they were
 // taken on.
 func TestMQTTTerminalReconnectsAfterTheBrokerDropsIt(t *testing.T) {
-	srv, url := startMochi(t)
-	l, err := mqttlink.New(mqttlink.Config{Server: srv})
+	srv, url := startBroker(t)
+	l, err := mqttlink.New(mqttlink.Config{Bus: srv})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -503,7 +489,7 @@ func TestMQTTTerminalReconnectsAfterTheBrokerDropsIt(t *testing.T) {
 	m.mu.Lock()
 	old := m.conn
 	m.mu.Unlock()
-	cl, ok := srv.Clients.Get("facesim-r")
+	cl, ok := srv.Server().Clients.Get("facesim-r")
 	if !ok {
 		t.Fatal("the terminal's client is not in the broker")
 	}

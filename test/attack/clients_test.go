@@ -18,10 +18,10 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/seed0e69bba5/faceagent/agent/broker/brokertest"
 	"github.com/seed0e69bba5/faceagent/hlc"
 	"github.com/seed0e69bba5/faceagent/internal/mqttwire"
 	"github.com/seed0e69bba5/faceagent/internal/sswire"
-	"github.com/seed0e69bba5/faceagent/internal/testutil"
 	"github.com/seed0e69bba5/faceagent/resp3"
 )
 
@@ -312,7 +312,7 @@ func wire(pk packets.Packet) ([]byte, error) {
 	}
 	pk.Mods.AllowResponseInfo = true // else mochi's encoder leaves Response Topic and Correlation Data out
 	var b bytes.Buffer
-	err := testutil.EncodeClientPacket(&b, pk)
+	err := brokertest.EncodeClientPacket(&b, pk)
 	return b.Bytes(), err
 }
 

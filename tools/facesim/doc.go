@@ -1,5 +1,5 @@
 // Command facesim runs simulated face terminals (package device/sim) for the agent to talk
-// to: over MQTT, on an external broker or on an embedded mochi broker it starts itself, or
+// to: over MQTT, on an external broker or on an embedded broker it starts itself, or
 // over serial lines, on real ports or on pseudo-terminals it creates. It prints a live
 // per-terminal summary and, with -strict, fails loudly when the one-command-in-flight rule
 // is broken.

@@ -21,6 +21,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/seed0e69bba5/faceagent/agent/broker/brokertest"
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/device/sim"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
@@ -368,7 +369,7 @@ func abuse(ctx context.Context, addr, id string, b *config.Broker, size, bigEver
 	write := func(pk packets.Packet) bool {
 		var buf bytes.Buffer
 		pk.ProtocolVersion = 5
-		if testutil.EncodeClientPacket(&buf, pk) != nil {
+		if brokertest.EncodeClientPacket(&buf, pk) != nil {
 			return false
 		}
 		_ = conn.SetWriteDeadline(time.Now().Add(time.Second))

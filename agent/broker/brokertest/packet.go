@@ -1,4 +1,4 @@
-package testutil
+package brokertest
 
 import (
 	"bytes"
@@ -36,5 +36,5 @@ func EncodeClientPacket(buf *bytes.Buffer, pk packets.Packet) error {
 	case packets.Auth:
 		return pk.AuthEncode(buf)
 	}
-	return fmt.Errorf("testutil: cannot encode client packet type %d", pk.FixedHeader.Type)
+	return fmt.Errorf("brokertest: cannot encode client packet type %d", pk.FixedHeader.Type)
 }

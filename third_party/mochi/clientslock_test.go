@@ -1,10 +1,8 @@
-package broker
+package mqtt
 
 import (
 	"strconv"
 	"testing"
-
-	mqtt "github.com/mochi-mqtt/server/v2"
 )
 
 // TestClientsGetByListenerWithWriters: mochi's Server.Close (closeListenerClients) lists a
@@ -14,9 +12,9 @@ import (
 // second for good, and Close with it (tcpListener works around it; other listeners use
 // mochi's closeListenerClients).
 func TestClientsGetByListenerWithWriters(t *testing.T) {
-	srv := mqtt.New(&mqtt.Options{})
-	clients := mqtt.NewClients()
-	var some [8]*mqtt.Client
+	srv := New(&Options{})
+	clients := NewClients()
+	var some [8]*Client
 	for i := range some {
 		some[i] = srv.NewClient(nil, "tcp", strconv.Itoa(i), false)
 	}

@@ -1,11 +1,10 @@
-package broker
+package mqtt
 
 import (
 	"sync"
 	"testing"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -16,7 +15,7 @@ import (
 // the two blocked the second for good, and both goroutines hung (the terminal's reader and,
 // in the agent, the outbox's send).
 func TestInflightNextImmediateWithWriters(t *testing.T) {
-	in := mqtt.NewInflights()
+	in := NewInflights()
 	in.Set(packets.Packet{PacketID: 1, FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}})
 	runAgainst(t, "NextImmediate and Set", func(int) { in.NextImmediate() }, func(i int) {
 		id := uint16(2 + i%8)
@@ -34,12 +33,12 @@ func runAgainst(t *testing.T, what string, reader, writer func(round int)) {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	for _, f := range []func(int){reader, writer} {
-		go func() {
+		go func(f func(int)) { // this module is go 1.21: a loop variable is shared
 			defer wg.Done()
-			for i := range rounds {
+			for i := 0; i < rounds; i++ {
 				f(i)
 			}
-		}()
+		}(f)
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
