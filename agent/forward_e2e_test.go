@@ -119,9 +119,9 @@ func published(prefix string, backlog []string) []string {
 // to the restarted broker again (mosquitto here keeps no sessions across a restart).
 func TestForwardedAcksSurviveUpstreamOutage(t *testing.T) {
 	m := testutil.StartMosquitto(t)
-	proxy := startDelayProxy(t, m.Addr, 0)
+	proxy := testutil.StartDelayProxy(t, m.Addr, 0)
 	cfg, err := config.Parse("o.toml", []byte(fmt.Sprintf("[agent]\ngateway_id = \"gw-o\"\ndata_dir = %q\n"+
-		"[upstream]\nurl = \"mqtt://%s\"\nreconnect_max = \"200ms\"\n[[devices]]\nid = \"o1\"\n", t.TempDir(), proxy.addr())), nil)
+		"[upstream]\nurl = \"mqtt://%s\"\nreconnect_max = \"200ms\"\n[[devices]]\nid = \"o1\"\n", t.TempDir(), proxy.Addr())), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestForwardedAcksSurviveUpstreamOutage(t *testing.T) {
 	waitFor(t, "the first ack marked reported", func() bool { return mt.forwardBacklog.Value() == 0 }, f.reported)
 	sub.close()
 
-	proxy.hold()
+	proxy.Hold()
 	m.Stop()
 	for i := 1; i <= 20; i++ {
 		f.ack("o1", testAck(i))
@@ -175,7 +175,7 @@ func TestForwardedAcksSurviveUpstreamOutage(t *testing.T) {
 	}
 	m.Restart()
 	sub = subscribeForwarded(t, m.Addr, "gw-o")
-	proxy.release()
+	proxy.Release()
 	if got := sub.waitFirst(len(want)); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("delivered after the outage\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}

@@ -20,8 +20,8 @@ func BenchmarkPipelinedResults(b *testing.B) {
 	payload := resultJSON(outbox.Result{TaskID: "t-1", DeviceID: "2042253", MessageID: "AddPerson-951-1494527067538440192", Status: outbox.Succeeded, Tries: 1})
 	for _, window := range []int{1, defaultPublishWindow} {
 		b.Run(fmt.Sprintf("window=%d", window), func(b *testing.B) {
-			proxy := startDelayProxy(b, m.Addr, 25*time.Millisecond)
-			uc := dialTestUpstream(b, proxy.addr(), window)
+			proxy := testutil.StartDelayProxy(b, m.Addr, 25*time.Millisecond)
+			uc := dialTestUpstream(b, proxy.Addr(), window)
 			const topic = "faceagent/gw-p/results"
 			b.ReportAllocs()
 			b.SetBytes(int64(len(payload)))

@@ -3,13 +3,9 @@ package agent
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
@@ -57,62 +53,6 @@ id = "p1"
 	return uc
 }
 
-// orderSubscriber keeps the payloads it receives on one topic, in arrival order.
-type orderSubscriber struct {
-	c       *paho.Client
-	mu      sync.Mutex
-	got     []string
-	changed chan struct{}
-}
-
-func subscribeInOrder(t testing.TB, addr, topic string) *orderSubscriber {
-	t.Helper()
-	return subscribeAllInOrder(t, addr, topic)
-}
-
-// subscribeAllInOrder subscribes to every filter in topics.
-func subscribeAllInOrder(t testing.TB, addr string, topics ...string) *orderSubscriber {
-	t.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &orderSubscriber{changed: make(chan struct{}, 1)}
-	s.c = paho.NewClient(paho.ClientConfig{Conn: conn, OnPublishReceived: []func(paho.PublishReceived) (bool, error){
-		func(pr paho.PublishReceived) (bool, error) {
-			s.mu.Lock()
-			s.got = append(s.got, string(pr.Packet.Payload))
-			s.mu.Unlock()
-			poke(s.changed)
-			return true, nil
-		}}})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := s.c.Connect(ctx, &paho.Connect{ClientID: fmt.Sprintf("sub-%p", s), KeepAlive: 30, CleanStart: true}); err != nil {
-		t.Fatal(err)
-	}
-	var subs []paho.SubscribeOptions
-	for _, topic := range topics {
-		subs = append(subs, paho.SubscribeOptions{Topic: topic, QoS: 1})
-	}
-	if _, err := s.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: subs}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.close)
-	return s
-}
-
-func (s *orderSubscriber) close() {
-	_ = s.c.Disconnect(&paho.Disconnect{})
-	<-s.c.Done()
-}
-
-func (s *orderSubscriber) received() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.got...)
-}
-
 func numbered(n int) [][]byte {
 	out := make([][]byte, n)
 	for i := range out {
@@ -150,10 +90,10 @@ func TestPipelinedPublishKeepsItsWindowInFlight(t *testing.T) {
 	m := testutil.StartMosquitto(t)
 	for _, tc := range []struct{ window, n int }{{64, 400}, {1, 10}} {
 		t.Run(fmt.Sprintf("window=%d", tc.window), func(t *testing.T) {
-			proxy := startDelayProxy(t, m.Addr, 20*time.Millisecond)
+			proxy := testutil.StartDelayProxy(t, m.Addr, 20*time.Millisecond)
 			topic := fmt.Sprintf("faceagent/gw-p/results-%d", tc.window)
-			sub := subscribeInOrder(t, m.Addr, topic)
-			uc := dialTestUpstream(t, proxy.addr(), tc.window)
+			sub := testutil.SubscribeInOrder(t, m.Addr, topic)
+			uc := dialTestUpstream(t, proxy.Addr(), tc.window)
 			msgs := numbered(tc.n)
 			n, err := publish.InOrder(context.Background(), uc, len(msgs), func(i int) (string, []byte, bool) {
 				return topic, msgs[i], false
@@ -161,7 +101,7 @@ func TestPipelinedPublishKeepsItsWindowInFlight(t *testing.T) {
 			if err != nil || n != len(msgs) {
 				t.Fatalf("published %d of %d: %v", n, len(msgs), err)
 			}
-			before, peak, _ := proxy.counts()
+			before, peak, _ := proxy.Counts()
 			t.Logf("window %d: %d PUBLISH before the first PUBACK, at most %d in flight", tc.window, before, peak)
 			if peak > tc.window {
 				t.Errorf("%d messages were in flight at once, over the window of %d", peak, tc.window)
@@ -174,8 +114,8 @@ func TestPipelinedPublishKeepsItsWindowInFlight(t *testing.T) {
 			if tc.window > 1 && before < tc.window/2 {
 				t.Errorf("only %d messages were sent before the first PUBACK; the window is %d", before, tc.window)
 			}
-			waitFor(t, "every message at the subscriber", func() bool { return len(sub.received()) >= len(msgs) }, sub.changed)
-			got := sub.received()
+			waitFor(t, "every message at the subscriber", func() bool { return len(sub.Received()) >= len(msgs) }, sub.Changed())
+			got := sub.Received()
 			if len(got) != len(msgs) {
 				t.Fatalf("the subscriber got %d messages, want %d", len(got), len(msgs))
 			}
@@ -197,10 +137,10 @@ func TestPipelinedPublishKeepsItsWindowInFlight(t *testing.T) {
 // loses what it acknowledged but had not yet delivered when it stops.
 func TestPipelinedPublishSurvivesUpstreamRestart(t *testing.T) {
 	m := testutil.StartMosquitto(t)
-	proxy := startDelayProxy(t, m.Addr, 5*time.Millisecond)
+	proxy := testutil.StartDelayProxy(t, m.Addr, 5*time.Millisecond)
 	const topic = "faceagent/gw/deadletter"
-	sub := subscribeInOrder(t, m.Addr, topic)
-	uc := dialTestUpstream(t, proxy.addr(), defaultPublishWindow)
+	sub := testutil.SubscribeInOrder(t, m.Addr, topic)
+	uc := dialTestUpstream(t, proxy.Addr(), defaultPublishWindow)
 	d := openTestDeadLetters(t, filepath.Join(t.TempDir(), "dl"), uc)
 	ctx, cancel := context.WithCancel(context.Background())
 	d.start(ctx)
@@ -210,29 +150,29 @@ func TestPipelinedPublishSurvivesUpstreamRestart(t *testing.T) {
 	if err := d.add(msgs); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a third of the messages", func() bool { return len(sub.received()) >= len(msgs)/3 }, sub.changed)
-	proxy.hold()
+	waitFor(t, "a third of the messages", func() bool { return len(sub.Received()) >= len(msgs)/3 }, sub.Changed())
+	proxy.Hold()
 	pollUntil(t, "the subscriber to get what reached the broker", func() bool {
-		_, _, forwarded := proxy.counts()
-		return len(sub.received()) >= forwarded
+		_, _, forwarded := proxy.Counts()
+		return len(sub.Received()) >= forwarded
 	})
-	if _, peak, _ := proxy.counts(); peak < 2 {
+	if _, peak, _ := proxy.Counts(); peak < 2 {
 		t.Errorf("at most %d messages were in flight; the stream is not pipelined", peak)
 	}
-	before := sub.received()
-	sub.close()
+	before := sub.Received()
+	sub.Close()
 	m.Restart()
-	sub2 := subscribeInOrder(t, m.Addr, topic)
-	proxy.release()
+	sub2 := testutil.SubscribeInOrder(t, m.Addr, topic)
+	proxy.Release()
 	waitBacklog(t, d, 0)
 	waitFor(t, "the rest at the new subscriber", func() bool {
 		seen := map[string]bool{}
-		for _, g := range append(before, sub2.received()...) {
+		for _, g := range append(before, sub2.Received()...) {
 			seen[g] = true
 		}
 		return len(seen) == len(msgs)
-	}, sub2.changed)
-	got := append(before, sub2.received()...)
+	}, sub2.Changed())
+	got := append(before, sub2.Received()...)
 	t.Logf("%d before the restart, %d after (%d duplicates)", len(before), len(got)-len(before), len(got)-len(msgs))
 	firstCopies(t, got, msgs)
 }
@@ -250,8 +190,8 @@ func TestPipelinedPublishHonoursReceiveMaximum(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer br.Close()
-	proxy := startDelayProxy(t, br.Addr(), 10*time.Millisecond)
-	uc := dialTestUpstream(t, proxy.addr(), 64)
+	proxy := testutil.StartDelayProxy(t, br.Addr(), 10*time.Millisecond)
+	uc := dialTestUpstream(t, proxy.Addr(), 64)
 	msgs := numbered(200)
 	n, err := publish.InOrder(context.Background(), uc, len(msgs), func(i int) (string, []byte, bool) {
 		return "faceagent/gw-p/results", msgs[i], false
@@ -259,7 +199,7 @@ func TestPipelinedPublishHonoursReceiveMaximum(t *testing.T) {
 	if err != nil || n != len(msgs) {
 		t.Fatalf("published %d of %d: %v", n, len(msgs), err)
 	}
-	before, peak, _ := proxy.counts()
+	before, peak, _ := proxy.Counts()
 	t.Logf("%d PUBLISH before the first PUBACK, at most %d in flight", before, peak)
 	if peak > 8 || before > 8 {
 		t.Errorf("%d in flight, %d before the first PUBACK: over the broker's Receive Maximum of 8", peak, before)
