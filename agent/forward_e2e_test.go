@@ -21,6 +21,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/journal"
+	"github.com/seed0e69bba5/faceagent/agent/upstream"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/sim"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
@@ -129,14 +130,16 @@ func TestForwardedAcksSurviveUpstreamOutage(t *testing.T) {
 	defer cancel()
 	mt := testMetrics()
 	connected := make(chan struct{})
-	uc, err := dialUpstream(ctx, cfg, newTaker(cfg, mt, quietLog), connected, make(chan struct{}, 1), mt, quietLog)
+	uo := upstreamOptions(cfg, acceptTasks(newTaker(cfg, mt, quietLog).accept), mt, quietLog)
+	uo.Connected = connected
+	uc, err := upstream.Dial(ctx, uo)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer scancel()
-		_ = uc.close(sctx)
+		_ = uc.Close(sctx)
 	}()
 	select {
 	case <-connected:

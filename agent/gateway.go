@@ -12,6 +12,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/journal"
 	"github.com/seed0e69bba5/faceagent/agent/store"
+	"github.com/seed0e69bba5/faceagent/agent/upstream"
 	"github.com/seed0e69bba5/faceagent/hlc"
 )
 
@@ -100,12 +101,14 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		setter, keys = engineSetter(b.Store(), clock), engineKeys{st: b.Store(), clock: clock}
 	}
 	if external {
-		uc, err := dialUpstream(rctx, cfg, take, a.upstreamUp, a.upstreamEvent, a.m, a.log.With("part", "upstream"))
+		uo := upstreamOptions(cfg, acceptTasks(take.accept), a.m, a.log.With("part", "upstream"))
+		uo.Connected, uo.Events = a.upstreamUp, a.upstreamEvent
+		uc, err := upstream.Dial(rctx, uo)
 		if err != nil {
 			cancel()
 			return err
 		}
-		*stops = append(*stops, uc.close)
+		*stops = append(*stops, uc.Close)
 		results = uc
 
 		sc, err := store.New(&store.Options{

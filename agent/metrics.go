@@ -9,6 +9,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/agent/upstream"
 )
 
 // agentMetrics are the agent's series; names are faceagent_<what>[_unit][_total].
@@ -23,8 +24,7 @@ type agentMetrics struct {
 	succeeded        *metrics.CounterVec
 	failed           *metrics.CounterVec
 	retries          *metrics.CounterVec
-	upstreamUp       *metrics.Gauge
-	upstreamConnects *metrics.Counter
+	upstream         *upstream.Metrics
 	storeWrite       *metrics.Histogram
 	storeWriteErrors *metrics.Counter
 	// storeWriteRefused counts device state writes the store refused, by reason.
@@ -104,8 +104,7 @@ func (a *Agent) registerMetrics() {
 		succeeded:        r.NewCounterVec("faceagent_commands_succeeded_total", "Commands the terminal acked with code 0.", "device"),
 		failed:           r.NewCounterVec("faceagent_commands_failed_total", "Commands refused or out of tries.", "device"),
 		retries:          r.NewCounterVec("faceagent_commands_retried_total", "Resends after an ack timeout.", "device"),
-		upstreamUp:       r.NewGauge("faceagent_upstream_connected", "1 while connected and subscribed to the external upstream broker."),
-		upstreamConnects: r.NewCounter("faceagent_upstream_connects_total", "Connections (and subscriptions) to the external upstream broker."),
+		upstream:         upstream.NewMetrics(r),
 		storeWrite:       r.NewHistogram("faceagent_store_write_seconds", "Round trip of a device state write to the state store.", metrics.DefaultLatencyBuckets),
 		storeWriteErrors: r.NewCounter("faceagent_store_write_errors_total", "Device state writes that failed (retried later)."),
 		storeWriteRefused: r.NewCounterVec("faceagent_store_write_refused_total",

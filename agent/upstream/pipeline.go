@@ -1,4 +1,4 @@
-package agent
+package upstream
 
 import (
 	"bytes"
@@ -20,8 +20,8 @@ import (
 
 // defaultPublishWindow is how many reports (results, forwarded acks and heartbeats,
 // deadletters) one stream keeps in flight to an external broker when
-// upstream.publish_window is not set. Across a 50 ms round
-// trip one at a time caps a stream at 20 messages/s; 64 in flight allow about 1,300/s,
+// Options.PublishWindow is 0. Across a 50 ms round trip one at a time caps a stream at
+// 20 messages/s; 64 in flight allow about 1,300/s,
 // enough for what a gateway finishes. The broker's Receive Maximum bounds it further
 // (paho waits for a free slot), and it is shared by the streams of one connection.
 const defaultPublishWindow = 64

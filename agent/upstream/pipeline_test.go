@@ -1,48 +1,80 @@
-package agent
+package upstream
 
 import (
 	"context"
 	"fmt"
-	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
-	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/publish"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
-// dialTestUpstream connects an upstream connection (the agent's, as dialUpstream builds
-// it) to the broker at addr with the given publish window, and waits until it is up.
-func dialTestUpstream(t testing.TB, addr string, window int) *upstreamConn {
-	t.Helper()
-	cfg, err := config.Parse("p.toml", fmt.Appendf(nil, `[agent]
-gateway_id = "gw-p"
-data_dir = %q
-[upstream]
-url = "mqtt://%s"
-session_expiry = "1h"
-reconnect_max = "200ms"
-[[devices]]
-id = "p1"
-`, t.TempDir(), addr), nil)
-	if err != nil {
-		t.Fatal(err)
+// taskLog is a Tasks that keeps the payloads it accepts and refuses while refuse is set.
+type taskLog struct {
+	mu       sync.Mutex
+	got      []string
+	refused  int
+	refuse   bool
+	accepted chan struct{} // signalled on every call
+}
+
+func newTaskLog() *taskLog { return &taskLog{accepted: make(chan struct{}, 1)} }
+
+func (l *taskLog) Accept(_ context.Context, payload []byte) error {
+	l.mu.Lock()
+	defer func() {
+		l.mu.Unlock()
+		select {
+		case l.accepted <- struct{}{}:
+		default:
+		}
+	}()
+	if l.refuse {
+		l.refused++
+		return fmt.Errorf("refused %s", payload)
 	}
+	l.got = append(l.got, string(payload))
+	return nil
+}
+
+// testOptions are the options the agent gives a connection to addr with its defaults
+// (keep-alive 30s, connect timeout 10s) for gateway gw-p, a session kept for an hour and
+// reconnects at most 200ms apart.
+func testOptions(addr string, window int, tasks Tasks) *Options {
+	return &Options{
+		URL: "mqtt://" + addr, ClientID: "faceagent-gw-p", KeepAlive: 30 * time.Second,
+		ConnectTimeout: 10 * time.Second, SessionExpiry: time.Hour, ReconnectMax: 200 * time.Millisecond,
+		PublishWindow: window, TasksTopic: "faceagent/gw-p/tasks", Tasks: tasks,
+	}
+}
+
+// dialTestUpstream connects with testOptions to the broker at addr with the given publish
+// window, and waits until the tasks are subscribed.
+func dialTestUpstream(t testing.TB, addr string, window int) *Conn {
+	t.Helper()
+	return dialWith(t, testOptions(addr, window, newTaskLog()))
+}
+
+// dialWith dials with o (Connected set here) and waits until the tasks are subscribed;
+// the connection is closed when t ends.
+func dialWith(t testing.TB, o *Options) *Conn {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	m := testMetrics()
 	first := make(chan struct{})
-	uc, err := dialUpstream(ctx, cfg, newTaker(cfg, m, quietLog), first, make(chan struct{}, 1), m, quietLog)
+	o.Connected = first
+	uc, err := Dial(ctx, o)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
-	uc.window = window // nothing publishes yet
 	t.Cleanup(func() {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer scancel()
-		_ = uc.close(sctx)
+		_ = uc.Close(sctx)
 		cancel()
 	})
 	select {
@@ -129,27 +161,31 @@ func TestPipelinedPublishKeepsItsWindowInFlight(t *testing.T) {
 }
 
 // The upstream broker (mosquitto, which keeps no sessions across a restart) restarts
-// while the deadletter stream has a window of messages in flight: its PUBACKs never
-// come, the session is gone on reconnect, and the stream sends everything from the first
-// unacknowledged message again. Every message arrives, the first copies in order, and
-// the backlog empties. The proxy stops the agent's bytes first and the test lets the
-// subscriber take what the broker already has, since a broker without persistence
-// loses what it acknowledged but had not yet delivered when it stops.
+// while a stream has a window of messages in flight: their PUBACKs never come, the session
+// is gone on reconnect, and the stream sends everything from the first unacknowledged
+// message again, as every report stream does (publish.InOrder from the first message not
+// accepted). Every message arrives, the first copies in order, and every one is accepted
+// in the end. The proxy stops the agent's bytes first and the test lets the subscriber
+// take what the broker already has, since a broker without persistence loses what it
+// acknowledged but had not yet delivered when it stops.
 func TestPipelinedPublishSurvivesUpstreamRestart(t *testing.T) {
 	m := testutil.StartMosquitto(t)
 	proxy := testutil.StartDelayProxy(t, m.Addr, 5*time.Millisecond)
 	const topic = "faceagent/gw/deadletter"
 	sub := testutil.SubscribeInOrder(t, m.Addr, topic)
 	uc := dialTestUpstream(t, proxy.Addr(), defaultPublishWindow)
-	d := openTestDeadLetters(t, filepath.Join(t.TempDir(), "dl"), uc)
-	ctx, cancel := context.WithCancel(context.Background())
-	d.start(ctx)
-	defer func() { cancel(); d.wg.Wait(); _ = d.close() }()
 
 	msgs := numbered(2000)
-	if err := d.add(msgs); err != nil {
-		t.Fatal(err)
+	var accepted atomic.Int64
+	type outcome struct {
+		failures int
+		err      error
 	}
+	streamed := make(chan outcome, 1)
+	go func() {
+		failures, err := publishAll(uc, topic, msgs, &accepted)
+		streamed <- outcome{failures, err}
+	}()
 	waitFor(t, "a third of the messages", func() bool { return len(sub.Received()) >= len(msgs)/3 }, sub.Changed())
 	proxy.Hold()
 	pollUntil(t, "the subscriber to get what reached the broker", func() bool {
@@ -164,7 +200,17 @@ func TestPipelinedPublishSurvivesUpstreamRestart(t *testing.T) {
 	m.Restart()
 	sub2 := testutil.SubscribeInOrder(t, m.Addr, topic)
 	proxy.Release()
-	waitBacklog(t, d, 0)
+	select {
+	case o := <-streamed:
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		if o.failures == 0 {
+			t.Error("no round failed: the restart lost nothing in flight, and nothing was sent again")
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%d of %d messages accepted after a minute", accepted.Load(), len(msgs))
+	}
 	waitFor(t, "the rest at the new subscriber", func() bool {
 		seen := map[string]bool{}
 		for _, g := range append(before, sub2.Received()...) {
@@ -175,6 +221,35 @@ func TestPipelinedPublishSurvivesUpstreamRestart(t *testing.T) {
 	got := append(before, sub2.Received()...)
 	t.Logf("%d before the restart, %d after (%d duplicates)", len(before), len(got)-len(before), len(got)-len(msgs))
 	firstCopies(t, got, msgs)
+}
+
+// publishAll publishes msgs on topic in order as a report stream does: batches of a
+// window through publish.InOrder and, after a failure, again from the first message not
+// accepted, 100ms later. accepted counts the contiguous prefix accepted. It returns how
+// many rounds failed, and gives up after 1,000 failed rounds or a minute.
+func publishAll(uc *Conn, topic string, msgs [][]byte, accepted *atomic.Int64) (failures int, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := 0
+	for done < len(msgs) {
+		batch := msgs[done:min(len(msgs), done+publish.BatchFor(uc, 1))]
+		n, err := publish.InOrder(ctx, uc, len(batch), func(i int) (string, []byte, bool) {
+			return topic, batch[i], false
+		})
+		done += n
+		accepted.Store(int64(done))
+		if err == nil {
+			continue
+		}
+		if failures++; failures > 1000 || ctx.Err() != nil {
+			return failures, fmt.Errorf("%d of %d accepted: %w", done, len(msgs), err)
+		}
+		select {
+		case <-time.After(100 * time.Millisecond): // the stream's retry delay, not a wait for an event
+		case <-ctx.Done():
+		}
+	}
+	return failures, nil
 }
 
 // A broker that allows fewer messages in flight (its Receive Maximum, here the embedded
