@@ -1,0 +1,112 @@
+package upstream
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seed0e69bba5/faceagent/agent/broker"
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
+)
+
+// startBroker starts the embedded broker on a free loopback port with opts (Listen and,
+// without TLS, AllowAnonymous set here); it is closed when t ends.
+func startBroker(t *testing.T, opts broker.Options) *broker.Broker {
+	t.Helper()
+	opts.Listen = "127.0.0.1:0"
+	opts.AllowAnonymous = true
+	br, err := broker.New(&opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := br.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = br.Close() })
+	return br
+}
+
+// Over mqtts:// the connection verifies the broker with the CA file and presents the
+// client certificate (the broker requires one).
+func TestDialMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := testutil.NewCA(t, "upstream test CA")
+	certFile, keyFile := testutil.WriteKeyPair(t, ca.Issue(t, "broker", x509.ExtKeyUsageServerAuth), dir, "broker.pem", "broker.key")
+	caFile := ca.WriteCert(t, dir, "ca.pem")
+	br := startBroker(t, broker.Options{TLS: broker.TLSOptions{CertFile: certFile, KeyFile: keyFile, ClientCAFile: caFile}})
+	clientCert, clientKey := testutil.WriteKeyPair(t, ca.Issue(t, "gw-p", x509.ExtKeyUsageClientAuth), dir, "client.pem", "client.key")
+
+	o := testOptions(br.Addr(), 0, newTaskLog())
+	o.URL = "mqtts://" + br.Addr()
+	o.TLS = TLSOptions{CAFile: caFile, CertFile: clientCert, KeyFile: clientKey}
+	uc := dialWith(t, o)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := uc.Publish(ctx, "faceagent/gw-p/results", []byte("r")); err != nil {
+		t.Fatalf("publish over TLS: %v", err)
+	}
+}
+
+// Dial refuses a URL it cannot parse and TLS files it cannot use, naming the setting; with
+// a plain URL the TLS files are not read.
+func TestDialRefusesBadURLAndTLSFiles(t *testing.T) {
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "ca.txt")
+	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.pem")
+	for _, tc := range []struct {
+		name, url string
+		tls       TLSOptions
+		want      string // prefix of the error; "" for none
+	}{
+		{"url", "mqtt://[::1", TLSOptions{}, "upstream.url: "},
+		{"missing CA", "mqtts://127.0.0.1:1", TLSOptions{CAFile: missing}, "upstream.tls_ca: open " + missing + ": no such file or directory"},
+		{"CA not PEM", "mqtts://127.0.0.1:1", TLSOptions{CAFile: notPEM}, "upstream.tls_ca: " + notPEM + " holds no PEM certificate"},
+		{"missing cert", "ssl://127.0.0.1:1", TLSOptions{CertFile: missing, KeyFile: missing}, "upstream.tls_cert: open " + missing},
+		{"plain url", "mqtt://127.0.0.1:1", TLSOptions{CAFile: missing, CertFile: missing}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := testOptions("", 0, newTaskLog())
+			o.URL, o.TLS = tc.url, tc.tls
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			uc, err := Dial(ctx, o)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Dial: %v", err)
+				}
+				sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer scancel()
+				if err := uc.Close(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("Close: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Fatalf("Dial: %v, want an error starting with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// Dial refuses options without a client id, a tasks topic or a Tasks.
+func TestDialRequiresIdentityAndTasks(t *testing.T) {
+	for _, change := range []func(*Options){
+		func(o *Options) { o.ClientID = "" },
+		func(o *Options) { o.TasksTopic = "" },
+		func(o *Options) { o.Tasks = nil },
+	} {
+		o := testOptions("127.0.0.1:1", 0, newTaskLog())
+		change(o)
+		if _, err := Dial(context.Background(), o); err == nil || !strings.HasPrefix(err.Error(), "upstream: Options.") {
+			t.Errorf("Dial(%+v): %v, want it refused", o, err)
+		}
+	}
+}
