@@ -242,13 +242,12 @@ func (uc *Conn) onPublish(pr paho.PublishReceived) (bool, error) {
 	}
 	if err := uc.tasks.Accept(context.Background(), pk.Payload); err != nil {
 		// Not stored: no PUBACK. The broker redelivers it on the next connection; drop this
-		// one so that happens (the journal or the outbox is gone or stopping).
+		// one so that happens (the journal or the outbox is gone or stopping, or the
+		// deadletter backlog is full). Only the connection: the manager reconnects. From a
+		// goroutine, as the session's lock may be held by a publish waiting for a PUBACK
+		// that this goroutine's return lets paho read.
 		uc.log.Error("task message not stored; not acknowledged", "err", err)
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			_ = uc.cm.Disconnect(ctx)
-		}()
+		go uc.sess.dropConnection()
 		return true, nil
 	}
 	return true, pr.Client.Ack(pk)

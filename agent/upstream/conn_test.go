@@ -4,13 +4,17 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/eclipse/paho.golang/paho"
+
 	"github.com/seed0e69bba5/faceagent/agent/broker"
+	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
@@ -29,6 +33,73 @@ func startBroker(t *testing.T, opts broker.Options) *broker.Broker {
 	}
 	t.Cleanup(func() { _ = br.Close() })
 	return br
+}
+
+// publishQoS1 publishes payload on topic from a back office client of its own and returns
+// once the broker acknowledged it.
+func publishQoS1(t *testing.T, addr, topic, payload string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := paho.NewClient(paho.ClientConfig{Conn: conn})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Connect(ctx, &paho.Connect{ClientID: "back-office", KeepAlive: 30, CleanStart: true}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Disconnect(&paho.Disconnect{}); <-c.Done() }()
+	if _, err := c.Publish(ctx, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte(payload)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A task message is acknowledged only once Tasks.Accept took it: refused, it gets no
+// PUBACK, the connection is dropped, and the broker delivers it again on the next one (the
+// session persists) — then it is accepted and acknowledged, and the broker holds nothing
+// more for the agent. Each subscription counts in the metrics and signals Events.
+func TestTaskIsAcknowledgedOnlyOnceAccepted(t *testing.T) {
+	br := startBroker(t, broker.Options{})
+	tasks := newTaskLog()
+	tasks.refuse = true
+	o := testOptions(br.Addr(), 0, tasks)
+	events := make(chan struct{}, 1)
+	o.Events = events
+	o.Metrics = NewMetrics(metrics.NewRegistry())
+	dialWith(t, o)
+	if up, n := o.Metrics.Up.Value(), o.Metrics.Connects.Value(); up != 1 || n != 1 {
+		t.Fatalf("connected: up %v, connects %v; want 1 and 1", up, n)
+	}
+
+	publishQoS1(t, br.Addr(), o.TasksTopic, "task-1")
+	waitFor(t, "the task refused", func() bool {
+		tasks.mu.Lock()
+		defer tasks.mu.Unlock()
+		if tasks.refused > 0 {
+			tasks.refuse = false
+		}
+		return tasks.refused > 0
+	}, tasks.accepted)
+	waitFor(t, "the task delivered again and accepted", func() bool {
+		tasks.mu.Lock()
+		defer tasks.mu.Unlock()
+		return len(tasks.got) == 1
+	}, tasks.accepted)
+	tasks.mu.Lock()
+	got := tasks.got[0]
+	tasks.mu.Unlock()
+	if got != "task-1" {
+		t.Fatalf("accepted %q, want task-1", got)
+	}
+	waitFor(t, "the second subscription", func() bool { return o.Metrics.Connects.Value() >= 2 }, events)
+	pollUntil(t, "the broker to hold nothing in flight for the agent", func() bool {
+		cl, ok := br.Server().Clients.Get(o.ClientID)
+		return ok && cl.State.Inflight.Len() == 0
+	})
+	if up := o.Metrics.Up.Value(); up != 1 {
+		t.Errorf("up %v after the reconnect, want 1", up)
+	}
 }
 
 // Over mqtts:// the connection verifies the broker with the CA file and presents the

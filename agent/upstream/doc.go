@@ -69,6 +69,10 @@
 //     again after a start; the broker's copy of the session still redelivers tasks.
 //   - Every message in flight is kept in the session, encoded, until its PUBACK: the memory
 //     in flight is about the window times the streams times a message's size.
+//   - A task refused again and again (a journal that fails) drops the connection each time
+//     it is delivered: the connection comes back within 100–200ms and logs one error per
+//     refusal, until Accept takes it (the deadletter backlog has room again) or the agent
+//     is restarted (the root reports a failed journal as needing a restart).
 //   - Events has room for one signal: several events between two reads are one.
 //   - Errors name the configuration keys ("upstream.url", "upstream.tls_ca",
 //     "upstream.tls_cert") the root maps onto Options, so an operator knows what to fix.

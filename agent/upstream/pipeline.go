@@ -176,6 +176,17 @@ func (s *pipeSession) ConnectionLost(dp *packets.Disconnect) error {
 	return err
 }
 
+// dropConnection closes the connection given to ConAckReceived, if it is up: paho reads an
+// error, reports it, and autopaho connects again (while ConnectionManager.Disconnect would
+// end it for good). The session keeps what it holds, as on any loss of the connection.
+func (s *pipeSession) dropConnection() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.conn.(io.Closer); ok {
+		_ = c.Close()
+	}
+}
+
 // publish stores a QoS 1 message in the session (waiting for a send slot under the
 // broker's Receive Maximum) and writes it. A write error leaves it stored: it is sent
 // again on the next connection, or reported lost. It refuses when after (if set) was
