@@ -444,7 +444,7 @@ id = "x2"
 	// mosquitto runs without persistence here: tasks published before the agent has
 	// subscribed again would be dropped by the broker. Wait for the resubscription.
 	deadline := time.After(30 * time.Second)
-	for a.m.upstreamConnects.Value() < 2 {
+	for a.m.upstream.Connects.Value() < 2 {
 		select {
 		case <-a.upstreamEvent:
 		case <-deadline:

@@ -21,6 +21,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/journal"
+	"github.com/seed0e69bba5/faceagent/agent/upstream"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/sim"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
@@ -119,9 +120,9 @@ func published(prefix string, backlog []string) []string {
 // to the restarted broker again (mosquitto here keeps no sessions across a restart).
 func TestForwardedAcksSurviveUpstreamOutage(t *testing.T) {
 	m := testutil.StartMosquitto(t)
-	proxy := startDelayProxy(t, m.Addr, 0)
+	proxy := testutil.StartDelayProxy(t, m.Addr, 0)
 	cfg, err := config.Parse("o.toml", []byte(fmt.Sprintf("[agent]\ngateway_id = \"gw-o\"\ndata_dir = %q\n"+
-		"[upstream]\nurl = \"mqtt://%s\"\nreconnect_max = \"200ms\"\n[[devices]]\nid = \"o1\"\n", t.TempDir(), proxy.addr())), nil)
+		"[upstream]\nurl = \"mqtt://%s\"\nreconnect_max = \"200ms\"\n[[devices]]\nid = \"o1\"\n", t.TempDir(), proxy.Addr())), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,14 +130,16 @@ func TestForwardedAcksSurviveUpstreamOutage(t *testing.T) {
 	defer cancel()
 	mt := testMetrics()
 	connected := make(chan struct{})
-	uc, err := dialUpstream(ctx, cfg, newTaker(cfg, nil, quietLog), connected, make(chan struct{}, 1), mt, quietLog)
+	uo := upstreamOptions(cfg, newTaker(cfg, nil, quietLog), mt, quietLog)
+	uo.Connected = connected
+	uc, err := upstream.Dial(ctx, uo)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer scancel()
-		_ = uc.close(sctx)
+		_ = uc.Close(sctx)
 	}()
 	select {
 	case <-connected:
@@ -161,7 +164,7 @@ func TestForwardedAcksSurviveUpstreamOutage(t *testing.T) {
 	waitFor(t, "the first ack marked reported", func() bool { return mt.forwardBacklog.Value() == 0 }, f.reported)
 	sub.close()
 
-	proxy.hold()
+	proxy.Hold()
 	m.Stop()
 	for i := 1; i <= 20; i++ {
 		f.ack("o1", testAck(i))
@@ -175,7 +178,7 @@ func TestForwardedAcksSurviveUpstreamOutage(t *testing.T) {
 	}
 	m.Restart()
 	sub = subscribeForwarded(t, m.Addr, "gw-o")
-	proxy.release()
+	proxy.Release()
 	if got := sub.waitFirst(len(want)); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("delivered after the outage\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}

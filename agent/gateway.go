@@ -15,6 +15,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/kv"
 	"github.com/seed0e69bba5/faceagent/agent/links"
 	"github.com/seed0e69bba5/faceagent/agent/store"
+	"github.com/seed0e69bba5/faceagent/agent/upstream"
 	"github.com/seed0e69bba5/faceagent/hlc"
 )
 
@@ -103,12 +104,14 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		keys = kv.Engine{Store: b.Store(), Clock: clock}
 	}
 	if external {
-		uc, err := dialUpstream(rctx, cfg, take, a.upstreamUp, a.upstreamEvent, a.m, a.log.With("part", "upstream"))
+		uo := upstreamOptions(cfg, take, a.m, a.log.With("part", "upstream"))
+		uo.Connected, uo.Events = a.upstreamUp, a.upstreamEvent
+		uc, err := upstream.Dial(rctx, uo)
 		if err != nil {
 			cancel()
 			return err
 		}
-		*stops = append(*stops, uc.close)
+		*stops = append(*stops, uc.Close)
 		results = uc
 
 		sc, err := store.New(&store.Options{

@@ -9,20 +9,20 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/agent/upstream"
 )
 
 // agentMetrics are the agent's series; names are faceagent_<what>[_unit][_total].
 type agentMetrics struct {
-	results          *metrics.CounterVec // by status
-	queued           *metrics.GaugeVec   // by device
-	inFlight         *metrics.GaugeVec
-	online           *metrics.GaugeVec
-	sent             *metrics.CounterVec
-	succeeded        *metrics.CounterVec
-	failed           *metrics.CounterVec
-	retries          *metrics.CounterVec
-	upstreamUp       *metrics.Gauge
-	upstreamConnects *metrics.Counter
+	results   *metrics.CounterVec // by status
+	queued    *metrics.GaugeVec   // by device
+	inFlight  *metrics.GaugeVec
+	online    *metrics.GaugeVec
+	sent      *metrics.CounterVec
+	succeeded *metrics.CounterVec
+	failed    *metrics.CounterVec
+	retries   *metrics.CounterVec
+	upstream  *upstream.Metrics
 	// state are the device state writer's series (faceagent_store_write_*).
 	state *devstate.Metrics
 	// The embedded state store's bounds (agent/broker/statestore Stats).
@@ -91,17 +91,16 @@ func (a *Agent) registerMetrics() {
 	a.registerMemoryMetrics()
 	a.intakeM = intake.NewMetrics(r)
 	a.m = &agentMetrics{
-		results:          r.NewCounterVec("faceagent_results_total", "Results reported upstream, by status.", "status"),
-		queued:           r.NewGaugeVec("faceagent_queue_depth", "Commands waiting per terminal (not counting the one in flight).", "device"),
-		inFlight:         r.NewGaugeVec("faceagent_in_flight", "1 while a command is in flight to the terminal.", "device"),
-		online:           r.NewGaugeVec("faceagent_device_online", "1 while the terminal is online.", "device"),
-		sent:             r.NewCounterVec("faceagent_commands_sent_total", "Commands sent to the terminal, resends included.", "device"),
-		succeeded:        r.NewCounterVec("faceagent_commands_succeeded_total", "Commands the terminal acked with code 0.", "device"),
-		failed:           r.NewCounterVec("faceagent_commands_failed_total", "Commands refused or out of tries.", "device"),
-		retries:          r.NewCounterVec("faceagent_commands_retried_total", "Resends after an ack timeout.", "device"),
-		upstreamUp:       r.NewGauge("faceagent_upstream_connected", "1 while connected and subscribed to the external upstream broker."),
-		upstreamConnects: r.NewCounter("faceagent_upstream_connects_total", "Connections (and subscriptions) to the external upstream broker."),
-		state:            devstate.NewMetrics(r),
+		results:   r.NewCounterVec("faceagent_results_total", "Results reported upstream, by status.", "status"),
+		queued:    r.NewGaugeVec("faceagent_queue_depth", "Commands waiting per terminal (not counting the one in flight).", "device"),
+		inFlight:  r.NewGaugeVec("faceagent_in_flight", "1 while a command is in flight to the terminal.", "device"),
+		online:    r.NewGaugeVec("faceagent_device_online", "1 while the terminal is online.", "device"),
+		sent:      r.NewCounterVec("faceagent_commands_sent_total", "Commands sent to the terminal, resends included.", "device"),
+		succeeded: r.NewCounterVec("faceagent_commands_succeeded_total", "Commands the terminal acked with code 0.", "device"),
+		failed:    r.NewCounterVec("faceagent_commands_failed_total", "Commands refused or out of tries.", "device"),
+		retries:   r.NewCounterVec("faceagent_commands_retried_total", "Resends after an ack timeout.", "device"),
+		upstream:  upstream.NewMetrics(r),
+		state:     devstate.NewMetrics(r),
 		storeBytes: r.NewGauge("faceagent_store_bytes",
 			"Memory the embedded state store counts against store_max_bytes (keys, values, bookkeeping, KEYNOTIFY registrations)."),
 		storeKeys:    r.NewGauge("faceagent_store_keys", "Keys in the embedded state store."),

@@ -17,16 +17,16 @@ import (
 // tasks were given, each exactly once.
 func TestResultsArePipelinedAcrossASlowLink(t *testing.T) {
 	m := testutil.StartMosquitto(t)
-	proxy := startDelayProxy(t, m.Addr, 20*time.Millisecond)
+	proxy := testutil.StartDelayProxy(t, m.Addr, 20*time.Millisecond)
 	ids := []string{"w1", "w2", "w3", "w4"}
-	local, _, stop := startUpstreamAgent(t, "gw-w", proxy.addr(), "300ms", ids)
+	local, _, stop := startUpstreamAgent(t, "gw-w", proxy.Addr(), "300ms", ids)
 	defer startStrictTerminals(t, local, ids, 5).Close()
-	sub := subscribeInOrder(t, m.Addr, "faceagent/gw-w/results")
+	sub := testutil.SubscribeInOrder(t, m.Addr, "faceagent/gw-w/results")
 	bo := connectBackOffice(t, m.Addr, "gw-w")
 	const n = 400
 	publishAddBatches(bo, "gw-w", "w-%03d", ids, n, 50)
-	waitFor(t, "every result", func() bool { return len(sub.received()) >= n }, sub.changed)
-	_, peak, _ := proxy.counts()
+	waitFor(t, "every result", func() bool { return len(sub.Received()) >= n }, sub.Changed())
+	_, peak, _ := proxy.Counts()
 	t.Logf("at most %d messages in flight across the link", peak)
 	// Results, forwarded acks and heartbeats and the state store's requests share the
 	// link; one at a time that is at most a handful. The terminals finish tasks far
@@ -39,7 +39,7 @@ func TestResultsArePipelinedAcrossASlowLink(t *testing.T) {
 		next[id] = k
 	}
 	seen := map[string]bool{}
-	for _, p := range sub.received() {
+	for _, p := range sub.Received() {
 		r, err := wire.ParseResult([]byte(p))
 		if err != nil {
 			t.Fatal(err)
@@ -74,13 +74,13 @@ func TestResultsArePipelinedAcrossASlowLink(t *testing.T) {
 // without persistence loses what it acknowledged and had not yet delivered).
 func TestResultsSurviveUpstreamRestartMidStream(t *testing.T) {
 	m := testutil.StartMosquitto(t)
-	proxy := startDelayProxy(t, m.Addr, 10*time.Millisecond)
-	proxy.setCountTopic("faceagent/gw-v/")
+	proxy := testutil.StartDelayProxy(t, m.Addr, 10*time.Millisecond)
+	proxy.SetCountTopic("faceagent/gw-v/")
 	ids := []string{"v1", "v2", "v3", "v4"}
-	local, a, stop := startUpstreamAgent(t, "gw-v", proxy.addr(), "200ms", ids)
+	local, a, stop := startUpstreamAgent(t, "gw-v", proxy.Addr(), "200ms", ids)
 	// Subscribed before anything is forwarded: the broker drops what nobody takes.
-	results := subscribeInOrder(t, m.Addr, "faceagent/gw-v/results")
-	others := subscribeAllInOrder(t, m.Addr, "faceagent/gw-v/devices/#", "faceagent/gw-v/deadletter")
+	results := testutil.SubscribeInOrder(t, m.Addr, "faceagent/gw-v/results")
+	others := testutil.SubscribeInOrder(t, m.Addr, "faceagent/gw-v/devices/#", "faceagent/gw-v/deadletter")
 	defer startStrictTerminals(t, local, ids, 6).Close()
 	bo := connectBackOffice(t, m.Addr, "gw-v")
 	const n = 1200
@@ -88,28 +88,28 @@ func TestResultsSurviveUpstreamRestartMidStream(t *testing.T) {
 	// Every task is in the agent's journal before the broker goes (it would lose those
 	// it had not delivered yet).
 	pollUntil(t, "every task taken", func() bool { return a.intakeM.Accepted.Value() >= n })
-	waitFor(t, "a quarter of the results", func() bool { return len(results.received()) >= n/4 }, results.changed)
-	proxy.hold()
+	waitFor(t, "a quarter of the results", func() bool { return len(results.Received()) >= n/4 }, results.Changed())
+	proxy.Hold()
 	pollUntil(t, "the subscribers to get what reached the broker", func() bool {
-		return len(results.received())+len(others.received()) >= proxy.forwardedOnTopic()
+		return len(results.Received())+len(others.Received()) >= proxy.ForwardedOnTopic()
 	})
-	before := results.received()
+	before := results.Received()
 	if len(before) == n {
 		t.Fatal("every result was out before the restart; nothing was in flight")
 	}
-	results.close()
-	others.close()
+	results.Close()
+	others.Close()
 	m.Restart()
-	after := subscribeInOrder(t, m.Addr, "faceagent/gw-v/results")
-	proxy.release()
-	all := func() []string { return append(append([]string(nil), before...), after.received()...) }
+	after := testutil.SubscribeInOrder(t, m.Addr, "faceagent/gw-v/results")
+	proxy.Release()
+	all := func() []string { return append(append([]string(nil), before...), after.Received()...) }
 	waitFor(t, "every result", func() bool {
 		seen := map[string]bool{}
 		for _, p := range all() {
 			seen[p] = true
 		}
 		return len(seen) >= n
-	}, after.changed)
+	}, after.Changed())
 	got := all()
 	t.Logf("%d results before the restart, %d after (%d duplicates)", len(before), len(got)-len(before), len(got)-n)
 	next := map[string]int{}

@@ -1,4 +1,4 @@
-package agent
+package upstream
 
 import (
 	"bytes"
@@ -20,8 +20,8 @@ import (
 
 // defaultPublishWindow is how many reports (results, forwarded acks and heartbeats,
 // deadletters) one stream keeps in flight to an external broker when
-// upstream.publish_window is not set. Across a 50 ms round
-// trip one at a time caps a stream at 20 messages/s; 64 in flight allow about 1,300/s,
+// Options.PublishWindow is 0. Across a 50 ms round trip one at a time caps a stream at
+// 20 messages/s; 64 in flight allow about 1,300/s,
 // enough for what a gateway finishes. The broker's Receive Maximum bounds it further
 // (paho waits for a free slot), and it is shared by the streams of one connection.
 const defaultPublishWindow = 64
@@ -174,6 +174,17 @@ func (s *pipeSession) ConnectionLost(dp *packets.Disconnect) error {
 	}
 	s.mu.Unlock()
 	return err
+}
+
+// dropConnection closes the connection given to ConAckReceived, if it is up: paho reads an
+// error, reports it, and autopaho connects again (while ConnectionManager.Disconnect would
+// end it for good). The session keeps what it holds, as on any loss of the connection.
+func (s *pipeSession) dropConnection() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.conn.(io.Closer); ok {
+		_ = c.Close()
+	}
 }
 
 // publish stores a QoS 1 message in the session (waiting for a send slot under the

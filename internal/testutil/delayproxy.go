@@ -1,4 +1,4 @@
-package agent
+package testutil
 
 import (
 	"net"
@@ -9,12 +9,12 @@ import (
 	"time"
 )
 
-// delayProxy forwards TCP connections to target and delays each direction by delay (a
+// DelayProxy forwards TCP connections to target and delays each direction by delay (a
 // WAN link's latency on loopback). It reads the MQTT packets going through and counts
 // the client's PUBLISH packets and the PUBACKs it delivers back, so a test sees how many
 // messages were in flight at once. While held it refuses new connections, and stops
 // forwarding what the client sends on its current ones (a link gone quiet).
-type delayProxy struct {
+type DelayProxy struct {
 	ln     net.Listener
 	target string
 	delay  time.Duration
@@ -33,13 +33,15 @@ type delayProxy struct {
 	wg             sync.WaitGroup
 }
 
-func startDelayProxy(t testing.TB, target string, delay time.Duration) *delayProxy {
+// StartDelayProxy listens on a free loopback port and forwards to target with delay each
+// way; it is closed when t ends.
+func StartDelayProxy(t testing.TB, target string, delay time.Duration) *DelayProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &delayProxy{ln: ln, target: target, delay: delay, gate: make(chan struct{}), beforeFirstAck: -1, conns: map[net.Conn]bool{}}
+	p := &DelayProxy{ln: ln, target: target, delay: delay, gate: make(chan struct{}), beforeFirstAck: -1, conns: map[net.Conn]bool{}}
 	close(p.gate)
 	p.wg.Add(1)
 	go func() {
@@ -70,10 +72,11 @@ func startDelayProxy(t testing.TB, target string, delay time.Duration) *delayPro
 	return p
 }
 
-func (p *delayProxy) addr() string { return p.ln.Addr().String() }
+// Addr is the address clients connect to.
+func (p *DelayProxy) Addr() string { return p.ln.Addr().String() }
 
-// hold refuses new connections and stops forwarding the client's bytes.
-func (p *delayProxy) hold() {
+// Hold refuses new connections and stops forwarding the client's bytes.
+func (p *DelayProxy) Hold() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.held.Swap(true) {
@@ -81,7 +84,8 @@ func (p *delayProxy) hold() {
 	}
 }
 
-func (p *delayProxy) release() {
+// Release undoes Hold: what the clients sent meanwhile is forwarded.
+func (p *DelayProxy) Release() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.held.Swap(false) {
@@ -96,7 +100,7 @@ type delayedChunk struct {
 
 // pipe copies src to dst, each chunk delay after it was read. fromClient: src is the
 // client (its PUBLISH packets are counted), else the broker (its PUBACKs are).
-func (p *delayProxy) pipe(dst, src net.Conn, fromClient bool) {
+func (p *DelayProxy) pipe(dst, src net.Conn, fromClient bool) {
 	defer p.wg.Done()
 	chunks := make(chan delayedChunk, 1024)
 	var readScan, writeScan mqttScanner
@@ -160,39 +164,40 @@ func (p *delayProxy) pipe(dst, src net.Conn, fromClient bool) {
 	}
 }
 
-func (p *delayProxy) count(f func()) {
+func (p *DelayProxy) count(f func()) {
 	p.mu.Lock()
 	f()
 	p.peak = max(p.peak, p.published-p.acked)
 	p.mu.Unlock()
 }
 
-// counts returns the PUBLISH packets sent before the first PUBACK came back and the most
-// that were in flight at once.
-func (p *delayProxy) counts() (beforeFirstAck, peak, forwarded int) {
+// Counts returns the PUBLISH packets sent before the first PUBACK came back (-1: none came
+// back yet), the most that were in flight at once, and how many were written to the
+// target.
+func (p *DelayProxy) Counts() (beforeFirstAck, peak, forwarded int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.beforeFirstAck, p.peak, p.forwarded
 }
 
-// setCountTopic makes forwardedOnTopic count the PUBLISH packets on topics starting with
+// SetCountTopic makes ForwardedOnTopic count the PUBLISH packets on topics starting with
 // prefix.
-func (p *delayProxy) setCountTopic(prefix string) {
+func (p *DelayProxy) SetCountTopic(prefix string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.countTopic = prefix
 }
 
-// forwardedOnTopic is how many PUBLISH packets on topics starting with countTopic were
+// ForwardedOnTopic is how many PUBLISH packets on topics starting with countTopic were
 // written to the broker.
-func (p *delayProxy) forwardedOnTopic() int {
+func (p *DelayProxy) ForwardedOnTopic() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.forwardedOn
 }
 
-// cut closes every connection through the proxy.
-func (p *delayProxy) cut() {
+// Cut closes every connection through the proxy.
+func (p *DelayProxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for c := range p.conns {
@@ -201,10 +206,10 @@ func (p *delayProxy) cut() {
 	clear(p.conns)
 }
 
-func (p *delayProxy) close() {
+func (p *DelayProxy) close() {
 	p.ln.Close()
-	p.release()
-	p.cut()
+	p.Release()
+	p.Cut()
 	p.wg.Wait()
 }
 
