@@ -19,6 +19,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/devstate"
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/agent/report"
 )
 
 // Options configure an Agent. Config is required; the rest may be zero.
@@ -61,7 +62,7 @@ type Agent struct {
 	take          *taker
 	// brokerStats is the embedded broker, for /metrics (set once it is made).
 	brokerStats atomic.Pointer[broker.Broker]
-	fwd         *forwarder // forwarded acks and heartbeats (set by startGateway)
+	fwd         *report.Forwarder // forwarded acks and heartbeats (set by startGateway)
 	// tuneBroker, set by tests before Run, adjusts the embedded broker before it starts.
 	tuneBroker func(*broker.Broker)
 	httpIntake *httpIntake
@@ -164,7 +165,7 @@ func (a *Agent) NeedsRestart() error {
 		}
 	}
 	if a.take != nil && a.take.dead != nil {
-		if err := a.take.dead.j.Err(); err != nil {
+		if err := a.take.dead.Backlog().Err(); err != nil {
 			// Every message with a refused task is refused now; a restart reopens the log.
 			return fmt.Errorf("deadletter log: %w", err)
 		}

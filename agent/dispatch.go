@@ -15,6 +15,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/devstate"
 	"github.com/seed0e69bba5/faceagent/agent/journal"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/agent/report"
 	"github.com/seed0e69bba5/faceagent/device"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/mqttlink"
@@ -224,7 +225,7 @@ type pumps struct {
 	wg sync.WaitGroup
 }
 
-func (p *pumps) start(l *links, ob *outbox.Outbox, fwd *forwarder, sw *devstate.Writer, log *slog.Logger) {
+func (p *pumps) start(l *links, ob *outbox.Outbox, fwd *report.Forwarder, sw *devstate.Writer, log *slog.Logger) {
 	direct := func(ev device.Event) { handleEvent(ev, nil, ob, fwd, sw, log) }
 	l.direct.Store(&direct)
 	for _, link := range l.all {
@@ -239,7 +240,7 @@ func (p *pumps) start(l *links, ob *outbox.Outbox, fwd *forwarder, sw *devstate.
 	}
 }
 
-func handleEvent(ev device.Event, ids []string, ob *outbox.Outbox, fwd *forwarder, sw *devstate.Writer, log *slog.Logger) {
+func handleEvent(ev device.Event, ids []string, ob *outbox.Outbox, fwd *report.Forwarder, sw *devstate.Writer, log *slog.Logger) {
 	targets := ids
 	if ev.DeviceID != "" {
 		targets = []string{ev.DeviceID}
@@ -247,11 +248,11 @@ func handleEvent(ev device.Event, ids []string, ob *outbox.Outbox, fwd *forwarde
 	switch ev.Kind {
 	case device.Ack:
 		ob.Ack(ev.DeviceID, ev.Ack.MessageID, ev.Ack.Code, ev.Ack.Message)
-		fwd.ack(ev.DeviceID, ev.Ack)
+		fwd.Ack(ev.DeviceID, ev.Ack)
 		sw.Touch(ev.DeviceID)
 	case device.Heartbeat:
 		ob.Heartbeat(ev.DeviceID)
-		fwd.heartbeat(ev.DeviceID, ev.Heartbeat)
+		fwd.Heartbeat(ev.DeviceID, ev.Heartbeat)
 		sw.Heartbeat(ev.DeviceID, ev.Heartbeat)
 	case device.Up:
 		for _, id := range targets {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/agent/report"
 	"github.com/seed0e69bba5/faceagent/agent/wire"
 )
 
@@ -23,7 +24,7 @@ type taker struct {
 	ob     atomic.Pointer[outbox.Outbox]
 	limits wire.Limits
 	// dead journals the deadletters; they are durable before the message is acknowledged.
-	dead *deadLetterLog
+	dead *report.DeadLetters
 	log  *slog.Logger
 	m    *agentMetrics
 	// touched is told which devices got new tasks (the state writer's queue depth).
@@ -80,7 +81,7 @@ func (t *taker) accept(ctx context.Context, payload []byte) error {
 		size += len(b)
 	}
 	if len(dead) > 0 {
-		if err := t.dead.room(len(dead), size); err != nil {
+		if err := t.dead.Room(len(dead), size); err != nil {
 			return err
 		}
 	}
@@ -135,7 +136,7 @@ func (t *taker) accept(ctx context.Context, payload []byte) error {
 	}
 	// Journalled (and fsynced) before the caller acknowledges the message; published in
 	// order by the deadletter log's own goroutine.
-	if err := t.dead.add(dead); err != nil {
+	if err := t.dead.Add(dead); err != nil {
 		return fmt.Errorf("journalling deadletters: %w", err)
 	}
 	for _, r := range rejects {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/agent/report"
 	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
 )
@@ -29,11 +30,12 @@ func TestTakerStoresEachTaskCommand(t *testing.T) {
 	}
 	defer ob.Close()
 	m := testMetrics()
-	d, err := openDeadLetters(filepath.Join(cfg.Agent.DataDir, DeadLetterDir), journalOptions(cfg.Journal), newCollector(), "faceagent/gw-b/deadletter", m, quietLog)
+	d, err := report.OpenDeadLetters(filepath.Join(cfg.Agent.DataDir, report.DeadLetterDir), report.DeadLetterOptions{
+		Journal: journalOptions(cfg.Journal), Topic: "faceagent/gw-b/deadletter", Metrics: m.deadLetters, Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.close()
+	defer d.Close()
 	take := newTaker(cfg, m, quietLog)
 	take.dead = d
 	take.ob.Store(ob)

@@ -2,12 +2,13 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/seed0e69bba5/faceagent/agent/outbox"
 	"github.com/seed0e69bba5/faceagent/agent/publish"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
@@ -17,7 +18,10 @@ import (
 // is one result; results/s is the stream's rate.
 func BenchmarkPipelinedResults(b *testing.B) {
 	m := testutil.StartMosquitto(b)
-	payload := resultJSON(outbox.Result{TaskID: "t-1", DeviceID: "2042253", MessageID: "AddPerson-951-1494527067538440192", Status: outbox.Succeeded, Tries: 1})
+	payload, err := json.Marshal(wire.Result{TaskID: "t-1", DeviceID: "2042253", MessageID: "AddPerson-951-1494527067538440192", Status: wire.Succeeded, Tries: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, window := range []int{1, defaultPublishWindow} {
 		b.Run(fmt.Sprintf("window=%d", window), func(b *testing.B) {
 			proxy := startDelayProxy(b, m.Addr, 25*time.Millisecond)

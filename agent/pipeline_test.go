@@ -11,9 +11,12 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/seed0e69bba5/faceagent/agent/backlog"
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/journal"
 	"github.com/seed0e69bba5/faceagent/agent/publish"
+	"github.com/seed0e69bba5/faceagent/agent/report"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
@@ -201,13 +204,19 @@ func TestPipelinedPublishSurvivesUpstreamRestart(t *testing.T) {
 	const topic = "faceagent/gw/deadletter"
 	sub := subscribeInOrder(t, m.Addr, topic)
 	uc := dialTestUpstream(t, proxy.addr(), defaultPublishWindow)
-	d := openTestDeadLetters(t, filepath.Join(t.TempDir(), "dl"), uc)
+	mt := testMetrics()
+	reported := make(chan struct{}, 1)
+	d, err := report.OpenDeadLetters(filepath.Join(t.TempDir(), "dl"), report.DeadLetterOptions{Journal: journal.Options{Sync: journal.SyncAlways},
+		Topic: topic, Metrics: mt.deadLetters, Logger: quietLog, Observe: func(backlog.Event) { poke(reported) }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d.start(ctx)
-	defer func() { cancel(); d.wg.Wait(); _ = d.close() }()
+	d.Start(ctx, uc)
+	defer func() { cancel(); d.Wait(); _ = d.Close() }()
 
 	msgs := numbered(2000)
-	if err := d.add(msgs); err != nil {
+	if err := d.Add(msgs); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "a third of the messages", func() bool { return len(sub.received()) >= len(msgs)/3 }, sub.changed)
@@ -224,7 +233,7 @@ func TestPipelinedPublishSurvivesUpstreamRestart(t *testing.T) {
 	m.Restart()
 	sub2 := subscribeInOrder(t, m.Addr, topic)
 	proxy.release()
-	waitBacklog(t, d, 0)
+	waitFor(t, "the backlog to empty", func() bool { return mt.deadLetters.Backlog.Value() == 0 }, reported)
 	waitFor(t, "the rest at the new subscriber", func() bool {
 		seen := map[string]bool{}
 		for _, g := range append(before, sub2.received()...) {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/report"
 	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/sim"
@@ -70,7 +71,7 @@ id = "r1"
 	case <-time.After(20 * time.Second):
 		t.Fatal("the HTTP intake never polled")
 	}
-	if n := a.m.deadLetterBacklog.Value(); n != 1 {
+	if n := a.m.deadLetters.Backlog.Value(); n != 1 {
 		t.Fatalf("deadletter backlog %v, want 1 (the broker is down)", n)
 	}
 	stop()
@@ -99,7 +100,7 @@ id = "r1"
 	if d := second; !strings.HasPrefix(d.Reason, "malformed JSON:") || string(d.Payload) != `"{\"taskId\":"` {
 		t.Errorf("deadletter %+v (%s)", d, d.Payload)
 	}
-	waitFor(t, "the backlog to empty", func() bool { return a.m.deadLetterBacklog.Value() == 0 }, a.take.dead.reported)
+	pollUntil(t, "the backlog to empty", func() bool { return a.m.deadLetters.Backlog.Value() == 0 })
 	stop()
 }
 
@@ -350,9 +351,7 @@ func TestEmbeddedIntakeRefusesOverTheDeadLetterBound(t *testing.T) {
 	}
 	addr, a, stop := startAgentFull(t, cfg)
 	setBound := func(n int) {
-		a.take.dead.mu.Lock()
-		a.take.dead.maxCount = n
-		a.take.dead.mu.Unlock()
+		a.take.dead.Backlog().SetBounds(n, report.MaxDeadLetterBytes)
 	}
 	setBound(0)
 	bo := connectBackOffice(t, addr, "gw-f")
@@ -385,11 +384,11 @@ func TestEmbeddedIntakeRefusesOverTheDeadLetterBound(t *testing.T) {
 	if len(rest) > 0 && rest[0]>>4 != packets.Disconnect {
 		t.Fatalf("MQTT 3.1.1 publisher got % x before the connection closed, want only a DISCONNECT", rest)
 	}
-	if got := a.m.deadLettersRefused.Value(); got != 2 {
+	if got := a.m.deadLetters.Refused.Value(); got != 2 {
 		t.Errorf("refusals counted %d, want 2", got)
 	}
 
-	setBound(maxDeadLetters)
+	setBound(report.MaxDeadLetters)
 	bo.publish("faceagent/gw-f/tasks", bad) // the redelivery
 	bo.waitFor("the deadletter", 10*time.Second, func() bool { return len(bo.dead) == 1 })
 	stop()

@@ -95,8 +95,8 @@ type Options struct {
 	// Keyed: entries carry a key (in their records: uvarint length, key).
 	Keyed      bool
 	Durability Durability
-	// MaxCount and MaxBytes bound the live entries and their key and payload bytes
-	// (0: no bound); Policy says what happens at the bound.
+	// MaxCount and MaxBytes bound the live entries and their key and payload bytes;
+	// Policy says what happens at the bound.
 	MaxCount, MaxBytes int
 	Policy             Policy
 	// CompactAfter is how many dead records the journal tolerates before a snapshot
@@ -197,9 +197,10 @@ type Backlog struct {
 	failedLog       bool      // the journal's refusal was logged
 	scratch         []byte    // record encoding, under mu
 
-	ready    chan struct{} // capacity 1: poked when the backlog grows
-	compactC chan struct{} // capacity 1: poked when a snapshot is due
-	wg       sync.WaitGroup
+	ready     chan struct{} // capacity 1: poked when the backlog grows
+	compactC  chan struct{} // capacity 1: poked when a snapshot is due
+	compactMu sync.Mutex    // one compaction at a time
+	wg        sync.WaitGroup
 
 	topics map[coalesceKey]string // the upstream topic per kind and key (Take's)
 }
@@ -289,7 +290,7 @@ func (b *Backlog) isKind(k byte) bool { return b.flags[k]&flagKnown != 0 }
 // bound, and counts a refusal (Metrics.Refused) when they do not.
 func (b *Backlog) Room(n, size int) bool {
 	b.mu.Lock()
-	ok := (b.maxCount <= 0 || b.live+n <= b.maxCount) && (b.maxBytes <= 0 || b.bytes+size <= b.maxBytes)
+	ok := b.live+n <= b.maxCount && b.bytes+size <= b.maxBytes
 	b.mu.Unlock()
 	if !ok && b.m.Refused != nil {
 		b.m.Refused.Inc()
@@ -297,7 +298,7 @@ func (b *Backlog) Room(n, size int) bool {
 	return ok
 }
 
-// SetBounds changes the bounds (0: none); entries already in the backlog stay.
+// SetBounds changes the bounds; entries already in the backlog stay.
 func (b *Backlog) SetBounds(maxCount, maxBytes int) {
 	b.mu.Lock()
 	b.maxCount, b.maxBytes = maxCount, maxBytes
@@ -433,7 +434,7 @@ func (b *Backlog) admit(e entry, replay bool) (dropped int, refused bool) {
 		if oldAt >= 0 {
 			freeCount, freeBytes = 1, b.pending[oldAt].size()
 		}
-		for b.maxCount > 0 && b.live-freeCount+1 > b.maxCount || b.maxBytes > 0 && b.bytes-freeBytes+size > b.maxBytes {
+		for b.live-freeCount+1 > b.maxCount || b.bytes-freeBytes+size > b.maxBytes {
 			if !b.dropOldest() {
 				return dropped, true
 			}

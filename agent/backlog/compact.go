@@ -45,6 +45,8 @@ func (b *Backlog) runCompactor(ctx context.Context) {
 // the checkpoint and the capture are in the snapshot and again in the segment after it,
 // and replay skips the second copy (the seen record closes the snapshot).
 func (b *Backlog) compact() error {
+	b.compactMu.Lock() // the publisher's and the compactor's goroutines both compact
+	defer b.compactMu.Unlock()
 	b.mu.Lock()
 	before := b.records
 	b.mu.Unlock()

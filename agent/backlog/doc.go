@@ -84,8 +84,10 @@
 //     each found room may go past the bound by what they add together).
 //   - Compaction: a snapshot replaces the journal when CompactAfter of its records are dead,
 //     or when its files hold more dead bytes than both SegmentSize and the live entries
-//     (so large entries cannot pile up under the count). Its checkpoint is taken without
-//     the backlog's lock, so Add never waits for it. The journal's files stay within the
+//     (so large entries cannot pile up under the count). It runs on the publishing goroutine
+//     after the round whose reported record made it due, or on the compactor goroutine
+//     when written records made it due. Its checkpoint is taken without the backlog's
+//     lock, so Add never waits for it. The journal's files stay within the
 //     live bytes plus max(SegmentSize, live) dead bytes plus the record that crossed it,
 //     plus the open segment's reserved blocks and, while a snapshot is written, the
 //     snapshot.

@@ -95,3 +95,16 @@ func KeyOK[T string | []byte](k T) bool {
 	}
 	return true
 }
+
+// Marks of ParseRecord: the backlog's own record kinds.
+const (
+	KindReported = kindReported
+	KindSeen     = kindSeen
+)
+
+// ParseRecord decodes one record of a backlog's journal, for tools and tests that read
+// it directly: an entry's (any kind but the marks; key only if keyed) or a mark
+// (KindReported, KindSeen). key and payload alias rec.
+func ParseRecord(rec []byte, keyed bool) (kind byte, id uint64, key, payload []byte, err error) {
+	return parseRecord(rec, keyed, func(byte) bool { return true })
+}

@@ -1,6 +1,11 @@
 package backlog
 
-import "context"
+import (
+	"context"
+	"errors"
+
+	"github.com/seed0e69bba5/faceagent/agent/journal"
+)
 
 // A Backlog is the Source of its own Drainer (Start).
 
@@ -85,7 +90,12 @@ func (b *Backlog) Accepted(_ context.Context, done []Message) (int, error) {
 	b.mu.Unlock()
 	b.observe(Reported)
 	if compact {
-		poke(b.compactC)
+		// Here, on the publishing goroutine: the next round (and the next durable Add's
+		// wait) finds the journal compacted, so the files stay within their bound.
+		if cerr := b.compact(); cerr != nil && !errors.Is(cerr, journal.ErrClosed) {
+			b.log.Error("compacting the backlog's journal failed; it keeps growing until the next try", "err", cerr)
+		}
+		b.observe(Compacted)
 	}
 	return sent, err
 }
