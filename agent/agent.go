@@ -20,6 +20,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/agent/report"
 )
 
 // Options configure an Agent. Config is required; the rest may be zero.
@@ -60,10 +61,10 @@ type Agent struct {
 	outbox        atomic.Pointer[outbox.Outbox]
 	state         *devstate.Writer
 	take          *intake.Taker
-	dead          *deadLetterLog // the taker's deadletter log (set by startGateway)
+	dead          *report.DeadLetters // the taker's deadletter log (set by startGateway)
 	// brokerStats is the embedded broker, for /metrics (set once it is made).
 	brokerStats atomic.Pointer[broker.Broker]
-	fwd         *forwarder // forwarded acks and heartbeats (set by startGateway)
+	fwd         *report.Forwarder // forwarded acks and heartbeats (set by startGateway)
 	// tuneBroker, set by tests before Run, adjusts the embedded broker before it starts.
 	tuneBroker func(*broker.Broker)
 	m          *agentMetrics
@@ -166,7 +167,7 @@ func (a *Agent) NeedsRestart() error {
 		}
 	}
 	if a.dead != nil {
-		if err := a.dead.j.Err(); err != nil {
+		if err := a.dead.Backlog().Err(); err != nil {
 			// Every message with a refused task is refused now; a restart reopens the log.
 			return fmt.Errorf("deadletter log: %w", err)
 		}

@@ -15,9 +15,11 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/seed0e69bba5/faceagent/agent/backlog"
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/journal"
+	"github.com/seed0e69bba5/faceagent/agent/report"
 	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
@@ -54,7 +56,7 @@ func deadLetterChild(dir string) {
 		fail(err)
 	}
 	fmt.Println("ready")
-	for i := 0; i < compactDeadLetters/2; i++ { // fewer than a compaction: the test reads the log
+	for i := 0; i < report.CompactDeadLetters/2; i++ { // fewer than a compaction: the test reads the log
 		id := fmt.Sprintf("k-%d", i)
 		payload := fmt.Appendf(nil, `{"taskId":%q,"deviceId":"nope","op":"AddPerson","person":{"id":"1"}}`, id)
 		if _, err := c.Publish(ctx, &paho.Publish{Topic: "faceagent/gw-k/tasks", QoS: 1, Payload: payload}); err != nil {
@@ -88,17 +90,17 @@ func TestDeadLettersSurviveSIGKILL(t *testing.T) {
 		}
 		return task.TaskID
 	}
-	j, err := journal.Open(filepath.Join(dir, DeadLetterDir), nil)
+	j, err := journal.Open(filepath.Join(dir, report.DeadLetterDir), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	logged := map[uint64]string{}
 	var reportedThrough uint64
 	err = j.Replay(func(rec []byte) error {
-		kind, id, payload, err := parseDeadRecord(rec)
-		if kind == deadRecordAdd {
+		kind, id, _, payload, err := backlog.ParseRecord(rec, false)
+		if err == nil && kind != backlog.KindReported && kind != backlog.KindSeen {
 			logged[id] = taskOf(payload)
-		} else if err == nil {
+		} else if err == nil && kind == backlog.KindReported {
 			reportedThrough = max(reportedThrough, id)
 		}
 		return err
@@ -169,6 +171,6 @@ func TestDeadLettersSurviveSIGKILL(t *testing.T) {
 	}
 	t.Logf("%d messages acknowledged before SIGKILL, all in the log; %d not yet marked reported, all published after the restart",
 		n, len(unreported))
-	waitFor(t, "the backlog to empty", func() bool { return a.m.deadLetterBacklog.Value() == 0 }, a.dead.reported)
+	pollUntil(t, "the backlog to empty", func() bool { return a.m.deadLetters.Backlog.Value() == 0 })
 	stop()
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/journal"
 	"github.com/seed0e69bba5/faceagent/agent/links"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
-	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/mqttlink"
 )
 
@@ -46,13 +45,6 @@ func openLinks(cfg *config.Config, bus mqttlink.Bus, brokerURL string, log *slog
 	}
 	return links.Open(o)
 }
-
-// forwardSink is the forwarder as the links' pumps
-// see them.
-type forwardSink struct{ f *forwarder }
-
-func (s forwardSink) Ack(deviceID string, a face.Ack)             { s.f.ack(deviceID, a) }
-func (s forwardSink) Heartbeat(deviceID string, h face.Heartbeat) { s.f.heartbeat(deviceID, h) }
 
 // openOutbox opens the message table with [dispatch] and [journal] applied. When sender
 // is the device links, they get the outbox's journal as it opens (before the outbox's

@@ -161,7 +161,7 @@
 // never written), so the device event path never waits for the disk or the upstream
 // broker; published in order with QoS 1 by one goroutine, in rounds that gather
 // for 5 ms after the first message (results: up to 10 ms while tasks are unfinished,
-// agent/report.go); marked reported only
+// agent/report, agent/backlog); marked reported only
 // once the broker accepted it (PUBACK; with the embedded broker: routed without a drop);
 // sent again, in order, after a reconnect or a restart. A terminal's heartbeat replaces
 // its older one not yet sent, so an outage leaves one heartbeat per terminal to send, the

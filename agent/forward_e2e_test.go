@@ -18,9 +18,11 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/seed0e69bba5/faceagent/agent/backlog"
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/journal"
+	"github.com/seed0e69bba5/faceagent/agent/report"
 	"github.com/seed0e69bba5/faceagent/agent/upstream"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/sim"
@@ -147,32 +149,29 @@ func TestForwardedAcksSurviveUpstreamOutage(t *testing.T) {
 		t.Fatal("never connected upstream")
 	}
 	const prefix = "faceagent/gw-o/devices/"
-	f, err := openForwarder(t.TempDir(), journal.Options{Sync: journal.SyncAlways}, uc, prefix, mt, quietLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.close()
+	f := openE2EForwarder(t, journal.Options{Sync: journal.SyncAlways}, prefix, mt)
+	defer f.Close()
 	fctx, fcancel := context.WithCancel(ctx)
-	defer func() { fcancel(); f.wg.Wait() }()
-	f.start(fctx)
+	defer func() { fcancel(); f.Wait() }()
+	f.Start(fctx, uc)
 
 	sub := subscribeForwarded(t, m.Addr, "gw-o")
-	f.ack("o1", testAck(0))
+	f.Ack("o1", testAck(0))
 	if got, want := sub.waitFirst(1)[0], strings.Replace(ackLine("o1", 0), testForwardPrefix, prefix, 1); got != want {
 		t.Fatalf("first ack arrived as %q, want %q", got, want)
 	}
-	waitFor(t, "the first ack marked reported", func() bool { return mt.forwardBacklog.Value() == 0 }, f.reported)
+	waitFor(t, "the first ack marked reported", func() bool { return mt.forward.Backlog.Value() == 0 }, f.reported)
 	sub.close()
 
 	proxy.Hold()
 	m.Stop()
 	for i := 1; i <= 20; i++ {
-		f.ack("o1", testAck(i))
+		f.Ack("o1", testAck(i))
 		if i%5 == 0 {
-			f.heartbeat("o1", testHeartbeat("o1", i))
+			f.Heartbeat("o1", testHeartbeat("o1", i))
 		}
 	}
-	want := published(prefix, f.backlog())
+	want := published(prefix, forwardBacklog(f.Forwarder))
 	if len(want) != 21 { // 20 acks and the latest heartbeat (the broker took none of them)
 		t.Fatalf("backlog during the outage: %q", want)
 	}
@@ -182,8 +181,8 @@ func TestForwardedAcksSurviveUpstreamOutage(t *testing.T) {
 	if got := sub.waitFirst(len(want)); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("delivered after the outage\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	waitFor(t, "the backlog to empty", func() bool { return mt.forwardBacklog.Value() == 0 }, f.reported)
-	if n := mt.forwardCoalesced.Value(); n != 3 {
+	waitFor(t, "the backlog to empty", func() bool { return mt.forward.Backlog.Value() == 0 }, f.reported)
+	if n := mt.forward.Coalesced.Value(); n != 3 {
 		t.Errorf("coalesced %d heartbeats, want 3", n)
 	}
 }
@@ -238,7 +237,7 @@ id = "f1"
 	}
 	acks := func() int {
 		n := 0
-		for _, e := range a.fwd.backlog() {
+		for _, e := range forwardBacklog(a.fwd) {
 			if strings.HasPrefix(e, "A ") {
 				n++
 			}
@@ -247,10 +246,10 @@ id = "f1"
 	}
 	// No event tells the test that the fifth ack was forwarded.
 	pollUntil(t, "five acks in the forward backlog", func() bool { return acks() >= 5 })
-	pollUntil(t, "heartbeats coalesced", func() bool { return a.m.forwardCoalesced.Value() > 0 })
+	pollUntil(t, "heartbeats coalesced", func() bool { return a.m.forward.Coalesced.Value() > 0 })
 	fleet.Close()
 	stop()
-	backlog := a.fwd.backlog() // the agent has stopped: this is what the log holds
+	backlog := forwardBacklog(a.fwd) // the agent has stopped: this is what the log holds
 	heartbeats := 0
 	for _, e := range backlog {
 		if strings.HasPrefix(e, "H ") {
@@ -268,7 +267,7 @@ id = "f1"
 	if got := sub.waitFirst(len(want)); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("delivered by the second run\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	waitFor(t, "the backlog to empty", func() bool { return a.m.forwardBacklog.Value() == 0 }, a.fwd.reported)
+	pollUntil(t, "the backlog to empty", func() bool { return a.m.forward.Backlog.Value() == 0 })
 	stop()
 }
 
@@ -306,27 +305,24 @@ func TestForwardedAcksForAFullQueueAreHeldNotDropped(t *testing.T) {
 	stalled := dialRawSubscriber(t, br.Addr(), "stalled", prefix+"+/ack")
 	serving := make(chan struct{})
 	close(serving)
-	f, err := openForwarder(t.TempDir(), journal.Options{Sync: journal.SyncNone}, inlinePublisher{srv: br, serving: serving}, prefix, mt, quietLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.close()
+	f := openE2EForwarder(t, journal.Options{Sync: journal.SyncNone}, prefix, mt)
+	defer f.Close()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer func() { cancel(); f.wg.Wait() }()
-	f.start(ctx)
+	defer func() { cancel(); f.Wait() }()
+	f.Start(ctx, inlinePublisher{srv: br, serving: serving})
 
 	n := 0
 	for br.Dropped(mqtt.QuotaWritesHeld) == 0 {
 		if n >= 20000 {
 			t.Fatalf("no forwarded ack held after %d: the test proves nothing", n)
 		}
-		f.ack("e1", testAck(n))
+		f.Ack("e1", testAck(n))
 		n++
 		if n%256 == 0 { // let the publisher catch up (and the subscriber's queue fill)
-			waitFor(t, "the backlog to empty", func() bool { return mt.forwardBacklog.Value() == 0 }, f.reported)
+			waitFor(t, "the backlog to empty", func() bool { return mt.forward.Backlog.Value() == 0 }, f.reported)
 		}
 	}
-	waitFor(t, "the backlog to empty", func() bool { return mt.forwardBacklog.Value() == 0 }, f.reported)
+	waitFor(t, "the backlog to empty", func() bool { return mt.forward.Backlog.Value() == 0 }, f.reported)
 	t.Logf("first held after %d acks; %d held", n, br.Dropped(mqtt.QuotaWritesHeld))
 	for next := 0; next < n; {
 		pk := stalled.read(t)
@@ -352,4 +348,45 @@ func TestForwardedAcksForAFullQueueAreHeldNotDropped(t *testing.T) {
 	if d := br.DroppedMessages(); d != 0 {
 		t.Errorf("%d messages dropped", d)
 	}
+}
+
+// e2eForwarder is a forward log with its backlog's events on a channel.
+type e2eForwarder struct {
+	*report.Forwarder
+	reported chan struct{} // poked on every backlog event
+}
+
+func openE2EForwarder(t *testing.T, jo journal.Options, prefix string, m *agentMetrics) *e2eForwarder {
+	t.Helper()
+	f := &e2eForwarder{reported: make(chan struct{}, 1)}
+	fwd, err := report.OpenForwarder(t.TempDir(), report.ForwardOptions{Journal: jo, Prefix: prefix, Metrics: m.forward,
+		Logger: quietLog, Observe: func(backlog.Event) { poke(f.reported) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Forwarder = fwd
+	return f
+}
+
+// forwardBacklog lists the forwarder's live entries as "kind device payload".
+func forwardBacklog(f *report.Forwarder) []string {
+	var out []string
+	for _, e := range f.Backlog().Entries() {
+		out = append(out, fmt.Sprintf("%c %s %s", e.Kind, e.Key, e.Payload))
+	}
+	return out
+}
+
+const testForwardPrefix = "faceagent/gw/devices/"
+
+func testAck(n int) face.Ack { return face.Ack{MessageID: fmt.Sprintf("AddPerson-%d-1", n)} }
+
+func testHeartbeat(device string, persons int) face.Heartbeat {
+	return face.Heartbeat{DeviceID: device, Time: "2026-11-22T14:00:00Z", Firmware: "1.0", Persons: persons}
+}
+
+func ackLine(device string, n int) string {
+	a := testAck(n)
+	b, _ := a.AppendJSON(nil)
+	return testForwardPrefix + device + "/ack " + string(b)
 }

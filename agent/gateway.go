@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
-	"sync"
 
+	"github.com/seed0e69bba5/faceagent/agent/backlog"
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/devstate"
@@ -14,6 +14,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/journal"
 	"github.com/seed0e69bba5/faceagent/agent/kv"
 	"github.com/seed0e69bba5/faceagent/agent/links"
+	"github.com/seed0e69bba5/faceagent/agent/report"
 	"github.com/seed0e69bba5/faceagent/agent/store"
 	"github.com/seed0e69bba5/faceagent/agent/upstream"
 	"github.com/seed0e69bba5/faceagent/hlc"
@@ -53,12 +54,12 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	}
 
 	// Forwarded acks and heartbeats: opened before the links, closed after the pumps.
-	fwd, err := openForwarder(filepath.Join(cfg.Agent.DataDir, ForwardDir), journalOptions(cfg.Journal), nil,
-		t.devices, a.m, a.log.With("part", "forward"))
+	fwd, err := report.OpenForwarder(filepath.Join(cfg.Agent.DataDir, report.ForwardDir), report.ForwardOptions{
+		Journal: journalOptions(cfg.Journal), Prefix: t.devices, Logger: a.log.With("part", "forward"), Metrics: a.m.forward})
 	if err != nil {
 		return fmt.Errorf("forward log: %w", err)
 	}
-	*stops = append(*stops, func(context.Context) error { return fwd.close() })
+	*stops = append(*stops, func(context.Context) error { return fwd.Close() })
 
 	var l *links.Links
 	if b != nil {
@@ -79,24 +80,19 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		return fmt.Errorf("outbox: %w", err)
 	}
 	*stops = append(*stops, func(context.Context) error { a.outbox.Store(nil); return ob.Close() })
-	dead, err := openDeadLetters(filepath.Join(cfg.Agent.DataDir, DeadLetterDir), journalOptions(cfg.Journal), nil,
-		t.deadletter, a.m, a.log.With("part", "deadletter"))
+	dead, err := report.OpenDeadLetters(filepath.Join(cfg.Agent.DataDir, report.DeadLetterDir), report.DeadLetterOptions{
+		Journal: journalOptions(cfg.Journal), Topic: t.deadletter, Logger: a.log.With("part", "deadletter"), Metrics: a.m.deadLetters})
 	if err != nil {
 		return fmt.Errorf("deadletter log: %w", err)
 	}
-	*stops = append(*stops, func(context.Context) error { return dead.close() })
+	*stops = append(*stops, func(context.Context) error { return dead.Close() })
 	a.dead = dead
 	a.outbox.Store(ob)
-	take.Open(ob, deadLetters{dead})
+	take.Open(ob, dead)
 	// From the moment shutdown begins, refuse tasks without acknowledging them.
 	*stops = append(*stops, func(context.Context) error { take.Close(); return nil })
 
 	rctx, cancel := context.WithCancel(ctx)
-	// cancelAndWait stops a part running on rctx: cancel (shared, harmless to repeat)
-	// and wait for its goroutines.
-	cancelAndWait := func(wg *sync.WaitGroup) func(context.Context) error {
-		return func(context.Context) error { cancel(); wg.Wait(); return nil }
-	}
 	var results publisher
 	clock := hlc.NewClock("faceagent-" + cfg.Agent.GatewayID)
 	var keys kv.Store
@@ -130,14 +126,12 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		// (reporter, forwarder, deadletter log): one fsync a batch, not one a message.
 		results = inlinePublisher{srv: b, serving: a.brokerServing, br: b}
 	}
-	dead.pub = results
-	dead.start(rctx)
-	*stops = append(*stops, cancelAndWait(&dead.wg))
+	dead.Start(rctx, results)
+	*stops = append(*stops, func(context.Context) error { cancel(); dead.Wait(); return nil })
 	// Forwarded acks and heartbeats are published on their own goroutine (routed inline
 	// on the device event path they would cost it most of its time per ack), with QoS 1.
-	fwd.pub = results
-	fwd.start(rctx)
-	*stops = append(*stops, cancelAndWait(&fwd.wg))
+	fwd.Start(rctx, results)
+	*stops = append(*stops, func(context.Context) error { cancel(); fwd.Wait(); return nil })
 	a.fwd = fwd
 
 	ids := make([]string, len(cfg.Devices))
@@ -149,13 +143,14 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		Timeout: cfg.Store.RequestTimeout.Duration, Log: a.log.With("part", "state"), Metrics: a.m.state})
 	a.state = sw
 	take.OnTouched(sw.Touch)
-	l.Start(links.Sinks{Outbox: ob, Forwarder: forwardSink{fwd}, State: sw})
+	l.Start(links.Sinks{Outbox: ob, Forwarder: fwd, State: sw})
 
-	rep := &reporter{ob: ob, pub: results, topic: t.results, log: a.log.With("part", "report"), m: a.m, state: sw}
+	ro := report.ResultOptions{Topic: t.results, State: sw, Logger: a.log.With("part", "report"), Metrics: a.m.reports}
 	if h := cfg.Intake.HTTP; h != nil {
 		if h.ResultsURL != "" {
-			rep.poster = &resultPoster{url: h.ResultsURL, header: h.AuthHeader, value: h.AuthValue,
+			p := &resultPoster{url: h.ResultsURL, header: h.AuthHeader, value: h.AuthValue,
 				client: &http.Client{Timeout: h.Timeout.Duration}}
+			ro.Poster = report.PosterFunc(p.post)
 		}
 		hi := intake.NewHTTPPull(intake.HTTPOptions{URL: h.URL, PageSize: h.PageSize, Interval: h.Interval.Duration,
 			Timeout: h.Timeout.Duration, AuthHeader: h.AuthHeader, AuthValue: h.AuthValue,
@@ -163,8 +158,9 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		hi.Start(rctx)
 		*stops = append(*stops, func(context.Context) error { cancel(); hi.Wait(); return nil })
 	}
-	rep.start(rctx)
-	*stops = append(*stops, cancelAndWait(&rep.wg))
+	rep := report.NewReporter(ob, ro)
+	rep.Start(rctx, results)
+	*stops = append(*stops, func(context.Context) error { cancel(); rep.Wait(); return nil })
 	sw.Start(rctx)
 	*stops = append(*stops, func(context.Context) error { cancel(); sw.Wait(); return nil })
 
@@ -180,7 +176,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 // acks and heartbeats): 4 MiB segments, since they hold little and compact often.
 func journalOptions(c config.Journal) journal.Options {
 	jo := syncOptions(c)
-	jo.SegmentSize = smallLogSegment
+	jo.SegmentSize = backlog.SegmentSize
 	return jo
 }
 

@@ -20,9 +20,3 @@ func newTaker(cfg *config.Config, m *intake.Metrics, log *slog.Logger) *intake.T
 		Logger:         log,
 	}, m)
 }
-
-// deadLetters is the deadletter log as intake's DeadLetters.
-type deadLetters struct{ d *deadLetterLog }
-
-func (d deadLetters) Room(n, size int) error         { return d.d.room(n, size) }
-func (d deadLetters) Add(deadletters [][]byte) error { return d.d.add(deadletters) }

@@ -8,14 +8,13 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/devstate"
 	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
-	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/agent/report"
 	"github.com/seed0e69bba5/faceagent/agent/upstream"
 )
 
 // agentMetrics are the agent's series; names are faceagent_<what>[_unit][_total].
 type agentMetrics struct {
-	results   *metrics.CounterVec // by status
-	queued    *metrics.GaugeVec   // by device
+	queued    *metrics.GaugeVec // by device
 	inFlight  *metrics.GaugeVec
 	online    *metrics.GaugeVec
 	sent      *metrics.CounterVec
@@ -41,9 +40,10 @@ type agentMetrics struct {
 	payloadErrors    *metrics.CounterVec // by op: write, read, repair
 	payloadRepairs   *metrics.Counter
 
-	deadLetterBacklog    *metrics.Gauge
-	deadLettersPublished *metrics.Counter
-	deadLettersRefused   *metrics.Counter
+	// The reports' series (agent/report).
+	deadLetters *report.DeadLetterMetrics
+	forward     *report.ForwardMetrics
+	reports     *report.ResultMetrics
 	// The embedded broker's bounds (agent/broker bounds.go): messages dropped for one
 	// subscriber, held in a session, packets refused, by reason; bytes held.
 	brokerDropped  *metrics.CounterVec
@@ -63,13 +63,6 @@ type agentMetrics struct {
 	sessionsResets      *metrics.Counter
 	sessionsRefused     *metrics.Counter
 	sessionsCompactions *metrics.Counter
-
-	// The forward log (forwarded acks and heartbeats, agent/forward.go).
-	forwardBacklog      *metrics.Gauge
-	forwardBacklogBytes *metrics.Gauge
-	forwarded           *metrics.CounterVec // accepted upstream, by kind
-	forwardDropped      *metrics.CounterVec // by reason
-	forwardCoalesced    *metrics.Counter
 }
 
 func (a *Agent) registerMetrics() {
@@ -91,7 +84,7 @@ func (a *Agent) registerMetrics() {
 	a.registerMemoryMetrics()
 	a.intakeM = intake.NewMetrics(r)
 	a.m = &agentMetrics{
-		results:   r.NewCounterVec("faceagent_results_total", "Results reported upstream, by status.", "status"),
+		reports:   report.NewResultMetrics(r),
 		queued:    r.NewGaugeVec("faceagent_queue_depth", "Commands waiting per terminal (not counting the one in flight).", "device"),
 		inFlight:  r.NewGaugeVec("faceagent_in_flight", "1 while a command is in flight to the terminal.", "device"),
 		online:    r.NewGaugeVec("faceagent_device_online", "1 while the terminal is online.", "device"),
@@ -121,10 +114,7 @@ func (a *Agent) registerMetrics() {
 		payloadRepairs: r.NewCounter("faceagent_outbox_payload_repairs_total",
 			"Payloads the payload file failed to give back, read again from the journal while running."),
 
-		deadLetterBacklog:    r.NewGauge("faceagent_deadletter_backlog", "Deadletters journalled and not yet accepted by the upstream broker."),
-		deadLettersPublished: r.NewCounter("faceagent_deadletters_published_total", "Deadletters the upstream broker accepted."),
-		deadLettersRefused: r.NewCounter("faceagent_deadletter_backlog_refusals_total",
-			"Task messages not acknowledged because their deadletters did not fit in the backlog (they are delivered again)."),
+		deadLetters: report.NewDeadLetterMetrics(r),
 		brokerDropped: r.NewCounterVec("faceagent_broker_dropped_total",
 			"Messages the embedded broker dropped for one subscriber: pending_writes (a QoS 0 message, its write queue full), session_bytes (a QoS 1/2 message, its session full: max_session_bytes), queued_bytes (all sessions full: max_queued_bytes), inflight_quota (its session holds max_queued_messages).", "reason"),
 		brokerHeld: r.NewCounter("faceagent_broker_held_total",
@@ -151,16 +141,7 @@ func (a *Agent) registerMetrics() {
 		sessionsCompactions: r.NewCounter("faceagent_broker_sessions_compactions_total",
 			"Snapshots that replaced the embedded broker's sessions journal files."),
 
-		forwardBacklog: r.NewGauge("faceagent_forward_backlog",
-			"Forwarded acks and heartbeats journalled and not yet accepted by the upstream broker."),
-		forwardBacklogBytes: r.NewGauge("faceagent_forward_backlog_bytes",
-			"Bytes (payload and device id) of the forward backlog."),
-		forwarded: r.NewCounterVec("faceagent_forwarded_total",
-			"Terminals' acks and heartbeats the upstream broker accepted, by kind.", "kind"),
-		forwardDropped: r.NewCounterVec("faceagent_forward_dropped_total",
-			"Acks and heartbeats not forwarded, by reason: bound (oldest ack dropped for room), refused (no ack left to drop), journal (the forward log failed).", "reason"),
-		forwardCoalesced: r.NewCounter("faceagent_forward_heartbeats_coalesced_total",
-			"Heartbeats not yet sent that a newer heartbeat of the same terminal replaced."),
+		forward: report.NewForwardMetrics(r),
 	}
 	r.OnScrape(a.scrapeOutbox)
 	r.OnScrape(a.scrapeStore)
@@ -237,10 +218,10 @@ func (a *Agent) scrapeStore() {
 // health. The outbox's journal is scraped with the outbox.
 func (a *Agent) scrapeJournals() {
 	if a.fwd != nil {
-		a.m.journalFileBytes.With("forward").Set(float64(a.fwd.j.Stats().FileBytes))
+		a.m.journalFileBytes.With("forward").Set(float64(a.fwd.Backlog().Stats().Journal.FileBytes))
 	}
 	if a.dead != nil {
-		a.m.journalFileBytes.With("deadletter").Set(float64(a.dead.j.Stats().FileBytes))
+		a.m.journalFileBytes.With("deadletter").Set(float64(a.dead.Backlog().Stats().Journal.FileBytes))
 	}
 	if a.broker == nil || !a.started.Load() {
 		return
@@ -256,12 +237,6 @@ func (a *Agent) scrapeJournals() {
 	a.m.sessionsResets.Set(st.Resets)
 	a.m.sessionsRefused.Set(st.RefusedWrites)
 	a.m.sessionsCompactions.Set(st.Compactions)
-}
-
-func (m *agentMetrics) result(r outbox.Result) {
-	if m != nil {
-		m.results.With(r.Status.String()).Inc()
-	}
 }
 
 func b2f(b bool) float64 {

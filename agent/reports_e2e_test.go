@@ -22,6 +22,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/broker/brokertest"
 	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/report"
 	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/sim"
@@ -68,7 +69,7 @@ id = "r1"
 	_, a, stop := startAgentFull(t, cfg)
 	// Intake counts a refused task once its deadletter is on disk.
 	pollUntil(t, "the page's deadletter journalled", func() bool { return a.intakeM.Rejected.Value() >= 1 })
-	if n := a.m.deadLetterBacklog.Value(); n != 1 {
+	if n := a.m.deadLetters.Backlog.Value(); n != 1 {
 		t.Fatalf("deadletter backlog %v, want 1 (the broker is down)", n)
 	}
 	stop()
@@ -97,7 +98,7 @@ id = "r1"
 	if d := second; !strings.HasPrefix(d.Reason, "malformed JSON:") || string(d.Payload) != `"{\"taskId\":"` {
 		t.Errorf("deadletter %+v (%s)", d, d.Payload)
 	}
-	waitFor(t, "the backlog to empty", func() bool { return a.m.deadLetterBacklog.Value() == 0 }, a.dead.reported)
+	pollUntil(t, "the backlog to empty", func() bool { return a.m.deadLetters.Backlog.Value() == 0 })
 	stop()
 }
 
@@ -348,9 +349,7 @@ func TestEmbeddedIntakeRefusesOverTheDeadLetterBound(t *testing.T) {
 	}
 	addr, a, stop := startAgentFull(t, cfg)
 	setBound := func(n int) {
-		a.dead.mu.Lock()
-		a.dead.maxCount = n
-		a.dead.mu.Unlock()
+		a.dead.Backlog().SetBounds(n, report.MaxDeadLetterBytes)
 	}
 	setBound(0)
 	bo := connectBackOffice(t, addr, "gw-f")
@@ -383,11 +382,11 @@ func TestEmbeddedIntakeRefusesOverTheDeadLetterBound(t *testing.T) {
 	if len(rest) > 0 && rest[0]>>4 != packets.Disconnect {
 		t.Fatalf("MQTT 3.1.1 publisher got % x before the connection closed, want only a DISCONNECT", rest)
 	}
-	if got := a.m.deadLettersRefused.Value(); got != 2 {
+	if got := a.m.deadLetters.Refused.Value(); got != 2 {
 		t.Errorf("refusals counted %d, want 2", got)
 	}
 
-	setBound(maxDeadLetters)
+	setBound(report.MaxDeadLetters)
 	bo.publish("faceagent/gw-f/tasks", bad) // the redelivery
 	bo.waitFor("the deadletter", 10*time.Second, func() bool { return len(bo.dead) == 1 })
 	stop()

@@ -70,7 +70,7 @@ var allowed = map[string][]string{
 	"agent/intake":   {"agent/wire", "agent/outbox", "agent/metrics"},
 	"agent/links":    {"agent/outbox", "agent/metrics"},
 	"agent/backlog":  {"agent/journal", "agent/metrics"},
-	"agent/report":   {"agent/backlog", "agent/wire", "agent/publish", "agent/outbox", "agent/metrics"},
+	"agent/report":   {"agent/backlog", "agent/journal", "agent/wire", "agent/publish", "agent/outbox", "agent/metrics"},
 	"agent/upstream": {"agent/publish", "agent/metrics"},
 	"agent/devstate": {"agent/kv", "agent/wire", "agent/outbox", "agent/metrics", "agent/store"},
 	"agent/remote":   {"agent/kv", "agent/outbox", "agent/wire", "agent/metrics"},

@@ -1,4 +1,4 @@
-package agent
+package report
 
 import (
 	"context"
@@ -13,30 +13,30 @@ import (
 // that takes everything at once and the journal fsyncing (sync = "always") on its own
 // goroutine, as in production.
 func BenchmarkForwardAck(b *testing.B) {
-	f, err := openForwarder(b.TempDir(), journal.Options{Sync: journal.SyncAlways, SegmentSize: 4 << 20}, publisherFunc(func(context.Context, string, []byte) error { return nil }),
-		"faceagent/gw-01/devices/", testMetrics(), quietLog)
+	f, err := OpenForwarder(b.TempDir(), ForwardOptions{Journal: journal.Options{Sync: journal.SyncAlways, SegmentSize: 4 << 20},
+		Prefix: "faceagent/gw-01/devices/", Metrics: NewForwardMetrics(testRegistry()), Logger: quietLog})
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f.start(ctx)
+	f.Start(ctx, publisherFunc(func(context.Context, string, []byte) error { return nil }))
 	defer func() {
 		cancel()
-		f.wg.Wait()
-		f.close()
+		f.Wait()
+		f.Close()
 	}()
 	ack := face.Ack{MessageID: "EditPerson-951-1494527067538440192"}
 	hb := face.Heartbeat{DeviceID: "2042253", Time: "2026-11-22T14:00:00Z", Firmware: "3.2.1", Persons: 1234}
 	b.Run("ack", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			f.ack("2042253", ack)
+			f.Ack("2042253", ack)
 		}
 	})
 	b.Run("heartbeat", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			f.heartbeat("2042253", hb)
+			f.Heartbeat("2042253", hb)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package agent
+package report
 
 import (
 	"fmt"
@@ -21,8 +21,8 @@ const killBound = 1 << 24
 // upstream broker is away) and prints each ack's number once the journal has written
 // it (journal.Stats().Records, fsynced with SyncAlways) — until the parent kills it.
 func forwardChild(dir string) {
-	f, err := openForwarderBounded(dir, journal.Options{Sync: journal.SyncAlways}, nil, testForwardPrefix, testMetrics(), quietLog,
-		killBound, 1<<30)
+	f, err := OpenForwarder(dir, ForwardOptions{Journal: journal.Options{Sync: journal.SyncAlways}, Prefix: testForwardPrefix,
+		MaxCount: killBound, MaxBytes: 1 << 30, Logger: quietLog})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "forward child:", err)
 		os.Exit(3)
@@ -30,8 +30,8 @@ func forwardChild(dir string) {
 	fmt.Println("ready")
 	written := 0
 	for i := 0; ; i++ {
-		f.ack("k1", testAck(i))
-		for ; written < int(f.j.Stats().Records); written++ {
+		f.Ack("k1", testAck(i))
+		for ; written < int(f.Backlog().Stats().Journal.Records); written++ {
 			fmt.Println(written)
 		}
 		if i%64 == 63 {
@@ -57,7 +57,7 @@ func TestForwardedAcksSurviveSIGKILL(t *testing.T) {
 		t.Fatal("the child had no ack written before the kill")
 	}
 	f := openTestForwarder(t, dir, nil, killBound, 1<<30)
-	defer f.close()
+	defer f.Close()
 	backlog := f.backlog()
 	if len(backlog) <= written {
 		t.Fatalf("%d acks replayed; the child saw %d written", len(backlog), written+1)

@@ -1,4 +1,4 @@
-package agent
+package report
 
 import (
 	"context"
@@ -26,7 +26,10 @@ func (p *recordingPublisher) Publish(_ context.Context, _ string, payload []byte
 	p.mu.Lock()
 	p.msgs = append(p.msgs, payload)
 	p.mu.Unlock()
-	poke(p.got)
+	select {
+	case p.got <- struct{}{}:
+	default:
+	}
 	return nil
 }
 
@@ -61,8 +64,8 @@ func TestReporterStopWhileGatheringKeepsResult(t *testing.T) {
 	}
 	pub := newRecordingPublisher()
 	ctx, cancel := context.WithCancel(context.Background())
-	rep := &reporter{ob: ob, pub: pub, topic: "r", log: slog.New(slog.DiscardHandler)}
-	rep.start(ctx)
+	rep := NewReporter(ob, ResultOptions{Topic: "r", Logger: slog.New(slog.DiscardHandler)})
+	rep.Start(ctx, pub)
 
 	ob.Heartbeat("d1")
 	for _, id := range []string{"t-1", "t-2"} {
@@ -78,7 +81,7 @@ func TestReporterStopWhileGatheringKeepsResult(t *testing.T) {
 		t.Fatal("nothing sent within 10 s")
 	}
 	cancel()
-	rep.wg.Wait()
+	rep.Wait()
 	if err := ob.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -96,9 +99,9 @@ func TestReporterStopWhileGatheringKeepsResult(t *testing.T) {
 	pub = newRecordingPublisher()
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
-	rep = &reporter{ob: ob, pub: pub, topic: "r", log: slog.New(slog.DiscardHandler)}
-	rep.start(ctx)
-	defer func() { cancel(); rep.wg.Wait() }()
+	rep = NewReporter(ob, ResultOptions{Topic: "r", Logger: slog.New(slog.DiscardHandler)})
+	rep.Start(ctx, pub)
+	defer func() { cancel(); rep.Wait() }()
 	select {
 	case <-pub.got:
 	case <-time.After(10 * time.Second):

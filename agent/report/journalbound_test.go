@@ -1,4 +1,4 @@
-package agent
+package report
 
 import (
 	"context"
@@ -6,18 +6,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/backlog"
+	"github.com/seed0e69bba5/faceagent/agent/journal"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
 // smallLogBound is the most a forward or deadletter log occupies with live bytes of backlog,
 // when at most written bytes are written between two compaction checks (agent/doc.go,
-// "Disk"): the open segment's reserved blocks, the files (live, up to max(segment, live)
+// "Disk"; agent/backlog, "Compaction"): the open segment's reserved blocks, the files (live, up to max(segment, live)
 // dead bytes and what was written since the last check), a snapshot being written (live),
 // and block rounding.
 func smallLogBound(live, written int64) int64 {
-	return smallLogSegment + 2*live + max(smallLogSegment, live) + written + 64<<10
+	return backlog.SegmentSize + 2*live + max(backlog.SegmentSize, live) + written + 64<<10
 }
 
 // TestDeadLetterLogStaysWithinItsBound: deadletters carry the refused message, so 1,024
@@ -28,29 +29,24 @@ func TestDeadLetterLogStaysWithinItsBound(t *testing.T) {
 	const n, size = 300, 256 << 10
 	dir := t.TempDir()
 	pub := newCollector()
-	d, err := openDeadLetters(dir, journalOptions(config.Journal{Sync: config.SyncNone}), pub, "faceagent/gw/deadletter", testMetrics(), quietLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer func() { cancel(); d.wg.Wait() }()
-	d.start(ctx)
+	d := openTestDeadLetters(t, dir, DeadLetterOptions{Journal: journal.Options{Sync: journal.SyncNone, SegmentSize: backlog.SegmentSize}})
+	defer d.Close()
+	d.start(t, pub)
 	payload := []byte(strings.Repeat("x", size))
-	bound := smallLogBound(0, size+recordOverhead)
+	bound := smallLogBound(0, size+backlog.RecordOverhead)
 	var most int64
 	for i := range n {
-		if err := d.add([][]byte{payload}); err != nil {
+		if err := d.Add([][]byte{payload}); err != nil {
 			t.Fatal(err)
 		}
 		pub.waitFor(t, i+1)
-		waitBacklog(t, d, 0)
+		d.waitBacklog(t, 0)
 		most = max(most, testutil.DirDiskBytes(t, dir))
 		if most > bound {
 			t.Fatalf("after %d deadletters of %d bytes the log occupies %d bytes, over its bound %d", i+1, size, most, bound)
 		}
 	}
-	t.Logf("%d deadletters of %d bytes: at most %d bytes on disk (bound %d), %d snapshots", n, size, most, bound, d.j.Stats().Snapshots)
+	t.Logf("%d deadletters of %d bytes: at most %d bytes on disk (bound %d), %d snapshots", n, size, most, bound, d.Backlog().Stats().Journal.Snapshots)
 }
 
 // TestForwardLogStaysWithinItsBound: acks with the longest message and id a terminal may
@@ -61,13 +57,9 @@ func TestForwardLogStaysWithinItsBound(t *testing.T) {
 	const rounds, perRound = 180, 100 // about three compactions' worth of dead bytes
 	dir := t.TempDir()
 	pub := newTopicCollector()
-	f, err := openForwarderBounded(dir, journalOptions(config.Journal{Sync: config.SyncNone}), pub, testForwardPrefix,
-		testMetrics(), quietLog, maxForwarded, maxForwardedBytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.close()
-	f.writeDelay = 0 // every ack written at once
+	// Every ack written at once.
+	f := openTestForwarderWith(t, dir, pub, ForwardOptions{Journal: journal.Options{Sync: journal.SyncNone, SegmentSize: backlog.SegmentSize}, WriteDelay: -1})
+	defer f.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer func() { cancel(); f.wg.Wait() }()
 	f.start(ctx)
@@ -80,10 +72,10 @@ func TestForwardLogStaysWithinItsBound(t *testing.T) {
 	var most int64
 	for r := range rounds {
 		for i := range perRound {
-			f.ack("d1", face.Ack{MessageID: fmt.Sprintf("%s%08d", id, r*perRound+i), Code: 1, Message: message})
+			f.Ack("d1", face.Ack{MessageID: fmt.Sprintf("%s%08d", id, r*perRound+i), Code: 1, Message: message})
 		}
 		pub.waitFor(t, (r+1)*perRound)
-		waitFor(t, "the backlog to empty", func() bool { return f.m.forwardBacklog.Value() == 0 }, f.reported)
+		waitFor(t, "the backlog to empty", func() bool { return f.m.Backlog.Value() == 0 }, f.reported)
 		most = max(most, testutil.DirDiskBytes(t, dir))
 		if most > bound {
 			t.Fatalf("after %d acks the forward log occupies %d bytes, over its bound %d", (r+1)*perRound, most, bound)
@@ -91,6 +83,6 @@ func TestForwardLogStaysWithinItsBound(t *testing.T) {
 	}
 	// The compactor runs on its own goroutine: the last one poked may still be writing.
 	waitFor(t, fmt.Sprintf("two snapshots after %d acks of %d bytes", rounds*perRound, len(message)),
-		func() bool { return f.j.Stats().Snapshots >= 2 }, f.compacted)
-	t.Logf("%d acks: at most %d bytes on disk (bound %d), %d snapshots", rounds*perRound, most, bound, f.j.Stats().Snapshots)
+		func() bool { return f.Backlog().Stats().Journal.Snapshots >= 2 }, f.reported)
+	t.Logf("%d acks: at most %d bytes on disk (bound %d), %d snapshots", rounds*perRound, most, bound, f.Backlog().Stats().Journal.Snapshots)
 }

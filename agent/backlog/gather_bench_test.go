@@ -1,4 +1,4 @@
-package agent
+package backlog
 
 import (
 	"context"
@@ -29,15 +29,15 @@ func BenchmarkGatheringPokes(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			ready := make(chan struct{}, 1)
 			var pending, drains, asked atomic.Int64
-			g := gathering{wait: 5 * time.Millisecond}
+			g := Gathering{Wait: 5 * time.Millisecond}
 			if c.settled {
-				g.settled = func() bool { asked.Add(1); return false }
+				g.Settled = func() bool { asked.Add(1); return false }
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				publishBacklogGathered(ctx, ready, g, func(context.Context) (bool, int, error) {
+				run(ctx, ready, g, func(context.Context) (bool, int, error) {
 					drains.Add(1)
 					return false, int(pending.Swap(0)), nil
 				}, func(error, time.Duration) {})

@@ -1,4 +1,4 @@
-package agent
+package report
 
 import (
 	"encoding/json"

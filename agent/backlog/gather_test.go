@@ -1,4 +1,4 @@
-package agent
+package backlog
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// gatherRig runs publishBacklogGathered with a drain that takes everything added so far.
+// gatherRig runs run with a drain that takes everything added so far.
 type gatherRig struct {
 	ready   chan struct{}
 	mu      sync.Mutex
@@ -17,14 +17,14 @@ type gatherRig struct {
 	stop    func()
 }
 
-func startGatherRig(t *testing.T, g gathering) *gatherRig {
+func startGatherRig(t *testing.T, g Gathering) *gatherRig {
 	t.Helper()
 	r := &gatherRig{ready: make(chan struct{}, 1), drained: make(chan int, 16)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		publishBacklogGathered(ctx, r.ready, g, func(context.Context) (bool, int, error) {
+		run(ctx, r.ready, g, func(context.Context) (bool, int, error) {
 			r.mu.Lock()
 			n := r.pending
 			r.pending = 0
@@ -71,7 +71,7 @@ func (r *gatherRig) nextNonEmptyDrain(t *testing.T) int {
 // once settled turns true, the next question drains them all in one round.
 func TestGatheringEndsWhenSettled(t *testing.T) {
 	var settled atomic.Bool
-	r := startGatherRig(t, gathering{wait: time.Hour, settled: settled.Load})
+	r := startGatherRig(t, Gathering{Wait: time.Hour, Settled: settled.Load})
 	for range 5 {
 		r.add()
 	}
@@ -100,7 +100,7 @@ func TestGatheringEndsWhenSettled(t *testing.T) {
 // TestGatheringWaitsItsTime: without settled, a gathering ends when its wait has passed,
 // with what came meanwhile.
 func TestGatheringWaitsItsTime(t *testing.T) {
-	r := startGatherRig(t, gathering{wait: 20 * time.Millisecond})
+	r := startGatherRig(t, Gathering{Wait: 20 * time.Millisecond})
 	r.add()
 	r.add()
 	if n := r.nextDrain(t); n < 1 || n > 2 {
@@ -111,7 +111,7 @@ func TestGatheringWaitsItsTime(t *testing.T) {
 // TestGatheringStopsWithContext: a publisher gathering for an hour returns when its
 // context ends.
 func TestGatheringStopsWithContext(t *testing.T) {
-	r := startGatherRig(t, gathering{wait: time.Hour, settled: func() bool { return false }})
+	r := startGatherRig(t, Gathering{Wait: time.Hour, Settled: func() bool { return false }})
 	r.add()
-	r.stop() // returns only once publishBacklogGathered did
+	r.stop() // returns only once run did
 }
