@@ -21,6 +21,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
 	"github.com/seed0e69bba5/faceagent/agent/report"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 )
 
 // Options configure an Agent. Config is required; the rest may be zero.
@@ -56,12 +57,10 @@ type Agent struct {
 	started       atomic.Bool
 
 	broker *broker.Broker
-	// brokerServing is closed once the embedded broker has started (stored sessions loaded).
-	brokerServing chan struct{}
-	outbox        atomic.Pointer[outbox.Outbox]
-	state         *devstate.Writer
-	take          *intake.Taker
-	dead          *report.DeadLetters // the taker's deadletter log (set by startGateway)
+	outbox atomic.Pointer[outbox.Outbox]
+	state  *devstate.Writer
+	take   *intake.Taker
+	dead   *report.DeadLetters // the taker's deadletter log (set by startGateway)
 	// brokerStats is the embedded broker, for /metrics (set once it is made).
 	brokerStats atomic.Pointer[broker.Broker]
 	fwd         *report.Forwarder // forwarded acks and heartbeats (set by startGateway)
@@ -233,7 +232,6 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.tuneBroker(b)
 		}
 	}
-	a.brokerServing = make(chan struct{})
 	if !cfg.BrokerOnly() {
 		if err := a.startGateway(runCtx, cfg, b, &stops); err != nil {
 			return fail(err)
@@ -243,7 +241,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		if err := b.Start(); err != nil {
 			return fail(err)
 		}
-		close(a.brokerServing) // inline publishers may route now: sessions are loaded
 	}
 	if cfg.Metrics.Listen != "" {
 		if err := a.startHTTP(cfg.Metrics); err != nil {
@@ -272,7 +269,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // and …/control themselves, so those stay open).
 func agentOwnedKeys(gw string) []string {
 	p := "faceagent/" + gw + "/"
-	return []string{upstreamTopics(gw).devices, p + "config/status", p + "control/status"}
+	return []string{wire.GatewayTopics(gw).Devices, p + "config/status", p + "control/status"}
 }
 
 // newBroker maps [broker] onto the embedded broker's options.

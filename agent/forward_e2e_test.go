@@ -303,13 +303,11 @@ func TestForwardedAcksForAFullQueueAreHeldNotDropped(t *testing.T) {
 	const prefix = "faceagent/gw-e/devices/"
 	mt := testMetrics()
 	stalled := dialRawSubscriber(t, br.Addr(), "stalled", prefix+"+/ack")
-	serving := make(chan struct{})
-	close(serving)
 	f := openE2EForwarder(t, journal.Options{Sync: journal.SyncNone}, prefix, mt)
 	defer f.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer func() { cancel(); f.Wait() }()
-	f.Start(ctx, inlinePublisher{srv: br, serving: serving})
+	f.Start(ctx, br.Publisher())
 
 	n := 0
 	for br.Dropped(mqtt.QuotaWritesHeld) == 0 {

@@ -14,9 +14,11 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/journal"
 	"github.com/seed0e69bba5/faceagent/agent/kv"
 	"github.com/seed0e69bba5/faceagent/agent/links"
+	"github.com/seed0e69bba5/faceagent/agent/publish"
 	"github.com/seed0e69bba5/faceagent/agent/report"
 	"github.com/seed0e69bba5/faceagent/agent/store"
 	"github.com/seed0e69bba5/faceagent/agent/upstream"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/hlc"
 )
 
@@ -31,7 +33,7 @@ import (
 // and outbox (journals flushed), links and pumps, the forward log (last: the pumps
 // forward into it until they end), then (in Run) the broker.
 func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.Broker, stops *[]func(context.Context) error) error {
-	t := upstreamTopics(cfg.Agent.GatewayID)
+	t := wire.GatewayTopics(cfg.Agent.GatewayID)
 	take := newTaker(cfg, a.intakeM, a.log.With("part", "intake"))
 	external := cfg.Upstream != nil
 	if b != nil {
@@ -48,14 +50,14 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	if !external {
 		// Tasks are journalled inside the publisher's PUBLISH, before its PUBACK; a message
 		// not taken is refused so that it comes again (agent/broker's Intercept).
-		if err := b.Intercept(t.tasks, take.Intercepted); err != nil {
+		if err := b.Intercept(t.Tasks, take.Intercepted); err != nil {
 			return err
 		}
 	}
 
 	// Forwarded acks and heartbeats: opened before the links, closed after the pumps.
 	fwd, err := report.OpenForwarder(filepath.Join(cfg.Agent.DataDir, report.ForwardDir), report.ForwardOptions{
-		Journal: journalOptions(cfg.Journal), Prefix: t.devices, Logger: a.log.With("part", "forward"), Metrics: a.m.forward})
+		Journal: journalOptions(cfg.Journal), Prefix: t.Devices, Logger: a.log.With("part", "forward"), Metrics: a.m.forward})
 	if err != nil {
 		return fmt.Errorf("forward log: %w", err)
 	}
@@ -81,7 +83,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	}
 	*stops = append(*stops, func(context.Context) error { a.outbox.Store(nil); return ob.Close() })
 	dead, err := report.OpenDeadLetters(filepath.Join(cfg.Agent.DataDir, report.DeadLetterDir), report.DeadLetterOptions{
-		Journal: journalOptions(cfg.Journal), Topic: t.deadletter, Logger: a.log.With("part", "deadletter"), Metrics: a.m.deadLetters})
+		Journal: journalOptions(cfg.Journal), Topic: t.DeadLetter, Logger: a.log.With("part", "deadletter"), Metrics: a.m.deadLetters})
 	if err != nil {
 		return fmt.Errorf("deadletter log: %w", err)
 	}
@@ -93,7 +95,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	*stops = append(*stops, func(context.Context) error { take.Close(); return nil })
 
 	rctx, cancel := context.WithCancel(ctx)
-	var results publisher
+	var results publish.Publisher
 	clock := hlc.NewClock("faceagent-" + cfg.Agent.GatewayID)
 	var keys kv.Store
 	if b != nil {
@@ -124,7 +126,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	} else {
 		// PublishDeferred, and one sessions sync per batch before it is marked reported
 		// (reporter, forwarder, deadletter log): one fsync a batch, not one a message.
-		results = inlinePublisher{srv: b, serving: a.brokerServing, br: b}
+		results = b.Publisher()
 	}
 	dead.Start(rctx, results)
 	*stops = append(*stops, func(context.Context) error { cancel(); dead.Wait(); return nil })
@@ -138,19 +140,18 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	for i, d := range cfg.Devices {
 		ids[i] = d.ID
 	}
-	sw := devstate.New(devstate.Options{Devices: ids, Store: keys, Status: ob, Prefix: t.devices,
+	sw := devstate.New(devstate.Options{Devices: ids, Store: keys, Status: ob, Prefix: t.Devices,
 		WriteInterval: cfg.Store.WriteInterval.Duration, HeartbeatTimeout: cfg.Dispatch.HeartbeatTimeout.Duration,
 		Timeout: cfg.Store.RequestTimeout.Duration, Log: a.log.With("part", "state"), Metrics: a.m.state})
 	a.state = sw
 	take.OnTouched(sw.Touch)
 	l.Start(links.Sinks{Outbox: ob, Forwarder: fwd, State: sw})
 
-	ro := report.ResultOptions{Topic: t.results, State: sw, Logger: a.log.With("part", "report"), Metrics: a.m.reports}
+	ro := report.ResultOptions{Topic: t.Results, State: sw, Logger: a.log.With("part", "report"), Metrics: a.m.reports}
 	if h := cfg.Intake.HTTP; h != nil {
 		if h.ResultsURL != "" {
-			p := &resultPoster{url: h.ResultsURL, header: h.AuthHeader, value: h.AuthValue,
-				client: &http.Client{Timeout: h.Timeout.Duration}}
-			ro.Poster = report.PosterFunc(p.post)
+			ro.Poster = &report.HTTPPoster{URL: h.ResultsURL, Header: h.AuthHeader, Value: h.AuthValue,
+				Client: &http.Client{Timeout: h.Timeout.Duration}}
 		}
 		hi := intake.NewHTTPPull(intake.HTTPOptions{URL: h.URL, PageSize: h.PageSize, Interval: h.Interval.Duration,
 			Timeout: h.Timeout.Duration, AuthHeader: h.AuthHeader, AuthValue: h.AuthValue,

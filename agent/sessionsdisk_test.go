@@ -39,9 +39,7 @@ func TestResultsNotStoredAreNotCountedStored(t *testing.T) {
 	defer b.Close()
 	keptSubscriber(t, b.Addr(), "back-office", "results")
 
-	serving := make(chan struct{})
-	close(serving)
-	p := inlinePublisher{srv: b, serving: serving, br: b}
+	p := b.Publisher()
 	a := &Agent{broker: b, registry: metrics.NewRegistry()}
 	a.registerMetrics()
 	a.running.Store(true)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/upstream"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 )
 
 // upstreamOptions maps [upstream] onto the upstream connection's options; tasks taken from
@@ -23,7 +24,7 @@ func upstreamOptions(cfg *config.Config, tasks upstream.Tasks, m *agentMetrics, 
 		SessionExpiry:  u.SessionExpiry.Duration,
 		ReconnectMax:   u.ReconnectMax.Duration,
 		PublishWindow:  u.PublishWindow,
-		TasksTopic:     upstreamTopics(cfg.Agent.GatewayID).tasks,
+		TasksTopic:     wire.GatewayTopics(cfg.Agent.GatewayID).Tasks,
 		Tasks:          tasks,
 		Metrics:        m.upstream,
 		Logger:         log,

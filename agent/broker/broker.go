@@ -186,6 +186,10 @@ type Broker struct {
 	subscribes *subscribeWatchers
 	intercept  *interceptHook
 
+	// serving is closed by Start, once the stored sessions are loaded: a message published
+	// in-process before would be routed to nobody (Publisher waits for it).
+	serving chan struct{}
+
 	mu      sync.Mutex
 	started bool
 	closed  bool
@@ -249,7 +253,7 @@ func New(opts *Options) (*Broker, error) {
 		Logger:       o.Logger,
 		InlineClient: true,
 	})
-	b := &Broker{opts: o, log: o.Logger, srv: srv}
+	b := &Broker{opts: o, log: o.Logger, srv: srv, serving: make(chan struct{})}
 	// mochi's event loop ticks five times a second even when nothing can expire; the
 	// housekeeper ticks it only when something is due (housekeeping.go).
 	b.housekeeper = newHousekeeper(srv, srv.TakeOverLoopTicks(), o.Logger)
@@ -396,6 +400,7 @@ func (b *Broker) Start() error {
 		return err
 	}
 	b.started = true
+	close(b.serving)
 	b.log.Info("broker listening", "addr", b.listener.Address(), "tls", b.opts.TLS.CertFile != "")
 	return nil
 }
