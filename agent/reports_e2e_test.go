@@ -284,10 +284,21 @@ func TestResultsForAStalledSubscriberAreHeld(t *testing.T) {
 }
 
 // A back office with a persistent session that is away: the broker queues its results up
-// to its session's bound (max_session_bytes: about 50 messages here, results and forwarded
-// acks) and drops the newer ones for that session alone, counted. Nobody else waits for
-// it: a watcher gets every result at once, and the returning back office gets the ones its
-// session held, oldest first.
+// to its session's bound (max_session_bytes: about 59 messages here, results and forwarded
+// acks, ~0.95 KB each beside 8.7 KB of subscriptions) and drops the newer ones for that
+// session alone, counted. Nobody else waits for it: a watcher gets every result at once,
+// and the returning back office gets the ones its session held, oldest first.
+//
+// The bound is every session's, the watcher's too, and it counts messages sent and not yet
+// acknowledged: a live watcher keeps what is in flight to it within ~59 messages only if
+// it acknowledges as fast as they come. Without the race detector the agent publishes a
+// burst of a hundred tasks' results and acks within a few milliseconds, faster than the
+// watcher in this process acknowledges them, and the broker rightly dropped the excess for
+// the watcher (its own bound, not the absent session's). So the tasks go in batches whose
+// results and acks (20 messages) fit in the watcher's session with room to spare, and each
+// batch is waited for at the watcher: the absent session's bound is reached in the third
+// batch, and the first two batches (40 messages) are surely held for it, the first
+// results among them, whichever of a task's result and ack came first.
 func TestResultsForAnAbsentSessionAtItsBound(t *testing.T) {
 	src := fmt.Sprintf("[agent]\ngateway_id = \"gw-p\"\ndata_dir = %q\n[broker]\nlisten = \"127.0.0.1:0\"\n"+
 		"max_packet_size = \"64KiB\"\nmax_session_bytes = \"64KiB\"\nmax_queued_bytes = \"1MiB\"\n"+
@@ -296,7 +307,7 @@ func TestResultsForAnAbsentSessionAtItsBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const quota = 10 // results the session surely holds: ~25 fit
+	const quota = 10 // results the session surely holds: the first two batches fit
 	addr, a, stop := startAgentFull(t, cfg)
 	fleet, err := sim.StartMQTT("mqtt://"+addr, []string{"p1"}, sim.Options{Seed: 6, HeartbeatInterval: 200 * time.Millisecond, Strict: true,
 		OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) }})
@@ -316,11 +327,16 @@ func TestResultsForAnAbsentSessionAtItsBound(t *testing.T) {
 	}
 	<-away.c.Done()
 	watcher := connectBackOfficeAs(t, addr, "gw-p", "watcher", true, 0)
-	const n = 100
-	for i := range n {
-		watcher.publish("faceagent/gw-p/tasks", fmt.Appendf(nil, `{"taskId":"p-%d","deviceId":"p1","op":"AddPerson","person":{"id":"%d"}}`, i, i))
+	const n, batch = 100, 10
+	for sent := 0; sent < n; {
+		for range batch {
+			watcher.publish("faceagent/gw-p/tasks", fmt.Appendf(nil, `{"taskId":"p-%d","deviceId":"p1","op":"AddPerson","person":{"id":"%d"}}`, sent, sent))
+			sent++
+		}
+		watcher.waitFor("every result and ack of the batch at the watcher", 30*time.Second, func() bool {
+			return len(watcher.results) == sent && watcher.acks >= sent
+		})
 	}
-	watcher.waitFor("every result at the watcher", 30*time.Second, func() bool { return len(watcher.results) == n })
 	if a.broker.Dropped(mqtt.QuotaSessionBytes) == 0 {
 		t.Fatal("nothing dropped for the absent session at its bound")
 	}

@@ -395,16 +395,27 @@ func (i *Inflight) wait(m *packets.Packet) {
 
 // takeNextInto copies the oldest message waiting to be sent (Expiry < 0) to dst, no
 // longer waiting (Expiry 0) and with one send quota taken, and reports whether there was
-// one the client's send quota allows. The message stays in flight until acknowledged. One
-// call takes each message once: the client's reader (sendNextImmediate, after a PUBACK)
-// and its writer (holdForWriter's drain) may both look.
-func (i *Inflight) takeNextInto(dst *packets.Packet) bool {
+// one the client's send quota allows and the client's writer is not busy (writerBusy).
+// The message stays in flight until acknowledged. One call takes each message once: the
+// client's reader (sendNextImmediate, after a PUBACK) and its writer (holdForWriter's
+// drain) may both look.
+//
+// faceagent patch (held order): writerBusy is asked under the lock, once a message is seen
+// waiting. A publisher queues a message for the writer only while none waits, and
+// increments outboundQty before it routes the next: so the messages queued before the
+// oldest waiting one are then still in the queue or being written, or written, never
+// overtaken. Asked before the lock, a publisher could queue messages and hold the next
+// between the question and the take, and the taker wrote that one first.
+func (i *Inflight) takeNextInto(dst *packets.Packet, writerBusy func() bool) bool {
 	i.Lock()
 	defer i.Unlock()
 	if i.waiting == 0 {
 		return false
 	}
 	if atomic.LoadInt32(&i.maximumSendQuota) > 0 && atomic.LoadInt32(&i.sendQuota) <= 0 {
+		return false
+	}
+	if writerBusy != nil && writerBusy() {
 		return false
 	}
 	var next *packets.Packet
@@ -623,12 +634,22 @@ func (cl *Client) drainWaiting() {
 	}
 	pk := outboundPackets.Get().(*packets.Packet)
 	defer releaseOutbound(pk)
-	for len(cl.State.outbound) == 0 && !cl.Closed() && cl.State.Inflight.takeNextInto(pk) {
+	for !cl.Closed() && cl.State.Inflight.takeNextInto(pk, cl.writerBusy) {
 		if err := cl.WritePacket(*pk); err != nil {
 			cl.ops.log.Debug("failed publishing packet", "error", err, "client", cl.ID)
 			return
 		}
 	}
+}
+
+// writerBusy reports whether cl's writer has packets queued, or one it is writing
+// (outboundQty counts a packet out once written): a waiting message goes after them.
+// faceagent patch (held order): the client's reader sent a waiting message after a PUBACK
+// whatever was queued, and WritePacket buffered it for the writer's next write to flush
+// ahead of that write's packet; the writer's drain checked the queue before it took the
+// message, where a publisher could queue older ones in between.
+func (cl *Client) writerBusy() bool {
+	return len(cl.State.outbound) > 0 || atomic.LoadInt32(&cl.State.outboundQty) > 0
 }
 
 // flushIdle writes what WritePacket buffered (outbuf) when the writer's queue is empty.

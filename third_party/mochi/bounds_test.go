@@ -291,7 +291,7 @@ func TestTakeNextOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			var pk packets.Packet
-			for i.takeNextInto(&pk) {
+			for i.takeNextInto(&pk, nil) {
 				taken[g] = append(taken[g], pk.PacketID)
 			}
 		}()
@@ -609,5 +609,40 @@ func TestAdmitInflight(t *testing.T) {
 	}
 	if got := cl.SessionBytes(); got != base {
 		t.Fatalf("session bytes %d after the deletes, want %d", got, base)
+	}
+}
+
+// A message held in the session behind the writer's queue goes after what is queued,
+// whoever sends it: here the client's reader after a PUBACK (sendNextImmediate) while the
+// writer has not yet written the message queued before. Before, the reader took the held
+// message and wrote it into the write buffer, which the writer flushed ahead of the
+// packet it was writing: a subscriber reading slowly got a QoS 1 stream out of order (the
+// agent's forwarded acks, off by the queue's length).
+func TestHeldMessageGoesAfterTheQueuedOnes(t *testing.T) {
+	s, _ := newBoundsServer(t, func(c *Capabilities) {
+		c.MaximumClientWritesPendingBytes = 1 // the first message is queued, the next held
+	})
+	near, far := net.Pipe()
+	t.Cleanup(func() { _ = near.Close(); _ = far.Close() })
+	cl := s.NewClient(near, "t", "k", false)
+	cl.Properties.ProtocolVersion = 5
+	sub := packets.Subscription{Filter: "out", Qos: 1}
+	for i := uint64(0); i < 2; i++ {
+		pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "out", Payload: payload(i, 8)}
+		if err := s.publishToClient(cl, sub, &pk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cl.OutboundLen() != 1 || !cl.State.Inflight.hasWaiting() {
+		t.Fatalf("queued %d, a message waiting %v: want 1 queued, 1 waiting", cl.OutboundLen(), cl.State.Inflight.hasWaiting())
+	}
+	s.sendNextImmediate(cl) // what the reader does after a PUBACK, send quota left
+	go cl.WriteLoop()
+	t.Cleanup(func() { cl.Stop(nil) })
+	r := bufio.NewReader(far)
+	for want := uint64(0); want < 2; want++ {
+		if got := binary.BigEndian.Uint64(readPublish(t, far, r).Payload); got != want {
+			t.Fatalf("message %d arrived where %d was due", got, want)
+		}
 	}
 }

@@ -1043,11 +1043,15 @@ func (s *Server) packetProcessed(cl *Client, pk *packets.Packet, err error) erro
 // faceagent patch (byte bounds): taken with Inflight.takeNextInto, which marks it sent and
 // takes its quota at once, as the writer goroutine may look too (drainWaiting).
 //
+// faceagent patch (held order): nothing is taken while the writer has packets queued or
+// one it is writing (writerBusy): those are older than any waiting message, which the
+// writer sends once its queue is empty (drainWaiting), with the quota this PUBACK gave back.
+//
 //go:noinline
 func (s *Server) sendNextImmediate(cl *Client) {
 	next := outboundPackets.Get().(*packets.Packet)
 	defer releaseOutbound(next)
-	if cl.State.Inflight.takeNextInto(next) {
+	if cl.State.Inflight.takeNextInto(next, cl.writerBusy) {
 		// faceagent patch (send quota): the message stays in flight until its PUBACK, no
 		// longer waiting for quota (Expiry -1 replaced what publishToClient had; 0: none).
 		// Upstream deleted it once written: its PUBACK found nothing and gave the quota it
