@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
-	"github.com/seed0e69bba5/faceagent/agent/journal"
 	"github.com/seed0e69bba5/faceagent/agent/links"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
 	"github.com/seed0e69bba5/faceagent/device/mqttlink"
@@ -55,9 +54,6 @@ func openOutbox(cfg *config.Config, sender outbox.Sender, log *slog.Logger) (*ou
 		devs[cfg.Devices[i].ID] = deviceConfig(&cfg.Devices[i])
 	}
 	jo := syncOptions(cfg.Journal)
-	if l, ok := sender.(*links.Links); ok {
-		jo.OnOpen = func(j *journal.Journal) { l.SetJournal(j) }
-	}
 	return outbox.Open(filepath.Join(cfg.Agent.DataDir, OutboxDir), sender, &outbox.Options{
 		Journal:            jo,
 		Settings:           settings(cfg.Dispatch),

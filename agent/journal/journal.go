@@ -72,11 +72,6 @@ type Options struct {
 	// refused meanwhile may return first). OnFailure must not Wait itself: the writer is
 	// busy running it.
 	OnFailure func(error)
-	// OnOpen, when set, is called once by a successful Open with the journal, before Open
-	// returns it. It lets whoever configures a journal that another component opens reach
-	// it: the agent sets it in the outbox's options to WriteOut the outbox's journal before
-	// each command it sends.
-	OnOpen func(*Journal)
 
 	// noPreallocate turns segment preallocation off, for tests and the benchmark that
 	// compares both in one run.
@@ -227,9 +222,6 @@ func Open(dir string, opts *Options) (*Journal, error) {
 	j.syncedSize = j.segSize
 	j.openBytes.Store(j.segSize)
 	go j.run()
-	if o.OnOpen != nil {
-		o.OnOpen(j)
-	}
 	return j, nil
 }
 

@@ -335,13 +335,3 @@ func TestWriteOutAfterClose(t *testing.T) {
 		t.Fatalf("WriteOut after Close wrote everything: %v", err)
 	}
 }
-
-// OnOpen hands the journal to whoever configured it, before Open returns, once.
-func TestOnOpen(t *testing.T) {
-	var got []*Journal
-	j := openT(t, t.TempDir(), &Options{OnOpen: func(j *Journal) { got = append(got, j) }})
-	defer j.Close()
-	if len(got) != 1 || got[0] != j {
-		t.Fatalf("OnOpen calls: %v, want one with %p", got, j)
-	}
-}

@@ -10,8 +10,7 @@
 //	l, err := links.Open(links.Options{MQTT: []string{"d1", "d2"}, Bus: embeddedBroker,
 //		Serial: []links.Serial{{DeviceID: "d3", Port: "/dev/ttyS1", Baud: 115200}}})
 //	if err != nil { ... }
-//	ob, err := outbox.Open(dir, l, &outbox.Options{Journal: journal.Options{
-//		OnOpen: func(j *journal.Journal) { l.SetJournal(j) }}}) // before the first Send
+//	ob, err := outbox.Open(dir, l, &outbox.Options{})
 //	l.Start(links.Sinks{Outbox: ob, Forwarder: fwd, State: state})
 //	...
 //	l.Close() // the links' Events channels close: the pumps end
@@ -19,10 +18,6 @@
 //
 // # Invariants
 //
-//   - Before a command leaves (Send), every record the outbox's journal has queued is in
-//     its file (Journal.WriteOut, no fsync): after a kill of the process each terminal gets
-//     again at most the one command in flight. A failed write-out fails the send; the
-//     command does not leave.
 //   - MQTT terminals' acks are handled on the goroutine that received them (mqttlink's
 //     Config.Deliver) once Start has run: the next command to that terminal leaves from
 //     there, with no hand-off. Before Start they wait in the link's Events channel.

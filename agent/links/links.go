@@ -40,12 +40,6 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Journal is the outbox's journal as Send needs it: WriteOut puts what it has queued into
-// its file (agent/journal's *Journal).
-type Journal interface {
-	WriteOut() error
-}
-
 // Links holds the device links and routes each device's commands to its link. It is the
 // outbox's Sender.
 type Links struct {
@@ -57,10 +51,7 @@ type Links struct {
 	// direct handles acks on the goroutine that received them (mqttlink's
 	// Config.Deliver), once the pumps have started; nil before.
 	direct atomic.Pointer[func(device.Event)]
-	// journal is the outbox's journal, set when the outbox opens it (SetJournal): Send
-	// writes out what it has queued before a command leaves.
-	journal atomic.Pointer[Journal]
-	pumps   pumps
+	pumps  pumps
 }
 
 var _ outbox.NonBlockingSender = (*Links)(nil)
@@ -122,10 +113,6 @@ func (l *Links) add(link device.Link, ids []string) {
 	}
 }
 
-// SetJournal gives Send the outbox's journal (the outbox's journal.Options.OnOpen): set it
-// before the outbox's first Send (opening resends what was in flight).
-func (l *Links) SetJournal(j Journal) { l.journal.Store(&j) }
-
 // SendsWithoutBlocking implements outbox.NonBlockingSender: the outbox sends to these
 // devices on the goroutine that decided the send (the one that delivered the previous
 // ack), with no goroutine per send.
@@ -158,15 +145,8 @@ func (l *Links) deliver(ev device.Event) bool {
 }
 
 // Send implements outbox.Sender: the stored payload is the face.Command in msgp. Every
-// command to a terminal, over MQTT or serial, first and on a retry alike, passes here.
-//
-// Before the command goes out, every record the outbox's journal has queued is written to
-// the file (no fsync; journal.WriteOut): this command's send record, and the finish of the
-// command the terminal acked before it, which the outbox journals lazily. A SIGKILL keeps
-// what was written, so after a kill of the process each terminal gets again at most the
-// one command it was sent after its last ack: the command in flight. (A power cut can
-// still lose the last LazyDelay of them: only the journal's fsync protects against that.)
-// If the write fails the command is not sent; the error is the failed send's.
+// command to a terminal, over MQTT or serial, first and on a retry alike, passes here (the
+// outbox has written its journal out before: see outbox's Sender).
 func (l *Links) Send(ctx context.Context, deviceID string, cmd outbox.Command) error {
 	link := l.byDevice[deviceID]
 	if link == nil {
@@ -175,11 +155,6 @@ func (l *Links) Send(ctx context.Context, deviceID string, cmd outbox.Command) e
 	fc, err := face.ParseCommandMsg(cmd.Payload)
 	if err != nil {
 		return fmt.Errorf("device %s: stored command: %w", deviceID, err)
-	}
-	if j := l.journal.Load(); j != nil {
-		if err := (*j).WriteOut(); err != nil {
-			return fmt.Errorf("device %s: not sent, journal write-out: %w", deviceID, err)
-		}
 	}
 	return link.Send(ctx, deviceID, fc)
 }

@@ -3,15 +3,10 @@ package links
 import (
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/seed0e69bba5/faceagent/agent/journal"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
 	"github.com/seed0e69bba5/faceagent/device"
 	"github.com/seed0e69bba5/faceagent/device/face"
@@ -48,78 +43,6 @@ func storedCommand(t *testing.T) outbox.Command {
 		t.Fatal(err)
 	}
 	return outbox.Command{MessageID: "m-1", DeviceID: "d1", Payload: payload, Try: 1}
-}
-
-// A command goes to its link only after the journal's queued records (here a lazy one,
-// which the journal alone would keep in memory for an hour) are in the file.
-func TestSendWritesTheJournalOutFirst(t *testing.T) {
-	dir := t.TempDir()
-	j, err := journal.Open(dir, &journal.Options{LazyDelay: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
-	link := &fileCheckingLink{dir: dir, marker: "finish-of-the-previous-command"}
-	l := &Links{byDevice: map[string]device.Link{"d1": link}}
-	l.SetJournal(j)
-	if _, err := j.AppendLazy([]byte(link.marker)); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Send(context.Background(), "d1", storedCommand(t)); err != nil {
-		t.Fatal(err)
-	}
-	if link.sends != 1 || !link.markerFound {
-		t.Fatalf("%d sends; queued record in the file at the send: %v", link.sends, link.markerFound)
-	}
-	if st := j.Stats(); st.WriteOuts != 1 || st.Batches != 0 {
-		t.Fatalf("journal after the send: %+v, want one write-out and no fsync", st)
-	}
-}
-
-// failingFS fails every write once armed, like a disk that went away.
-type failingFS struct {
-	journal.OSFS
-	armed atomic.Bool
-}
-
-type failingFile struct {
-	*os.File
-	fs *failingFS
-}
-
-func (f *failingFS) OpenFile(name string, flag int, perm os.FileMode) (journal.File, error) {
-	file, err := os.OpenFile(name, flag, perm)
-	if err != nil {
-		return nil, err
-	}
-	return &failingFile{file, f}, nil
-}
-
-func (f *failingFile) WriteAt(p []byte, off int64) (int, error) {
-	if f.fs.armed.Load() {
-		return 0, fmt.Errorf("write %s: input/output error", f.Name())
-	}
-	return f.File.WriteAt(p, off)
-}
-
-// A failed write-out keeps the command off the wire and fails the send.
-func TestSendRefusedWhenTheJournalCannotWrite(t *testing.T) {
-	dir := t.TempDir()
-	ffs := &failingFS{}
-	j, err := journal.Open(dir, &journal.Options{LazyDelay: time.Hour, FS: ffs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
-	link := &fileCheckingLink{dir: dir, marker: "x"}
-	l := &Links{byDevice: map[string]device.Link{"d1": link}}
-	l.SetJournal(j)
-	j.AppendLazy([]byte("send-record"))
-	ffs.armed.Store(true)
-	err = l.Send(context.Background(), "d1", storedCommand(t))
-	if !errors.Is(err, journal.ErrFailed) || link.sends != 0 {
-		t.Fatalf("Send with a failing journal: %v after %d link sends, want journal.ErrFailed and none", err, link.sends)
-	}
 }
 
 // Links.deliver takes a terminal's ack on the delivering goroutine (the terminal's

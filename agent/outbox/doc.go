@@ -150,10 +150,9 @@
 //     that an ack is followed by the next send in microseconds and a stream of acks costs a
 //     few fsyncs a second (an fsync after every ack cut dispatch to 57% of what the
 //     terminals could take: docs/benchmarks.md).
-//     Process kill: the agent's Sender calls the journal's WriteOut (one write, no fsync)
-//     before it puts a command on the wire (agent/dispatch.go; it gets the journal through
-//     Options.Journal.OnOpen), so the command's send record and the finish of the command
-//     acked before it are in the file first, and a killed process (SIGKILL, a panic, the
+//     Process kill: the outbox calls its journal's WriteOut (one write, no fsync) before
+//     it hands a command to the Sender, so the command's send record and the finish of
+//     the command acked before it are in the file first, and a killed process (SIGKILL, a panic, the
 //     OOM killer) keeps what was written. After a kill, each device is sent again at most
 //     the one command it was sent last: the command in flight (its ack, if one came, was
 //     not yet written). No command acked before it is sent again. Lazy records that no

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -50,7 +51,7 @@ func (o *Outbox) startSendsLocked() {
 			// ack timeout. Past it the try is lost anyway, and an unbounded Send would let the
 			// retry start a second Send for the device while the first still hangs.
 			ctx, cancel := context.WithTimeout(o.ctx, s.timeout)
-			err := o.sender.Send(ctx, s.dev, s.cmd)
+			err := o.send(ctx, s)
 			cancel()
 			if err != nil {
 				o.sendFailed(s.dev, s.cmd.MessageID, s.cmd.Try, err)
@@ -97,7 +98,7 @@ func (o *Outbox) sendInline(jobs []sendJob) {
 		s := jobs[0]
 		jobs[0] = sendJob{}
 		jobs = jobs[1:]
-		err := o.sender.Send(o.ctx, s.dev, s.cmd)
+		err := o.send(o.ctx, s)
 		if err != nil {
 			o.mu.Lock()
 			o.sendFailedLocked(s.dev, s.cmd.MessageID, s.cmd.Try, err)
@@ -110,6 +111,20 @@ func (o *Outbox) sendInline(jobs []sendJob) {
 		}
 		o.wg.Done()
 	}
+}
+
+// send hands s to the Sender once every record the journal has queued is in its file
+// (journal.WriteOut: one write, no fsync): this command's send record and the finish of the
+// command the terminal acked before it, which are journalled lazily. A process killed
+// after the command left (SIGKILL, a panic, the OOM killer) so keeps both, and after a
+// restart the terminal is sent again at most this command, never one it acked before. A
+// power cut still loses the last LazyDelay of lazy records: only an fsync protects against
+// that. If the write-out fails the command is not sent.
+func (o *Outbox) send(ctx context.Context, s sendJob) error {
+	if err := o.j.WriteOut(); err != nil {
+		return fmt.Errorf("device %s: not sent, journal write-out: %w", s.dev, err)
+	}
+	return o.sender.Send(ctx, s.dev, s.cmd)
 }
 
 func (o *Outbox) sendFailed(deviceID, messageID string, try int, err error) {
