@@ -183,4 +183,3 @@ func (bo *backOffice) waitFor(what string, timeout time.Duration, cond func() bo
 		}
 	}
 }
-
