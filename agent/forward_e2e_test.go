@@ -182,21 +182,6 @@ func TestForwardedAcksSurviveUpstreamOutage(t *testing.T) {
 	}
 }
 
-// pollUntil checks cond every 10ms until it holds: for conditions no event announces.
-func pollUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(30 * time.Second)
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 // With the embedded broker, forwarded acks for a subscriber whose write queue is full are
 // held in its session (mqtt.QuotaWritesHeld), not dropped, and nobody publishes them again:
 // the subscriber that stopped reading gets every ack exactly once, in order, once it reads

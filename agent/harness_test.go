@@ -188,11 +188,6 @@ func (bo *backOffice) waitFor(what string, timeout time.Duration, cond func() bo
 	}
 }
 
-func startAgent(t testing.TB, cfg *config.Config) (addr string, stop func()) {
-	addr, _, stop = startAgentFull(t, cfg)
-	return addr, stop
-}
-
 func startAgentFull(t testing.TB, cfg *config.Config) (addr string, a *Agent, stop func()) {
 	t.Helper()
 	return startAgentWith(t, cfg, nil)

@@ -127,7 +127,7 @@ func benchAgentThroughput(b *testing.B, persist bool, backOfficeSessionExpiry ..
 	}
 	round, fsyncs := startAgentRig(b, persist, expiry)
 	round(benchTerminals) // warm-up: every terminal online and one command through
-	fsyncs0 := fsyncs() // a scrape of /metrics: outside the measured time and allocations
+	fsyncs0 := fsyncs()   // a scrape of /metrics: outside the measured time and allocations
 	b.ReportAllocs()
 	b.ResetTimer()
 	start, cpu0 := time.Now(), cpuTime()
