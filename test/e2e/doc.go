@@ -4,8 +4,9 @@
 // broker's address (simulated terminals from device/sim, raw MQTT clients where a test
 // must decide when a client reads), the state store is read through agent/store, and the
 // agent's inner state is read from /metrics over HTTP (scrapeValue parses the Prometheus
-// text format), never from its fields. A few tests integrate some parts through their
-// exported APIs rather than the daemon (agent/report with agent/upstream, say); they say so.
+// text format), never from its fields. Where a test needs more, it uses a part's exported
+// API and says so: the forward log a stopped agent left is opened with agent/report, and the
+// benchmarks' ceiling rig runs agent/broker without the agent.
 //
 // # Running
 //
