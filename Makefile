@@ -84,7 +84,7 @@ unit:
 # skip themselves under -race) run once more in a plain build.
 NORACE_TESTS ?= ^TestHeartbeatsKeepReaderStacksSmall$$
 unit-norace:
-	$(GO) test -count=1 -run '$(NORACE_TESTS)' ./agent/
+	$(GO) test -count=1 -run '$(NORACE_TESTS)' ./test/e2e/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,14 +20,6 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if dir := os.Getenv(deadLetterChildEnv); dir != "" {
-		deadLetterChild(dir) // a crash test's child: it runs until SIGKILL
-		return
-	}
-	if dir := os.Getenv(healthChildEnv); dir != "" {
-		healthChild(dir) // an agent short of file descriptors, until SIGKILL
-		return
-	}
 	goleak.VerifyTestMain(m)
 }
 

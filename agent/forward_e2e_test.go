@@ -4,13 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,7 +21,6 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/report"
 	"github.com/seed0e69bba5/faceagent/agent/upstream"
 	"github.com/seed0e69bba5/faceagent/device/face"
-	"github.com/seed0e69bba5/faceagent/device/sim"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
@@ -184,105 +179,6 @@ func TestForwardedAcksSurviveUpstreamOutage(t *testing.T) {
 	waitFor(t, "the backlog to empty", func() bool { return mt.forward.Backlog.Value() == 0 }, f.reported)
 	if n := mt.forward.Coalesced.Value(); n != 3 {
 		t.Errorf("coalesced %d heartbeats, want 3", n)
-	}
-}
-
-// Acks and heartbeats forwarded while the external broker is down are in data_dir/forward
-// when the agent stops; the next run delivers them, in order, to a back office on the
-// restarted broker. The terminals are simulated on the embedded broker, tasks come over
-// HTTP (the upstream broker is away).
-func TestForwardedAcksSurviveAgentRestart(t *testing.T) {
-	m := testutil.StartMosquitto(t)
-	m.Stop()
-	var listed atomic.Bool
-	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		if listed.Swap(true) {
-			_, _ = io.WriteString(w, `[]`)
-			return
-		}
-		var tasks []string
-		for i := range 5 {
-			tasks = append(tasks, fmt.Sprintf(`{"taskId":"f-%d","deviceId":"f1","op":"AddPerson","person":{"id":"%d"}}`, i, i))
-		}
-		_, _ = io.WriteString(w, "["+strings.Join(tasks, ",")+"]")
-	}))
-	defer api.Close()
-	cfg, err := config.Parse("f.toml", []byte(fmt.Sprintf(`[agent]
-gateway_id = "gw-f"
-data_dir = %q
-[broker]
-listen = "127.0.0.1:0"
-[upstream]
-url = %q
-session_expiry = "1h"
-reconnect_max = "300ms"
-[store]
-request_timeout = "200ms"
-[intake.http]
-url = %q
-page_size = 10
-interval = "1h"
-[[devices]]
-id = "f1"
-`, t.TempDir(), m.URL, api.URL)), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	local, a, stop := startAgentFull(t, cfg)
-	fleet, err := sim.StartMQTT("mqtt://"+local, []string{"f1"}, sim.Options{Seed: 7, HeartbeatInterval: 20 * time.Millisecond, Strict: true,
-		OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	acks := func() int {
-		n := 0
-		for _, e := range forwardBacklog(a.fwd) {
-			if strings.HasPrefix(e, "A ") {
-				n++
-			}
-		}
-		return n
-	}
-	// No event tells the test that the fifth ack was forwarded.
-	pollUntil(t, "five acks in the forward backlog", func() bool { return acks() >= 5 })
-	pollUntil(t, "heartbeats coalesced", func() bool { return a.m.forward.Coalesced.Value() > 0 })
-	fleet.Close()
-	stop()
-	backlog := forwardBacklog(a.fwd) // the agent has stopped: this is what the log holds
-	heartbeats := 0
-	for _, e := range backlog {
-		if strings.HasPrefix(e, "H ") {
-			heartbeats++
-		}
-	}
-	if acks() != 5 || heartbeats != 1 {
-		t.Fatalf("backlog at the stop, want 5 acks and 1 heartbeat:\n%s", strings.Join(backlog, "\n"))
-	}
-
-	m.Restart()
-	sub := subscribeForwarded(t, m.Addr, "gw-f")
-	_, a, stop = startAgentFull(t, cfg)
-	want := published("faceagent/gw-f/devices/", backlog)
-	if got := sub.waitFirst(len(want)); strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("delivered by the second run\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-	pollUntil(t, "the backlog to empty", func() bool { return a.m.forward.Backlog.Value() == 0 })
-	stop()
-}
-
-// pollUntil checks cond every 10ms until it holds: for conditions no event announces.
-func pollUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(30 * time.Second)
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s", what)
-		}
 	}
 }
 

@@ -1,9 +1,6 @@
 package agent
 
 import (
-	"io"
-	"net/http"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -54,33 +51,5 @@ func TestMemoryMetricsExported(t *testing.T) {
 	}
 	if strings.Contains(exp.String(), `faceagent_go_memory_bytes{class="heap_objects"} 0`+"\n") {
 		t.Error("heap_objects reads 0: the runtime metric name is wrong")
-	}
-}
-
-// TestMetricsScrapeMemoryAndPayloads scrapes a running agent with a terminal configured:
-// the memory series and the outbox's payload file series are served.
-func TestMetricsScrapeMemoryAndPayloads(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "d")
-	cfg := parse(t, "[agent]\ngateway_id = \"mm\"\ndata_dir = \""+dir+"\"\n[broker]\nlisten = \"127.0.0.1:0\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n[[devices]]\nid = \"t1\"\n")
-	_, a, stop := startAgentFull(t, cfg)
-	defer stop()
-	resp, err := http.Get("http://" + a.MetricsAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	for _, want := range []string{
-		"process_resident_memory_bytes ",
-		`faceagent_go_memory_bytes{class="stacks"} `,
-		"faceagent_outbox_payload_file_bytes ",
-		"faceagent_outbox_payloads_on_heap 0\n",
-		`faceagent_outbox_payload_errors_total{op="read"} 0`,
-		`faceagent_outbox_payload_errors_total{op="repair"} 0`,
-		"faceagent_outbox_payload_repairs_total 0\n",
-	} {
-		if !strings.Contains(string(body), want) {
-			t.Errorf("/metrics lacks %q", want)
-		}
 	}
 }

@@ -48,7 +48,7 @@ func storedCommand(t *testing.T) outbox.Command {
 // Links.deliver takes a terminal's ack on the delivering goroutine (the terminal's
 // connection reader) once the pumps have started, and leaves heartbeats to Events and the pump:
 // handled on the reader, a heartbeat grew its stack past 8 KiB after every collection
-// (agent's TestHeartbeatsKeepReaderStacksSmall measures the readers).
+// (test/e2e's TestHeartbeatsKeepReaderStacksSmall measures the readers).
 func TestDeliverTakesAcksLeavesHeartbeatsToThePump(t *testing.T) {
 	l := &Links{}
 	var handled []device.EventKind

@@ -1,4 +1,4 @@
-package agent
+package e2e
 
 import (
 	"bufio"
@@ -57,20 +57,15 @@ func TestHeartbeatsKeepReaderStacksSmall(t *testing.T) {
 		}
 	}
 	round()
-	ob := a.outbox.Load()
-	deadline := time.Now().Add(10 * time.Second)
-	for _, c := range terms {
-		for {
-			st, _ := ob.DeviceStatus(c.id)
-			if st.Online {
-				break
+	pollUntil(t, "every terminal online after its heartbeat", func() bool {
+		text := scrape(t, a)
+		for _, c := range terms {
+			if v, ok := seriesValue(text, `faceagent_device_online{device="`+c.id+`"}`); !ok || v != 1 {
+				return false
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("terminal %s not online after its heartbeat: %+v", c.id, st)
-			}
-			time.Sleep(5 * time.Millisecond)
 		}
-	}
+		return true
+	})
 
 	// Three collections: each halves a stack at most once (32 KiB → 8 KiB takes two).
 	for range 3 {

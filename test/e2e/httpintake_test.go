@@ -1,4 +1,4 @@
-package agent
+package e2e
 
 import (
 	"encoding/json"

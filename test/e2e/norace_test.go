@@ -1,6 +1,6 @@
 //go:build !race
 
-package agent
+package e2e
 
 // raceEnabled: the test binary is built with -race.
 const raceEnabled = false

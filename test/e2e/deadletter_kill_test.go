@@ -1,4 +1,4 @@
-package agent
+package e2e
 
 import (
 	"context"
@@ -7,16 +7,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
-	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/seed0e69bba5/faceagent/agent"
 	"github.com/seed0e69bba5/faceagent/agent/backlog"
-	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/journal"
 	"github.com/seed0e69bba5/faceagent/agent/report"
@@ -26,9 +23,15 @@ import (
 
 const deadLetterChildEnv = "FACEAGENT_DEADLETTER_CRASH_DIR"
 
-func deadLetterKillConfig(dir string) (*config.Config, error) {
-	return config.Parse("k.toml", []byte(fmt.Sprintf("[agent]\ngateway_id = \"gw-k\"\ndata_dir = %q\n"+
-		"[broker]\nlisten = \"127.0.0.1:0\"\n[[devices]]\nid = \"k1\"\n", dir)), nil)
+// deadLetterKillConfig is the crash test's config; with upstream (a broker's address) the
+// agent reports there, besides running its embedded broker.
+func deadLetterKillConfig(dir, upstream string) (*config.Config, error) {
+	src := fmt.Sprintf("[agent]\ngateway_id = \"gw-k\"\ndata_dir = %q\n"+
+		"[broker]\nlisten = \"127.0.0.1:0\"\n[[devices]]\nid = \"k1\"\n", dir)
+	if upstream != "" {
+		src += fmt.Sprintf("[upstream]\nurl = \"mqtt://%s\"\nreconnect_max = \"300ms\"\n[store]\nrequest_timeout = \"2s\"\n", upstream)
+	}
+	return config.Parse("k.toml", []byte(src), nil)
 }
 
 // deadLetterChild runs an agent with the embedded broker and publishes task messages for
@@ -36,11 +39,11 @@ func deadLetterKillConfig(dir string) (*config.Config, error) {
 // PUBACK came back — until the parent kills the process.
 func deadLetterChild(dir string) {
 	fail := func(err error) { fmt.Fprintln(os.Stderr, "deadletter child:", err); os.Exit(3) }
-	cfg, err := deadLetterKillConfig(dir)
+	cfg, err := deadLetterKillConfig(dir, "")
 	if err != nil {
 		fail(err)
 	}
-	a, err := New(&Options{Config: cfg})
+	a, err := agent.New(&agent.Options{Config: cfg})
 	if err != nil {
 		fail(err)
 	}
@@ -128,33 +131,21 @@ func TestDeadLettersSurviveSIGKILL(t *testing.T) {
 		}
 	}
 
-	var mu sync.Mutex
-	got := map[string]bool{}
-	changed := make(chan struct{}, 1)
-	cfg, err := deadLetterKillConfig(dir)
+	// The next run reports to an upstream broker (a broker-only agent) on which the test
+	// subscribed before the run started, so nothing the backlog sends is missed: the
+	// embedded broker serves before any client could subscribe there.
+	upstreamAddr, _ := startAgent(t, parse(t, fmt.Sprintf("[agent]\ndata_dir = %q\n[broker]\nlisten = \"127.0.0.1:0\"\n", t.TempDir())))
+	sub := testutil.SubscribeInOrder(t, upstreamAddr, "faceagent/gw-k/deadletter")
+	cfg, err := deadLetterKillConfig(dir, upstreamAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, a, stop := startAgentWith(t, cfg, func(a *Agent) {
-		a.tuneBroker = func(b *broker.Broker) {
-			// Subscribed before the broker serves, so nothing the backlog sends is missed.
-			err := b.Server().Subscribe("faceagent/gw-k/deadletter", 1, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
-				mu.Lock()
-				got[taskOf(pk.Payload)] = true
-				mu.Unlock()
-				select {
-				case changed <- struct{}{}:
-				default:
-				}
-			})
-			if err != nil {
-				t.Error(err)
-			}
-		}
-	})
+	_, a, stop := startAgentFull(t, cfg)
 	missing := func() []string {
-		mu.Lock()
-		defer mu.Unlock()
+		got := map[string]bool{}
+		for _, p := range sub.Received() {
+			got[taskOf([]byte(p))] = true
+		}
 		var m []string
 		for id := range unreported {
 			if !got[id] {
@@ -166,7 +157,7 @@ func TestDeadLettersSurviveSIGKILL(t *testing.T) {
 	deadline := time.After(30 * time.Second)
 	for len(missing()) > 0 {
 		select {
-		case <-changed:
+		case <-sub.Changed():
 		case <-deadline:
 			t.Fatalf("%d of the %d deadletters not marked reported were not published after the restart: %v",
 				len(missing()), len(unreported), missing())
@@ -174,6 +165,6 @@ func TestDeadLettersSurviveSIGKILL(t *testing.T) {
 	}
 	t.Logf("%d messages acknowledged before SIGKILL, all in the log; %d not yet marked reported, all published after the restart",
 		n, len(unreported))
-	pollUntil(t, "the backlog to empty", func() bool { return a.m.deadLetters.Backlog.Value() == 0 })
+	pollUntil(t, "the backlog to empty", func() bool { return metric(t, a, "faceagent_deadletter_backlog") == 0 })
 	stop()
 }

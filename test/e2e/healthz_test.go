@@ -1,4 +1,4 @@
-package agent
+package e2e
 
 import (
 	"bufio"
@@ -17,14 +17,15 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/seed0e69bba5/faceagent/agent"
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
 // runAgent runs an agent with src until the test ends.
-func runAgent(t *testing.T, src string) *Agent {
+func runAgent(t *testing.T, src string) *agent.Agent {
 	t.Helper()
-	a, err := New(&Options{Config: parse(t, src)})
+	a, err := agent.New(&agent.Options{Config: parse(t, src)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +161,7 @@ func healthChild(dir string) {
 	if err != nil {
 		fail(err)
 	}
-	a, err := New(&Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(os.Stdout, nil))})
+	a, err := agent.New(&agent.Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(os.Stdout, nil))})
 	if err != nil {
 		fail(err)
 	}

@@ -1,10 +1,11 @@
-package agent
+package e2e
 
 import (
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/seed0e69bba5/faceagent/agent"
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/sim"
@@ -87,7 +88,7 @@ func TestResultsSurviveUpstreamRestartMidStream(t *testing.T) {
 	publishAddBatches(bo, "gw-v", "v-%04d", ids, n, 100)
 	// Every task is in the agent's journal before the broker goes (it would lose those
 	// it had not delivered yet).
-	pollUntil(t, "every task taken", func() bool { return a.intakeM.Accepted.Value() >= n })
+	pollUntil(t, "every task taken", func() bool { return metric(t, a, "faceagent_tasks_accepted_total") >= n })
 	waitFor(t, "a quarter of the results", func() bool { return len(results.Received()) >= n/4 }, results.Changed())
 	proxy.Hold()
 	pollUntil(t, "the subscribers to get what reached the broker", func() bool {
@@ -143,7 +144,7 @@ func TestResultsSurviveUpstreamRestartMidStream(t *testing.T) {
 
 // startUpstreamAgent starts an agent with its embedded broker for the terminals and the
 // upstream broker at upstream, and waits until it is connected there.
-func startUpstreamAgent(t *testing.T, gw, upstream, reconnectMax string, ids []string) (local string, a *Agent, stop func()) {
+func startUpstreamAgent(t *testing.T, gw, upstream, reconnectMax string, ids []string) (local string, a *agent.Agent, stop func()) {
 	t.Helper()
 	src := fmt.Sprintf("[agent]\ngateway_id = %q\ndata_dir = %q\n[broker]\nlisten = \"127.0.0.1:0\"\n"+
 		"[upstream]\nurl = \"mqtt://%s\"\nreconnect_max = %q\n[store]\nrequest_timeout = \"2s\"\n",
@@ -156,11 +157,7 @@ func startUpstreamAgent(t *testing.T, gw, upstream, reconnectMax string, ids []s
 		t.Fatal(err)
 	}
 	local, a, stop = startAgentFull(t, cfg)
-	select {
-	case <-a.UpstreamConnected():
-	case <-time.After(20 * time.Second):
-		t.Fatal("never connected upstream")
-	}
+	waitUpstream(t, a)
 	return local, a, stop
 }
 

@@ -1,0 +1,32 @@
+// Package e2e holds the tests of the whole daemon: an agent.New + Run in the test's
+// process (or a child process for the crash tests), driven and observed only from outside,
+// as a deployment sees it. Back offices and terminals are MQTT clients on the embedded
+// broker's address (simulated terminals from device/sim, raw MQTT clients where a test
+// must decide when a client reads), the state store is read through agent/store, and the
+// agent's inner state is read from /metrics over HTTP (scrapeValue parses the Prometheus
+// text format), never from its fields. Where a test needs more, it uses a part's exported
+// API and says so: the forward log a stopped agent left is opened with agent/report, and the
+// benchmarks' ceiling rig runs agent/broker without the agent.
+//
+// # Running
+//
+//	go test -race ./test/e2e                 # every test (mosquitto-based ones skip without it)
+//	go test -count=1 -run TestHeartbeatsKeepReaderStacksSmall ./test/e2e   # the no-race test
+//	go test -run '^$' -bench Throughput -benchtime 3x ./test/e2e           # the daemon benchmarks
+//
+// # Invariants of the harness
+//
+//   - Every agent gets [metrics] on a free loopback port (startAgent sets it when the
+//     config has none), so every test can read its series.
+//   - Waits are on events (a message arriving, a store notification) or, where nothing
+//     announces a change, on a metric polled with a deadline; never a bare sleep.
+//   - The crash tests run the agent in a child process (internal/testutil) killed with
+//     SIGKILL, on real files with real fsync.
+//
+// # Caveats
+//
+//   - Tests that measure what the race detector changes (stack sizes) skip under -race;
+//     `make unit-norace` runs them in a plain build.
+//   - Tests with an external upstream broker need mosquitto (internal/testutil.StartMosquitto
+//     says how it is found) and skip without it.
+package e2e
