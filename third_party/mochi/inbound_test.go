@@ -114,9 +114,10 @@ func (r *qosRecorder) OnQosDropped(_ *Client, pk packets.Packet)  { r.record("dr
 
 // pipePeer is an MQTT 5 client on one end of a net.Pipe whose other end the server serves.
 type pipePeer struct {
-	t    *testing.T
-	conn net.Conn
-	r    *bufio.Reader
+	t       *testing.T
+	conn    net.Conn
+	r       *bufio.Reader
+	version byte // the protocol version of what send writes: 5 unless set
 }
 
 func pipeConnect(t *testing.T, s *Server, id string, receiveMax uint16) *pipePeer {
@@ -137,6 +138,9 @@ func pipeConnect(t *testing.T, s *Server, id string, receiveMax uint16) *pipePee
 func (c *pipePeer) send(pk packets.Packet) {
 	c.t.Helper()
 	pk.ProtocolVersion = 5
+	if c.version != 0 {
+		pk.ProtocolVersion = c.version
+	}
 	var buf bytes.Buffer
 	var err error
 	switch pk.FixedHeader.Type {
@@ -172,6 +176,25 @@ func (c *pipePeer) send(pk packets.Packet) {
 // returns its body.
 func (c *pipePeer) expect(typ byte, id uint16) []byte {
 	c.t.Helper()
+	first, body := c.next()
+	if first>>4 != typ {
+		c.t.Fatalf("got %s (% x), want %s", packets.PacketNames[first>>4], body, packets.PacketNames[typ])
+	}
+	if id != 0 {
+		if typ == packets.Publish {
+			l := int(body[0])<<8 | int(body[1])
+			body = body[2+l:]
+		}
+		if got := uint16(body[0])<<8 | uint16(body[1]); got != id {
+			c.t.Fatalf("%s for packet id %d, want %d", packets.PacketNames[typ], got, id)
+		}
+	}
+	return body
+}
+
+// next reads the next packet within 5 s: its first byte and its body.
+func (c *pipePeer) next() (byte, []byte) {
+	c.t.Helper()
 	_ = c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	first, err := c.r.ReadByte()
 	if err != nil {
@@ -192,19 +215,7 @@ func (c *pipePeer) expect(typ byte, id uint16) []byte {
 	if _, err := io.ReadFull(c.r, body); err != nil {
 		c.t.Fatal(err)
 	}
-	if first>>4 != typ {
-		c.t.Fatalf("got %s (% x), want %s", packets.PacketNames[first>>4], body, packets.PacketNames[typ])
-	}
-	if id != 0 {
-		if typ == packets.Publish {
-			l := int(body[0])<<8 | int(body[1])
-			body = body[2+l:]
-		}
-		if got := uint16(body[0])<<8 | uint16(body[1]); got != id {
-			c.t.Fatalf("%s for packet id %d, want %d", packets.PacketNames[typ], got, id)
-		}
-	}
-	return body
+	return first, body
 }
 
 // processed returns once the server handled everything sent before (a PINGREQ's answer).
