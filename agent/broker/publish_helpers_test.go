@@ -38,3 +38,19 @@ func write311(t *testing.T, c *memClient, pk packets.Packet) {
 		t.Fatal(err)
 	}
 }
+
+// readPublishID reads a QoS 1 PUBLISH without acknowledging it: its payload and packet id.
+func readPublishID(t *testing.T, c *wireClient) (string, uint16) {
+	t.Helper()
+	first, body, err := c.readWithHeader()
+	if err != nil || first>>4 != packets.Publish || len(body) < 2 {
+		t.Fatalf("got 0x%02x, %v; want a PUBLISH", first, err)
+	}
+	n := int(body[0])<<8 | int(body[1])
+	if len(body) < 2+n+3 {
+		t.Fatal("short PUBLISH")
+	}
+	id := uint16(body[2+n])<<8 | uint16(body[3+n])
+	rest := body[4+n:]
+	return string(rest[1+int(rest[0]):]), id // properties: none but their length (< 128)
+}

@@ -335,3 +335,117 @@ func TestOwnSubscribeIDs(t *testing.T) {
 		t.Fatalf("SUBSCRIBE under the id of the client's QoS 2 flow: reason %#x, want 0x91", code)
 	}
 }
+
+// pubrel sends the PUBREL of the client's QoS 2 publish id.
+func (c *pipePeer) pubrel(id uint16) {
+	c.t.Helper()
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrel, Qos: 1}, PacketID: id})
+}
+
+// ackReason reads an acknowledgement of type typ for packet id and returns its reason code
+// (0 when the short form leaves it out).
+func (c *pipePeer) ackReason(typ byte, id uint16) byte {
+	c.t.Helper()
+	if body := c.expect(typ, id); len(body) > 2 {
+		return body[2]
+	}
+	return 0
+}
+
+// qos2Task is a QoS 2 PUBLISH of a task under packet id.
+func qos2Task(id uint16, dup bool) packets.Packet {
+	return packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 2, Dup: dup},
+		TopicName: "tasks", PacketID: id, Payload: []byte("task")}
+}
+
+// taskWorker connects a clean session subscribed to "tasks", to count what tasks deliver.
+func taskWorker(t *testing.T, s *Server) *pipePeer {
+	t.Helper()
+	w, _ := connectSession(t, s, "worker", 5, true, 0)
+	w.subscribe("tasks")
+	return w
+}
+
+// expectOnly reads the worker's next message, which must be want, acknowledges it, then
+// checks that nothing came between it and a marker published after it.
+func expectOnly(t *testing.T, s *Server, w *pipePeer, want string) {
+	t.Helper()
+	for _, want := range []string{want, "marker"} {
+		got, id, _ := w.readPublish()
+		if got != want {
+			t.Fatalf("worker got %q, want %q", got, want)
+		}
+		w.puback(id)
+		if want != "marker" {
+			if err := s.Publish("tasks", []byte("marker"), false, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// A client leaves without acknowledging a message sent to it, after sending a QoS 2
+// PUBLISH under the same packet id (each side numbers its packets on its own), and
+// resumes: the message is sent again, and the client's QoS 2 flow, which its PUBREC left
+// waiting for PUBREL, goes with the session (MQTT 5 section 4.1): the PUBREL on the new
+// connection completes it. With both directions in one set keyed by packet id, the PUBREC
+// took the message's place.
+func TestInboundQoS2FlowGoesWithTheSession(t *testing.T) {
+	s := newPipeServer(t)
+	w := taskWorker(t, s)
+	bo, _ := connectSession(t, s, "bo", 5, true, 0)
+	bo.subscribe("results")
+	if err := s.Publish("results", []byte("result-1"), false, 1); err != nil {
+		t.Fatal(err)
+	}
+	_, id, _ := bo.readPublish()
+	bo.send(qos2Task(id, false))
+	bo.expect(packets.Pubrec, id)
+	expectOnly(t, s, w, "task")
+	_ = bo.conn.Close()
+
+	again, _ := connectSession(t, s, "bo", 5, false, 0)
+	if payload, resent, dup := again.readPublish(); payload != "result-1" || resent != id || !dup {
+		t.Fatalf("resumed session got %q under %d (DUP %v), want result-1 again under %d with DUP", payload, resent, dup, id)
+	}
+	again.pubrel(id)
+	if code := again.ackReason(packets.Pubcomp, id); code != 0 {
+		t.Fatalf("PUBCOMP reason %#x, want 0: the task's flow did not go with the session", code)
+	}
+}
+
+// A QoS 2 PUBLISH sent again with DUP on a resumed session, whose first copy the server
+// received (its PUBREC lost with the connection), is acknowledged with a PUBREC of success
+// and not delivered again [MQTT-4.3.3-10]: mochi answered 0x91 (packet identifier in use),
+// which tells the publisher the message failed although it was delivered.
+func TestDuplicateQoS2PublishOnResume(t *testing.T) {
+	s := newPipeServer(t)
+	w := taskWorker(t, s)
+	bo, _ := connectSession(t, s, "bo", 5, true, 0)
+	bo.send(qos2Task(5, false))
+	bo.expect(packets.Pubrec, 5)
+	_ = bo.conn.Close()
+	expectOnly(t, s, w, "task")
+
+	again, _ := connectSession(t, s, "bo", 5, false, 0)
+	again.send(qos2Task(5, true))
+	if code := again.ackReason(packets.Pubrec, 5); code != 0 {
+		t.Fatalf("PUBREC of the duplicate: reason %#x, want 0", code)
+	}
+	again.pubrel(5)
+	if code := again.ackReason(packets.Pubcomp, 5); code != 0 {
+		t.Fatalf("PUBCOMP reason %#x, want 0", code)
+	}
+	if err := s.Publish("tasks", []byte("marker"), false, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got, id, _ := w.readPublish(); got != "marker" {
+		t.Fatalf("worker got %q, want the marker: the duplicate was delivered again", got)
+	} else {
+		w.puback(id)
+	}
+	// The id is free again: a new QoS 2 message under it is a new message.
+	again.send(qos2Task(5, false))
+	again.expect(packets.Pubrec, 5)
+	expectOnly(t, s, w, "task")
+}
