@@ -298,6 +298,9 @@ func (cl *Client) writeOutbound(pk *packets.Packet) {
 	if pk == writerKick {
 		return
 	}
+	if cl.applyOutboundResize(pk) { // faceagent patch (terminal queues)
+		return
+	}
 	n := outboundBytes(pk)
 	if err := cl.WritePacket(*pk); err != nil {
 		// TODO : Figure out what to do with error
@@ -885,7 +888,7 @@ func (cl *Client) flushOutbuf() (err error) {
 	return
 }
 
-// faceagent patch (terminal queues): ResizeOutbound, ApplyOutboundResize, OutboundCap,
+// faceagent patch (terminal queues): ResizeOutbound, OutboundCap, OutboundLen,
 // SetReadBuffer and ReadBufferSize let an embedder give a client a shorter queue of pending
 // writes and a smaller read buffer once it knows what the client is. mochi makes both in
 // newClient, before CONNECT, with the sizes every client gets (a 1,024-slot queue is a
@@ -909,10 +912,9 @@ type outboundResize struct {
 //
 // WriteLoop reads the queue field, unlocked, at each turn of its loop, so only the writer
 // goroutine may replace it: ResizeOutbound queues a marker packet (type Reserved, never
-// encoded nor written) and waits until the writer has handed it to WritePacket, whose
-// OnPacketEncode hooks must call ApplyOutboundResize; there the writer swaps the field under
-// the client's lock (WritePacket reads the queue's length under it on other goroutines).
-// It returns once the writer has done so, or once the client stops.
+// encoded nor written) and waits until the writer has taken it (writeOutbound), and
+// swapped the field under the client's lock (WritePacket reads the queue's length under it
+// on other goroutines). It returns once the writer has done so, or once the client stops.
 //
 // Publishers send to the queue without the client's lock (publishToClient): call
 // ResizeOutbound before anything can be routed to the client, e.g. from an OnSubscribe hook
@@ -953,21 +955,20 @@ func (cl *Client) ResizeOutbound(n int) bool {
 	return req.resized
 }
 
-// ApplyOutboundResize carries out a ResizeOutbound when pk is its marker; any other packet
-// is left alone. Call it from an OnPacketEncode hook (WritePacket calls those on the
-// goroutine writing pk, which for the marker is the writer goroutine: it is only ever
-// queued). It reports whether the queue was replaced.
-func (cl *Client) ApplyOutboundResize(pk packets.Packet) bool {
+// applyOutboundResize carries out a ResizeOutbound when pk is its marker, on the writer
+// goroutine (writeOutbound), and reports whether pk was the marker; any other packet is
+// left alone. The marker is never written.
+func (cl *Client) applyOutboundResize(pk *packets.Packet) bool {
 	if pk.FixedHeader.Type != packets.Reserved || pk.Origin != outboundResizeOrigin {
 		return false
 	}
 	req := cl.State.resize.Swap(nil)
 	if req == nil {
-		return false
+		return true
 	}
 	defer close(req.done)
 	if len(cl.State.outbound) > 0 {
-		return false // queued behind the marker on a stale subscriber list: see ResizeOutbound
+		return true // queued behind the marker on a stale subscriber list: see ResizeOutbound
 	}
 	short := make(chan *packets.Packet, req.slots)
 	cl.Lock()
