@@ -138,6 +138,11 @@ type Options struct {
 	// Enable Inline client to allow direct subscribing and publishing from the parent codebase,
 	// with negligible performance difference (disabled by default to prevent confusion in statistics).
 	InlineClient bool `yaml:"inline_client" json:"inline_client"`
+
+	// LoopTicks, when set, drives the event loop in place of its five tickers: the loop
+	// does a task's work when the task's channel gets a value, as it did on each tick
+	// (NewLoopTicks makes the channels; New sets WillDelayed). faceagent patch (idle).
+	LoopTicks *LoopTicks `yaml:"-" json:"-"`
 }
 
 // Server is an MQTT broker server. It should be created with server.New()
@@ -378,15 +383,8 @@ func New(opts *Options) *Server {
 		Clients:   NewClients(),
 		Topics:    NewTopicsIndex(),
 		Listeners: listeners.New(),
-		loop: &loop{
-			sysTopics:      time.NewTicker(time.Second * time.Duration(opts.SysTopicResendInterval)),
-			clientExpiry:   time.NewTicker(time.Second),
-			inflightExpiry: time.NewTicker(time.Second),
-			retainedExpiry: time.NewTicker(time.Second),
-			willDelaySend:  time.NewTicker(time.Second),
-			willDelayed:    packets.NewPackets(),
-		},
-		Options: opts,
+		loop:      newLoop(opts),
+		Options:   opts,
 		Info: &system.Info{
 			Version: Version,
 			Started: time.Now().Unix(),
