@@ -206,10 +206,6 @@ type ClientState struct {
 
 	// faceagent patch (terminal queues): a ResizeOutbound waiting for the writer goroutine.
 	resize atomic.Pointer[outboundResize]
-
-	// faceagent patch (refusal code): the CONNACK reason an OnConnectAuthenticate hook
-	// chose (RefuseConnect); read and written on the client's reader goroutine only.
-	connectRefusal packets.Code
 	// faceagent patch (byte bounds): the bytes of the messages in outbound
 	// (MaximumClientWritesPendingBytes), and of the will the session holds (counted in
 	// its session's bytes; bounds.go).

@@ -705,8 +705,8 @@ func (s *Server) connectClient(cl *Client, listener string) (err error) {
 	}
 
 	cl.refreshDeadline(cl.State.Keepalive)
-	if !s.hooks.OnConnectAuthenticate(cl, pk) { // [MQTT-3.1.4-2]
-		code := cl.refusalCode() // faceagent patch (refusal code): 0x86 unless a hook chose another
+	// faceagent patch (refusal code): 0x86 unless a ConnectAuthenticator chose another.
+	if code := s.hooks.authenticateConnect(cl, pk); code.Code != packets.CodeSuccess.Code { // [MQTT-3.1.4-2]
 		err := s.SendConnack(cl, code, false, nil)
 		if err != nil {
 			return fmt.Errorf("invalid connection send ack: %w", err)
