@@ -2,6 +2,7 @@ package broker
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -53,4 +54,76 @@ func readPublishID(t *testing.T, c *wireClient) (string, uint16) {
 	id := uint16(body[2+n])<<8 | uint16(body[3+n])
 	rest := body[4+n:]
 	return string(rest[1+int(rest[0]):]), id // properties: none but their length (< 128)
+}
+
+// parsePublish returns a PUBLISH's topic and subscription identifiers (sorted), and
+// acknowledges it when its QoS is 1.
+func parsePublish(t *testing.T, c *wireClient, body []byte, qos byte) (string, []int) {
+	t.Helper()
+	if len(body) < 2 || len(body) < 2+(int(body[0])<<8|int(body[1])) {
+		t.Fatalf("short PUBLISH % x", body)
+	}
+	n := int(body[0])<<8 | int(body[1])
+	topic, rest := string(body[2:2+n]), body[2+n:]
+	if qos > 0 {
+		if len(rest) < 2 {
+			t.Fatalf("PUBLISH without packet id % x", body)
+		}
+		id := uint16(rest[0])<<8 | uint16(rest[1])
+		if err := c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: id}); err != nil {
+			t.Fatal(err)
+		}
+		rest = rest[2:]
+	}
+	if _, ids, ok := parseProps(rest); ok {
+		return topic, ids
+	}
+	t.Fatalf("malformed PUBLISH % x", body)
+	return "", nil
+}
+
+// parseProps parses an MQTT 5 properties block holding only subscription identifiers and a
+// message expiry: its length in bytes and the identifiers, sorted.
+func parseProps(b []byte) (int, []int, bool) {
+	n, shift, i := 0, 0, 0
+	for ; ; i++ {
+		if i >= len(b) || i >= 4 {
+			return 0, nil, false
+		}
+		n |= int(b[i]&0x7f) << shift
+		shift += 7
+		if b[i]&0x80 == 0 {
+			break
+		}
+	}
+	props := b[i+1:]
+	if n > len(props) {
+		return 0, nil, false
+	}
+	props = props[:n]
+	var ids []int
+	for len(props) > 0 {
+		if props[0] == packets.PropMessageExpiryInterval && len(props) >= 5 { // mochi's maximum
+			props = props[5:]
+			continue
+		}
+		if props[0] != packets.PropSubscriptionIdentifier {
+			return 0, nil, false
+		}
+		v, shift, j := 0, 0, 1
+		for ; ; j++ {
+			if j >= len(props) {
+				return 0, nil, false
+			}
+			v |= int(props[j]&0x7f) << shift
+			shift += 7
+			if props[j]&0x80 == 0 {
+				break
+			}
+		}
+		ids = append(ids, v)
+		props = props[j+1:]
+	}
+	slices.Sort(ids)
+	return i + 1 + n, ids, true
 }
