@@ -10,6 +10,7 @@ package mqtt
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -448,4 +449,87 @@ func TestDuplicateQoS2PublishOnResume(t *testing.T) {
 	again.send(qos2Task(5, false))
 	again.expect(packets.Pubrec, 5)
 	expectOnly(t, s, w, "task")
+}
+
+// sessionWithResults connects the kept session "back-office" subscribed to "results", routes
+// it n results and reads them without acknowledging any: their packet ids, in order.
+func sessionWithResults(t *testing.T, s *Server, n int) (*pipePeer, []uint16) {
+	t.Helper()
+	c, _ := connectSession(t, s, "back-office", 5, true, 0)
+	c.subscribe("results")
+	for i := 0; i < n; i++ {
+		if err := s.Publish("results", []byte(fmt.Sprint(i)), false, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := make([]uint16, 0, n)
+	for i := 0; i < n; i++ {
+		payload, id, _ := c.readPublish()
+		if payload != fmt.Sprint(i) {
+			t.Fatalf("result %d: got %q", i, payload)
+		}
+		ids = append(ids, id)
+	}
+	return c, ids
+}
+
+// resumeWithResults resumes "back-office" and reads the n results sent again.
+func resumeWithResults(t *testing.T, s *Server, n int) *pipePeer {
+	t.Helper()
+	c, _ := connectSession(t, s, "back-office", 5, false, 0)
+	seen := map[string]bool{}
+	for i := 0; i < n; i++ {
+		payload, _, _ := c.readPublish()
+		seen[payload] = true
+	}
+	for i := 0; i < n; i++ {
+		if !seen[fmt.Sprint(i)] {
+			t.Fatalf("result %d not sent again to the resumed session (got %v)", i, seen)
+		}
+	}
+	return c
+}
+
+// A back office publishing tasks under the packet ids of results in flight to it (both
+// sides number from 1) still gets every result again when it resumes its session without
+// having acknowledged them: its publishes' flows are its own (Inbound), apart from the
+// results (Inflight). Upstream kept both in one set, and each PUBACK written for a task
+// took a result's place.
+func TestOwnPublishKeepsMessagesInFlight(t *testing.T) {
+	const n = 6
+	s := newPipeServer(t)
+	c, ids := sessionWithResults(t, s, n)
+	for _, id := range ids[:n-1] {
+		c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: id,
+			TopicName: "tasks", Payload: []byte("t")})
+		c.expect(packets.Puback, id)
+	}
+	cl, _ := s.Clients.Get("back-office")
+	if got := cl.State.Inflight.Len(); got != n {
+		t.Fatalf("%d results in flight after the back office's %d publishes, want %d", got, n-1, n)
+	}
+	_ = c.conn.Close() // gone without acknowledging anything
+	resumeWithResults(t, s, n)
+}
+
+// A back office resuming its session with results waiting, from a fresh client whose
+// packet ids start at 1 again, may subscribe again: upstream answered SUBACK 0x91 (packet
+// identifier in use) for the id of a waiting result, looking the client's id up among the
+// server's.
+func TestResubscribeOnResume(t *testing.T) {
+	const n = 3
+	s := newPipeServer(t)
+	c, ids := sessionWithResults(t, s, n)
+	_ = c.conn.Close() // gone without acknowledging them
+	again := resumeWithResults(t, s, n)
+	again.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: ids[0],
+		Filters: packets.Subscriptions{{Filter: "results", Qos: 1}}})
+	if body := again.expect(packets.Suback, ids[0]); body[len(body)-1] != 1 {
+		t.Fatalf("SUBACK reason %#x, want 1 (granted QoS 1)", body[len(body)-1])
+	}
+	// The SUBSCRIBE's id is the client's: it never touches the results in flight to it.
+	cl, _ := s.Clients.Get("back-office")
+	if got := cl.State.Inflight.Len(); got != n {
+		t.Fatalf("%d results in flight after the SUBSCRIBE (none acknowledged), want %d", got, n)
+	}
 }
