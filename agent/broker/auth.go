@@ -109,6 +109,9 @@ func newAuthHook(users map[string]*User, allowAnonymous bool, anonymous *Rules, 
 		certUsers: certUsers, owners: owners, log: log}
 }
 
+// The server asks the hook for the CONNACK's reason code of a refusal.
+var _ mqtt.ConnectAuthenticator = (*authHook)(nil)
+
 func (h *authHook) ID() string { return "faceagent-auth" }
 
 func (h *authHook) Provides(b byte) bool {
@@ -119,13 +122,15 @@ func (h *authHook) Provides(b byte) bool {
 	return false
 }
 
-// OnConnectAuthenticate lets a client in when its credentials are right, its certificate
+// AuthenticateConnect lets a client in when its credentials are right, its certificate
 // (with mutual TLS) is its user's, its will's topic is allowed, and its client id is not
-// another user's. The last two checks come after the password, so that without credentials
-// nothing can be learnt about user names or client ids in use.
-func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
+// another user's, and otherwise chooses the CONNACK's reason code (mochi's
+// ConnectAuthenticator, asked in place of OnConnectAuthenticate). The last two checks come
+// after the password, so that without credentials nothing can be learnt about user names
+// or client ids in use.
+func (h *authHook) AuthenticateConnect(cl *mqtt.Client, pk packets.Packet) packets.Code {
 	if !h.authenticate(pk) {
-		return false
+		return packets.ErrBadUsernameOrPassword
 	}
 	user := string(pk.Connect.Username)
 	if h.certUsers && user != "" {
@@ -133,9 +138,9 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 			h.log.Warn("broker: CONNECT refused", "client", cl.ID, "user", user, "certificate_cn", cn,
 				"reason", "the client certificate is not the user's")
 			if cl.Properties.ProtocolVersion >= 5 {
-				cl.RefuseConnect(packets.ErrNotAuthorized) // 0x87
-			} // 3.1.1 has no 0x87: 0x86 becomes its 0x05 Not authorized
-			return false
+				return packets.ErrNotAuthorized // 0x87
+			}
+			return packets.ErrBadUsernameOrPassword // 3.1.1 has no 0x87: 0x86 becomes its 0x05 Not authorized
 		}
 	}
 	// mochi publishes a will without asking OnACLCheck, so a will could reach
@@ -143,15 +148,21 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 	// known. The refusal is CONNACK 0x86, not 0x87, so that user names cannot
 	// be probed through wills.
 	if pk.Connect.WillFlag && !h.OnACLCheck(cl, pk.Connect.WillTopic, true) {
-		return false
+		return packets.ErrBadUsernameOrPassword
 	}
 	if holder, ok := h.owners.admit(cl); !ok {
 		h.log.Warn("broker: CONNECT refused", "client", cl.ID, "user", user, "holder", holder,
 			"reason", "the client id is held by another user")
-		cl.RefuseConnect(packets.ErrClientIdentifierNotValid) // 0x85; 3.1.1: 0x02
-		return false
+		return packets.ErrClientIdentifierNotValid // 0x85; 3.1.1: 0x02
 	}
-	return true
+	return packets.CodeSuccess
+}
+
+// OnConnectAuthenticate is AuthenticateConnect for callers of mochi's
+// Hooks.OnConnectAuthenticate, which know no reason codes; the server itself asks
+// AuthenticateConnect.
+func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
+	return h.AuthenticateConnect(cl, pk).Code == packets.CodeSuccess.Code
 }
 
 // OnSessionEstablished ends the client id's claim: mochi's client list holds it now.

@@ -248,15 +248,17 @@ func New(opts *Options) (*Broker, error) {
 	if o.MaxPendingWrites > 0 {
 		caps.MaximumClientWritesPending = o.MaxPendingWrites
 	}
+	// mochi's event loop ticks five times a second even when nothing can expire; the
+	// housekeeper ticks it only when something is due (housekeeping.go).
+	ticks := mqtt.NewLoopTicks()
 	srv := mqtt.New(&mqtt.Options{
 		Capabilities: caps,
 		Logger:       o.Logger,
 		InlineClient: true,
+		LoopTicks:    ticks,
 	})
 	b := &Broker{opts: o, log: o.Logger, srv: srv, serving: make(chan struct{})}
-	// mochi's event loop ticks five times a second even when nothing can expire; the
-	// housekeeper ticks it only when something is due (housekeeping.go).
-	b.housekeeper = newHousekeeper(srv, srv.TakeOverLoopTicks(), o.Logger)
+	b.housekeeper = newHousekeeper(srv, ticks, o.Logger)
 	if err := srv.AddHook(b.housekeeper, nil); err != nil {
 		srv.Close()
 		return nil, err

@@ -465,10 +465,10 @@
 //   - mochi's inline clients (Server().Publish, InjectPacket) bypass
 //     authorization; the state store service's requests from inline clients
 //     are ignored.
-//   - Housekeeping and the terminal queues rely on methods the vendored mochi
-//     has for them (Server.TakeOverLoopTicks, Client.ResizeOutbound and
-//     others; third_party/mochi/README.md): a mochi upgrade must carry those
-//     patches over, or agent/broker does not build.
+//   - Housekeeping and the terminal queues rely on what the vendored mochi
+//     has for them (Options.LoopTicks, Client.ResizeOutbound and others;
+//     third_party/mochi/README.md): a mochi upgrade must carry those patches
+//     over, or agent/broker does not build.
 //   - The broker manages one TCP (or TLS) listener; add WebSocket or Unix
 //     listeners through Server() before Start if you need them.
 package broker

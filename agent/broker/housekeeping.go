@@ -17,8 +17,8 @@ import (
 // sessions, of in-flight messages, of retained messages, and the sending of delayed wills.
 // None can be turned off through its options: an idle broker would wake five times a
 // second, and an idle daemon must not wake (docs/benchmarks.md "Targets"). Our copy of mochi has
-// Server.TakeOverLoopTicks, which New calls before Serve starts the loop: it replaces the
-// tickers with channels only the housekeeper sends on. The housekeeper keeps one deadline
+// Options.LoopTicks, which New sets: the loop reads channels only the housekeeper sends on
+// in place of the tickers. The housekeeper keeps one deadline
 // per task, the earliest moment something of that kind can expire, computed with mochi's
 // own rules, and one timer for the earliest of them: when it fires, the due tasks'
 // channels get a tick, mochi's loop does exactly what its ticker would have made it do,

@@ -77,8 +77,8 @@ func parkedFor(b *Broker, d time.Duration) bool {
 	return true
 }
 
-// TestHousekeeperDrivesTheLoop: New takes the event loop's tickers over (mochi's
-// TakeOverLoopTicks) and gives every task a channel the housekeeper sends on.
+// TestHousekeeperDrivesTheLoop: New replaces the event loop's tickers (mochi's
+// Options.LoopTicks) by a channel per task that the housekeeper sends on.
 func TestHousekeeperDrivesTheLoop(t *testing.T) {
 	b, err := New(&Options{Listen: "127.0.0.1:0", AllowAnonymous: true})
 	if err != nil {

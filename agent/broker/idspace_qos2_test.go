@@ -71,6 +71,9 @@ func expectOnly(t *testing.T, b *Broker, w *memClient, want string) {
 // again, and the back office's PUBACK for it ended the QoS 2 flow instead (its PUBREL then
 // found nothing: PUBCOMP 0x92). (For QoS 1, agent/broker's clash guard put the result back
 // once the PUBACK was written; the session store left the broker's acknowledgements out.)
+// The flow carried by a resumed session, and a duplicate QoS 2 PUBLISH on it, are the fork's
+// own tests (TestInboundQoS2FlowGoesWithTheSession, TestDuplicateQoS2PublishOnResume in
+// third_party/mochi); this one checks the sessions journal too.
 func TestInboundQoS2KeepsMessageInFlight(t *testing.T) {
 	t.Run("acknowledged", func(t *testing.T) {
 		b := startBroker(t, Options{DataDir: t.TempDir()})
@@ -134,79 +137,4 @@ func TestInboundQoS2KeepsMessageInFlight(t *testing.T) {
 			t.Fatalf("%d records in flight to the back office after its PUBACK", n)
 		}
 	})
-
-	// The back office leaves without acknowledging anything and resumes: the result is sent
-	// again, and the task's flow, which its PUBREC left waiting for PUBREL, goes with the
-	// session (MQTT 5 section 4.1): the PUBREL on the new connection completes it.
-	t.Run("resumed", func(t *testing.T) {
-		b := startBroker(t, Options{})
-		w := worker(t, b)
-		bo := subscribeKept(t, b.Addr(), "bo", "results", 1)
-		if err := b.Server().Publish("results", []byte("result-1"), false, 1); err != nil {
-			t.Fatal(err)
-		}
-		_, id := readPublishID(t, bo)
-		if err := bo.send(qos2Task(id, false)); err != nil {
-			t.Fatal(err)
-		}
-		expectAck(t, bo, packets.Pubrec, id)
-		expectOnly(t, b, w, "task")
-		bo.close()
-
-		again := pubackConnect(t, b.Addr(), "bo")
-		defer again.close()
-		first, body, err := again.readWithHeader()
-		if err != nil || first>>4 != packets.Publish || first&0x08 == 0 {
-			t.Fatalf("resumed session: first byte %#x (% x), %v; want the result again, with DUP", first, body, err)
-		}
-		n := int(body[0])<<8 | int(body[1])
-		if got := uint16(body[2+n])<<8 | uint16(body[3+n]); got != id {
-			t.Fatalf("result resent under %d, want %d", got, id)
-		}
-		sendPubrel(t, again, id)
-		if code := expectAck(t, again, packets.Pubcomp, id); code != 0 {
-			t.Fatalf("PUBCOMP reason %#x, want 0: the task's flow did not go with the session", code)
-		}
-	})
-}
-
-// A QoS 2 PUBLISH sent again with DUP on a resumed session, whose first copy the broker
-// received (its PUBREC lost with the connection), is acknowledged with a PUBREC of success
-// and not delivered again [MQTT-4.3.3-10]: mochi answered 0x91 (packet identifier in use),
-// which tells the publisher the message failed although it was delivered.
-func TestDuplicateQoS2PublishOnResume(t *testing.T) {
-	b := startBroker(t, Options{})
-	w := worker(t, b)
-	bo := pubackConnect(t, b.Addr(), "bo")
-	if err := bo.send(qos2Task(5, false)); err != nil {
-		t.Fatal(err)
-	}
-	expectAck(t, bo, packets.Pubrec, 5)
-	bo.close()
-	expectOnly(t, b, w, "task")
-
-	again := pubackConnect(t, b.Addr(), "bo")
-	defer again.close()
-	if err := again.send(qos2Task(5, true)); err != nil {
-		t.Fatal(err)
-	}
-	if code := expectAck(t, again, packets.Pubrec, 5); code != 0 {
-		t.Fatalf("PUBREC of the duplicate: reason %#x, want 0", code)
-	}
-	sendPubrel(t, again, 5)
-	if code := expectAck(t, again, packets.Pubcomp, 5); code != 0 {
-		t.Fatalf("PUBCOMP reason %#x, want 0", code)
-	}
-	if err := b.Server().Publish("tasks", []byte("marker"), false, 1); err != nil {
-		t.Fatal(err)
-	}
-	if got := string(w.expectPublishAndAck(t)); got != "marker" {
-		t.Fatalf("worker got %q, want the marker: the duplicate was delivered again", got)
-	}
-	// The id is free again: a new QoS 2 message under it is a new message.
-	if err := again.send(qos2Task(5, false)); err != nil {
-		t.Fatal(err)
-	}
-	expectAck(t, again, packets.Pubrec, 5)
-	expectOnly(t, b, w, "task")
 }

@@ -17,7 +17,7 @@ import (
 // CONNACK 0x85 (3.1.1: 0x02) before mochi takes anything over. Anonymous clients are the
 // user "": an anonymous client cannot take an authenticated user's id, nor the reverse.
 //
-// The check runs in the auth hook's OnConnectAuthenticate, after the password, and mochi
+// The check runs in the auth hook's AuthenticateConnect, after the password, and mochi
 // adds the client to its list a few calls later on the same goroutine. Two users connecting
 // with a free id at the same moment would both pass a check of the list alone; so the first
 // to pass claims the id until its client is in the list (OnSessionEstablished) or gone.

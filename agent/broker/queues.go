@@ -36,12 +36,11 @@ const terminalReadBuffer = 512
 //
 // How, without a data race: mochi's writer goroutine (Client.WriteLoop) reads the queue
 // field at each turn of its loop, so only that goroutine may change it. ResizeOutbound
-// queues a marker packet (type Reserved, never encoded nor written) and waits; the writer
-// passes it to WritePacket, whose OnPacketEncode (this hook, on the writer goroutine)
-// calls ApplyOutboundResize, which swaps the field under the client's lock (WritePacket
-// reads the queue's length under that lock on other goroutines) and releases the reader.
-// WriteLoop logs the marker's encoding error at debug level. The wait is one goroutine
-// hand-off per terminal connection.
+// queues a marker packet (type Reserved, never encoded nor written) and waits; the writer,
+// meeting the marker, swaps the field under the client's lock (WritePacket reads the
+// queue's length under that lock on other goroutines) and releases the reader. The wait is
+// one goroutine hand-off per terminal connection. The hook sees only SUBSCRIBEs, never the
+// packets written.
 //
 // The same SUBSCRIBE gives the terminal a read buffer of terminalReadBuffer bytes instead
 // of 2 KiB (Client.SetReadBuffer), on the reader goroutine (the only one that reads the
@@ -74,7 +73,7 @@ func (h *terminalQueues) ID() string { return "faceagent-terminal-queues" }
 // Provides nothing until a terminal topic matcher is set (SetTerminalTopic), so a broker
 // without terminals pays nothing for the hook.
 func (h *terminalQueues) Provides(b byte) bool {
-	return h.match != nil && (b == mqtt.OnSubscribe || b == mqtt.OnPacketEncode)
+	return h.match != nil && b == mqtt.OnSubscribe
 }
 
 // OnSubscribe runs on the client's reader goroutine. Its frame stays small (the work is in
@@ -119,15 +118,6 @@ func (h *terminalQueues) shorten(cl *mqtt.Client) {
 	if cl.ResizeOutbound(int(h.slots)) {
 		h.swapped.Add(1)
 	}
-}
-
-// OnPacketEncode runs in WritePacket for every packet written. For ResizeOutbound's marker
-// it runs on cl's writer goroutine: the queue is swapped there.
-func (h *terminalQueues) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
-	if pk.FixedHeader.Type == packets.Reserved {
-		cl.ApplyOutboundResize(pk)
-	}
-	return pk
 }
 
 // readBuffer returns the size of cl's read buffer (tests; read it on the reader goroutine,

@@ -23,71 +23,14 @@ func isCommandTopic(topic string) bool {
 // TestClientLayout: the broker installs its terminal queues hook, which costs nothing
 // without a terminal matcher. (It used to check the layout of mochi's unexported client
 // fields the hook reached with reflect and unsafe; the vendored mochi now exports what it
-// needs: TestResizeOutbound.)
+// needs, and tests it: TestResizeOutbound in third_party/mochi.)
 func TestClientLayout(t *testing.T) {
 	b := startBroker(t, Options{})
 	if b.terminals == nil {
 		t.Fatal("the broker runs without its terminal queues hook")
 	}
-	if b.terminals.Provides(mqtt.OnPacketEncode) || b.terminals.Provides(mqtt.OnSubscribe) {
+	if b.terminals.Provides(mqtt.OnSubscribe) {
 		t.Fatal("without a terminal matcher the hook must provide nothing (it would cost every write)")
-	}
-}
-
-// TestResizeOutbound: the vendored mochi's Client.ResizeOutbound, on a client whose writer
-// runs: it replaces an empty queue by a shorter one, and refuses a longer one, a second
-// resize, and a client that has stopped; a resize waiting for a writer that has stopped
-// returns. The marker it queues is never written to the peer.
-func TestResizeOutbound(t *testing.T) {
-	b := startBroker(t, Options{TerminalTopic: isCommandTopic})
-	srv := b.Server()
-	cl, term := pipeClient(t, srv, "t01")
-	go cl.WriteLoop()
-
-	if cl.ResizeOutbound(DefaultMaxPendingWrites * 2) {
-		t.Fatal("a resize to a longer queue was applied")
-	}
-	if !cl.ResizeOutbound(8) {
-		t.Fatal("a resize of an empty queue was refused")
-	}
-	if slots := cl.OutboundCap(); slots != 8 {
-		t.Fatalf("queue of %d slots after the resize, want 8", slots)
-	}
-	// WriteLoop counts the marker out once WritePacket has returned, after the resize.
-	eventually(t, "the marker counted out", func() bool { return cl.OutboundLen() == 0 })
-	if cl.ResizeOutbound(8) {
-		t.Fatal("a resize to the same size was applied")
-	}
-	// The writer goes on with the new queue, and wrote nothing for the marker: the first
-	// packet the peer reads is a message routed to the client.
-	routeTo(t, srv, cl, "dev/face/t01")
-	if err := srv.Publish("dev/face/t01", []byte("cmd"), false, 0); err != nil {
-		t.Fatal(err)
-	}
-	if got := term.expectPublish(t); string(got) != "cmd" {
-		t.Fatalf("payload %q, want cmd", got)
-	}
-	cl.Stop(nil)
-	if cl.ResizeOutbound(4) {
-		t.Fatal("a resize of a stopped client was applied")
-	}
-
-	// A writer that is not running (stopped before it took the marker): the resize returns
-	// once the client stops.
-	conn2, peer2 := net.Pipe()
-	defer peer2.Close()
-	idle := srv.NewClient(conn2, "test", "t02", false)
-	resized := make(chan bool, 1)
-	go func() { resized <- idle.ResizeOutbound(4) }()
-	eventually(t, "the marker queued", func() bool { return idle.OutboundLen() == 1 })
-	idle.Stop(nil)
-	select {
-	case ok := <-resized:
-		if ok {
-			t.Fatal("a resize reported done with no writer")
-		}
-	case <-time.After(waitFor):
-		t.Fatal("ResizeOutbound still waits for a writer of a stopped client")
 	}
 }
 
@@ -260,8 +203,7 @@ func TestTerminalQueueLosesNothingSilently(t *testing.T) {
 }
 
 // BenchmarkCommandRoundTrip: a command published to a terminal and its PUBACK, without
-// and with the terminal queues hook (which sees every packet written, OnPacketEncode), in
-// the same run:
+// and with the terminal queues hook, in the same run:
 //
 //	go test -run '^$' -bench CommandRoundTrip -count 4 ./agent/broker/
 func BenchmarkCommandRoundTrip(b *testing.B) {
@@ -327,69 +269,4 @@ func TestTerminalQueueSwapWithLeavingClients(t *testing.T) {
 	if got := b.terminals.pendingWrites(cl); got != DefaultTerminalPendingWrites {
 		t.Fatalf("queue of %d slots, want %d", got, DefaultTerminalPendingWrites)
 	}
-}
-
-// routeTo registers cl as a subscriber of filter, as mochi does for a SUBSCRIBE, without
-// one (the client's reader is not running), and undoes it when the test ends.
-func routeTo(t *testing.T, srv *mqtt.Server, cl *mqtt.Client, filter string) {
-	t.Helper()
-	srv.Clients.Add(cl)
-	srv.Topics.Subscribe(cl.ID, packets.Subscription{Filter: filter})
-	t.Cleanup(func() {
-		srv.Topics.Unsubscribe(filter, cl.ID)
-		srv.Clients.Delete(cl.ID)
-	})
-}
-
-// TestTerminalQueueSwapKeepsARacingPublish: a message queued behind the marker, by a
-// publisher routing on a stale subscriber list (mochi routes by client id: a client
-// taking a clean session over gets deliveries meant for the one it replaced) between
-// ResizeOutbound's check and the swap, is written, not left in the replaced queue where no
-// one reads it and no drop is reported: the client keeps its full queue.
-func TestTerminalQueueSwapKeepsARacingPublish(t *testing.T) {
-	b := startBroker(t, Options{TerminalTopic: isCommandTopic})
-	srv := b.Server()
-	cl, term := pipeClient(t, srv, "t01")
-	shortened := make(chan struct{})
-	go func() { // the reader goroutine, in OnSubscribe; the writer is not running yet
-		defer close(shortened)
-		b.terminals.shorten(cl)
-	}()
-	eventually(t, "the marker queued", func() bool { return cl.OutboundLen() == 1 })
-	// The racing publisher, routed through mochi to the client's old queue.
-	routeTo(t, srv, cl, "dev/face/t01")
-	if err := srv.Publish("dev/face/t01", []byte("cmd"), false, 0); err != nil {
-		t.Fatal(err)
-	}
-	if q := cl.OutboundLen(); q != 2 {
-		t.Fatalf("%d packets queued, want the marker and the message", q)
-	}
-	go cl.WriteLoop()
-	if got := term.expectPublish(t); string(got) != "cmd" {
-		t.Fatalf("payload %q, want cmd", got)
-	}
-	select {
-	case <-shortened:
-	case <-time.After(waitFor):
-		t.Fatal("shorten still waits for the writer")
-	}
-	if slots := cl.OutboundCap(); slots != DefaultMaxPendingWrites {
-		t.Fatalf("queue of %d slots after a racing publish, want the full %d kept", slots, DefaultMaxPendingWrites)
-	}
-	if n := b.terminals.swapped.Load(); n != 0 {
-		t.Fatalf("%d queues replaced, want none", n)
-	}
-}
-
-// pipeClient makes an MQTT 5 client of srv over a net.Pipe, not attached to the broker (no
-// read loop: the test drives it); term is its peer's end. Both are closed at the end.
-func pipeClient(t *testing.T, srv *mqtt.Server, id string) (*mqtt.Client, *memClient) {
-	conn, peer := net.Pipe()
-	cl := srv.NewClient(conn, "test", id, false)
-	cl.Properties.ProtocolVersion = 5
-	t.Cleanup(func() {
-		cl.Stop(nil)
-		_ = peer.Close()
-	})
-	return cl, &memClient{conn: peer, r: bufio.NewReader(peer)}
 }

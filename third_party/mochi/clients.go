@@ -206,10 +206,6 @@ type ClientState struct {
 
 	// faceagent patch (terminal queues): a ResizeOutbound waiting for the writer goroutine.
 	resize atomic.Pointer[outboundResize]
-
-	// faceagent patch (refusal code): the CONNACK reason an OnConnectAuthenticate hook
-	// chose (RefuseConnect); read and written on the client's reader goroutine only.
-	connectRefusal packets.Code
 	// faceagent patch (byte bounds): the bytes of the messages in outbound
 	// (MaximumClientWritesPendingBytes), and of the will the session holds (counted in
 	// its session's bytes; bounds.go).
@@ -296,6 +292,9 @@ func (cl *Client) WriteLoop() {
 //go:noinline
 func (cl *Client) writeOutbound(pk *packets.Packet) {
 	if pk == writerKick {
+		return
+	}
+	if cl.applyOutboundResize(pk) { // faceagent patch (terminal queues)
 		return
 	}
 	n := outboundBytes(pk)
@@ -885,7 +884,7 @@ func (cl *Client) flushOutbuf() (err error) {
 	return
 }
 
-// faceagent patch (terminal queues): ResizeOutbound, ApplyOutboundResize, OutboundCap,
+// faceagent patch (terminal queues): ResizeOutbound, OutboundCap, OutboundLen,
 // SetReadBuffer and ReadBufferSize let an embedder give a client a shorter queue of pending
 // writes and a smaller read buffer once it knows what the client is. mochi makes both in
 // newClient, before CONNECT, with the sizes every client gets (a 1,024-slot queue is a
@@ -909,10 +908,9 @@ type outboundResize struct {
 //
 // WriteLoop reads the queue field, unlocked, at each turn of its loop, so only the writer
 // goroutine may replace it: ResizeOutbound queues a marker packet (type Reserved, never
-// encoded nor written) and waits until the writer has handed it to WritePacket, whose
-// OnPacketEncode hooks must call ApplyOutboundResize; there the writer swaps the field under
-// the client's lock (WritePacket reads the queue's length under it on other goroutines).
-// It returns once the writer has done so, or once the client stops.
+// encoded nor written) and waits until the writer has taken it (writeOutbound), and
+// swapped the field under the client's lock (WritePacket reads the queue's length under it
+// on other goroutines). It returns once the writer has done so, or once the client stops.
 //
 // Publishers send to the queue without the client's lock (publishToClient): call
 // ResizeOutbound before anything can be routed to the client, e.g. from an OnSubscribe hook
@@ -953,21 +951,20 @@ func (cl *Client) ResizeOutbound(n int) bool {
 	return req.resized
 }
 
-// ApplyOutboundResize carries out a ResizeOutbound when pk is its marker; any other packet
-// is left alone. Call it from an OnPacketEncode hook (WritePacket calls those on the
-// goroutine writing pk, which for the marker is the writer goroutine: it is only ever
-// queued). It reports whether the queue was replaced.
-func (cl *Client) ApplyOutboundResize(pk packets.Packet) bool {
+// applyOutboundResize carries out a ResizeOutbound when pk is its marker, on the writer
+// goroutine (writeOutbound), and reports whether pk was the marker; any other packet is
+// left alone. The marker is never written.
+func (cl *Client) applyOutboundResize(pk *packets.Packet) bool {
 	if pk.FixedHeader.Type != packets.Reserved || pk.Origin != outboundResizeOrigin {
 		return false
 	}
 	req := cl.State.resize.Swap(nil)
 	if req == nil {
-		return false
+		return true
 	}
 	defer close(req.done)
 	if len(cl.State.outbound) > 0 {
-		return false // queued behind the marker on a stale subscriber list: see ResizeOutbound
+		return true // queued behind the marker on a stale subscriber list: see ResizeOutbound
 	}
 	short := make(chan *packets.Packet, req.slots)
 	cl.Lock()

@@ -17,20 +17,23 @@ import (
 // Tests of faceagent's patches that need only the server package (the rest are in
 // agent/broker, which runs the whole broker).
 
-// refusingHook refuses every client in OnConnectAuthenticate with code (0: no RefuseConnect).
-type refusingHook struct {
+// refusingHook refuses every client in OnConnectAuthenticate.
+type refusingHook struct{ HookBase }
+
+func (h *refusingHook) ID() string                                         { return "test-refuse" }
+func (h *refusingHook) Provides(b byte) bool                               { return b == OnConnectAuthenticate }
+func (h *refusingHook) OnConnectAuthenticate(*Client, packets.Packet) bool { return false }
+
+// codeHook answers every client with code (a ConnectAuthenticator); it provides no hook
+// method, and its OnConnectAuthenticate would let everyone in: the server must not ask it.
+type codeHook struct {
 	HookBase
 	code packets.Code
 }
 
-func (h *refusingHook) ID() string           { return "test-refuse" }
-func (h *refusingHook) Provides(b byte) bool { return b == OnConnectAuthenticate }
-func (h *refusingHook) OnConnectAuthenticate(cl *Client, _ packets.Packet) bool {
-	if h.code.Code != 0 {
-		cl.RefuseConnect(h.code)
-	}
-	return false
-}
+func (h *codeHook) ID() string                                               { return "test-refuse-code" }
+func (h *codeHook) OnConnectAuthenticate(*Client, packets.Packet) bool       { return true }
+func (h *codeHook) AuthenticateConnect(*Client, packets.Packet) packets.Code { return h.code }
 
 // safeBuffer is a log sink written by the server's goroutines and read by the test.
 type safeBuffer struct {
@@ -120,32 +123,42 @@ func connectPacket(version byte, user, password string) packets.Packet {
 	}
 }
 
-// TestRefuseConnectCode: a hook refusing a client in OnConnectAuthenticate picks the
-// CONNACK's reason code (RefuseConnect), mapped to the 3.1.1 return code for a 3.1.1 client;
-// without RefuseConnect the refusal stays 0x86 (0x05 for 3.1.1).
+// TestRefuseConnectCode: a ConnectAuthenticator refusing a client picks the CONNACK's
+// reason code, mapped to the 3.1.1 return code for a 3.1.1 client; a refusal through
+// OnConnectAuthenticate, or with a code that is no CONNACK error, stays 0x86 (0x05 for
+// 3.1.1); a client any hook lets in is let in.
 func TestRefuseConnectCode(t *testing.T) {
+	allow := new(allowHook)
 	for _, tc := range []struct {
-		code    packets.Code
+		name    string
+		hooks   []Hook
 		version byte
 		want    byte
 	}{
-		{packets.ErrClientIdentifierNotValid, 5, 0x85},
-		{packets.ErrClientIdentifierNotValid, 4, 0x02},
-		{packets.ErrNotAuthorized, 5, 0x87},
-		{packets.Code{}, 5, 0x86},
-		{packets.Code{}, 4, 0x05},
-		{packets.CodeSuccess, 5, 0x86}, // not a refusal: ignored
+		{"client id", []Hook{&codeHook{code: packets.ErrClientIdentifierNotValid}}, 5, 0x85},
+		{"client id, 3.1.1", []Hook{&codeHook{code: packets.ErrClientIdentifierNotValid}}, 4, 0x02},
+		{"not authorized", []Hook{&codeHook{code: packets.ErrNotAuthorized}}, 5, 0x87},
+		{"OnConnectAuthenticate", []Hook{new(refusingHook)}, 5, 0x86},
+		{"OnConnectAuthenticate, 3.1.1", []Hook{new(refusingHook)}, 4, 0x05},
+		{"no CONNACK error", []Hook{&codeHook{code: packets.CodeGrantedQos1}}, 5, 0x86},
+		{"first code chosen", []Hook{new(refusingHook), &codeHook{code: packets.ErrBanned}, &codeHook{code: packets.ErrNotAuthorized}}, 5, 0x8a},
+		{"let in by another hook", []Hook{&codeHook{code: packets.ErrNotAuthorized}, allow}, 5, 0},
+		{"let in by its code", []Hook{&codeHook{code: packets.CodeSuccess}}, 5, 0},
 	} {
-		c, done := pipeServer(t, nil, &refusingHook{code: tc.code})
+		c, done := pipeServer(t, nil, tc.hooks...)
 		r := bufio.NewReader(c)
 		writePacket(t, c, connectPacket(tc.version, "", ""))
 		if got := readConnack(t, c, r); got != tc.want {
-			t.Errorf("RefuseConnect(%#x), MQTT version %d: CONNACK %#x, want %#x", tc.code.Code, tc.version, got, tc.want)
+			t.Errorf("%s, MQTT version %d: CONNACK %#x, want %#x", tc.name, tc.version, got, tc.want)
+		}
+		if tc.want == 0 {
+			_ = c.Close()
+			continue
 		}
 		select {
 		case err := <-done:
 			if err == nil {
-				t.Errorf("RefuseConnect(%#x): connection accepted", tc.code.Code)
+				t.Errorf("%s: connection accepted", tc.name)
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatal("refused connection still served")

@@ -10,6 +10,7 @@ package mqtt
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -114,9 +115,10 @@ func (r *qosRecorder) OnQosDropped(_ *Client, pk packets.Packet)  { r.record("dr
 
 // pipePeer is an MQTT 5 client on one end of a net.Pipe whose other end the server serves.
 type pipePeer struct {
-	t    *testing.T
-	conn net.Conn
-	r    *bufio.Reader
+	t       *testing.T
+	conn    net.Conn
+	r       *bufio.Reader
+	version byte // the protocol version of what send writes: 5 unless set
 }
 
 func pipeConnect(t *testing.T, s *Server, id string, receiveMax uint16) *pipePeer {
@@ -137,6 +139,9 @@ func pipeConnect(t *testing.T, s *Server, id string, receiveMax uint16) *pipePee
 func (c *pipePeer) send(pk packets.Packet) {
 	c.t.Helper()
 	pk.ProtocolVersion = 5
+	if c.version != 0 {
+		pk.ProtocolVersion = c.version
+	}
 	var buf bytes.Buffer
 	var err error
 	switch pk.FixedHeader.Type {
@@ -172,6 +177,25 @@ func (c *pipePeer) send(pk packets.Packet) {
 // returns its body.
 func (c *pipePeer) expect(typ byte, id uint16) []byte {
 	c.t.Helper()
+	first, body := c.next()
+	if first>>4 != typ {
+		c.t.Fatalf("got %s (% x), want %s", packets.PacketNames[first>>4], body, packets.PacketNames[typ])
+	}
+	if id != 0 {
+		if typ == packets.Publish {
+			l := int(body[0])<<8 | int(body[1])
+			body = body[2+l:]
+		}
+		if got := uint16(body[0])<<8 | uint16(body[1]); got != id {
+			c.t.Fatalf("%s for packet id %d, want %d", packets.PacketNames[typ], got, id)
+		}
+	}
+	return body
+}
+
+// next reads the next packet within 5 s: its first byte and its body.
+func (c *pipePeer) next() (byte, []byte) {
+	c.t.Helper()
 	_ = c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	first, err := c.r.ReadByte()
 	if err != nil {
@@ -192,19 +216,7 @@ func (c *pipePeer) expect(typ byte, id uint16) []byte {
 	if _, err := io.ReadFull(c.r, body); err != nil {
 		c.t.Fatal(err)
 	}
-	if first>>4 != typ {
-		c.t.Fatalf("got %s (% x), want %s", packets.PacketNames[first>>4], body, packets.PacketNames[typ])
-	}
-	if id != 0 {
-		if typ == packets.Publish {
-			l := int(body[0])<<8 | int(body[1])
-			body = body[2+l:]
-		}
-		if got := uint16(body[0])<<8 | uint16(body[1]); got != id {
-			c.t.Fatalf("%s for packet id %d, want %d", packets.PacketNames[typ], got, id)
-		}
-	}
-	return body
+	return first, body
 }
 
 // processed returns once the server handled everything sent before (a PINGREQ's answer).
@@ -322,5 +334,202 @@ func TestOwnSubscribeIDs(t *testing.T) {
 	c.expect(packets.Pubrec, 9)
 	if code := subscribe(9); code != packets.ErrPacketIdentifierInUse.Code {
 		t.Fatalf("SUBSCRIBE under the id of the client's QoS 2 flow: reason %#x, want 0x91", code)
+	}
+}
+
+// pubrel sends the PUBREL of the client's QoS 2 publish id.
+func (c *pipePeer) pubrel(id uint16) {
+	c.t.Helper()
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrel, Qos: 1}, PacketID: id})
+}
+
+// ackReason reads an acknowledgement of type typ for packet id and returns its reason code
+// (0 when the short form leaves it out).
+func (c *pipePeer) ackReason(typ byte, id uint16) byte {
+	c.t.Helper()
+	if body := c.expect(typ, id); len(body) > 2 {
+		return body[2]
+	}
+	return 0
+}
+
+// qos2Task is a QoS 2 PUBLISH of a task under packet id.
+func qos2Task(id uint16, dup bool) packets.Packet {
+	return packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 2, Dup: dup},
+		TopicName: "tasks", PacketID: id, Payload: []byte("task")}
+}
+
+// taskWorker connects a clean session subscribed to "tasks", to count what tasks deliver.
+func taskWorker(t *testing.T, s *Server) *pipePeer {
+	t.Helper()
+	w, _ := connectSession(t, s, "worker", 5, true, 0)
+	w.subscribe("tasks")
+	return w
+}
+
+// expectOnly reads the worker's next message, which must be want, acknowledges it, then
+// checks that nothing came between it and a marker published after it.
+func expectOnly(t *testing.T, s *Server, w *pipePeer, want string) {
+	t.Helper()
+	for _, want := range []string{want, "marker"} {
+		got, id, _ := w.readPublish()
+		if got != want {
+			t.Fatalf("worker got %q, want %q", got, want)
+		}
+		w.puback(id)
+		if want != "marker" {
+			if err := s.Publish("tasks", []byte("marker"), false, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// A client leaves without acknowledging a message sent to it, after sending a QoS 2
+// PUBLISH under the same packet id (each side numbers its packets on its own), and
+// resumes: the message is sent again, and the client's QoS 2 flow, which its PUBREC left
+// waiting for PUBREL, goes with the session (MQTT 5 section 4.1): the PUBREL on the new
+// connection completes it. With both directions in one set keyed by packet id, the PUBREC
+// took the message's place.
+func TestInboundQoS2FlowGoesWithTheSession(t *testing.T) {
+	s := newPipeServer(t)
+	w := taskWorker(t, s)
+	bo, _ := connectSession(t, s, "bo", 5, true, 0)
+	bo.subscribe("results")
+	if err := s.Publish("results", []byte("result-1"), false, 1); err != nil {
+		t.Fatal(err)
+	}
+	_, id, _ := bo.readPublish()
+	bo.send(qos2Task(id, false))
+	bo.expect(packets.Pubrec, id)
+	expectOnly(t, s, w, "task")
+	_ = bo.conn.Close()
+
+	again, _ := connectSession(t, s, "bo", 5, false, 0)
+	if payload, resent, dup := again.readPublish(); payload != "result-1" || resent != id || !dup {
+		t.Fatalf("resumed session got %q under %d (DUP %v), want result-1 again under %d with DUP", payload, resent, dup, id)
+	}
+	again.pubrel(id)
+	if code := again.ackReason(packets.Pubcomp, id); code != 0 {
+		t.Fatalf("PUBCOMP reason %#x, want 0: the task's flow did not go with the session", code)
+	}
+}
+
+// A QoS 2 PUBLISH sent again with DUP on a resumed session, whose first copy the server
+// received (its PUBREC lost with the connection), is acknowledged with a PUBREC of success
+// and not delivered again [MQTT-4.3.3-10]: mochi answered 0x91 (packet identifier in use),
+// which tells the publisher the message failed although it was delivered.
+func TestDuplicateQoS2PublishOnResume(t *testing.T) {
+	s := newPipeServer(t)
+	w := taskWorker(t, s)
+	bo, _ := connectSession(t, s, "bo", 5, true, 0)
+	bo.send(qos2Task(5, false))
+	bo.expect(packets.Pubrec, 5)
+	_ = bo.conn.Close()
+	expectOnly(t, s, w, "task")
+
+	again, _ := connectSession(t, s, "bo", 5, false, 0)
+	again.send(qos2Task(5, true))
+	if code := again.ackReason(packets.Pubrec, 5); code != 0 {
+		t.Fatalf("PUBREC of the duplicate: reason %#x, want 0", code)
+	}
+	again.pubrel(5)
+	if code := again.ackReason(packets.Pubcomp, 5); code != 0 {
+		t.Fatalf("PUBCOMP reason %#x, want 0", code)
+	}
+	if err := s.Publish("tasks", []byte("marker"), false, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got, id, _ := w.readPublish(); got != "marker" {
+		t.Fatalf("worker got %q, want the marker: the duplicate was delivered again", got)
+	} else {
+		w.puback(id)
+	}
+	// The id is free again: a new QoS 2 message under it is a new message.
+	again.send(qos2Task(5, false))
+	again.expect(packets.Pubrec, 5)
+	expectOnly(t, s, w, "task")
+}
+
+// sessionWithResults connects the kept session "back-office" subscribed to "results", routes
+// it n results and reads them without acknowledging any: their packet ids, in order.
+func sessionWithResults(t *testing.T, s *Server, n int) (*pipePeer, []uint16) {
+	t.Helper()
+	c, _ := connectSession(t, s, "back-office", 5, true, 0)
+	c.subscribe("results")
+	for i := 0; i < n; i++ {
+		if err := s.Publish("results", []byte(fmt.Sprint(i)), false, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := make([]uint16, 0, n)
+	for i := 0; i < n; i++ {
+		payload, id, _ := c.readPublish()
+		if payload != fmt.Sprint(i) {
+			t.Fatalf("result %d: got %q", i, payload)
+		}
+		ids = append(ids, id)
+	}
+	return c, ids
+}
+
+// resumeWithResults resumes "back-office" and reads the n results sent again.
+func resumeWithResults(t *testing.T, s *Server, n int) *pipePeer {
+	t.Helper()
+	c, _ := connectSession(t, s, "back-office", 5, false, 0)
+	seen := map[string]bool{}
+	for i := 0; i < n; i++ {
+		payload, _, _ := c.readPublish()
+		seen[payload] = true
+	}
+	for i := 0; i < n; i++ {
+		if !seen[fmt.Sprint(i)] {
+			t.Fatalf("result %d not sent again to the resumed session (got %v)", i, seen)
+		}
+	}
+	return c
+}
+
+// A back office publishing tasks under the packet ids of results in flight to it (both
+// sides number from 1) still gets every result again when it resumes its session without
+// having acknowledged them: its publishes' flows are its own (Inbound), apart from the
+// results (Inflight). Upstream kept both in one set, and each PUBACK written for a task
+// took a result's place.
+func TestOwnPublishKeepsMessagesInFlight(t *testing.T) {
+	const n = 6
+	s := newPipeServer(t)
+	c, ids := sessionWithResults(t, s, n)
+	for _, id := range ids[:n-1] {
+		c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: id,
+			TopicName: "tasks", Payload: []byte("t")})
+		c.expect(packets.Puback, id)
+	}
+	cl, _ := s.Clients.Get("back-office")
+	if got := cl.State.Inflight.Len(); got != n {
+		t.Fatalf("%d results in flight after the back office's %d publishes, want %d", got, n-1, n)
+	}
+	_ = c.conn.Close() // gone without acknowledging anything
+	resumeWithResults(t, s, n)
+}
+
+// A back office resuming its session with results waiting, from a fresh client whose
+// packet ids start at 1 again, may subscribe again: upstream answered SUBACK 0x91 (packet
+// identifier in use) for the id of a waiting result, looking the client's id up among the
+// server's.
+func TestResubscribeOnResume(t *testing.T) {
+	const n = 3
+	s := newPipeServer(t)
+	c, ids := sessionWithResults(t, s, n)
+	_ = c.conn.Close() // gone without acknowledging them
+	again := resumeWithResults(t, s, n)
+	again.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: ids[0],
+		Filters: packets.Subscriptions{{Filter: "results", Qos: 1}}})
+	if body := again.expect(packets.Suback, ids[0]); body[len(body)-1] != 1 {
+		t.Fatalf("SUBACK reason %#x, want 1 (granted QoS 1)", body[len(body)-1])
+	}
+	// The SUBSCRIBE's id is the client's: it never touches the results in flight to it.
+	cl, _ := s.Clients.Get("back-office")
+	if got := cl.State.Inflight.Len(); got != n {
+		t.Fatalf("%d results in flight after the SUBSCRIBE (none acknowledged), want %d", got, n)
 	}
 }

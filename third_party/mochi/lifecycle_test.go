@@ -321,7 +321,8 @@ func TestLifecycleCountersReturnToBaseline(t *testing.T) {
 	caps.MaximumInflight = 64
 	caps.MaximumMessageExpiryInterval = 3600
 	caps.MaximumSessionExpiryInterval = 3600
-	s := New(&Options{Capabilities: caps, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ticks := NewLoopTicks()
+	s := New(&Options{Capabilities: caps, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LoopTicks: ticks})
 	hooks := &lifecycleHooks{rng: rand.New(rand.NewSource(seed - 1))}
 	if err := s.AddHook(hooks, nil); err != nil {
 		t.Fatal(err)
@@ -330,7 +331,6 @@ func TestLifecycleCountersReturnToBaseline(t *testing.T) {
 	if err := s.AddListener(l); err != nil {
 		t.Fatal(err)
 	}
-	ticks := s.TakeOverLoopTicks()
 	if err := s.Serve(); err != nil {
 		t.Fatal(err)
 	}

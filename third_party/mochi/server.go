@@ -138,6 +138,11 @@ type Options struct {
 	// Enable Inline client to allow direct subscribing and publishing from the parent codebase,
 	// with negligible performance difference (disabled by default to prevent confusion in statistics).
 	InlineClient bool `yaml:"inline_client" json:"inline_client"`
+
+	// LoopTicks, when set, drives the event loop in place of its five tickers: the loop
+	// does a task's work when the task's channel gets a value, as it did on each tick
+	// (NewLoopTicks makes the channels; New sets WillDelayed). faceagent patch (idle).
+	LoopTicks *LoopTicks `yaml:"-" json:"-"`
 }
 
 // Server is an MQTT broker server. It should be created with server.New()
@@ -378,15 +383,8 @@ func New(opts *Options) *Server {
 		Clients:   NewClients(),
 		Topics:    NewTopicsIndex(),
 		Listeners: listeners.New(),
-		loop: &loop{
-			sysTopics:      time.NewTicker(time.Second * time.Duration(opts.SysTopicResendInterval)),
-			clientExpiry:   time.NewTicker(time.Second),
-			inflightExpiry: time.NewTicker(time.Second),
-			retainedExpiry: time.NewTicker(time.Second),
-			willDelaySend:  time.NewTicker(time.Second),
-			willDelayed:    packets.NewPackets(),
-		},
-		Options: opts,
+		loop:      newLoop(opts),
+		Options:   opts,
 		Info: &system.Info{
 			Version: Version,
 			Started: time.Now().Unix(),
@@ -707,8 +705,8 @@ func (s *Server) connectClient(cl *Client, listener string) (err error) {
 	}
 
 	cl.refreshDeadline(cl.State.Keepalive)
-	if !s.hooks.OnConnectAuthenticate(cl, pk) { // [MQTT-3.1.4-2]
-		code := cl.refusalCode() // faceagent patch (refusal code): 0x86 unless a hook chose another
+	// faceagent patch (refusal code): 0x86 unless a ConnectAuthenticator chose another.
+	if code := s.hooks.authenticateConnect(cl, pk); code.Code != packets.CodeSuccess.Code { // [MQTT-3.1.4-2]
 		err := s.SendConnack(cl, code, false, nil)
 		if err != nil {
 			return fmt.Errorf("invalid connection send ack: %w", err)

@@ -1,10 +1,11 @@
-package broker
+// SPDX-License-Identifier: MIT
+
+package mqtt
 
 import (
 	"bytes"
 	"testing"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -16,12 +17,12 @@ func inflightPublish(id uint16, created, expiry int64, payload string) packets.P
 	}
 }
 
-// TestInflightEntriesStayApart: mochi's in-flight set (patched) keeps its packets in
-// entries it reuses once deleted; what Get, GetAll, NextImmediate and Clone hand out must
-// not change when an entry is deleted and reused for another message, nor a clone's
+// TestInflightEntriesStayApart: faceagent patch (inflight allocations): the in-flight set
+// keeps its packets in entries it reuses once deleted; what Get, GetAll, NextImmediate and
+// Clone hand out must not change when an entry is deleted and reused for another message, nor a clone's
 // entries when the original's are deleted.
 func TestInflightEntriesStayApart(t *testing.T) {
-	in := mqtt.NewInflights()
+	in := NewInflights()
 	in.Set(inflightPublish(1, 10, 0, "one"))
 	in.Set(inflightPublish(2, 11, -1, "two"))
 	in.Set(inflightPublish(3, 9, -1, "three"))
@@ -95,21 +96,21 @@ func TestInflightEntriesStayApart(t *testing.T) {
 	}
 }
 
-// BenchmarkInflightNextImmediate: what mochi's server does after each packet from a client
+// BenchmarkInflightNextImmediate: what the server does after each packet from a client
 // with messages in flight (a back office with 100 unacknowledged results and acks): look
 // for a message waiting for send quota, usually none; then one message acknowledged and
 // the next put in flight.
 //
-//	go test -run '^$' -bench InflightNextImmediate -benchmem ./agent/broker/
+//	go test -run '^$' -bench InflightNextImmediate -benchmem github.com/mochi-mqtt/server/v2
 func BenchmarkInflightNextImmediate(b *testing.B) {
-	in := mqtt.NewInflights()
+	in := NewInflights()
 	const inFlight = 100
 	for id := uint16(1); id <= inFlight; id++ {
 		in.Set(inflightPublish(id, int64(id), 0, `{"taskId":"b-1","status":"done"}`))
 	}
 	b.ReportAllocs()
 	next := uint16(inFlight + 1)
-	for b.Loop() {
+	for i := 0; i < b.N; i++ { // this module is go 1.21: no b.Loop
 		if _, ok := in.NextImmediate(); ok {
 			b.Fatal("a message waits for quota")
 		}
