@@ -68,7 +68,7 @@ type Agent struct {
 	tuneBroker func(*broker.Broker)
 	m          *agentMetrics
 	intakeM    *intake.Metrics
-	httpServer *http.Server
+	httpServer *metrics.Server
 	httpAddr   string
 }
 
@@ -334,10 +334,14 @@ func (a *Agent) startHTTP(m config.Metrics) error {
 			_, _ = io.WriteString(w, "warning: "+warning+"\n")
 		}
 	})
-	a.httpServer = newMetricsServer(m, mux, a.log)
+	a.httpServer = metrics.NewServer(metrics.ServerOptions{
+		ReadHeaderTimeout: m.ReadHeaderTimeout.Duration, ReadTimeout: m.ReadTimeout.Duration,
+		WriteTimeout: m.WriteTimeout.Duration, IdleTimeout: m.IdleTimeout.Duration,
+		MaxHeaderBytes: int(m.MaxHeaderBytes), MaxConnections: m.MaxConnections,
+	}, mux, a.log)
 	a.httpAddr = l.Addr().String()
 	go func() {
-		if err := a.httpServer.Serve(newLimitListener(l, m.MaxConnections, a.log)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := a.httpServer.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.log.Error("metrics server", "err", err)
 		}
 	}()

@@ -81,7 +81,7 @@ func (a *Agent) registerMetrics() {
 	r.NewGaugeFunc("faceagent_goroutines", "Goroutines in the process.", func() float64 {
 		return float64(runtime.NumGoroutine())
 	})
-	a.registerMemoryMetrics()
+	metrics.RegisterProcess(r)
 	a.intakeM = intake.NewMetrics(r)
 	a.m = &agentMetrics{
 		reports:   report.NewResultMetrics(r),

@@ -1,6 +1,8 @@
 // Package metrics is a small Prometheus text-format (0.0.4) registry for faceagent's
 // /metrics: counters, gauges, gauge functions, one-label families (per device) and
-// fixed-bucket histograms, lock-free on the hot path (atomics).
+// fixed-bucket histograms, lock-free on the hot path (atomics); the process's memory series
+// (RegisterProcess); and the bounded HTTP server that serves them (NewServer: timeouts, and
+// connections beyond a limit closed at accept).
 //
 // It is hand-written rather than imported: the agent needs a dozen series, the format is a
 // page of text, and the client libraries (prometheus/client_golang; even the small

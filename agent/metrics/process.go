@@ -1,4 +1,4 @@
-package agent
+package metrics
 
 import (
 	"os"
@@ -23,10 +23,9 @@ var memoryClasses = []struct {
 	{"runtime", func(m *runtime.MemStats) uint64 { return m.GCSys }},
 }
 
-// registerMemoryMetrics adds process_resident_memory_bytes (the Prometheus convention) and
-// the runtime's memory classes, read at scrape time.
-func (a *Agent) registerMemoryMetrics() {
-	r := a.registry
+// RegisterProcess adds process_resident_memory_bytes (the Prometheus convention) and the
+// Go runtime's memory classes (faceagent_go_memory_bytes{class}) to r, read at scrape time.
+func RegisterProcess(r *Registry) {
 	r.NewGaugeFunc("process_resident_memory_bytes", "Resident set size of the process (VmRSS), in bytes.", func() float64 {
 		return float64(residentBytes())
 	})

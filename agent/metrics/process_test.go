@@ -1,11 +1,9 @@
-package agent
+package metrics
 
 import (
 	"runtime"
 	"strings"
 	"testing"
-
-	"github.com/seed0e69bba5/faceagent/agent/metrics"
 )
 
 func TestParseVmRSS(t *testing.T) {
@@ -38,10 +36,10 @@ func FuzzParseVmRSS(f *testing.F) {
 }
 
 func TestMemoryMetricsExported(t *testing.T) {
-	a := &Agent{registry: metrics.NewRegistry()}
-	a.registerMemoryMetrics()
+	r := NewRegistry()
+	RegisterProcess(r)
 	var exp strings.Builder
-	if _, err := a.registry.WriteTo(&exp); err != nil {
+	if _, err := r.WriteTo(&exp); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"process_resident_memory_bytes ", `faceagent_go_memory_bytes{class="heap_objects"} `, `faceagent_go_memory_bytes{class="stacks"} `} {

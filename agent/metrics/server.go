@@ -1,30 +1,53 @@
-package agent
+package metrics
 
 import (
+	"context"
 	"log/slog"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/seed0e69bba5/faceagent/agent/config"
 )
 
-// newMetricsServer is the HTTP server of /metrics and /healthz, bounded by [metrics]: without
-// timeouts a keep-alive connection that sent nothing more stayed open for good, so idle
-// connections could use up the process's file descriptors (the broker's too).
-func newMetricsServer(m config.Metrics, h http.Handler, log *slog.Logger) *http.Server {
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: m.ReadHeaderTimeout.Duration,
-		ReadTimeout:       m.ReadTimeout.Duration,
-		WriteTimeout:      m.WriteTimeout.Duration,
-		IdleTimeout:       m.IdleTimeout.Duration,
-		MaxHeaderBytes:    int(m.MaxHeaderBytes),
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn), // accept errors, retried at most once a second
-	}
+// ServerOptions bound the HTTP server of /metrics and /healthz. Without timeouts a
+// keep-alive connection that sends nothing more stays open for good, so idle connections
+// could use up the process's file descriptors (the broker's too).
+type ServerOptions struct {
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	MaxHeaderBytes                                            int
+	// MaxConnections is how many connections may be open at once; one beyond is closed as
+	// soon as it is accepted (Serve).
+	MaxConnections int
 }
+
+// Server is the bounded HTTP server of /metrics and /healthz.
+type Server struct {
+	http *http.Server
+	o    ServerOptions
+	log  *slog.Logger
+}
+
+// NewServer returns a server of h bounded by o; its accept errors and refusals go to log.
+func NewServer(o ServerOptions, h http.Handler, log *slog.Logger) *Server {
+	return &Server{o: o, log: log, http: &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: o.ReadHeaderTimeout,
+		ReadTimeout:       o.ReadTimeout,
+		WriteTimeout:      o.WriteTimeout,
+		IdleTimeout:       o.IdleTimeout,
+		MaxHeaderBytes:    o.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn), // accept errors, retried at most once a second
+	}}
+}
+
+// Serve serves l until Shutdown, with at most MaxConnections connections open at once.
+func (s *Server) Serve(l net.Listener) error {
+	return s.http.Serve(newLimitListener(l, s.o.MaxConnections, s.log))
+}
+
+// Shutdown stops the server as http.Server.Shutdown does.
+func (s *Server) Shutdown(ctx context.Context) error { return s.http.Shutdown(ctx) }
 
 // limitListener closes a connection it accepts beyond max open ones at once, instead of
 // leaving it in the kernel's queue (as golang.org/x/net/netutil.LimitListener does, which
@@ -86,3 +109,6 @@ func (c *limitedConn) Close() error {
 	c.once.Do(func() { c.l.open.Add(-1) })
 	return err
 }
+
+// Close closes the server's listeners and connections at once, as http.Server.Close does.
+func (s *Server) Close() error { return s.http.Close() }
