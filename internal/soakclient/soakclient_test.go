@@ -233,6 +233,7 @@ func TestBarrierBoundsWhatMayComeAgain(t *testing.T) {
 	answers := map[int]*seenRequest{}
 	replies := map[int][]string{}
 	var waiting *seenRequest
+	seen9, seen9Once := make(chan struct{}), sync.Once{}
 	s := &scripted{sessionPresent: func(conn int) bool { return conn > 0 }}
 	s.onRequest = func(s *scripted, req *seenRequest) bool {
 		mu.Lock()
@@ -244,6 +245,7 @@ func TestBarrierBoundsWhatMayComeAgain(t *testing.T) {
 		answers[req.n], replies[req.n] = req, append([]string{reply}, user...)
 		if req.n == 9 {
 			waiting = req // answered after the barrier
+			seen9Once.Do(func() { close(seen9) })
 			return false
 		}
 		s.answer(req, reply, false, user...)
@@ -277,6 +279,13 @@ func TestBarrierBoundsWhatMayComeAgain(t *testing.T) {
 	}()
 	if err := c.WaitAnswered(ctx, 9); err != nil {
 		t.Fatal(err)
+	}
+	// The client sends request 9 once 9 are answered; the barrier must reach the broker
+	// after it, or there is nothing yet to answer after the barrier.
+	select {
+	case <-seen9:
+	case <-ctx.Done():
+		t.Fatal("request 9 never reached the broker")
 	}
 	if err := c.Barrier(ctx); err != nil {
 		t.Fatal(err)
