@@ -361,6 +361,7 @@ func (a *Agent) Reload(next *config.Config) error {
 		"[journal]":   {prev.Journal, next.Journal},
 		"[topics]":    {prev.Topics, next.Topics},
 		"[intake]":    {prev.Intake, next.Intake},
+		"[reports]":   {prev.Reports, next.Reports},
 		"[[devices]]": {deviceSet(prev.Devices), deviceSet(next.Devices)},
 		"log.format":  {prev.Log.Format, next.Log.Format},
 	} {
