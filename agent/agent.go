@@ -64,12 +64,10 @@ type Agent struct {
 	// brokerStats is the embedded broker, for /metrics (set once it is made).
 	brokerStats atomic.Pointer[broker.Broker]
 	fwd         *report.Forwarder // forwarded acks and heartbeats (set by startGateway)
-	// tuneBroker, set by tests before Run, adjusts the embedded broker before it starts.
-	tuneBroker func(*broker.Broker)
-	m          *agentMetrics
-	intakeM    *intake.Metrics
-	httpServer *http.Server
-	httpAddr   string
+	m           *agentMetrics
+	intakeM     *intake.Metrics
+	httpServer  *http.Server
+	httpAddr    string
 }
 
 // ErrAlreadyStarted is returned by a second call to Run.
@@ -228,9 +226,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.broker = b
 		a.brokerStats.Store(b)
 		stops = append(stops, func(context.Context) error { return b.Close() })
-		if a.tuneBroker != nil {
-			a.tuneBroker(b)
-		}
 	}
 	if !cfg.BrokerOnly() {
 		if err := a.startGateway(runCtx, cfg, b, &stops); err != nil {
