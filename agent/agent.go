@@ -59,7 +59,6 @@ type Agent struct {
 	broker *broker.Broker
 	outbox atomic.Pointer[outbox.Outbox]
 	state  *devstate.Writer
-	take   *intake.Taker
 	dead   *report.DeadLetters // the taker's deadletter log (set by startGateway)
 	// brokerStats is the embedded broker, for /metrics (set once it is made).
 	brokerStats atomic.Pointer[broker.Broker]
@@ -106,9 +105,6 @@ func (a *Agent) Config() *config.Config {
 
 // Ready is closed once Run has started everything: the broker listens, /metrics serves.
 func (a *Agent) Ready() <-chan struct{} { return a.ready }
-
-// takeDraining reports whether intake is draining (tests).
-func (a *Agent) takeDraining() bool { return a.take != nil && a.take.Draining() }
 
 // UpstreamConnected is closed once the agent is connected to the external [upstream]
 // broker and subscribed to its tasks for the first time (never without [upstream]).

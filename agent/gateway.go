@@ -168,7 +168,6 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	*stops = append(*stops, func(context.Context) error { cancel(); sw.Wait(); return nil })
 
 	// Remote management: faceagent/{gw}/config and …/control, watched with KEYNOTIFY.
-	a.take = take
 	rem := a.newRemote(cfg, keys, ob, take)
 	rem.Start(rctx)
 	*stops = append(*stops, func(context.Context) error { cancel(); rem.Wait(); return nil })
