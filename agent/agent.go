@@ -59,17 +59,14 @@ type Agent struct {
 	broker *broker.Broker
 	outbox atomic.Pointer[outbox.Outbox]
 	state  *devstate.Writer
-	take   *intake.Taker
 	dead   *report.DeadLetters // the taker's deadletter log (set by startGateway)
 	// brokerStats is the embedded broker, for /metrics (set once it is made).
 	brokerStats atomic.Pointer[broker.Broker]
 	fwd         *report.Forwarder // forwarded acks and heartbeats (set by startGateway)
-	// tuneBroker, set by tests before Run, adjusts the embedded broker before it starts.
-	tuneBroker func(*broker.Broker)
-	m          *agentMetrics
-	intakeM    *intake.Metrics
-	httpServer *metrics.Server
-	httpAddr   string
+	m           *agentMetrics
+	intakeM     *intake.Metrics
+	httpServer  *metrics.Server
+	httpAddr    string
 }
 
 // ErrAlreadyStarted is returned by a second call to Run.
@@ -108,9 +105,6 @@ func (a *Agent) Config() *config.Config {
 
 // Ready is closed once Run has started everything: the broker listens, /metrics serves.
 func (a *Agent) Ready() <-chan struct{} { return a.ready }
-
-// takeDraining reports whether intake is draining (tests).
-func (a *Agent) takeDraining() bool { return a.take != nil && a.take.Draining() }
 
 // UpstreamConnected is closed once the agent is connected to the external [upstream]
 // broker and subscribed to its tasks for the first time (never without [upstream]).
@@ -228,9 +222,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.broker = b
 		a.brokerStats.Store(b)
 		stops = append(stops, func(context.Context) error { return b.Close() })
-		if a.tuneBroker != nil {
-			a.tuneBroker(b)
-		}
 	}
 	if !cfg.BrokerOnly() {
 		if err := a.startGateway(runCtx, cfg, b, &stops); err != nil {
@@ -365,6 +356,7 @@ func (a *Agent) Reload(next *config.Config) error {
 		"[journal]":   {prev.Journal, next.Journal},
 		"[topics]":    {prev.Topics, next.Topics},
 		"[intake]":    {prev.Intake, next.Intake},
+		"[reports]":   {prev.Reports, next.Reports},
 		"[[devices]]": {deviceSet(prev.Devices), deviceSet(next.Devices)},
 		"log.format":  {prev.Log.Format, next.Log.Format},
 	} {

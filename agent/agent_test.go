@@ -17,6 +17,7 @@ import (
 
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/report"
 )
 
 func TestMain(m *testing.M) {
@@ -128,6 +129,10 @@ func TestReload(t *testing.T) {
 	if a.Config().Broker.Listen != "127.0.0.1:1883" || a.Config().Metrics.Listen != "" {
 		t.Errorf("restart-only values must not be taken: %+v", a.Config().Broker)
 	}
+	err = a.Reload(parse(t, base+"[reports]\nmax_forwarded = 16\n"))
+	if !errors.Is(err, ErrNeedsRestart) || !strings.Contains(err.Error(), "[[reports]]") || a.Config().Reports.MaxForwarded != 8192 {
+		t.Errorf("[reports] opens its backlog at start only: %v, max_forwarded %d", err, a.Config().Reports.MaxForwarded)
+	}
 	if level.Level() != slog.LevelInfo {
 		t.Errorf("level must follow the new file: %v", level.Level())
 	}
@@ -148,5 +153,15 @@ func TestBrokerBoundDefaults(t *testing.T) {
 		int64(d.MaxQueuedBytes) != broker.DefaultMaxQueuedBytes || int64(d.MaxRetainedBytes) != broker.DefaultMaxRetainedBytes ||
 		int64(d.MaxInboundBytes) != broker.DefaultMaxInboundBytes {
 		t.Errorf("config defaults %+v differ from agent/broker's", d)
+	}
+}
+
+// The report backlogs' bounds in agent/config default to agent/report's own (agent/config
+// cannot import agent/report: the values are written twice).
+func TestReportBoundDefaults(t *testing.T) {
+	d := config.Default()
+	if d.Intake.MaxDeadLetters != report.MaxDeadLetters || int(d.Intake.MaxDeadLetterBytes) != report.MaxDeadLetterBytes ||
+		d.Reports.MaxForwarded != report.MaxForwarded || int(d.Reports.MaxForwardedBytes) != report.MaxForwardedBytes {
+		t.Errorf("config defaults %+v %+v differ from agent/report's", d.Intake, d.Reports)
 	}
 }

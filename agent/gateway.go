@@ -57,7 +57,8 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 
 	// Forwarded acks and heartbeats: opened before the links, closed after the pumps.
 	fwd, err := report.OpenForwarder(filepath.Join(cfg.Agent.DataDir, report.ForwardDir), report.ForwardOptions{
-		Journal: journalOptions(cfg.Journal), Prefix: t.Devices, Logger: a.log.With("part", "forward"), Metrics: a.m.forward})
+		Journal: journalOptions(cfg.Journal), Prefix: t.Devices, Logger: a.log.With("part", "forward"), Metrics: a.m.forward,
+		MaxCount: cfg.Reports.MaxForwarded, MaxBytes: int(cfg.Reports.MaxForwardedBytes)})
 	if err != nil {
 		return fmt.Errorf("forward log: %w", err)
 	}
@@ -83,7 +84,8 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	}
 	*stops = append(*stops, func(context.Context) error { a.outbox.Store(nil); return ob.Close() })
 	dead, err := report.OpenDeadLetters(filepath.Join(cfg.Agent.DataDir, report.DeadLetterDir), report.DeadLetterOptions{
-		Journal: journalOptions(cfg.Journal), Topic: t.DeadLetter, Logger: a.log.With("part", "deadletter"), Metrics: a.m.deadLetters})
+		Journal: journalOptions(cfg.Journal), Topic: t.DeadLetter, Logger: a.log.With("part", "deadletter"), Metrics: a.m.deadLetters,
+		MaxCount: cfg.Intake.MaxDeadLetters, MaxBytes: int(cfg.Intake.MaxDeadLetterBytes)})
 	if err != nil {
 		return fmt.Errorf("deadletter log: %w", err)
 	}
@@ -166,7 +168,6 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	*stops = append(*stops, func(context.Context) error { cancel(); sw.Wait(); return nil })
 
 	// Remote management: faceagent/{gw}/config and …/control, watched with KEYNOTIFY.
-	a.take = take
 	rem := a.newRemote(cfg, keys, ob, take)
 	rem.Start(rctx)
 	*stops = append(*stops, func(context.Context) error { cancel(); rem.Wait(); return nil })

@@ -18,6 +18,7 @@ type Config struct {
 	Dispatch Dispatch  `toml:"dispatch"`
 	Journal  Journal   `toml:"journal"`
 	Intake   Intake    `toml:"intake"`
+	Reports  Reports   `toml:"reports"`
 	Store    Store     `toml:"store"`
 	Topics   Topics    `toml:"topics"`
 	Log      Log       `toml:"log"`
@@ -178,8 +179,13 @@ type Intake struct {
 	// MaxBatch is the most tasks one upstream message may carry.
 	MaxBatch int `toml:"max_batch"`
 	// MaxMessageSize is the largest task message accepted.
-	MaxMessageSize Size        `toml:"max_message_size"`
-	HTTP           *IntakeHTTP `toml:"http,omitempty"`
+	MaxMessageSize Size `toml:"max_message_size"`
+	// MaxDeadLetters and MaxDeadLetterBytes bound the deadletter backlog: refused tasks'
+	// deadletters journalled and not yet accepted upstream (bytes are their payloads). A
+	// task message whose deadletters do not fit is not acknowledged, so it comes again.
+	MaxDeadLetters     int         `toml:"max_deadletters"`
+	MaxDeadLetterBytes Size        `toml:"max_deadletter_bytes"`
+	HTTP               *IntakeHTTP `toml:"http,omitempty"`
 }
 
 // IntakeHTTP is [intake.http]: a back office API polled for pages of tasks; results are
@@ -197,6 +203,16 @@ type IntakeHTTP struct {
 	AuthValueEnv  string `toml:"auth_value_env"`
 	// AuthValue is resolved by Load; it is never printed.
 	AuthValue string `toml:"-"`
+}
+
+// Reports is the [reports] section: bounds of what waits for the upstream broker besides
+// the results (which the outbox's journal holds, within [dispatch]'s queue bounds).
+type Reports struct {
+	// MaxForwarded and MaxForwardedBytes bound the terminals' acks and heartbeats waiting
+	// to be forwarded upstream (bytes are payloads and device ids); at the bound the oldest
+	// acks not yet sent are dropped.
+	MaxForwarded      int  `toml:"max_forwarded"`
+	MaxForwardedBytes Size `toml:"max_forwarded_bytes"`
 }
 
 // Store is the [store] section: device state written to the state store.
@@ -354,8 +370,14 @@ var (
 		BatchWindow: D(2 * time.Millisecond),
 	}
 	defaultIntake = Intake{
-		MaxBatch:       1000,
-		MaxMessageSize: 1 << 20,
+		MaxBatch:           1000,
+		MaxMessageSize:     1 << 20,
+		MaxDeadLetters:     4096,
+		MaxDeadLetterBytes: 4 << 20,
+	}
+	defaultReports = Reports{
+		MaxForwarded:      8192,
+		MaxForwardedBytes: 1 << 20,
 	}
 	defaultIntakeHTTP = IntakeHTTP{
 		PageSize:   100,
@@ -398,6 +420,7 @@ func Default() *Config {
 		Dispatch: defaultDispatch,
 		Journal:  defaultJournal,
 		Intake:   defaultIntake,
+		Reports:  defaultReports,
 		Store:    defaultStore,
 		Topics:   defaultTopics,
 		Log:      defaultLog,

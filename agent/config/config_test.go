@@ -28,7 +28,7 @@ func TestMinimalGetsDefaults(t *testing.T) {
 	if c.Broker != nil || c.Intake.HTTP != nil {
 		t.Errorf("sections the file leaves out must stay off: broker=%v http=%v", c.Broker, c.Intake.HTTP)
 	}
-	if c.Dispatch != defaultDispatch || c.Store != defaultStore || c.Topics != defaultTopics || c.Log != defaultLog {
+	if c.Dispatch != defaultDispatch || c.Store != defaultStore || c.Topics != defaultTopics || c.Log != defaultLog || c.Reports != defaultReports {
 		t.Errorf("defaults not applied: %+v", c)
 	}
 	if c.Upstream.KeepAlive != defaultUpstream.KeepAlive {
@@ -105,7 +105,8 @@ func TestAgentTOMLDocumentsEveryKey(t *testing.T) {
 	}
 	if c.Dispatch != defaultDispatch || c.Store != defaultStore || c.Topics != defaultTopics ||
 		c.Log != defaultLog || c.Intake.MaxBatch != defaultIntake.MaxBatch ||
-		c.Intake.MaxMessageSize != defaultIntake.MaxMessageSize || c.Metrics != defaultMetrics {
+		c.Intake.MaxMessageSize != defaultIntake.MaxMessageSize || c.Intake.MaxDeadLetters != defaultIntake.MaxDeadLetters ||
+		c.Intake.MaxDeadLetterBytes != defaultIntake.MaxDeadLetterBytes || c.Reports != defaultReports || c.Metrics != defaultMetrics {
 		t.Errorf("agent.toml values differ from the defaults")
 	}
 	a := c.Agent

@@ -38,6 +38,7 @@ func (d *decoder) validate(c *Config) {
 		d.errf("journal.batch_window", "%s is out of range (more than 0, at most 1s)", w)
 	}
 	d.validateIntake(c.Intake)
+	d.validateReports(c.Reports)
 	d.positive("store.write_interval", c.Store.WriteInterval)
 	d.positive("store.request_timeout", c.Store.RequestTimeout)
 	d.validateTopics(c.Topics)
@@ -221,6 +222,22 @@ func (d *decoder) validateIntake(in Intake) {
 	if in.MaxMessageSize < 1<<10 {
 		d.errf("intake.max_message_size", "%d bytes is too small (at least 1KiB)", in.MaxMessageSize)
 	}
+	// An empty backlog must hold one message's deadletters, or that message would never be
+	// taken: their count is at most max_batch. Their bytes can outweigh the message (each
+	// carries its reason), so max_message_size is only the floor; configs/agent.toml
+	// advises several times it.
+	switch {
+	case in.MaxDeadLetters < 1 || in.MaxDeadLetters > MaxBacklogCount:
+		d.errf("intake.max_deadletters", "%d is out of range (max_batch..%d)", in.MaxDeadLetters, MaxBacklogCount)
+	case in.MaxDeadLetters < in.MaxBatch:
+		d.errf("intake.max_deadletters", "%d is less than max_batch (%d): a message whose tasks are all refused could never be taken", in.MaxDeadLetters, in.MaxBatch)
+	}
+	switch {
+	case in.MaxDeadLetterBytes < 1<<10 || in.MaxDeadLetterBytes > MaxBacklogBytes:
+		d.errf("intake.max_deadletter_bytes", "%d bytes is out of range (max_message_size..1GiB)", in.MaxDeadLetterBytes)
+	case in.MaxDeadLetterBytes < in.MaxMessageSize:
+		d.errf("intake.max_deadletter_bytes", "%d bytes is less than max_message_size (%d): the deadletter of a large message could never be taken", in.MaxDeadLetterBytes, in.MaxMessageSize)
+	}
 	h := in.HTTP
 	if h == nil {
 		return
@@ -238,6 +255,22 @@ func (d *decoder) validateIntake(in Intake) {
 		d.errf("intake.http.auth_header", "must name a header when an auth value is set")
 	} else if strings.ContainsAny(h.AuthHeader, " :\t\r\n") {
 		d.errf("intake.http.auth_header", "%q is not a header name", h.AuthHeader)
+	}
+}
+
+// Bounds of the report backlogs' keys: a count at most MaxBacklogCount, bytes at most
+// MaxBacklogBytes (the backlogs are held in memory, and an int is 32 bits on ARM).
+const (
+	MaxBacklogCount = 1 << 24
+	MaxBacklogBytes = 1 << 30
+)
+
+func (d *decoder) validateReports(r Reports) {
+	if r.MaxForwarded < 1 || r.MaxForwarded > MaxBacklogCount {
+		d.errf("reports.max_forwarded", "%d is out of range (1..%d)", r.MaxForwarded, MaxBacklogCount)
+	}
+	if r.MaxForwardedBytes < 1<<10 || r.MaxForwardedBytes > MaxBacklogBytes {
+		d.errf("reports.max_forwarded_bytes", "%d bytes is out of range (1KiB..1GiB)", r.MaxForwardedBytes)
 	}
 }
 

@@ -124,6 +124,18 @@ func TestValidationErrors(t *testing.T) {
 		// [intake] and [intake.http]
 		{"max batch zero", base + "[intake]\nmax_batch = 0\n", "f.toml:6: intake.max_batch: 0 is out of range (1..100000)"},
 		{"message size tiny", base + "[intake]\nmax_message_size = 10\n", "f.toml:6: intake.max_message_size: 10 bytes is too small (at least 1KiB)"},
+		{"deadletters zero", base + "[intake]\nmax_deadletters = 0\n", "f.toml:6: intake.max_deadletters: 0 is out of range (max_batch..16777216)"},
+		{"deadletters huge", base + "[intake]\nmax_deadletters = 20000000\n", "f.toml:6: intake.max_deadletters: 20000000 is out of range (max_batch..16777216)"},
+		{"deadletters below max batch", base + "[intake]\nmax_batch = 100\nmax_deadletters = 99\n",
+			"f.toml:7: intake.max_deadletters: 99 is less than max_batch (100): a message whose tasks are all refused could never be taken"},
+		{"deadletters below default max batch", base + "[intake]\nmax_deadletters = 10\n",
+			"f.toml:6: intake.max_deadletters: 10 is less than max_batch (1000): a message whose tasks are all refused could never be taken"},
+		{"deadletter bytes tiny", base + "[intake]\nmax_deadletter_bytes = 100\n",
+			"f.toml:6: intake.max_deadletter_bytes: 100 bytes is out of range (max_message_size..1GiB)"},
+		{"deadletter bytes huge", base + "[intake]\nmax_deadletter_bytes = \"2GiB\"\n",
+			"f.toml:6: intake.max_deadletter_bytes: 2147483648 bytes is out of range (max_message_size..1GiB)"},
+		{"deadletter bytes below message size", base + "[intake]\nmax_message_size = \"64KiB\"\nmax_deadletter_bytes = \"32KiB\"\n",
+			"f.toml:7: intake.max_deadletter_bytes: 32768 bytes is less than max_message_size (65536): the deadletter of a large message could never be taken"},
 		{"http url missing", base + "[intake.http]\npage_size = 5\n", "f.toml:5: intake.http.url: required"},
 		{"http url not http", base + "[intake.http]\nurl = \"ftp://h/x\"\n", `f.toml:6: intake.http.url: "ftp://h/x": must be an http:// or https:// url`},
 		{"http url no host", base + "[intake.http]\nurl = \"http:///x\"\n", `f.toml:6: intake.http.url: "http:///x" has no host`},
@@ -138,6 +150,15 @@ func TestValidationErrors(t *testing.T) {
 			"f.toml:7: intake.http.auth_header: must name a header when an auth value is set\nf.toml:8: intake.http.auth_value_file: open /nonexistent: no such file or directory"},
 		{"auth header with colon", base + "[intake.http]\nurl = \"http://h/x\"\nauth_header = \"Authorization: Bearer\"\n",
 			`f.toml:7: intake.http.auth_header: "Authorization: Bearer" is not a header name`},
+
+		// [reports]
+		{"forwarded zero", base + "[reports]\nmax_forwarded = 0\n", "f.toml:6: reports.max_forwarded: 0 is out of range (1..16777216)"},
+		{"forwarded negative", base + "[reports]\nmax_forwarded = -3\n", "f.toml:6: reports.max_forwarded: -3 is out of range (1..16777216)"},
+		{"forwarded huge", base + "[reports]\nmax_forwarded = 16777217\n", "f.toml:6: reports.max_forwarded: 16777217 is out of range (1..16777216)"},
+		{"forwarded bytes tiny", base + "[reports]\nmax_forwarded_bytes = \"1000B\"\n",
+			"f.toml:6: reports.max_forwarded_bytes: 1000 bytes is out of range (1KiB..1GiB)"},
+		{"forwarded bytes huge", base + "[reports]\nmax_forwarded_bytes = \"1TiB\"\n",
+			"f.toml:6: reports.max_forwarded_bytes: 1099511627776 bytes is out of range (1KiB..1GiB)"},
 
 		// [store], [topics], [log], [metrics]
 		{"store write interval zero", base + "[store]\nwrite_interval = \"0s\"\n", "f.toml:6: store.write_interval: must be positive"},
@@ -235,5 +256,27 @@ func TestBoardBrokerBounds(t *testing.T) {
 	got.AllowAnonymous = nil // resolved by Parse
 	if got != *DefaultBroker() {
 		t.Errorf("rpi3-armv7 (256 MiB soft limit) changed the defaults: %+v", got)
+	}
+}
+
+// The report backlogs' bounds are read as written: counts, and sizes with units or in bytes.
+func TestReportBacklogBounds(t *testing.T) {
+	c, err := Parse("f.toml", []byte("[agent]\ngateway_id = \"gw\"\n[broker]\n[intake]\nmax_batch = 10\nmax_message_size = \"1KiB\"\n"+
+		"max_deadletters = 10\nmax_deadletter_bytes = \"1KiB\"\n[reports]\nmax_forwarded = 1\nmax_forwarded_bytes = 2048\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Intake.MaxDeadLetters != 10 || c.Intake.MaxDeadLetterBytes != 1<<10 || c.Reports.MaxForwarded != 1 || c.Reports.MaxForwardedBytes != 2048 {
+		t.Errorf("bounds read as %+v %+v", c.Intake, c.Reports)
+	}
+	for _, c := range []struct{ src, want string }{
+		{"[intake]\nmax_deadletter_bytes = \"4 megs\"\n", `f.toml:5: intake.max_deadletter_bytes: invalid size "4 megs" (write e.g. "64MiB" or a number of bytes)`},
+		{"[reports]\nmax_forwarded_bytes = -1\n", `f.toml:5: reports.max_forwarded_bytes: invalid size "-1" (write e.g. "64MiB" or a number of bytes)`},
+		{"[reports]\nmax_results = 5\n", "f.toml:5: reports.max_results: unknown key"},
+	} {
+		_, err := Parse("f.toml", []byte("[agent]\ngateway_id = \"gw\"\n[broker]\n"+c.src), nil)
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%q: %v, want %s", c.src, err, c.want)
+		}
 	}
 }

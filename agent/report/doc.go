@@ -34,12 +34,14 @@
 //     accepted and stored (agent/backlog, "Invariants"): at least once, never lost, first
 //     copies in order. A result is marked reported only once the Poster took it too.
 //   - A deadletter Add returned nil for survives a crash; the task message is acknowledged
-//     only after it. A message whose deadletters do not fit (MaxDeadLetters,
-//     MaxDeadLetterBytes) is refused whole (ErrDeadLetterBacklog) and delivered again.
+//     only after it. A message whose deadletters do not fit (DeadLetterOptions'
+//     MaxCount and MaxBytes: [intake] max_deadletters and max_deadletter_bytes, by
+//     default MaxDeadLetters and MaxDeadLetterBytes) is refused whole (ErrDeadLetterBacklog) and delivered again.
 //   - Ack and Heartbeat never wait for the disk or the upstream broker. A crash loses the
 //     forwarded messages of the last ForwardWriteDelay not yet accepted (the results carry
-//     every task's outcome). The backlog holds at most MaxForwarded messages and
-//     MaxForwardedBytes; at the bound the oldest acks are dropped, and a heartbeat is
+//     every task's outcome). The backlog holds at most ForwardOptions' MaxCount messages
+//     and MaxBytes ([reports] max_forwarded and max_forwarded_bytes, by default
+//     MaxForwarded and MaxForwardedBytes); at the bound the oldest acks are dropped, and a heartbeat is
 //     refused only when no ack is left (faceagent_forward_dropped_total{reason}).
 //
 // # Caveats

@@ -3,20 +3,23 @@ package agent
 import (
 	"bufio"
 	"bytes"
-	"context"
-	"fmt"
 	"io"
 	"net"
 	"testing"
 	"time"
 
-	"github.com/eclipse/paho.golang/paho"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/seed0e69bba5/faceagent/agent/broker/brokertest"
-	"github.com/seed0e69bba5/faceagent/agent/config"
-	"github.com/seed0e69bba5/faceagent/agent/report"
 )
+
+// poke signals c (capacity 1) without blocking.
+func poke(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
 
 // waitFor waits for cond, checked again on every poke of ev.
 func waitFor(t *testing.T, what string, cond func() bool, ev <-chan struct{}) {
@@ -109,59 +112,4 @@ func (s *rawSubscriber) read(t *testing.T) packets.Packet {
 		t.Fatalf("raw subscriber: %v", err)
 	}
 	return pk
-}
-
-// With the embedded broker a task message whose deadletters do not fit in the backlog
-// is not acknowledged: MQTT5 gets PUBACK 0x83 (send it again), MQTT 3.1.1 no PUBACK and a
-// disconnect. Messages without refused tasks are taken meanwhile; once there is room the
-// same message is taken and its deadletter delivered.
-func TestEmbeddedIntakeRefusesOverTheDeadLetterBound(t *testing.T) {
-	cfg, err := config.Parse("f.toml", []byte(fmt.Sprintf("[agent]\ngateway_id = \"gw-f\"\ndata_dir = %q\n[broker]\nlisten = \"127.0.0.1:0\"\n"+
-		"[journal]\nsync = \"none\"\n[[devices]]\nid = \"f1\"\n", t.TempDir())), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, a, stop := startAgentFull(t, cfg)
-	setBound := func(n int) {
-		a.dead.Backlog().SetBounds(n, report.MaxDeadLetterBytes)
-	}
-	setBound(0)
-	bo := connectBackOffice(t, addr, "gw-f")
-	bad := []byte(`{"taskId":"f-bad","deviceId":"nope","op":"AddPerson","person":{"id":"1"}}`)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := bo.c.Publish(ctx, &paho.Publish{Topic: "faceagent/gw-f/tasks", QoS: 1, Payload: bad})
-	if err == nil || resp == nil || resp.ReasonCode != packets.ErrImplementationSpecificError.Code {
-		t.Fatalf("over the bound: PUBACK %+v, err %v; want reason 0x83", resp, err)
-	}
-	bo.publish("faceagent/gw-f/tasks", []byte(`{"taskId":"f-good","deviceId":"f1","op":"AddPerson","person":{"id":"2"}}`))
-
-	// MQTT 3.1.1 has no negative PUBACK: the connection is dropped instead.
-	raw := dialRawSubscriber(t, addr, "v4-publisher", "faceagent/gw-f/nothing")
-	var buf bytes.Buffer
-	pub := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, ProtocolVersion: 4,
-		TopicName: "faceagent/gw-f/tasks", PacketID: 7, Payload: bad}
-	if err := pub.PublishEncode(&buf); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := raw.conn.Write(buf.Bytes()); err != nil {
-		t.Fatal(err)
-	}
-	// mochi writes a DISCONNECT (0xe0) even to 3.1.1 clients, then closes; no PUBACK (0x40).
-	_ = raw.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-	rest, err := io.ReadAll(raw.r)
-	if ne, ok := err.(net.Error); ok && ne.Timeout() {
-		t.Fatal("MQTT 3.1.1 publisher was neither acknowledged nor disconnected")
-	}
-	if len(rest) > 0 && rest[0]>>4 != packets.Disconnect {
-		t.Fatalf("MQTT 3.1.1 publisher got % x before the connection closed, want only a DISCONNECT", rest)
-	}
-	if got := a.m.deadLetters.Refused.Value(); got != 2 {
-		t.Errorf("refusals counted %d, want 2", got)
-	}
-
-	setBound(report.MaxDeadLetters)
-	bo.publish("faceagent/gw-f/tasks", bad) // the redelivery
-	bo.waitFor("the deadletter", 10*time.Second, func() bool { return len(bo.dead) == 1 })
-	stop()
 }
