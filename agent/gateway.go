@@ -23,9 +23,9 @@ import (
 )
 
 // startGateway wires intake, links, outbox, reports and device state. b is the embedded
-// broker (not listening yet) or nil. Without [upstream] everything goes through b:
-// intake by its interception of the tasks topic, reports through its inline client, device state into its
-// store engine. With [upstream] tasks, reports and the state store are on that broker,
+// broker (not listening yet) or nil. Without [upstream] everything goes through b: intake
+// by its interception of the tasks topic, reports through its Publisher, device state into
+// its store engine. With [upstream] tasks, reports and the state store are on that broker,
 // and the terminals on b when there is one, else on the upstream broker too.
 //
 // Each part pushes its stop function; they run in reverse: state writer, reporter,
@@ -37,8 +37,8 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	take := newTaker(cfg, a.intakeM, a.log.With("part", "intake"))
 	external := cfg.Upstream != nil
 	if b != nil {
-		// A client subscribing to configured terminals' command topics only gets a short
-		// queue of pending writes (agent/broker queues.go): 352 bytes instead of 9.5 KB.
+		// A client subscribing to configured terminals' command topics gets a short queue of
+		// pending writes (agent/broker queues.go): a terminal has one command in flight.
 		commands := make(map[string]bool, len(cfg.Devices))
 		for _, d := range cfg.Devices {
 			commands[cfg.Topics.Command(d.ID)] = true
