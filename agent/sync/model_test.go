@@ -74,11 +74,20 @@ func genRecord(rng *rand.Rand, ids int) Record {
 	return r
 }
 
-func genOp(rng *rand.Rand, devs, ids int) testOp {
+// opGen draws random operations. Exclude and Include name a record set recently, so that
+// they often find it (a random record would rarely be the one desired).
+type opGen struct {
+	rng    *rand.Rand
+	recent [8]Record
+}
+
+func (g *opGen) op(devs, ids int) testOp {
+	rng := g.rng
 	o := testOp{dev: fmt.Sprintf("d%d", rng.IntN(devs))}
 	switch n := rng.IntN(100); {
 	case n < 45:
 		o.kind, o.rec = opSet, genRecord(rng, ids)
+		g.recent[rng.IntN(len(g.recent))] = o.rec
 	case n < 65:
 		o.kind, o.id = opDelete, fmt.Sprintf("p%03d", rng.IntN(ids))
 	case n < 73:
@@ -96,8 +105,11 @@ func genOp(rng *rand.Rand, devs, ids int) testOp {
 		if n >= 87 {
 			o.kind = opInclude
 		}
-		r := genRecord(rng, ids)
+		r := g.recent[rng.IntN(len(g.recent))]
 		o.id, o.rev = r.ID, r.Rev()
+		if r.ID == "" {
+			o.id = "p000"
+		}
 	default:
 		o.kind = opForget
 	}

@@ -32,6 +32,7 @@ func testSeed(t *testing.T, env string) uint64 {
 func TestPropertyRandomUpdates(t *testing.T) {
 	seed := testSeed(t, "SYNC_PROPERTY_SEED")
 	rng := rand.New(rand.NewPCG(seed, 2))
+	gen := &opGen{rng: rng}
 	dir := t.TempDir()
 	opt := Options{CompactBytes: 2 << 10, Journal: journal.Options{Sync: journal.SyncNone}, chunkMask: 3}
 	s, err := Open(dir, opt)
@@ -45,7 +46,7 @@ func TestPropertyRandomUpdates(t *testing.T) {
 		steps = 500
 	}
 	for step := range steps {
-		o := genOp(rng, 4, 40)
+		o := gen.op(4, 40)
 		if err := o.applyStore(s); err != nil {
 			t.Fatalf("step %d %v: %v (seed %d)", step, o, err, seed)
 		}
@@ -144,7 +145,7 @@ func TestMain(m *testing.M) {
 
 // crashOps is the operations of one crash iteration: the child applies them and the
 // parent's model follows them, both from the same seed.
-func crashOps(seed uint64, iter int) *rand.Rand { return rand.New(rand.NewPCG(seed, uint64(iter))) }
+func crashOps(seed uint64, iter int) *opGen { return &opGen{rng: rand.New(rand.NewPCG(seed, uint64(iter)))} }
 
 // crashChild applies random updates with real fsync (journal.SyncAlways), flushing after
 // a random number of them and printing the step number each Flush made durable, until
@@ -160,7 +161,7 @@ func crashChild(dir string) {
 	fmt.Println("ready")
 	rng := crashOps(seed, iter)
 	for step := 1; ; step++ {
-		if err := genOp(rng, 4, 60).applyStore(s); err != nil {
+		if err := rng.op(4, 60).applyStore(s); err != nil {
 			fmt.Fprintln(os.Stderr, "child update:", err)
 			os.Exit(3)
 		}
@@ -205,14 +206,14 @@ func TestCrashKillsLoseNoFlushedUpdate(t *testing.T) {
 		ops := crashOps(seed, iter)
 		step := 0
 		for ; step < acked; step++ {
-			genOp(ops, 4, 60).applyModel(m)
+			ops.op(4, 60).applyModel(m)
 		}
 		got := storeModel(s)
 		for limit := acked + 10_000; !modelsEqual(got, m); step++ {
 			if step == limit {
 				t.Fatalf("iteration %d: the reopened store matches no step from %d on (seed %d)", iter, acked, seed)
 			}
-			genOp(ops, 4, 60).applyModel(m)
+			ops.op(4, 60).applyModel(m)
 		}
 		checkAgainst(t, s, m)
 		t.Logf("kill %d: flushed through step %d, recovered at step %d; %+v", iter, acked, step, s.Stats())

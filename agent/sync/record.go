@@ -105,6 +105,9 @@ func readString[T string | []byte](b T, off *int, limit int) (T, bool) {
 		c := b[i]
 		n |= uint64(c&0x7f) << shift
 		if c < 0x80 {
+			if c == 0 && i > *off { // not the shortest form: one record, one encoding
+				return b[:0], false
+			}
 			i++
 			break
 		}
