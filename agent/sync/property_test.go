@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,7 +78,7 @@ func TestPartsOfALargeUpdate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list := siteList(40_000, 0) // about 2.4 MB of records: three parts
+	list := siteList(40_000, 0) // about 3 MB of records: a dozen parts
 	if _, err := s.Replace("d1", list[:10]); err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func TestPartsOfALargeUpdate(t *testing.T) {
 		return nil
 	})
 	j.Close()
-	if string(kinds) != "OPPL" && string(kinds) != "OPL" {
+	if k := string(kinds); len(k) < 4 || k[:2] != "OP" || k[len(k)-1] != 'L' || strings.Trim(k[1:len(k)-1], "P") != "" {
 		t.Fatalf("record kinds %q, want one update then parts ending in L", kinds)
 	}
 	s, err = Open(dir, Options{})
@@ -145,7 +146,9 @@ func TestMain(m *testing.M) {
 
 // crashOps is the operations of one crash iteration: the child applies them and the
 // parent's model follows them, both from the same seed.
-func crashOps(seed uint64, iter int) *opGen { return &opGen{rng: rand.New(rand.NewPCG(seed, uint64(iter)))} }
+func crashOps(seed uint64, iter int) *opGen {
+	return &opGen{rng: rand.New(rand.NewPCG(seed, uint64(iter)))}
+}
 
 // crashChild applies random updates with real fsync (journal.SyncAlways), flushing after
 // a random number of them and printing the step number each Flush made durable, until

@@ -77,10 +77,10 @@ func (st *state) boundary(ref uint32) bool {
 
 // lookup returns the interned record with content data (and rev), if any, and how many
 // records share its rev.
-func (st *state) lookup(data string, rev face.Rev) (idx uint32, ok bool, sameRev int) {
+func (st *state) lookup(data []byte, rev face.Rev) (idx uint32, ok bool, sameRev int) {
 	for i := st.byRev[rev]; i != 0; i = st.recs[i-1].next {
 		sameRev++
-		if st.recs[i-1].data == data {
+		if st.recs[i-1].data == string(data) { // no copy: a comparison
 			idx, ok = i-1, true
 		}
 	}
@@ -90,7 +90,7 @@ func (st *state) lookup(data string, rev face.Rev) (idx uint32, ok bool, sameRev
 // intern returns the index of the record with content data, adding it if it is new. A new
 // record has no users until a chunk refers to it; endUpdate frees it if none does.
 func (st *state) intern(data string, rev face.Rev) uint32 {
-	if idx, ok, _ := st.lookup(data, rev); ok {
+	if idx, ok, _ := st.lookup([]byte(data), rev); ok {
 		return idx
 	}
 	var idx uint32

@@ -24,8 +24,10 @@ const (
 	DefaultCompactBytes = 4 << 20
 )
 
-// partBytes bounds one journal record of an update; a larger update is written in parts.
-const partBytes = 1 << 20
+// partBytes bounds one journal record of an update; a larger update is written in parts,
+// each durable before the next is queued, so that neither the store's encoding buffer
+// nor the journal's queue holds a whole large update.
+const partBytes = 256 << 10
 
 // Errors of the updates.
 var (
@@ -181,7 +183,7 @@ func (s *Store) Set(dev string, r Record) error {
 	}
 	t := s.st.terms[dev]
 	old, had := s.st.member(t, r.ID)
-	idx, known, sameRev := s.st.lookup(data, rev)
+	idx, known, sameRev := s.st.lookup([]byte(data), rev)
 	switch {
 	case had && known && old == idx:
 		return nil // desired exactly so already
@@ -265,17 +267,23 @@ func (s *Store) Replace(dev string, list []Record) (Counts, error) {
 	if len(list) > s.opt.MaxPersons {
 		return c, fmt.Errorf("%w: terminal %q: %d persons", ErrTooManyPersons, dev, len(list))
 	}
+	// The records' full forms go into one buffer: only records new to the store become
+	// strings of their own (intern), so a Replace of a list the store holds allocates
+	// little that outlives it.
 	type item struct {
-		data string
-		rev  face.Rev
-		id   string
+		from, to int
+		rev      face.Rev
+		id       string
 	}
 	items := make([]item, len(list))
+	var buf []byte
 	for i := range list {
 		if err := checkRecord(&list[i]); err != nil {
 			return c, err
 		}
-		items[i] = item{string(appendFields(nil, &list[i])), list[i].Rev(), list[i].ID}
+		from := len(buf)
+		buf = appendFields(buf, &list[i])
+		items[i] = item{from, len(buf), list[i].Rev(), list[i].ID}
 	}
 	slices.SortFunc(items, func(a, b item) int { return cmp.Compare(a.id, b.id) })
 	for i := 1; i < len(items); i++ {
@@ -294,7 +302,7 @@ func (s *Store) Replace(dev string, list []Record) (Counts, error) {
 	}
 	missing := 0
 	for _, it := range items {
-		if _, ok, _ := s.st.lookup(it.data, it.rev); !ok {
+		if _, ok, _ := s.st.lookup(buf[it.from:it.to], it.rev); !ok {
 			missing++
 		}
 	}
@@ -303,9 +311,9 @@ func (s *Store) Replace(dev string, list []Record) (Counts, error) {
 	}
 	var ops []op
 	set := func(it item) {
-		idx, known, sameRev := s.st.lookup(it.data, it.rev)
+		idx, known, sameRev := s.st.lookup(buf[it.from:it.to], it.rev)
 		if !known {
-			idx = s.st.intern(it.data, it.rev)
+			idx = s.st.intern(string(buf[it.from:it.to]), it.rev)
 		}
 		ops = append(ops, op{kind: opSet, id: it.id, ref: idx, short: known && sameRev == 1})
 	}
@@ -319,7 +327,7 @@ func (s *Store) Replace(dev string, list []Record) (Counts, error) {
 					set(items[k])
 				}
 				if k < len(items) && items[k].id == id {
-					if idx, ok, _ := s.st.lookup(items[k].data, items[k].rev); ok && idx == r {
+					if idx, ok, _ := s.st.lookup(buf[items[k].from:items[k].to], items[k].rev); ok && idx == r {
 						c.Unchanged++
 					} else {
 						c.Added++
@@ -374,6 +382,9 @@ func (s *Store) update(dev string, whole bool, ops []op) error {
 			if err := put(kindPart); err != nil {
 				return err
 			}
+			if err := s.j.Wait(s.last); err != nil {
+				return err
+			}
 			parts++
 			start(kindPart)
 		}
@@ -399,7 +410,11 @@ func (s *Store) update(dev string, whole bool, ops []op) error {
 		kind = kindLast
 	}
 	err := put(kind)
-	s.st.enc = b[:0]
+	if cap(b) <= 64<<10 { // do not pin the buffer of a large update
+		s.st.enc = b[:0]
+	} else {
+		s.st.enc = nil
+	}
 	if err != nil {
 		return err
 	}
