@@ -57,6 +57,7 @@ var rules = []rule{
 	{from: "agent/upstream", to: "agent/...", why: "the upstream connection carries what the others give it"},
 	{from: "agent/devstate", to: "agent/...", why: "terminal state reaches the store through one small key-value interface"},
 	{from: "agent/remote", to: "agent/...", why: "remote control reaches the store through one small key-value interface"},
+	{from: "agent/sync", to: "agent/...", why: "the desired whitelists are a store of their own; what they need of the others is an interface of their own"},
 	{from: "agent/kv", to: "agent/...", why: "the key-value interface adapts the store client and the embedded engine"},
 }
 
@@ -76,6 +77,7 @@ var allowed = map[string][]string{
 	"agent/remote":   {"agent/kv", "agent/outbox", "agent/wire", "agent/metrics"},
 	"agent/kv":       {"agent/store", "agent/broker/statestore"},
 	"agent/wire":     {},
+	"agent/sync":     {"agent/journal", "agent/metrics"},
 }
 
 func TestImportRules(t *testing.T) {

@@ -1,0 +1,110 @@
+// Package sync keeps the desired whitelist of every terminal: for each terminal, the
+// persons it should hold, each with its record (name, validity, face hash) and the
+// record's rev (face.RecordRev), and the desired digest (face.Digest) computed as the
+// terminal computes its own. A reconciliation compares a terminal's heartbeat digest
+// with Digest, and, when they differ, the terminal's ListPersons pages with the desired
+// list (Diff). The store is durable like tasks: it survives SIGKILL and power loss once
+// Flush returned.
+//
+// # Tutorial
+//
+//	s, err := sync.Open(dir, sync.Options{Journal: journal.Options{Sync: journal.SyncAlways}})
+//	defer s.Close()
+//	err = s.Set("2042253", sync.Record{ID: "951", Name: "Li Lei", ValidTo: "2027-01-01T00:00:00Z"})
+//	err = s.Delete("2042253", "952")
+//	counts, err := s.Replace("2042253", list)    // SetWhitelist: Added, Deleted, Unchanged
+//	// Updates apply at once, in the order they are called; Flush waits until every update
+//	// before it is durable: acknowledge the task message after Flush returned nil.
+//	err = s.Flush()
+//	// The terminal refused a person's latest record: it leaves the desired list (only if
+//	// rev is still the desired record's) until a Set or Replace names the person again.
+//	ok, err := s.Exclude("2042253", "951", rev)
+//	ok, err = s.Include("2042253", "951", rev)    // it took that record after all
+//	// Reads for reconciliation.
+//	s.Digest("2042253"); s.Count("2042253"); s.Known("2042253")
+//	page := s.Page("2042253", after, 100, nil)     // desired entries with id > after
+//	d := s.Diff("2042253")
+//	err = d.Page(held, next, func(c sync.Change) { ... }) // per ListPersons page
+//
+// # Sharing
+//
+// The terminals of a site hold the same persons, so the store keeps each distinct record
+// once (interned by content, found by its rev) and cuts every list into chunks of
+// member references that are interned too: a chunk ends after a member whose id's
+// seeded hash has its low six bits clear (or at the list's end), so equal lists are cut
+// into equal chunks whatever their history, and one change touches one chunk (two when
+// it removes a chunk's last member). Sixty-four terminals with the same list share
+// every chunk and every record; each terminal costs a slice of chunk pointers. A member
+// is a 32-bit record index; its top bit marks a refusal's exclusion. Figures:
+// docs/benchmarks.md, "agent/sync: desired whitelists".
+//
+// # Invariants
+//
+//   - Digest(dev) is the XOR of face.Member over the desired list, kept by Toggle on every
+//     change (set, change, delete, exclude, include); Count(dev) is the list's length.
+//     The property test recomputes both from the list after every step.
+//   - The desired list is the terminal's members minus the excluded ones, in bytewise id
+//     order (Page). Exclude(dev, id, rev) acts only while rev is the desired record's, so a
+//     refusal of an older record never hides a newer one; Set (even of the same record)
+//     and Replace listing the person include it again; Delete and Replace not listing it
+//     drop it. Exclusions are written to the journal and kept in snapshots.
+//   - Updates are journalled and applied under one lock in the order they are called, so
+//     replay rebuilds the state the live store had. An update is applied in memory only
+//     once its record is queued in the journal; Flush returns nil once every record
+//     queued before it is durable.
+//   - A Replace larger than one journal record (256 KiB) is written in parts, each durable
+//     before the next is queued, and applied at its last part: a crash between parts
+//     drops the whole update at replay (it was never flushed).
+//   - A record is interned while a chunk refers to it; a chunk while a terminal's list does.
+//   - Bounds: MaxTerminals terminals, MaxPersons members per terminal (excluded ones
+//     included), MaxRecords distinct records. An update that would pass one is refused with
+//     ErrTooManyTerminals, ErrTooManyPersons or ErrTooManyRecords and changes nothing.
+//     A Replace needs room for its new records before the records it drops are released.
+//
+// # Record format (version 1)
+//
+// Each record is one journal record (agent/journal frames and checksums it). Strings are
+// a uvarint length (shortest form) and bytes; a record in full form ("fields") is id
+// (1..128 bytes), name, validFrom, validTo (0..512 bytes each), then the face: byte 0, or
+// byte 1 and the 32 raw bytes of its SHA-256. The same bytes are the record in memory.
+//
+//	version byte  1
+//	kind    byte  'O' an update; 'P' a part of an update, more follow; 'L' its last part
+//	              'r' snapshot records; 't' a snapshot terminal
+//	'O','P','L': flags byte (bit 0: the update replaces the whole list), device id string,
+//	             then operations to the end:
+//	  'S' fields             set the person's record
+//	  'R' rev [8]byte        set the record the store held before the update, the only one
+//	                         with this rev (a Replace of a list the store holds costs 9
+//	                         bytes a person)
+//	  'D' id                 delete
+//	  'X' id, rev [8]byte    exclude, if rev is the desired record's
+//	  'I' id, rev [8]byte    include, if rev is the excluded record's
+//	  'F'                    forget the terminal (alone in its update)
+//	  An update of more than one operation lists them in increasing id order.
+//	'r': fields, repeated: the snapshot's records, numbered 0, 1, … across 'r' records
+//	't': flags byte (bit 0: a Replace set the whole list), device id string, digest uint64
+//	     little endian, uvarint member count, then per member in id order the uvarint
+//	     (zigzag(number - previous number) << 1 | excluded), previous starting at -1.
+//
+// A snapshot ('r' records, then 't' records) is written after a journal checkpoint taken
+// under the store's lock, when the records written since the last snapshot exceed both
+// Options.CompactBytes and that snapshot's size; the files then stay within about twice
+// the snapshot plus CompactBytes, plus the open segment's reserved blocks (SegmentSize).
+//
+// # Caveats
+//
+//   - After the journal refuses an append (a full disk), updates return its error and
+//     change nothing; a record queued but lost by a failed fsync is in memory but not on
+//     disk until a restart replays the journal (Flush returned the error).
+//   - Lowering a bound does not drop state: replay applies what was written, and updates
+//     are refused until the store is back under it.
+//   - A Diff reads the desired list as it is when each page is compared: an update during
+//     a diff shows in the pages after it, and the digest check after the repair catches it.
+//   - A large Replace waits for the fsync of each of its parts while holding the lock:
+//     reads and other updates wait with it.
+//   - Chunk cuts depend on a per-process seed: sharing holds within a process, snapshots
+//     do not depend on it.
+//   - The package is named sync; importers of the standard library's sync name one of
+//     them (e.g. import wl "…/agent/sync").
+package sync

@@ -1,0 +1,329 @@
+package sync
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/seed0e69bba5/faceagent/device/face"
+)
+
+// Record is one person's desired record on a terminal: what an AddPerson carries.
+// ValidFrom and ValidTo are kept as text, byte for byte; Face is the SHA-256 of the
+// person's face in 64 lower-case hex digits, or "" without a face.
+type Record struct {
+	ID        string
+	Name      string
+	ValidFrom string
+	ValidTo   string
+	Face      string
+}
+
+// Rev is the record's revision as protocol v2 defines it (face.RecordRev).
+func (r Record) Rev() face.Rev {
+	return face.RecordRev(r.ID, r.Name, r.ValidFrom, r.ValidTo, r.Face)
+}
+
+// Bounds of a record's fields: a record the store accepts is one a terminal command can
+// carry.
+const (
+	MaxIDLen   = face.MaxIDLen   // person id and device id, bytes
+	MaxTextLen = face.MaxTextLen // name, validFrom, validTo, bytes
+	faceLen    = 32              // a face's SHA-256, raw
+)
+
+// ErrInvalid is wrapped by the errors of records and device ids the store refuses.
+var ErrInvalid = errors.New("sync: invalid")
+
+func checkRecord(r *Record) error {
+	if err := checkID("person id", r.ID); err != nil {
+		return err
+	}
+	for _, f := range [...]struct{ name, v string }{{"name", r.Name}, {"validFrom", r.ValidFrom}, {"validTo", r.ValidTo}} {
+		if len(f.v) > MaxTextLen {
+			return fmt.Errorf("%w: person %q: %s longer than %d bytes", ErrInvalid, r.ID, f.name, MaxTextLen)
+		}
+	}
+	if r.Face != "" && !isFaceHex(r.Face) {
+		return fmt.Errorf("%w: person %q: face must be 64 lower-case hex digits", ErrInvalid, r.ID)
+	}
+	return nil
+}
+
+func checkID(what, id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: %s missing", ErrInvalid, what)
+	}
+	if len(id) > MaxIDLen {
+		return fmt.Errorf("%w: %s longer than %d bytes", ErrInvalid, what, MaxIDLen)
+	}
+	return nil
+}
+
+func isFaceHex(s string) bool {
+	if len(s) != 2*faceLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// appendFields encodes a checked record in its full form (the record format's "fields"):
+// id, name, validFrom, validTo as uvarint length and bytes, then the face as one byte
+// (0: none, 1: 32 raw bytes follow). The same bytes are a record's form in memory.
+func appendFields(dst []byte, r *Record) []byte {
+	for _, f := range [...]string{r.ID, r.Name, r.ValidFrom, r.ValidTo} {
+		dst = binary.AppendUvarint(dst, uint64(len(f)))
+		dst = append(dst, f...)
+	}
+	if r.Face == "" {
+		return append(dst, 0)
+	}
+	dst = append(dst, 1)
+	dst, _ = hex.AppendDecode(dst, []byte(r.Face)) // checkRecord made sure it is hex
+	return dst
+}
+
+func appendString(dst []byte, s string) []byte {
+	return append(binary.AppendUvarint(dst, uint64(len(s))), s...)
+}
+
+// readString reads one uvarint-prefixed string of at most limit bytes from b at *off.
+func readString[T string | []byte](b T, off *int, limit int) (T, bool) {
+	var n uint64
+	var shift uint
+	i := *off
+	for ; ; i++ {
+		if i >= len(b) || shift > 63 {
+			return b[:0], false
+		}
+		c := b[i]
+		n |= uint64(c&0x7f) << shift
+		if c < 0x80 {
+			if c == 0 && i > *off { // not the shortest form: one record, one encoding
+				return b[:0], false
+			}
+			i++
+			break
+		}
+		shift += 7
+	}
+	if n > uint64(limit) || n > uint64(len(b)-i) {
+		return b[:0], false
+	}
+	*off = i + int(n)
+	return b[i : i+int(n)], true
+}
+
+// fieldsID returns the id of a record in full form; data is one the store encoded.
+func fieldsID(data string) string {
+	off := 0
+	id, _ := readString(data, &off, MaxIDLen)
+	return id
+}
+
+// parseFields decodes a record in full form from b at *off and checks it as the store
+// checks what it accepts.
+func parseFields[T string | []byte](b T, off *int) (Record, error) {
+	var r Record
+	var ok bool
+	var f [4]T
+	for i, limit := range [...]int{MaxIDLen, MaxTextLen, MaxTextLen, MaxTextLen} {
+		if f[i], ok = readString(b, off, limit); !ok {
+			return r, errors.New("bad field length")
+		}
+	}
+	r = Record{ID: string(f[0]), Name: string(f[1]), ValidFrom: string(f[2]), ValidTo: string(f[3])}
+	if *off >= len(b) {
+		return r, errors.New("face flag missing")
+	}
+	switch b[*off] {
+	case 0:
+		*off++
+	case 1:
+		if len(b)-*off-1 < faceLen {
+			return r, errors.New("face cut short")
+		}
+		r.Face = hex.EncodeToString([]byte(b[*off+1 : *off+1+faceLen]))
+		*off += 1 + faceLen
+	default:
+		return r, fmt.Errorf("face flag %d", b[*off])
+	}
+	return r, checkRecord(&r)
+}
+
+// The journal's record kinds (see the package documentation, "Record format").
+const (
+	recordVersion = 1
+
+	kindOps      = 'O' // one complete update of one terminal
+	kindPart     = 'P' // part of an update, more parts follow
+	kindLast     = 'L' // the last part of an update
+	kindRecords  = 'r' // snapshot: records in full form, numbered in order
+	kindTerminal = 't' // snapshot: one terminal's list
+
+	flagWhole = 1 // the update replaces the terminal's whole list (Replace)
+
+	opSet     = 'S' // set a person's record: fields follow
+	opSetRef  = 'R' // set a person's record the store held already: its rev follows
+	opDelete  = 'D' // id
+	opExclude = 'X' // id, rev
+	opInclude = 'I' // id, rev
+	opForget  = 'F' // the terminal leaves the store; alone in its update
+)
+
+// rawOp is an update's operation as decoded, before the store resolves it.
+type rawOp struct {
+	kind byte
+	rec  Record   // opSet
+	id   string   // opDelete, opExclude, opInclude
+	rev  face.Rev // opSetRef, opExclude, opInclude
+}
+
+// rawRecord is one journal record as decoded.
+type rawRecord struct {
+	kind  byte
+	flags byte
+	dev   string
+	ops   []rawOp  // kindOps, kindPart, kindLast
+	recs  []Record // kindRecords
+	// kindTerminal
+	digest  face.Digest
+	members []uint64 // zigzag(delta of the snapshot index)<<1 | excluded
+}
+
+func appendUpdateHeader(dst []byte, kind, flags byte, dev string) []byte {
+	dst = append(dst, recordVersion, kind, flags)
+	dst = binary.AppendUvarint(dst, uint64(len(dev)))
+	return append(dst, dev...)
+}
+
+// parseRecord decodes one journal record. It never panics and checks every field as the
+// store checks what it accepts, so a record the store wrote is one it replays.
+func parseRecord(b []byte) (rawRecord, error) {
+	var rr rawRecord
+	if len(b) < 2 {
+		return rr, fmt.Errorf("record of %d bytes is too short", len(b))
+	}
+	if b[0] != recordVersion {
+		return rr, fmt.Errorf("record version %d is unknown", b[0])
+	}
+	rr.kind = b[1]
+	off := 2
+	switch rr.kind {
+	case kindOps, kindPart, kindLast:
+		return parseUpdate(b, off, rr)
+	case kindRecords:
+		for off < len(b) {
+			r, err := parseFields(b, &off)
+			if err != nil {
+				return rr, fmt.Errorf("record %d of a snapshot: %w", len(rr.recs), err)
+			}
+			rr.recs = append(rr.recs, r)
+		}
+		if len(rr.recs) == 0 {
+			return rr, errors.New("snapshot records: none")
+		}
+		return rr, nil
+	case kindTerminal:
+		if off >= len(b) {
+			return rr, errors.New("snapshot terminal: cut short")
+		}
+		rr.flags = b[off]
+		off++
+		dev, ok := readString(b, &off, MaxIDLen)
+		if !ok || len(dev) == 0 {
+			return rr, errors.New("snapshot terminal: bad device id")
+		}
+		rr.dev = string(dev)
+		if len(b)-off < 8 {
+			return rr, errors.New("snapshot terminal: digest cut short")
+		}
+		rr.digest = face.Digest(binary.LittleEndian.Uint64(b[off:]))
+		off += 8
+		n, k := binary.Uvarint(b[off:])
+		if k <= 0 || n > uint64(len(b)-off-k) { // every member takes at least one byte
+			return rr, errors.New("snapshot terminal: bad member count")
+		}
+		off += k
+		rr.members = make([]uint64, 0, n)
+		for range n {
+			v, k := binary.Uvarint(b[off:])
+			if k <= 0 {
+				return rr, errors.New("snapshot terminal: bad member")
+			}
+			off += k
+			rr.members = append(rr.members, v)
+		}
+		if off != len(b) {
+			return rr, errors.New("snapshot terminal: trailing bytes")
+		}
+		return rr, nil
+	}
+	return rr, fmt.Errorf("record kind %q is unknown", rr.kind)
+}
+
+func parseUpdate(b []byte, off int, rr rawRecord) (rawRecord, error) {
+	if off >= len(b) {
+		return rr, errors.New("update: cut short")
+	}
+	rr.flags = b[off]
+	off++
+	if rr.flags&^flagWhole != 0 {
+		return rr, fmt.Errorf("update: unknown flags %#x", rr.flags)
+	}
+	dev, ok := readString(b, &off, MaxIDLen)
+	if !ok || len(dev) == 0 {
+		return rr, errors.New("update: bad device id")
+	}
+	rr.dev = string(dev)
+	readRev := func(r *face.Rev) bool {
+		if len(b)-off < len(r) {
+			return false
+		}
+		copy(r[:], b[off:])
+		off += len(r)
+		return true
+	}
+	for off < len(b) {
+		o := rawOp{kind: b[off]}
+		off++
+		switch o.kind {
+		case opSet:
+			r, err := parseFields(b, &off)
+			if err != nil {
+				return rr, fmt.Errorf("update of %q: set: %w", rr.dev, err)
+			}
+			o.rec = r
+		case opSetRef:
+			if !readRev(&o.rev) {
+				return rr, fmt.Errorf("update of %q: set by rev: cut short", rr.dev)
+			}
+		case opDelete, opExclude, opInclude:
+			id, ok := readString(b, &off, MaxIDLen)
+			if !ok || len(id) == 0 {
+				return rr, fmt.Errorf("update of %q: op %q: bad person id", rr.dev, o.kind)
+			}
+			o.id = string(id)
+			if o.kind != opDelete && !readRev(&o.rev) {
+				return rr, fmt.Errorf("update of %q: op %q: rev cut short", rr.dev, o.kind)
+			}
+		case opForget:
+			if len(rr.ops) > 0 || off != len(b) || rr.kind != kindOps {
+				return rr, fmt.Errorf("update of %q: forget is not alone", rr.dev)
+			}
+		default:
+			return rr, fmt.Errorf("update of %q: op %q is unknown", rr.dev, o.kind)
+		}
+		rr.ops = append(rr.ops, o)
+	}
+	if len(rr.ops) == 0 && rr.kind == kindOps && rr.flags&flagWhole == 0 {
+		return rr, fmt.Errorf("update of %q: no operations", rr.dev)
+	}
+	return rr, nil
+}
