@@ -57,7 +57,7 @@ var rules = []rule{
 	{from: "agent/upstream", to: "agent/...", why: "the upstream connection carries what the others give it"},
 	{from: "agent/devstate", to: "agent/...", why: "terminal state reaches the store through one small key-value interface"},
 	{from: "agent/remote", to: "agent/...", why: "remote control reaches the store through one small key-value interface"},
-	{from: "agent/sync", to: "agent/...", why: "the desired whitelists are a store of their own; what they need of the others is an interface of their own"},
+	{from: "agent/whitelist", to: "agent/...", why: "the desired whitelists are a store of their own; what they need of the others is an interface of their own"},
 	{from: "agent/kv", to: "agent/...", why: "the key-value interface adapts the store client and the embedded engine"},
 }
 
@@ -65,19 +65,19 @@ var rules = []rule{
 // its concern needs. agent/metrics (the registry's types) and the leaf data packages are
 // what the parts share; nothing else.
 var allowed = map[string][]string{
-	"agent/outbox":   {"agent/journal"},
-	"agent/store":    {},
-	"agent/broker":   {"agent/journal", "agent/broker/statestore"},
-	"agent/intake":   {"agent/wire", "agent/outbox", "agent/metrics"},
-	"agent/links":    {"agent/outbox", "agent/metrics"},
-	"agent/backlog":  {"agent/journal", "agent/publish", "agent/metrics"},
-	"agent/report":   {"agent/backlog", "agent/journal", "agent/wire", "agent/publish", "agent/outbox", "agent/metrics"},
-	"agent/upstream": {"agent/publish", "agent/metrics"},
-	"agent/devstate": {"agent/kv", "agent/wire", "agent/outbox", "agent/metrics", "agent/store"},
-	"agent/remote":   {"agent/kv", "agent/outbox", "agent/wire", "agent/metrics"},
-	"agent/kv":       {"agent/store", "agent/broker/statestore"},
-	"agent/wire":     {},
-	"agent/sync":     {"agent/journal", "agent/metrics"},
+	"agent/outbox":    {"agent/journal"},
+	"agent/store":     {},
+	"agent/broker":    {"agent/journal", "agent/broker/statestore"},
+	"agent/intake":    {"agent/wire", "agent/outbox", "agent/metrics"},
+	"agent/links":     {"agent/outbox", "agent/metrics"},
+	"agent/backlog":   {"agent/journal", "agent/publish", "agent/metrics"},
+	"agent/report":    {"agent/backlog", "agent/journal", "agent/wire", "agent/publish", "agent/outbox", "agent/metrics"},
+	"agent/upstream":  {"agent/publish", "agent/metrics"},
+	"agent/devstate":  {"agent/kv", "agent/wire", "agent/outbox", "agent/metrics", "agent/store"},
+	"agent/remote":    {"agent/kv", "agent/outbox", "agent/wire", "agent/metrics"},
+	"agent/kv":        {"agent/store", "agent/broker/statestore"},
+	"agent/wire":      {},
+	"agent/whitelist": {"agent/journal", "agent/metrics"},
 }
 
 func TestImportRules(t *testing.T) {

@@ -1,4 +1,4 @@
-package sync
+package whitelist
 
 import (
 	"fmt"
@@ -31,7 +31,7 @@ func testSeed(t *testing.T, env string) uint64 {
 // and checks after every step that the store's lists, digests and counts equal the
 // model's.
 func TestPropertyRandomUpdates(t *testing.T) {
-	seed := testSeed(t, "SYNC_PROPERTY_SEED")
+	seed := testSeed(t, "WHITELIST_PROPERTY_SEED")
 	rng := rand.New(rand.NewPCG(seed, 2))
 	gen := &opGen{rng: rng}
 	dir := t.TempDir()
@@ -154,7 +154,7 @@ func crashOps(seed uint64, iter int) *opGen {
 // a random number of them and printing the step number each Flush made durable, until
 // the parent kills it.
 func crashChild(dir string) {
-	seed, _ := strconv.ParseUint(os.Getenv("SYNC_CRASH_SEED"), 10, 64)
+	seed, _ := strconv.ParseUint(os.Getenv("WHITELIST_CRASH_SEED"), 10, 64)
 	iter, _ := strconv.Atoi(os.Getenv("SYNC_CRASH_ITER"))
 	s, err := Open(dir, Options{CompactBytes: 16 << 10, chunkMask: 3})
 	if err != nil {
@@ -186,14 +186,14 @@ func TestCrashKillsLoseNoFlushedUpdate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("re-executes the test binary")
 	}
-	seed := testSeed(t, "SYNC_CRASH_SEED")
+	seed := testSeed(t, "WHITELIST_CRASH_SEED")
 	rng := rand.New(rand.NewPCG(seed, 1))
 	dir := t.TempDir()
 	m := model{}
 	for iter := range 12 {
 		acked := 0
 		testutil.CrashChild(t, []string{crashChildEnv + "=" + dir, "SYNC_CRASH_ITER=" + strconv.Itoa(iter),
-			"SYNC_CRASH_SEED=" + strconv.FormatUint(seed, 10)},
+			"WHITELIST_CRASH_SEED=" + strconv.FormatUint(seed, 10)},
 			20*time.Second, time.Duration(20+rng.IntN(80))*time.Millisecond, func(line string) {
 				if n, err := strconv.Atoi(line); err == nil {
 					acked = n

@@ -1,4 +1,4 @@
-// Package sync keeps the desired whitelist of every terminal: for each terminal, the
+// Package whitelist keeps the desired whitelist of every terminal: for each terminal, the
 // persons it should hold, each with its record (name, validity, face hash) and the
 // record's rev (face.RecordRev), and the desired digest (face.Digest) computed as the
 // terminal computes its own. A reconciliation compares a terminal's heartbeat digest
@@ -8,7 +8,7 @@
 //
 // # Tutorial
 //
-//	s, err := sync.Open(dir, sync.Options{Journal: journal.Options{Sync: journal.SyncAlways}})
+//	s, err := whitelist.Open(dir, whitelist.Options{Journal: journal.Options{Sync: journal.SyncAlways}})
 //	defer s.Close()
 //	err = s.Set("2042253", sync.Record{ID: "951", Name: "Li Lei", ValidTo: "2027-01-01T00:00:00Z"})
 //	err = s.Delete("2042253", "952")
@@ -36,7 +36,7 @@
 // it removes a chunk's last member). Sixty-four terminals with the same list share
 // every chunk and every record; each terminal costs a slice of chunk pointers. A member
 // is a 32-bit record index; its top bit marks a refusal's exclusion. Figures:
-// docs/benchmarks.md, "agent/sync: desired whitelists".
+// docs/benchmarks.md, "agent/whitelist: desired whitelists".
 //
 // # Invariants
 //
@@ -105,6 +105,4 @@
 //     reads and other updates wait with it.
 //   - Chunk cuts depend on a per-process seed: sharing holds within a process, snapshots
 //     do not depend on it.
-//   - The package is named sync; importers of the standard library's sync name one of
-//     them (e.g. import wl "…/agent/sync").
-package sync
+package whitelist
