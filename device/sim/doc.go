@@ -1,6 +1,6 @@
-// Package sim simulates face terminals speaking protocol v2 (or v1, Options.Protocol) over MQTT (each terminal with
-// its own broker connection, as real ones have) or over a serial line (a PTY's master end
-// or a real port). It reproduces what real terminals do wrong: slow acks (fixed or a
+// Package sim simulates face terminals speaking protocol v2 (or v1: Options.Protocol) over
+// MQTT (each terminal with its own broker connection, as real ones have) or over a serial
+// line (a PTY's master end or a real port). It reproduces what real terminals do wrong: slow acks (fixed or a
 // distribution), lost acks, refusals, offline periods, garbage, crashes in the middle of a
 // command. Each terminal keeps its person list, so a test can assert the final whitelist.
 // All randomness is seeded: terminal i draws from PCG(Seed, i+1).
