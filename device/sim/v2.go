@@ -237,3 +237,10 @@ func (t *Terminal) TamperRev(id, rev string) (bool, error) {
 // SendHeartbeat sends a heartbeat now (if online), besides those of HeartbeatInterval: a
 // test that changed the terminal need not wait for the next tick.
 func (t *Terminal) SendHeartbeat() { t.heartbeat() }
+
+// Capacity returns the most persons the terminal holds (0: no limit).
+func (t *Terminal) Capacity() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.capacity
+}
