@@ -5,9 +5,9 @@ import (
 	"errors"
 )
 
-// JSON is protocol v1 on MQTT (jsonplain.go writes and reads it without reflection,
+// JSON is the protocol on MQTT (jsonplain.go writes and reads it without reflection,
 // encoding/json reads what it leaves); msgp (the generated MarshalMsg/UnmarshalMsg) is
-// protocol v1 inside serial frames. Both decoders validate, so a caller gets either a
+// the protocol inside serial frames. Both decoders validate, so a caller gets either a
 // usable message or an *Error naming the problem.
 
 // AppendJSON appends c as JSON to dst after validating it: json.Marshal's bytes, written
@@ -38,7 +38,9 @@ func (h *Heartbeat) AppendJSON(dst []byte) ([]byte, error) {
 }
 
 // ParseCommandJSON decodes and validates one JSON command. The returned strings do not
-// alias b.
+// alias b. A command whose op is unknown (ErrUnknownOp) is returned with the error, as
+// decoded, so that a terminal can refuse it by its messageId; on any other error the
+// Command is zero.
 func ParseCommandJSON(b []byte) (Command, error) {
 	c, ok := parsePlainCommand(b)
 	if !ok {
@@ -47,7 +49,16 @@ func ParseCommandJSON(b []byte) (Command, error) {
 			return Command{}, err
 		}
 	}
+	return validCommand(c)
+}
+
+// validCommand returns c if it is valid, c with the error if only its op is unknown, and
+// the zero Command with the error otherwise.
+func validCommand(c Command) (Command, error) {
 	if err := c.Validate(); err != nil {
+		if errors.Is(err, ErrUnknownOp) {
+			return c, err
+		}
 		return Command{}, err
 	}
 	return c, nil
@@ -103,14 +114,16 @@ func decodeCommandJSON(b []byte) (Command, error) {
 
 func decodeAckJSON(b []byte) (a Ack, hasCode bool, err error) {
 	var raw struct {
-		MessageID string `json:"messageId"`
-		Code      *int   `json:"code"`
-		Message   string `json:"message"`
+		MessageID string      `json:"messageId"`
+		Code      *int        `json:"code"`
+		Message   string      `json:"message"`
+		Persons   []PersonRev `json:"persons"`
+		Next      string      `json:"next"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return Ack{}, false, malformed("ack", err)
 	}
-	a = Ack{MessageID: raw.MessageID, Message: raw.Message}
+	a = Ack{MessageID: raw.MessageID, Message: raw.Message, Persons: raw.Persons, Next: raw.Next}
 	if raw.Code != nil {
 		a.Code = *raw.Code
 	}
@@ -127,7 +140,8 @@ func decodeHeartbeatJSON(b []byte) (Heartbeat, error) {
 
 var errTrailing = errors.New("trailing bytes after the message")
 
-// ParseCommandMsg decodes and validates one msgp command; b must hold exactly one.
+// ParseCommandMsg decodes and validates one msgp command; b must hold exactly one. As
+// with ParseCommandJSON, a command with an unknown op comes back with the error.
 func ParseCommandMsg(b []byte) (Command, error) {
 	var c Command
 	rest, err := c.UnmarshalMsg(b)
@@ -137,10 +151,7 @@ func ParseCommandMsg(b []byte) (Command, error) {
 	if len(rest) != 0 {
 		return Command{}, malformed("command", errTrailing)
 	}
-	if err := c.Validate(); err != nil {
-		return Command{}, err
-	}
-	return c, nil
+	return validCommand(c)
 }
 
 // ParseAckMsg decodes and validates one msgp ack; b must hold exactly one.
@@ -197,4 +208,21 @@ func (h *Heartbeat) AppendMsg(dst []byte) ([]byte, error) {
 		return dst, err
 	}
 	return h.MarshalMsg(dst)
+}
+
+// Worst-case msgp sizes of a ListPersons ack, for ListLimitFor: a map of five fields with
+// messageId and next at MaxIDLen (str8), code an int64, message at MaxTextLen (str16), the
+// persons' array header (array16), and per person a map of id at MaxIDLen and rev.
+const (
+	listAckFixedMsgSize = 1 + (1 + 9) + (2 + MaxIDLen) + (1 + 4) + 9 + (1 + 7) + (3 + MaxTextLen) +
+		(1 + 7) + 3 + (1 + 4) + (2 + MaxIDLen)
+	listEntryMsgSize = 1 + (1 + 2) + (2 + MaxIDLen) + (1 + 3) + (1 + 16)
+)
+
+// ListLimitFor returns the largest ListPersons limit whose ack, in msgp, fits in maxBytes
+// whatever the terminal's ids and message (every one at its bound): the limit to ask of a
+// terminal on a serial line whose frames carry at most maxBytes. It is at least 1 and at
+// most MaxListLimit.
+func ListLimitFor(maxBytes int) int {
+	return min(max((maxBytes-listAckFixedMsgSize)/listEntryMsgSize, 1), MaxListLimit)
 }

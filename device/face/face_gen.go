@@ -42,6 +42,60 @@ func (z *Ack) DecodeMsg(dc *msgp.Reader) (err error) {
 				err = msgp.WrapError(err, "Message")
 				return
 			}
+		case "persons":
+			var zb0002 uint32
+			zb0002, err = dc.ReadArrayHeader()
+			if err != nil {
+				err = msgp.WrapError(err, "Persons")
+				return
+			}
+			if cap(z.Persons) >= int(zb0002) {
+				z.Persons = (z.Persons)[:zb0002]
+			} else {
+				z.Persons = make([]PersonRev, zb0002)
+			}
+			for za0001 := range z.Persons {
+				var zb0003 uint32
+				zb0003, err = dc.ReadMapHeader()
+				if err != nil {
+					err = msgp.WrapError(err, "Persons", za0001)
+					return
+				}
+				for zb0003 > 0 {
+					zb0003--
+					field, err = dc.ReadMapKeyPtr()
+					if err != nil {
+						err = msgp.WrapError(err, "Persons", za0001)
+						return
+					}
+					switch msgp.UnsafeString(field) {
+					case "id":
+						z.Persons[za0001].ID, err = dc.ReadString()
+						if err != nil {
+							err = msgp.WrapError(err, "Persons", za0001, "ID")
+							return
+						}
+					case "rev":
+						z.Persons[za0001].Rev, err = dc.ReadString()
+						if err != nil {
+							err = msgp.WrapError(err, "Persons", za0001, "Rev")
+							return
+						}
+					default:
+						err = dc.Skip()
+						if err != nil {
+							err = msgp.WrapError(err, "Persons", za0001)
+							return
+						}
+					}
+				}
+			}
+		case "next":
+			z.Next, err = dc.ReadString()
+			if err != nil {
+				err = msgp.WrapError(err, "Next")
+				return
+			}
 		default:
 			err = dc.Skip()
 			if err != nil {
@@ -54,54 +108,157 @@ func (z *Ack) DecodeMsg(dc *msgp.Reader) (err error) {
 }
 
 // EncodeMsg implements msgp.Encodable
-func (z Ack) EncodeMsg(en *msgp.Writer) (err error) {
-	// map header, size 3
-	// write "messageId"
-	err = en.Append(0x83, 0xa9, 0x6d, 0x65, 0x73, 0x73, 0x61, 0x67, 0x65, 0x49, 0x64)
+func (z *Ack) EncodeMsg(en *msgp.Writer) (err error) {
+	// check for omitted fields
+	zb0001Len := uint32(5)
+	var zb0001Mask uint8 /* 5 bits */
+	_ = zb0001Mask
+	if z.Persons == nil {
+		zb0001Len--
+		zb0001Mask |= 0x8
+	}
+	if z.Next == "" {
+		zb0001Len--
+		zb0001Mask |= 0x10
+	}
+	// variable map header, size zb0001Len
+	err = en.Append(0x80 | uint8(zb0001Len))
 	if err != nil {
 		return
 	}
-	err = en.WriteString(z.MessageID)
-	if err != nil {
-		err = msgp.WrapError(err, "MessageID")
-		return
-	}
-	// write "code"
-	err = en.Append(0xa4, 0x63, 0x6f, 0x64, 0x65)
-	if err != nil {
-		return
-	}
-	err = en.WriteInt(z.Code)
-	if err != nil {
-		err = msgp.WrapError(err, "Code")
-		return
-	}
-	// write "message"
-	err = en.Append(0xa7, 0x6d, 0x65, 0x73, 0x73, 0x61, 0x67, 0x65)
-	if err != nil {
-		return
-	}
-	err = en.WriteString(z.Message)
-	if err != nil {
-		err = msgp.WrapError(err, "Message")
-		return
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// write "messageId"
+		err = en.Append(0xa9, 0x6d, 0x65, 0x73, 0x73, 0x61, 0x67, 0x65, 0x49, 0x64)
+		if err != nil {
+			return
+		}
+		err = en.WriteString(z.MessageID)
+		if err != nil {
+			err = msgp.WrapError(err, "MessageID")
+			return
+		}
+		// write "code"
+		err = en.Append(0xa4, 0x63, 0x6f, 0x64, 0x65)
+		if err != nil {
+			return
+		}
+		err = en.WriteInt(z.Code)
+		if err != nil {
+			err = msgp.WrapError(err, "Code")
+			return
+		}
+		// write "message"
+		err = en.Append(0xa7, 0x6d, 0x65, 0x73, 0x73, 0x61, 0x67, 0x65)
+		if err != nil {
+			return
+		}
+		err = en.WriteString(z.Message)
+		if err != nil {
+			err = msgp.WrapError(err, "Message")
+			return
+		}
+		if (zb0001Mask & 0x8) == 0 { // if not omitted
+			// write "persons"
+			err = en.Append(0xa7, 0x70, 0x65, 0x72, 0x73, 0x6f, 0x6e, 0x73)
+			if err != nil {
+				return
+			}
+			err = en.WriteArrayHeader(uint32(len(z.Persons)))
+			if err != nil {
+				err = msgp.WrapError(err, "Persons")
+				return
+			}
+			for za0001 := range z.Persons {
+				// map header, size 2
+				// write "id"
+				err = en.Append(0x82, 0xa2, 0x69, 0x64)
+				if err != nil {
+					return
+				}
+				err = en.WriteString(z.Persons[za0001].ID)
+				if err != nil {
+					err = msgp.WrapError(err, "Persons", za0001, "ID")
+					return
+				}
+				// write "rev"
+				err = en.Append(0xa3, 0x72, 0x65, 0x76)
+				if err != nil {
+					return
+				}
+				err = en.WriteString(z.Persons[za0001].Rev)
+				if err != nil {
+					err = msgp.WrapError(err, "Persons", za0001, "Rev")
+					return
+				}
+			}
+		}
+		if (zb0001Mask & 0x10) == 0 { // if not omitted
+			// write "next"
+			err = en.Append(0xa4, 0x6e, 0x65, 0x78, 0x74)
+			if err != nil {
+				return
+			}
+			err = en.WriteString(z.Next)
+			if err != nil {
+				err = msgp.WrapError(err, "Next")
+				return
+			}
+		}
 	}
 	return
 }
 
 // MarshalMsg implements msgp.Marshaler
-func (z Ack) MarshalMsg(b []byte) (o []byte, err error) {
+func (z *Ack) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
-	// map header, size 3
-	// string "messageId"
-	o = append(o, 0x83, 0xa9, 0x6d, 0x65, 0x73, 0x73, 0x61, 0x67, 0x65, 0x49, 0x64)
-	o = msgp.AppendString(o, z.MessageID)
-	// string "code"
-	o = append(o, 0xa4, 0x63, 0x6f, 0x64, 0x65)
-	o = msgp.AppendInt(o, z.Code)
-	// string "message"
-	o = append(o, 0xa7, 0x6d, 0x65, 0x73, 0x73, 0x61, 0x67, 0x65)
-	o = msgp.AppendString(o, z.Message)
+	// check for omitted fields
+	zb0001Len := uint32(5)
+	var zb0001Mask uint8 /* 5 bits */
+	_ = zb0001Mask
+	if z.Persons == nil {
+		zb0001Len--
+		zb0001Mask |= 0x8
+	}
+	if z.Next == "" {
+		zb0001Len--
+		zb0001Mask |= 0x10
+	}
+	// variable map header, size zb0001Len
+	o = append(o, 0x80|uint8(zb0001Len))
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// string "messageId"
+		o = append(o, 0xa9, 0x6d, 0x65, 0x73, 0x73, 0x61, 0x67, 0x65, 0x49, 0x64)
+		o = msgp.AppendString(o, z.MessageID)
+		// string "code"
+		o = append(o, 0xa4, 0x63, 0x6f, 0x64, 0x65)
+		o = msgp.AppendInt(o, z.Code)
+		// string "message"
+		o = append(o, 0xa7, 0x6d, 0x65, 0x73, 0x73, 0x61, 0x67, 0x65)
+		o = msgp.AppendString(o, z.Message)
+		if (zb0001Mask & 0x8) == 0 { // if not omitted
+			// string "persons"
+			o = append(o, 0xa7, 0x70, 0x65, 0x72, 0x73, 0x6f, 0x6e, 0x73)
+			o = msgp.AppendArrayHeader(o, uint32(len(z.Persons)))
+			for za0001 := range z.Persons {
+				// map header, size 2
+				// string "id"
+				o = append(o, 0x82, 0xa2, 0x69, 0x64)
+				o = msgp.AppendString(o, z.Persons[za0001].ID)
+				// string "rev"
+				o = append(o, 0xa3, 0x72, 0x65, 0x76)
+				o = msgp.AppendString(o, z.Persons[za0001].Rev)
+			}
+		}
+		if (zb0001Mask & 0x10) == 0 { // if not omitted
+			// string "next"
+			o = append(o, 0xa4, 0x6e, 0x65, 0x78, 0x74)
+			o = msgp.AppendString(o, z.Next)
+		}
+	}
 	return
 }
 
@@ -141,6 +298,60 @@ func (z *Ack) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				err = msgp.WrapError(err, "Message")
 				return
 			}
+		case "persons":
+			var zb0002 uint32
+			zb0002, bts, err = msgp.ReadArrayHeaderBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Persons")
+				return
+			}
+			if cap(z.Persons) >= int(zb0002) {
+				z.Persons = (z.Persons)[:zb0002]
+			} else {
+				z.Persons = make([]PersonRev, zb0002)
+			}
+			for za0001 := range z.Persons {
+				var zb0003 uint32
+				zb0003, bts, err = msgp.ReadMapHeaderBytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Persons", za0001)
+					return
+				}
+				for zb0003 > 0 {
+					zb0003--
+					field, bts, err = msgp.ReadMapKeyZC(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "Persons", za0001)
+						return
+					}
+					switch msgp.UnsafeString(field) {
+					case "id":
+						z.Persons[za0001].ID, bts, err = msgp.ReadStringBytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Persons", za0001, "ID")
+							return
+						}
+					case "rev":
+						z.Persons[za0001].Rev, bts, err = msgp.ReadStringBytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Persons", za0001, "Rev")
+							return
+						}
+					default:
+						bts, err = msgp.Skip(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Persons", za0001)
+							return
+						}
+					}
+				}
+			}
+		case "next":
+			z.Next, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Next")
+				return
+			}
 		default:
 			bts, err = msgp.Skip(bts)
 			if err != nil {
@@ -154,8 +365,12 @@ func (z *Ack) UnmarshalMsg(bts []byte) (o []byte, err error) {
 }
 
 // Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
-func (z Ack) Msgsize() (s int) {
-	s = 1 + 10 + msgp.StringPrefixSize + len(z.MessageID) + 5 + msgp.IntSize + 8 + msgp.StringPrefixSize + len(z.Message)
+func (z *Ack) Msgsize() (s int) {
+	s = 1 + 10 + msgp.StringPrefixSize + len(z.MessageID) + 5 + msgp.IntSize + 8 + msgp.StringPrefixSize + len(z.Message) + 8 + msgp.ArrayHeaderSize
+	for za0001 := range z.Persons {
+		s += 1 + 3 + msgp.StringPrefixSize + len(z.Persons[za0001].ID) + 4 + msgp.StringPrefixSize + len(z.Persons[za0001].Rev)
+	}
+	s += 5 + msgp.StringPrefixSize + len(z.Next)
 	return
 }
 
@@ -199,6 +414,18 @@ func (z *Command) DecodeMsg(dc *msgp.Reader) (err error) {
 				err = msgp.WrapError(err, "Person")
 				return
 			}
+		case "after":
+			z.After, err = dc.ReadString()
+			if err != nil {
+				err = msgp.WrapError(err, "After")
+				return
+			}
+		case "limit":
+			z.Limit, err = dc.ReadInt()
+			if err != nil {
+				err = msgp.WrapError(err, "Limit")
+				return
+			}
 		default:
 			err = dc.Skip()
 			if err != nil {
@@ -212,36 +439,86 @@ func (z *Command) DecodeMsg(dc *msgp.Reader) (err error) {
 
 // EncodeMsg implements msgp.Encodable
 func (z *Command) EncodeMsg(en *msgp.Writer) (err error) {
-	// map header, size 3
-	// write "messageId"
-	err = en.Append(0x83, 0xa9, 0x6d, 0x65, 0x73, 0x73, 0x61, 0x67, 0x65, 0x49, 0x64)
+	// check for omitted fields
+	zb0001Len := uint32(5)
+	var zb0001Mask uint8 /* 5 bits */
+	_ = zb0001Mask
+	if z.Person.IsZero() {
+		zb0001Len--
+		zb0001Mask |= 0x4
+	}
+	if z.After == "" {
+		zb0001Len--
+		zb0001Mask |= 0x8
+	}
+	if z.Limit == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x10
+	}
+	// variable map header, size zb0001Len
+	err = en.Append(0x80 | uint8(zb0001Len))
 	if err != nil {
 		return
 	}
-	err = en.WriteString(z.MessageID)
-	if err != nil {
-		err = msgp.WrapError(err, "MessageID")
-		return
-	}
-	// write "op"
-	err = en.Append(0xa2, 0x6f, 0x70)
-	if err != nil {
-		return
-	}
-	err = en.WriteString(string(z.Op))
-	if err != nil {
-		err = msgp.WrapError(err, "Op")
-		return
-	}
-	// write "person"
-	err = en.Append(0xa6, 0x70, 0x65, 0x72, 0x73, 0x6f, 0x6e)
-	if err != nil {
-		return
-	}
-	err = z.Person.EncodeMsg(en)
-	if err != nil {
-		err = msgp.WrapError(err, "Person")
-		return
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// write "messageId"
+		err = en.Append(0xa9, 0x6d, 0x65, 0x73, 0x73, 0x61, 0x67, 0x65, 0x49, 0x64)
+		if err != nil {
+			return
+		}
+		err = en.WriteString(z.MessageID)
+		if err != nil {
+			err = msgp.WrapError(err, "MessageID")
+			return
+		}
+		// write "op"
+		err = en.Append(0xa2, 0x6f, 0x70)
+		if err != nil {
+			return
+		}
+		err = en.WriteString(string(z.Op))
+		if err != nil {
+			err = msgp.WrapError(err, "Op")
+			return
+		}
+		if (zb0001Mask & 0x4) == 0 { // if not omitted
+			// write "person"
+			err = en.Append(0xa6, 0x70, 0x65, 0x72, 0x73, 0x6f, 0x6e)
+			if err != nil {
+				return
+			}
+			err = z.Person.EncodeMsg(en)
+			if err != nil {
+				err = msgp.WrapError(err, "Person")
+				return
+			}
+		}
+		if (zb0001Mask & 0x8) == 0 { // if not omitted
+			// write "after"
+			err = en.Append(0xa5, 0x61, 0x66, 0x74, 0x65, 0x72)
+			if err != nil {
+				return
+			}
+			err = en.WriteString(z.After)
+			if err != nil {
+				err = msgp.WrapError(err, "After")
+				return
+			}
+		}
+		if (zb0001Mask & 0x10) == 0 { // if not omitted
+			// write "limit"
+			err = en.Append(0xa5, 0x6c, 0x69, 0x6d, 0x69, 0x74)
+			if err != nil {
+				return
+			}
+			err = en.WriteInt(z.Limit)
+			if err != nil {
+				err = msgp.WrapError(err, "Limit")
+				return
+			}
+		}
 	}
 	return
 }
@@ -249,19 +526,52 @@ func (z *Command) EncodeMsg(en *msgp.Writer) (err error) {
 // MarshalMsg implements msgp.Marshaler
 func (z *Command) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
-	// map header, size 3
-	// string "messageId"
-	o = append(o, 0x83, 0xa9, 0x6d, 0x65, 0x73, 0x73, 0x61, 0x67, 0x65, 0x49, 0x64)
-	o = msgp.AppendString(o, z.MessageID)
-	// string "op"
-	o = append(o, 0xa2, 0x6f, 0x70)
-	o = msgp.AppendString(o, string(z.Op))
-	// string "person"
-	o = append(o, 0xa6, 0x70, 0x65, 0x72, 0x73, 0x6f, 0x6e)
-	o, err = z.Person.MarshalMsg(o)
-	if err != nil {
-		err = msgp.WrapError(err, "Person")
-		return
+	// check for omitted fields
+	zb0001Len := uint32(5)
+	var zb0001Mask uint8 /* 5 bits */
+	_ = zb0001Mask
+	if z.Person.IsZero() {
+		zb0001Len--
+		zb0001Mask |= 0x4
+	}
+	if z.After == "" {
+		zb0001Len--
+		zb0001Mask |= 0x8
+	}
+	if z.Limit == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x10
+	}
+	// variable map header, size zb0001Len
+	o = append(o, 0x80|uint8(zb0001Len))
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// string "messageId"
+		o = append(o, 0xa9, 0x6d, 0x65, 0x73, 0x73, 0x61, 0x67, 0x65, 0x49, 0x64)
+		o = msgp.AppendString(o, z.MessageID)
+		// string "op"
+		o = append(o, 0xa2, 0x6f, 0x70)
+		o = msgp.AppendString(o, string(z.Op))
+		if (zb0001Mask & 0x4) == 0 { // if not omitted
+			// string "person"
+			o = append(o, 0xa6, 0x70, 0x65, 0x72, 0x73, 0x6f, 0x6e)
+			o, err = z.Person.MarshalMsg(o)
+			if err != nil {
+				err = msgp.WrapError(err, "Person")
+				return
+			}
+		}
+		if (zb0001Mask & 0x8) == 0 { // if not omitted
+			// string "after"
+			o = append(o, 0xa5, 0x61, 0x66, 0x74, 0x65, 0x72)
+			o = msgp.AppendString(o, z.After)
+		}
+		if (zb0001Mask & 0x10) == 0 { // if not omitted
+			// string "limit"
+			o = append(o, 0xa5, 0x6c, 0x69, 0x6d, 0x69, 0x74)
+			o = msgp.AppendInt(o, z.Limit)
+		}
 	}
 	return
 }
@@ -306,6 +616,18 @@ func (z *Command) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				err = msgp.WrapError(err, "Person")
 				return
 			}
+		case "after":
+			z.After, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "After")
+				return
+			}
+		case "limit":
+			z.Limit, bts, err = msgp.ReadIntBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Limit")
+				return
+			}
 		default:
 			bts, err = msgp.Skip(bts)
 			if err != nil {
@@ -320,7 +642,7 @@ func (z *Command) UnmarshalMsg(bts []byte) (o []byte, err error) {
 
 // Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
 func (z *Command) Msgsize() (s int) {
-	s = 1 + 10 + msgp.StringPrefixSize + len(z.MessageID) + 3 + msgp.StringPrefixSize + len(string(z.Op)) + 7 + z.Person.Msgsize()
+	s = 1 + 10 + msgp.StringPrefixSize + len(z.MessageID) + 3 + msgp.StringPrefixSize + len(string(z.Op)) + 7 + z.Person.Msgsize() + 6 + msgp.StringPrefixSize + len(z.After) + 6 + msgp.IntSize
 	return
 }
 
@@ -366,6 +688,36 @@ func (z *Heartbeat) DecodeMsg(dc *msgp.Reader) (err error) {
 				err = msgp.WrapError(err, "Persons")
 				return
 			}
+		case "protocol":
+			z.Protocol, err = dc.ReadInt()
+			if err != nil {
+				err = msgp.WrapError(err, "Protocol")
+				return
+			}
+		case "serial":
+			z.Serial, err = dc.ReadString()
+			if err != nil {
+				err = msgp.WrapError(err, "Serial")
+				return
+			}
+		case "digest":
+			z.Digest, err = dc.ReadString()
+			if err != nil {
+				err = msgp.WrapError(err, "Digest")
+				return
+			}
+		case "capacity":
+			z.Capacity, err = dc.ReadInt()
+			if err != nil {
+				err = msgp.WrapError(err, "Capacity")
+				return
+			}
+		case "batch":
+			z.Batch, err = dc.ReadInt()
+			if err != nil {
+				err = msgp.WrapError(err, "Batch")
+				return
+			}
 		default:
 			err = dc.Skip()
 			if err != nil {
@@ -379,46 +731,138 @@ func (z *Heartbeat) DecodeMsg(dc *msgp.Reader) (err error) {
 
 // EncodeMsg implements msgp.Encodable
 func (z *Heartbeat) EncodeMsg(en *msgp.Writer) (err error) {
-	// map header, size 4
-	// write "deviceId"
-	err = en.Append(0x84, 0xa8, 0x64, 0x65, 0x76, 0x69, 0x63, 0x65, 0x49, 0x64)
+	// check for omitted fields
+	zb0001Len := uint32(9)
+	var zb0001Mask uint16 /* 9 bits */
+	_ = zb0001Mask
+	if z.Protocol == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x10
+	}
+	if z.Serial == "" {
+		zb0001Len--
+		zb0001Mask |= 0x20
+	}
+	if z.Digest == "" {
+		zb0001Len--
+		zb0001Mask |= 0x40
+	}
+	if z.Capacity == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x80
+	}
+	if z.Batch == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x100
+	}
+	// variable map header, size zb0001Len
+	err = en.Append(0x80 | uint8(zb0001Len))
 	if err != nil {
 		return
 	}
-	err = en.WriteString(z.DeviceID)
-	if err != nil {
-		err = msgp.WrapError(err, "DeviceID")
-		return
-	}
-	// write "time"
-	err = en.Append(0xa4, 0x74, 0x69, 0x6d, 0x65)
-	if err != nil {
-		return
-	}
-	err = en.WriteString(z.Time)
-	if err != nil {
-		err = msgp.WrapError(err, "Time")
-		return
-	}
-	// write "firmware"
-	err = en.Append(0xa8, 0x66, 0x69, 0x72, 0x6d, 0x77, 0x61, 0x72, 0x65)
-	if err != nil {
-		return
-	}
-	err = en.WriteString(z.Firmware)
-	if err != nil {
-		err = msgp.WrapError(err, "Firmware")
-		return
-	}
-	// write "persons"
-	err = en.Append(0xa7, 0x70, 0x65, 0x72, 0x73, 0x6f, 0x6e, 0x73)
-	if err != nil {
-		return
-	}
-	err = en.WriteInt(z.Persons)
-	if err != nil {
-		err = msgp.WrapError(err, "Persons")
-		return
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// write "deviceId"
+		err = en.Append(0xa8, 0x64, 0x65, 0x76, 0x69, 0x63, 0x65, 0x49, 0x64)
+		if err != nil {
+			return
+		}
+		err = en.WriteString(z.DeviceID)
+		if err != nil {
+			err = msgp.WrapError(err, "DeviceID")
+			return
+		}
+		// write "time"
+		err = en.Append(0xa4, 0x74, 0x69, 0x6d, 0x65)
+		if err != nil {
+			return
+		}
+		err = en.WriteString(z.Time)
+		if err != nil {
+			err = msgp.WrapError(err, "Time")
+			return
+		}
+		// write "firmware"
+		err = en.Append(0xa8, 0x66, 0x69, 0x72, 0x6d, 0x77, 0x61, 0x72, 0x65)
+		if err != nil {
+			return
+		}
+		err = en.WriteString(z.Firmware)
+		if err != nil {
+			err = msgp.WrapError(err, "Firmware")
+			return
+		}
+		// write "persons"
+		err = en.Append(0xa7, 0x70, 0x65, 0x72, 0x73, 0x6f, 0x6e, 0x73)
+		if err != nil {
+			return
+		}
+		err = en.WriteInt(z.Persons)
+		if err != nil {
+			err = msgp.WrapError(err, "Persons")
+			return
+		}
+		if (zb0001Mask & 0x10) == 0 { // if not omitted
+			// write "protocol"
+			err = en.Append(0xa8, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x63, 0x6f, 0x6c)
+			if err != nil {
+				return
+			}
+			err = en.WriteInt(z.Protocol)
+			if err != nil {
+				err = msgp.WrapError(err, "Protocol")
+				return
+			}
+		}
+		if (zb0001Mask & 0x20) == 0 { // if not omitted
+			// write "serial"
+			err = en.Append(0xa6, 0x73, 0x65, 0x72, 0x69, 0x61, 0x6c)
+			if err != nil {
+				return
+			}
+			err = en.WriteString(z.Serial)
+			if err != nil {
+				err = msgp.WrapError(err, "Serial")
+				return
+			}
+		}
+		if (zb0001Mask & 0x40) == 0 { // if not omitted
+			// write "digest"
+			err = en.Append(0xa6, 0x64, 0x69, 0x67, 0x65, 0x73, 0x74)
+			if err != nil {
+				return
+			}
+			err = en.WriteString(z.Digest)
+			if err != nil {
+				err = msgp.WrapError(err, "Digest")
+				return
+			}
+		}
+		if (zb0001Mask & 0x80) == 0 { // if not omitted
+			// write "capacity"
+			err = en.Append(0xa8, 0x63, 0x61, 0x70, 0x61, 0x63, 0x69, 0x74, 0x79)
+			if err != nil {
+				return
+			}
+			err = en.WriteInt(z.Capacity)
+			if err != nil {
+				err = msgp.WrapError(err, "Capacity")
+				return
+			}
+		}
+		if (zb0001Mask & 0x100) == 0 { // if not omitted
+			// write "batch"
+			err = en.Append(0xa5, 0x62, 0x61, 0x74, 0x63, 0x68)
+			if err != nil {
+				return
+			}
+			err = en.WriteInt(z.Batch)
+			if err != nil {
+				err = msgp.WrapError(err, "Batch")
+				return
+			}
+		}
 	}
 	return
 }
@@ -426,19 +870,73 @@ func (z *Heartbeat) EncodeMsg(en *msgp.Writer) (err error) {
 // MarshalMsg implements msgp.Marshaler
 func (z *Heartbeat) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
-	// map header, size 4
-	// string "deviceId"
-	o = append(o, 0x84, 0xa8, 0x64, 0x65, 0x76, 0x69, 0x63, 0x65, 0x49, 0x64)
-	o = msgp.AppendString(o, z.DeviceID)
-	// string "time"
-	o = append(o, 0xa4, 0x74, 0x69, 0x6d, 0x65)
-	o = msgp.AppendString(o, z.Time)
-	// string "firmware"
-	o = append(o, 0xa8, 0x66, 0x69, 0x72, 0x6d, 0x77, 0x61, 0x72, 0x65)
-	o = msgp.AppendString(o, z.Firmware)
-	// string "persons"
-	o = append(o, 0xa7, 0x70, 0x65, 0x72, 0x73, 0x6f, 0x6e, 0x73)
-	o = msgp.AppendInt(o, z.Persons)
+	// check for omitted fields
+	zb0001Len := uint32(9)
+	var zb0001Mask uint16 /* 9 bits */
+	_ = zb0001Mask
+	if z.Protocol == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x10
+	}
+	if z.Serial == "" {
+		zb0001Len--
+		zb0001Mask |= 0x20
+	}
+	if z.Digest == "" {
+		zb0001Len--
+		zb0001Mask |= 0x40
+	}
+	if z.Capacity == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x80
+	}
+	if z.Batch == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x100
+	}
+	// variable map header, size zb0001Len
+	o = append(o, 0x80|uint8(zb0001Len))
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// string "deviceId"
+		o = append(o, 0xa8, 0x64, 0x65, 0x76, 0x69, 0x63, 0x65, 0x49, 0x64)
+		o = msgp.AppendString(o, z.DeviceID)
+		// string "time"
+		o = append(o, 0xa4, 0x74, 0x69, 0x6d, 0x65)
+		o = msgp.AppendString(o, z.Time)
+		// string "firmware"
+		o = append(o, 0xa8, 0x66, 0x69, 0x72, 0x6d, 0x77, 0x61, 0x72, 0x65)
+		o = msgp.AppendString(o, z.Firmware)
+		// string "persons"
+		o = append(o, 0xa7, 0x70, 0x65, 0x72, 0x73, 0x6f, 0x6e, 0x73)
+		o = msgp.AppendInt(o, z.Persons)
+		if (zb0001Mask & 0x10) == 0 { // if not omitted
+			// string "protocol"
+			o = append(o, 0xa8, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x63, 0x6f, 0x6c)
+			o = msgp.AppendInt(o, z.Protocol)
+		}
+		if (zb0001Mask & 0x20) == 0 { // if not omitted
+			// string "serial"
+			o = append(o, 0xa6, 0x73, 0x65, 0x72, 0x69, 0x61, 0x6c)
+			o = msgp.AppendString(o, z.Serial)
+		}
+		if (zb0001Mask & 0x40) == 0 { // if not omitted
+			// string "digest"
+			o = append(o, 0xa6, 0x64, 0x69, 0x67, 0x65, 0x73, 0x74)
+			o = msgp.AppendString(o, z.Digest)
+		}
+		if (zb0001Mask & 0x80) == 0 { // if not omitted
+			// string "capacity"
+			o = append(o, 0xa8, 0x63, 0x61, 0x70, 0x61, 0x63, 0x69, 0x74, 0x79)
+			o = msgp.AppendInt(o, z.Capacity)
+		}
+		if (zb0001Mask & 0x100) == 0 { // if not omitted
+			// string "batch"
+			o = append(o, 0xa5, 0x62, 0x61, 0x74, 0x63, 0x68)
+			o = msgp.AppendInt(o, z.Batch)
+		}
+	}
 	return
 }
 
@@ -484,6 +982,36 @@ func (z *Heartbeat) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				err = msgp.WrapError(err, "Persons")
 				return
 			}
+		case "protocol":
+			z.Protocol, bts, err = msgp.ReadIntBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Protocol")
+				return
+			}
+		case "serial":
+			z.Serial, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Serial")
+				return
+			}
+		case "digest":
+			z.Digest, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Digest")
+				return
+			}
+		case "capacity":
+			z.Capacity, bts, err = msgp.ReadIntBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Capacity")
+				return
+			}
+		case "batch":
+			z.Batch, bts, err = msgp.ReadIntBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Batch")
+				return
+			}
 		default:
 			bts, err = msgp.Skip(bts)
 			if err != nil {
@@ -498,7 +1026,7 @@ func (z *Heartbeat) UnmarshalMsg(bts []byte) (o []byte, err error) {
 
 // Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
 func (z *Heartbeat) Msgsize() (s int) {
-	s = 1 + 9 + msgp.StringPrefixSize + len(z.DeviceID) + 5 + msgp.StringPrefixSize + len(z.Time) + 9 + msgp.StringPrefixSize + len(z.Firmware) + 8 + msgp.IntSize
+	s = 1 + 9 + msgp.StringPrefixSize + len(z.DeviceID) + 5 + msgp.StringPrefixSize + len(z.Time) + 9 + msgp.StringPrefixSize + len(z.Firmware) + 8 + msgp.IntSize + 9 + msgp.IntSize + 7 + msgp.StringPrefixSize + len(z.Serial) + 7 + msgp.StringPrefixSize + len(z.Digest) + 9 + msgp.IntSize + 6 + msgp.IntSize
 	return
 }
 
@@ -596,6 +1124,12 @@ func (z *Person) DecodeMsg(dc *msgp.Reader) (err error) {
 				err = msgp.WrapError(err, "ValidTo")
 				return
 			}
+		case "rev":
+			z.Rev, err = dc.ReadString()
+			if err != nil {
+				err = msgp.WrapError(err, "Rev")
+				return
+			}
 		default:
 			err = dc.Skip()
 			if err != nil {
@@ -609,46 +1143,74 @@ func (z *Person) DecodeMsg(dc *msgp.Reader) (err error) {
 
 // EncodeMsg implements msgp.Encodable
 func (z *Person) EncodeMsg(en *msgp.Writer) (err error) {
-	// map header, size 4
-	// write "id"
-	err = en.Append(0x84, 0xa2, 0x69, 0x64)
+	// check for omitted fields
+	zb0001Len := uint32(5)
+	var zb0001Mask uint8 /* 5 bits */
+	_ = zb0001Mask
+	if z.Rev == "" {
+		zb0001Len--
+		zb0001Mask |= 0x10
+	}
+	// variable map header, size zb0001Len
+	err = en.Append(0x80 | uint8(zb0001Len))
 	if err != nil {
 		return
 	}
-	err = en.WriteString(z.ID)
-	if err != nil {
-		err = msgp.WrapError(err, "ID")
-		return
-	}
-	// write "name"
-	err = en.Append(0xa4, 0x6e, 0x61, 0x6d, 0x65)
-	if err != nil {
-		return
-	}
-	err = en.WriteString(z.Name)
-	if err != nil {
-		err = msgp.WrapError(err, "Name")
-		return
-	}
-	// write "validFrom"
-	err = en.Append(0xa9, 0x76, 0x61, 0x6c, 0x69, 0x64, 0x46, 0x72, 0x6f, 0x6d)
-	if err != nil {
-		return
-	}
-	err = en.WriteString(z.ValidFrom)
-	if err != nil {
-		err = msgp.WrapError(err, "ValidFrom")
-		return
-	}
-	// write "validTo"
-	err = en.Append(0xa7, 0x76, 0x61, 0x6c, 0x69, 0x64, 0x54, 0x6f)
-	if err != nil {
-		return
-	}
-	err = en.WriteString(z.ValidTo)
-	if err != nil {
-		err = msgp.WrapError(err, "ValidTo")
-		return
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// write "id"
+		err = en.Append(0xa2, 0x69, 0x64)
+		if err != nil {
+			return
+		}
+		err = en.WriteString(z.ID)
+		if err != nil {
+			err = msgp.WrapError(err, "ID")
+			return
+		}
+		// write "name"
+		err = en.Append(0xa4, 0x6e, 0x61, 0x6d, 0x65)
+		if err != nil {
+			return
+		}
+		err = en.WriteString(z.Name)
+		if err != nil {
+			err = msgp.WrapError(err, "Name")
+			return
+		}
+		// write "validFrom"
+		err = en.Append(0xa9, 0x76, 0x61, 0x6c, 0x69, 0x64, 0x46, 0x72, 0x6f, 0x6d)
+		if err != nil {
+			return
+		}
+		err = en.WriteString(z.ValidFrom)
+		if err != nil {
+			err = msgp.WrapError(err, "ValidFrom")
+			return
+		}
+		// write "validTo"
+		err = en.Append(0xa7, 0x76, 0x61, 0x6c, 0x69, 0x64, 0x54, 0x6f)
+		if err != nil {
+			return
+		}
+		err = en.WriteString(z.ValidTo)
+		if err != nil {
+			err = msgp.WrapError(err, "ValidTo")
+			return
+		}
+		if (zb0001Mask & 0x10) == 0 { // if not omitted
+			// write "rev"
+			err = en.Append(0xa3, 0x72, 0x65, 0x76)
+			if err != nil {
+				return
+			}
+			err = en.WriteString(z.Rev)
+			if err != nil {
+				err = msgp.WrapError(err, "Rev")
+				return
+			}
+		}
 	}
 	return
 }
@@ -656,19 +1218,37 @@ func (z *Person) EncodeMsg(en *msgp.Writer) (err error) {
 // MarshalMsg implements msgp.Marshaler
 func (z *Person) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
-	// map header, size 4
-	// string "id"
-	o = append(o, 0x84, 0xa2, 0x69, 0x64)
-	o = msgp.AppendString(o, z.ID)
-	// string "name"
-	o = append(o, 0xa4, 0x6e, 0x61, 0x6d, 0x65)
-	o = msgp.AppendString(o, z.Name)
-	// string "validFrom"
-	o = append(o, 0xa9, 0x76, 0x61, 0x6c, 0x69, 0x64, 0x46, 0x72, 0x6f, 0x6d)
-	o = msgp.AppendString(o, z.ValidFrom)
-	// string "validTo"
-	o = append(o, 0xa7, 0x76, 0x61, 0x6c, 0x69, 0x64, 0x54, 0x6f)
-	o = msgp.AppendString(o, z.ValidTo)
+	// check for omitted fields
+	zb0001Len := uint32(5)
+	var zb0001Mask uint8 /* 5 bits */
+	_ = zb0001Mask
+	if z.Rev == "" {
+		zb0001Len--
+		zb0001Mask |= 0x10
+	}
+	// variable map header, size zb0001Len
+	o = append(o, 0x80|uint8(zb0001Len))
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// string "id"
+		o = append(o, 0xa2, 0x69, 0x64)
+		o = msgp.AppendString(o, z.ID)
+		// string "name"
+		o = append(o, 0xa4, 0x6e, 0x61, 0x6d, 0x65)
+		o = msgp.AppendString(o, z.Name)
+		// string "validFrom"
+		o = append(o, 0xa9, 0x76, 0x61, 0x6c, 0x69, 0x64, 0x46, 0x72, 0x6f, 0x6d)
+		o = msgp.AppendString(o, z.ValidFrom)
+		// string "validTo"
+		o = append(o, 0xa7, 0x76, 0x61, 0x6c, 0x69, 0x64, 0x54, 0x6f)
+		o = msgp.AppendString(o, z.ValidTo)
+		if (zb0001Mask & 0x10) == 0 { // if not omitted
+			// string "rev"
+			o = append(o, 0xa3, 0x72, 0x65, 0x76)
+			o = msgp.AppendString(o, z.Rev)
+		}
+	}
 	return
 }
 
@@ -714,6 +1294,12 @@ func (z *Person) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				err = msgp.WrapError(err, "ValidTo")
 				return
 			}
+		case "rev":
+			z.Rev, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Rev")
+				return
+			}
 		default:
 			bts, err = msgp.Skip(bts)
 			if err != nil {
@@ -728,6 +1314,134 @@ func (z *Person) UnmarshalMsg(bts []byte) (o []byte, err error) {
 
 // Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
 func (z *Person) Msgsize() (s int) {
-	s = 1 + 3 + msgp.StringPrefixSize + len(z.ID) + 5 + msgp.StringPrefixSize + len(z.Name) + 10 + msgp.StringPrefixSize + len(z.ValidFrom) + 8 + msgp.StringPrefixSize + len(z.ValidTo)
+	s = 1 + 3 + msgp.StringPrefixSize + len(z.ID) + 5 + msgp.StringPrefixSize + len(z.Name) + 10 + msgp.StringPrefixSize + len(z.ValidFrom) + 8 + msgp.StringPrefixSize + len(z.ValidTo) + 4 + msgp.StringPrefixSize + len(z.Rev)
+	return
+}
+
+// DecodeMsg implements msgp.Decodable
+func (z *PersonRev) DecodeMsg(dc *msgp.Reader) (err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, err = dc.ReadMapHeader()
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, err = dc.ReadMapKeyPtr()
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "id":
+			z.ID, err = dc.ReadString()
+			if err != nil {
+				err = msgp.WrapError(err, "ID")
+				return
+			}
+		case "rev":
+			z.Rev, err = dc.ReadString()
+			if err != nil {
+				err = msgp.WrapError(err, "Rev")
+				return
+			}
+		default:
+			err = dc.Skip()
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	return
+}
+
+// EncodeMsg implements msgp.Encodable
+func (z PersonRev) EncodeMsg(en *msgp.Writer) (err error) {
+	// map header, size 2
+	// write "id"
+	err = en.Append(0x82, 0xa2, 0x69, 0x64)
+	if err != nil {
+		return
+	}
+	err = en.WriteString(z.ID)
+	if err != nil {
+		err = msgp.WrapError(err, "ID")
+		return
+	}
+	// write "rev"
+	err = en.Append(0xa3, 0x72, 0x65, 0x76)
+	if err != nil {
+		return
+	}
+	err = en.WriteString(z.Rev)
+	if err != nil {
+		err = msgp.WrapError(err, "Rev")
+		return
+	}
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
+func (z PersonRev) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// map header, size 2
+	// string "id"
+	o = append(o, 0x82, 0xa2, 0x69, 0x64)
+	o = msgp.AppendString(o, z.ID)
+	// string "rev"
+	o = append(o, 0xa3, 0x72, 0x65, 0x76)
+	o = msgp.AppendString(o, z.Rev)
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *PersonRev) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "id":
+			z.ID, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "ID")
+				return
+			}
+		case "rev":
+			z.Rev, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Rev")
+				return
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z PersonRev) Msgsize() (s int) {
+	s = 1 + 3 + msgp.StringPrefixSize + len(z.ID) + 4 + msgp.StringPrefixSize + len(z.Rev)
 	return
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/internal/jsonplain"
 )
 
-// The JSON codec of protocol v1 without reflection. Every command the agent sends and
+// The JSON codec of the terminal protocol without reflection. Every command the agent sends and
 // every ack and heartbeat a terminal answers passes through here, once per task; encoding/json
 // cost about 1.5 µs and 3-10 allocations per message (docs/benchmarks.md, "Terminal
 // protocol codecs").
@@ -20,32 +20,59 @@ import (
 
 // appendCommandJSON appends c as json.Marshal writes it; c must be valid.
 //
-//	{"messageId":S,"op":S,"person":{"id":S[,"name":S][,"validFrom":S][,"validTo":S]}}
+//	{"messageId":S,"op":S[,"person":P][,"after":S][,"limit":N]}
+//
+// with the person left out when it is the zero Person (omitzero).
 func appendCommandJSON(dst []byte, c *Command) []byte {
 	dst = append(dst, `{"messageId":`...)
 	dst = AppendJSONString(dst, c.MessageID)
 	dst = append(dst, `,"op":`...)
 	dst = AppendJSONString(dst, string(c.Op))
-	dst = append(dst, `,"person":{"id":`...)
-	dst = AppendJSONString(dst, c.Person.ID)
-	if c.Person.Name != "" { // omitempty
+	if c.Person != (Person{}) {
+		dst = append(dst, `,"person":`...)
+		dst = appendPersonJSON(dst, &c.Person)
+	}
+	if c.After != "" {
+		dst = append(dst, `,"after":`...)
+		dst = AppendJSONString(dst, c.After)
+	}
+	if c.Limit != 0 {
+		dst = append(dst, `,"limit":`...)
+		dst = strconv.AppendInt(dst, int64(c.Limit), 10)
+	}
+	return append(dst, '}')
+}
+
+// appendPersonJSON appends p as json.Marshal writes it:
+//
+//	{"id":S[,"name":S][,"validFrom":S][,"validTo":S][,"rev":S]}
+func appendPersonJSON(dst []byte, p *Person) []byte {
+	dst = append(dst, `{"id":`...)
+	dst = AppendJSONString(dst, p.ID)
+	if p.Name != "" { // omitempty
 		dst = append(dst, `,"name":`...)
-		dst = AppendJSONString(dst, c.Person.Name)
+		dst = AppendJSONString(dst, p.Name)
 	}
-	if c.Person.ValidFrom != "" {
+	if p.ValidFrom != "" {
 		dst = append(dst, `,"validFrom":`...)
-		dst = AppendJSONString(dst, c.Person.ValidFrom)
+		dst = AppendJSONString(dst, p.ValidFrom)
 	}
-	if c.Person.ValidTo != "" {
+	if p.ValidTo != "" {
 		dst = append(dst, `,"validTo":`...)
-		dst = AppendJSONString(dst, c.Person.ValidTo)
+		dst = AppendJSONString(dst, p.ValidTo)
 	}
-	return append(dst, `}}`...)
+	if p.Rev != "" {
+		dst = append(dst, `,"rev":`...)
+		dst = AppendJSONString(dst, p.Rev)
+	}
+	return append(dst, '}')
 }
 
 // appendAckJSON appends a as json.Marshal writes it:
 //
-//	{"messageId":S,"code":N,"message":S}
+//	{"messageId":S,"code":N,"message":S[,"persons":[{"id":S,"rev":S},…]][,"next":S]}
+//
+// with persons left out when nil (omitzero) and written as [] when empty.
 func appendAckJSON(dst []byte, a *Ack) []byte {
 	dst = append(dst, `{"messageId":`...)
 	dst = AppendJSONString(dst, a.MessageID)
@@ -53,12 +80,30 @@ func appendAckJSON(dst []byte, a *Ack) []byte {
 	dst = strconv.AppendInt(dst, int64(a.Code), 10)
 	dst = append(dst, `,"message":`...)
 	dst = AppendJSONString(dst, a.Message)
+	if a.Persons != nil {
+		dst = append(dst, `,"persons":[`...)
+		for i := range a.Persons {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, `{"id":`...)
+			dst = AppendJSONString(dst, a.Persons[i].ID)
+			dst = append(dst, `,"rev":`...)
+			dst = AppendJSONString(dst, a.Persons[i].Rev)
+			dst = append(dst, '}')
+		}
+		dst = append(dst, ']')
+	}
+	if a.Next != "" {
+		dst = append(dst, `,"next":`...)
+		dst = AppendJSONString(dst, a.Next)
+	}
 	return append(dst, '}')
 }
 
 // appendHeartbeatJSON appends h as json.Marshal writes it:
 //
-//	{"deviceId":S,"time":S,"firmware":S,"persons":N}
+//	{"deviceId":S,"time":S,"firmware":S,"persons":N[,"protocol":N][,"serial":S][,"digest":S][,"capacity":N][,"batch":N]}
 func appendHeartbeatJSON(dst []byte, h *Heartbeat) []byte {
 	dst = append(dst, `{"deviceId":`...)
 	dst = AppendJSONString(dst, h.DeviceID)
@@ -68,6 +113,26 @@ func appendHeartbeatJSON(dst []byte, h *Heartbeat) []byte {
 	dst = AppendJSONString(dst, h.Firmware)
 	dst = append(dst, `,"persons":`...)
 	dst = strconv.AppendInt(dst, int64(h.Persons), 10)
+	if h.Protocol != 0 {
+		dst = append(dst, `,"protocol":`...)
+		dst = strconv.AppendInt(dst, int64(h.Protocol), 10)
+	}
+	if h.Serial != "" {
+		dst = append(dst, `,"serial":`...)
+		dst = AppendJSONString(dst, h.Serial)
+	}
+	if h.Digest != "" {
+		dst = append(dst, `,"digest":`...)
+		dst = AppendJSONString(dst, h.Digest)
+	}
+	if h.Capacity != 0 {
+		dst = append(dst, `,"capacity":`...)
+		dst = strconv.AppendInt(dst, int64(h.Capacity), 10)
+	}
+	if h.Batch != 0 {
+		dst = append(dst, `,"batch":`...)
+		dst = strconv.AppendInt(dst, int64(h.Batch), 10)
+	}
 	return append(dst, '}')
 }
 
@@ -131,7 +196,7 @@ func AppendJSONString(dst []byte, s string) []byte {
 // copy, so a message padded with white space cannot keep a large buffer alive.
 const maxSharedText = 1024
 
-// The parse functions below read the plain JSON subset of protocol v1 messages
+// The parse functions below read the plain JSON subset of the protocol's messages
 // (internal/jsonplain): one object whose members are the message's fields by their exact
 // names (any order, repeated ones: the last wins, as with encoding/json), white space
 // anywhere JSON allows it, strings in valid UTF-8 with no escape and no control character,
@@ -151,6 +216,10 @@ func parsePlainCommand(b []byte) (c Command, ok bool) {
 			return ScanPlainOp(&p, &c.Op)
 		case "person":
 			return ScanPlainPerson(&p, &c.Person)
+		case "after":
+			return p.Str(&c.After)
+		case "limit":
+			return p.Int(&c.Limit)
 		}
 		return false
 	})
@@ -173,6 +242,15 @@ func parsePlainAck(b []byte) (a Ack, hasCode, ok bool) {
 			return p.Int(&a.Code)
 		case "message":
 			return p.Str(&a.Message)
+		case "persons":
+			// A repeated "persons" makes encoding/json decode into the elements the first
+			// one left (merging them); that rare shape is left to it.
+			if a.Persons != nil {
+				return false
+			}
+			return scanPlainPersonRevs(&p, &a.Persons)
+		case "next":
+			return p.Str(&a.Next)
 		}
 		return false
 	})
@@ -195,6 +273,16 @@ func parsePlainHeartbeat(b []byte) (h Heartbeat, ok bool) {
 			return p.Str(&h.Firmware)
 		case "persons":
 			return p.Int(&h.Persons)
+		case "protocol":
+			return p.Int(&h.Protocol)
+		case "serial":
+			return p.Str(&h.Serial)
+		case "digest":
+			return p.Str(&h.Digest)
+		case "capacity":
+			return p.Int(&h.Capacity)
+		case "batch":
+			return p.Int(&h.Batch)
 		}
 		return false
 	})
@@ -227,7 +315,52 @@ func ScanPlainPerson(p *jsonplain.Scanner, pr *Person) bool {
 			return p.Str(&pr.ValidFrom)
 		case "validTo":
 			return p.Str(&pr.ValidTo)
+		case "rev":
+			return p.Str(&pr.Rev)
 		}
 		return false
 	})
+}
+
+// scanPlainPersonRevs reads a ListPersons page, an array of {"id","rev"} objects, into a
+// new slice (empty, not nil, for []), as encoding/json does into a nil slice. It gives up
+// past MaxListLimit entries: Validate refuses such a page, and encoding/json finds the
+// same.
+func scanPlainPersonRevs(p *jsonplain.Scanner, dst *[]PersonRev) bool {
+	p.Space()
+	if !p.Byte('[') {
+		return false
+	}
+	out := []PersonRev{}
+	p.Space()
+	if p.Byte(']') {
+		*dst = out
+		return true
+	}
+	for len(out) <= MaxListLimit {
+		var e PersonRev
+		ok := p.Object(func(key []byte) bool {
+			switch string(key) {
+			case "id":
+				return p.Str(&e.ID)
+			case "rev":
+				return p.Str(&e.Rev)
+			}
+			return false
+		})
+		if !ok {
+			return false
+		}
+		out = append(out, e)
+		p.Space()
+		if p.Byte(']') {
+			*dst = out
+			return true
+		}
+		if !p.Byte(',') {
+			return false
+		}
+		p.Space()
+	}
+	return false
 }

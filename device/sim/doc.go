@@ -1,6 +1,6 @@
-// Package sim simulates face terminals speaking protocol v1 over MQTT (each terminal with
-// its own broker connection, as real ones have) or over a serial line (a PTY's master end
-// or a real port). It reproduces what real terminals do wrong: slow acks (fixed or a
+// Package sim simulates face terminals speaking protocol v2 (or v1: Options.Protocol) over
+// MQTT (each terminal with its own broker connection, as real ones have) or over a serial
+// line (a PTY's master end or a real port). It reproduces what real terminals do wrong: slow acks (fixed or a
 // distribution), lost acks, refusals, offline periods, garbage, crashes in the middle of a
 // command. Each terminal keeps its person list, so a test can assert the final whitelist.
 // All randomness is seeded: terminal i draws from PCG(Seed, i+1).
@@ -33,6 +33,23 @@
 // pending command, (serial) leaves a cut frame on the line, and keeps the terminal offline
 // for CrashDowntime. Offline terminals drop what arrives (Stats.Dropped).
 //
+// # Protocol v2
+//
+// A v2 terminal (the default) stores each person with the rev the agent sent (a person
+// stored without one lists as 0000000000000000), keeps the digest of its persons by XOR on
+// every change, and sends protocol 2, its serial ("FS-<id>-1" at first), its digest and
+// Options.Capacity in every heartbeat. ListPersons is answered from the ids kept in bytewise
+// order: the ids after "after", at most limit (0: 100), next the page's last id while more
+// follow and "" at the end; a repeated ListPersons is acked again with the list as it is
+// then (reading applies nothing). A v1 terminal (Options.Protocol 1, or SetProtocol(1))
+// sends v1 heartbeats, keeps no rev and refuses ListPersons with UnknownOpCode, as it
+// refuses any op it does not know; a full terminal refuses a new person with CapacityCode.
+//
+// Knobs a test turns while the fleet runs, each on one Terminal: SetProtocol, SetCapacity,
+// FactoryReset (no persons, digest 0, no memory of messageIds, same serial), Replace (the
+// same and a new serial), TamperAdd / TamperDelete / TamperRev (hand edits at the terminal,
+// bypassing the agent), SendHeartbeat (now, not at the next tick).
+//
 // # Strict mode: the one-in-flight rule, precisely
 //
 // A messageId is "unacked" from the moment the terminal first receives it until the
@@ -64,4 +81,7 @@
 //     client certificate for mutual TLS goes there); Options.Username and Password for a
 //     broker with a users file. No websockets.
 //   - Commands are read and acks written with device/face's codec, the agent's own.
+//   - Over serial a ListPersons page must fit one frame (4,096 bytes by default): the
+//     terminal answers exactly the page asked for, and an ack too large for a frame is not
+//     sent; face.ListLimitFor gives a limit that always fits.
 package sim

@@ -19,6 +19,12 @@ type Fleet struct {
 
 func newFleet(ids []string, opts Options) (*Fleet, error) {
 	opts.fill()
+	if opts.Protocol != 1 && opts.Protocol != 2 {
+		return nil, fmt.Errorf("sim: protocol %d: want 1 or 2", opts.Protocol)
+	}
+	if opts.Capacity < 0 {
+		return nil, fmt.Errorf("sim: capacity %d is negative", opts.Capacity)
+	}
 	f := &Fleet{opts: opts, g: newGroup(), byID: make(map[string]*Terminal, len(ids))}
 	for i, id := range ids {
 		if id == "" || f.byID[id] != nil {

@@ -242,6 +242,10 @@ func (m *mqttTerm) onPublish(payload []byte) {
 	}
 	defer m.g.exit()
 	cmd, err := face.ParseCommandJSON(payload) // copies what it keeps: payload is reused
+	if errors.Is(err, face.ErrUnknownOp) {
+		m.t.receive(cmd) // refused by its messageId
+		return
+	}
 	if err != nil {
 		// A real terminal ignores what it cannot read; the agent's retry notices.
 		m.t.opts.Logger.Warn("terminal got a bad command", "device", m.t.id, "err", err)

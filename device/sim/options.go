@@ -26,6 +26,14 @@ type Options struct {
 	RefuseRate float64
 	RefuseCode int // default 17
 
+	// Protocol is the protocol version the terminals speak: 2 (the default, for 0) or 1
+	// (no v2 fields in heartbeats, ListPersons refused as an unknown op, revs not kept).
+	// Terminal.SetProtocol changes it for one terminal while running.
+	Protocol int
+	// Capacity is the most persons a terminal holds (0: no limit), reported in v2
+	// heartbeats; an AddPerson of a new person beyond it is refused with CapacityCode.
+	Capacity int
+
 	HeartbeatInterval time.Duration // 0: no heartbeats
 	Firmware          string        // reported in heartbeats; default "facesim-1"
 
@@ -65,6 +73,9 @@ type Options struct {
 }
 
 func (o *Options) fill() {
+	if o.Protocol == 0 {
+		o.Protocol = 2
+	}
 	if o.RefuseCode == 0 {
 		o.RefuseCode = 17
 	}

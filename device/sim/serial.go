@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -43,6 +44,10 @@ func (s *serialTerm) read() {
 				continue
 			}
 			cmd, err := face.ParseCommandMsg(f.Payload)
+			if errors.Is(err, face.ErrUnknownOp) {
+				s.t.receive(cmd) // refused by its messageId
+				continue
+			}
 			if err != nil {
 				s.t.opts.Logger.Warn("terminal got a bad command", "device", s.t.id, "err", err)
 				continue

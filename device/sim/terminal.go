@@ -27,6 +27,7 @@ type Stats struct {
 	Garbage    int // garbage messages or byte runs sent
 	Heartbeats int
 	Violations int // strict mode
+	Lists      int // ListPersons commands answered with a page (repeats not counted)
 }
 
 // link is what a terminal needs from its transport.
@@ -60,6 +61,12 @@ type Terminal struct {
 	online     bool
 	epoch      uint64
 	persons    map[string]face.Person
+	ids        []string    // the keys of persons in bytewise order: ListPersons' pages
+	digest     face.Digest // of persons, kept by XOR on every change
+	protocol   int         // 1 or 2
+	serial     string
+	generation int // replacements + 1: numbers the default serial
+	capacity   int // 0: no limit
 	pending    []*pending
 	results    map[string]int // messageId → the code answered, so a resend gets the same answer
 	stats      Stats
@@ -69,10 +76,14 @@ type Terminal struct {
 func newTerminal(id string, index int, opts *Options, g *group) *Terminal {
 	return &Terminal{
 		id: id, opts: opts, g: g,
-		rng:     rand.New(rand.NewPCG(opts.Seed, uint64(index)+1)),
-		online:  true,
-		persons: make(map[string]face.Person),
-		results: make(map[string]int),
+		rng:        rand.New(rand.NewPCG(opts.Seed, uint64(index)+1)),
+		online:     true,
+		persons:    make(map[string]face.Person),
+		results:    make(map[string]int),
+		protocol:   opts.Protocol,
+		generation: 1,
+		serial:     defaultSerial(id, 1),
+		capacity:   opts.Capacity,
 	}
 }
 
@@ -149,7 +160,7 @@ func (t *Terminal) receive(cmd face.Command) {
 		_, answered := t.results[cmd.MessageID]
 		applied := r.IntN(2) == 0 && !answered // a duplicate is never executed again
 		if applied {
-			t.apply(cmd)
+			t.execute(cmd)
 		}
 		t.mu.Unlock()
 		t.opts.Logger.Info("terminal crashed mid-command", "device", t.id, "messageId", cmd.MessageID, "applied", applied)
@@ -183,16 +194,6 @@ func (t *Terminal) report(violation error) {
 	}
 }
 
-// apply changes the whitelist; both ops are idempotent. Called with mu held.
-func (t *Terminal) apply(cmd face.Command) {
-	switch cmd.Op {
-	case face.AddPerson:
-		t.persons[cmd.Person.ID] = cmd.Person
-	case face.DeletePerson:
-		delete(t.persons, cmd.Person.ID)
-	}
-}
-
 // answer acks p after its latency: applies it (or refuses it), forgets it, sends the ack.
 func (t *Terminal) answer(p *pending) {
 	t.mu.Lock()
@@ -213,9 +214,14 @@ func (t *Terminal) answer(p *pending) {
 		if p.refuse {
 			code = t.opts.RefuseCode
 		} else {
-			t.apply(p.cmd)
+			code = t.execute(p.cmd)
 		}
 		t.results[p.cmd.MessageID] = code
+	}
+	ack := face.Ack{MessageID: p.cmd.MessageID, Code: code}
+	if code == 0 && p.cmd.Op == face.ListPersons {
+		// A repeat reads the list again: reading has nothing to apply twice.
+		t.page(p.cmd, &ack)
 	}
 	// A repeated messageId is a duplicate: acked again with the first answer's code, never
 	// executed again (docs/protocol.md "Message ids and duplicates"). Re-executing a late copy of an
@@ -237,8 +243,13 @@ func (t *Terminal) answer(p *pending) {
 	if garbage {
 		t.send("garbage", t.tr.sendGarbage(t.rngLocked()))
 	}
-	ack := face.Ack{MessageID: p.cmd.MessageID, Code: code}
-	if code != 0 {
+	switch code {
+	case 0:
+	case UnknownOpCode:
+		ack.Message = fmt.Sprintf("unknown op %.64q", string(p.cmd.Op))
+	case CapacityCode:
+		ack.Message = "capacity exceeded"
+	default:
 		ack.Message = "refused by facesim"
 	}
 	t.send("ack", t.tr.sendAck(&ack))
@@ -267,6 +278,9 @@ func (t *Terminal) heartbeat() {
 	t.stats.Heartbeats++
 	h := face.Heartbeat{DeviceID: t.id, Time: time.Now().UTC().Format(time.RFC3339),
 		Firmware: t.opts.Firmware, Persons: len(t.persons)}
+	if t.protocol >= 2 {
+		h.Protocol, h.Serial, h.Digest, h.Capacity = 2, t.serial, t.digest.String(), t.capacity
+	}
 	t.mu.Unlock()
 	t.send("heartbeat", t.tr.sendHeartbeat(&h))
 }

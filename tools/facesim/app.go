@@ -33,14 +33,15 @@ type ready struct {
 	Fleet     *sim.Fleet
 }
 
-// Run is facesim's main, with its streams injected.
-func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return run(ctx, args, stdout, stderr, nil)
+// Run is facesim's main, with its streams injected; stdin is read only with -stdin.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return run(ctx, args, stdin, stdout, stderr, nil)
 }
 
 type config struct {
 	transport, url, listen, devices, prefix, ports, linkDir, logLevel string
 	n, baud                                                           int
+	stdin                                                             bool
 	summary, duration                                                 time.Duration
 	latency                                                           string
 	opts                                                              sim.Options
@@ -69,6 +70,9 @@ func newFlags(stderr io.Writer, c *config) *flag.FlagSet {
 	fs.Float64Var(&o.AckLoss, "ack-loss", 0, "probability an ack is never sent although the command was applied")
 	fs.Float64Var(&o.RefuseRate, "refuse-rate", 0, "probability a command is refused (not applied, acked with -refuse-code)")
 	fs.IntVar(&o.RefuseCode, "refuse-code", 17, "ack code of a refusal (non-zero)")
+	fs.IntVar(&o.Protocol, "protocol", 2, "protocol `version` the terminals speak: 2 (persons with revs, digest and serial in heartbeats, ListPersons) or 1")
+	fs.IntVar(&o.Capacity, "capacity", 0, "most persons a terminal holds, reported in v2 heartbeats; a new person beyond it is refused with code 23 (0: no limit)")
+	fs.BoolVar(&c.stdin, "stdin", false, "read control commands from standard input while running (reset, replace, hand edits…; listed below)")
 	fs.DurationVar(&o.HeartbeatInterval, "heartbeat", 5*time.Second, "heartbeat interval (0: none)")
 	fs.StringVar(&o.Firmware, "firmware", "facesim-1", "firmware string in heartbeats")
 	fs.DurationVar(&o.OfflineEvery, "offline-every", 0, "mean time between offline periods, exponentially distributed (0: never)")
@@ -86,7 +90,7 @@ func newFlags(stderr io.Writer, c *config) *flag.FlagSet {
 	return fs
 }
 
-const usageHeader = `facesim — simulated face terminals speaking protocol v1 over MQTT or a serial line.
+const usageHeader = `facesim — simulated face terminals speaking protocol v2 (or v1) over MQTT or a serial line.
 
 Usage: facesim [flags]
 
@@ -95,6 +99,10 @@ Usage: facesim [flags]
   facesim -url mqtt://127.0.0.1:1883 -devices 2042253,2042254 -offline-every 1m -offline-for 10s
   facesim -transport serial -n 2 -link-dir /tmp/faceports
       two terminals on new pseudo-terminals, linked as /tmp/faceports/sim-1 and sim-2
+  facesim -n 2 -protocol 1
+      two terminals of the first generation: no digest, no ListPersons
+  facesim -n 3 -capacity 1000 -stdin
+      then type "reset sim-1", "replace sim-2", "delete sim-3 951": drift for the agent to repair
 
 Flags:
 `
@@ -106,9 +114,10 @@ of a known messageId), acked, refused, lost (acks lost), crash, off (offline per
 violations).
 
 Exit status: 0 clean stop, 1 runtime failure, 2 bad usage, 3 strict-mode violations.
-`
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer, onReady func(ready)) int {
+` + controlHelp
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, onReady func(ready)) int {
 	var c config
 	fs := newFlags(stderr, &c)
 	if err := fs.Parse(args); err != nil {
@@ -192,20 +201,33 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, onReady f
 		ctx, cancel = context.WithTimeout(ctx, c.duration)
 		defer cancel()
 	}
+	var tick <-chan time.Time
 	if c.summary > 0 {
-		tick := time.NewTicker(c.summary)
-	loop:
-		for {
-			select {
-			case <-tick.C:
-				writeSummary(stdout, fleet.Stats())
-			case <-ctx.Done():
-				break loop
+		t := time.NewTicker(c.summary)
+		defer t.Stop()
+		tick = t.C
+	}
+	var lines chan string // nil without -stdin: never ready
+	if c.stdin {
+		lines = make(chan string)
+		done := make(chan struct{})
+		defer close(done)
+		go readLines(stdin, lines, done) // may outlive run, blocked in a Read of stdin
+	}
+loop:
+	for {
+		select {
+		case <-tick:
+			writeSummary(stdout, fleet.Stats())
+		case line, ok := <-lines:
+			if !ok {
+				lines = nil // stdin ended: run on without commands
+				continue
 			}
+			control(fleet, line, stdout)
+		case <-ctx.Done():
+			break loop
 		}
-		tick.Stop()
-	} else {
-		<-ctx.Done()
 	}
 	fleet.Close()
 	writeSummary(stdout, fleet.Stats())
@@ -225,6 +247,12 @@ func checkRates(c *config) error {
 	}
 	if c.opts.RefuseCode == 0 {
 		return errors.New("-refuse-code must not be 0 (0 is success)")
+	}
+	if c.opts.Protocol != 1 && c.opts.Protocol != 2 {
+		return fmt.Errorf("-protocol %d: want 1 or 2", c.opts.Protocol)
+	}
+	if c.opts.Capacity < 0 {
+		return fmt.Errorf("-capacity %d: want 0 or more", c.opts.Capacity)
 	}
 	if c.n < 1 && c.devices == "" {
 		return errors.New("-n must be at least 1")

@@ -21,7 +21,18 @@
 //	mkdir -p /tmp/faceports
 //	facesim -transport serial -n 2 -link-dir /tmp/faceports -garbage-rate 0.1 -crash-rate 0.01
 //
-// `facesim --help` documents every knob. Exit status: 0 clean stop (SIGINT/SIGTERM or
+// The terminals speak protocol v2 (revs, digest and serial in heartbeats, ListPersons);
+// -protocol 1 makes them first-generation ones. With -stdin, commands typed while they run
+// cause the drift whitelist sync repairs:
+//
+//	facesim -n 3 -capacity 1000 -stdin
+//	reset sim-1            # factory reset: no persons, digest 0, same serial
+//	replace sim-2          # a new terminal in its place: empty, new serial
+//	delete sim-3 951       # a person deleted at the terminal
+//	add sim-3 999          # a person added at the terminal, rev 0000000000000000
+//	status                 # protocol, serial, digest, persons, capacity of each
+//
+// `facesim --help` documents every knob and command. Exit status: 0 clean stop (SIGINT/SIGTERM or
 // -duration), 1 runtime failure, 2 bad usage, 3 strict-mode violations.
 //
 // # Caveats
@@ -29,6 +40,8 @@
 //   - The embedded broker admits every client to every topic; it is for a laptop, not a
 //     gateway.
 //   - A pseudo-terminal does not enforce -baud; real ports do.
+//   - -stdin reads standard input: do not combine it with running facesim in the
+//     background of an interactive shell (a background job reading the terminal is stopped).
 //   - The summary goes to stdout every -summary interval as a plain table (no screen
 //     redrawing), so it can be piped or logged; logs go to stderr.
 package main

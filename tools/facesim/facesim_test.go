@@ -24,7 +24,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestHelpDocumentsEveryKnob(t *testing.T) {
 	var out bytes.Buffer
-	if code := Run(context.Background(), []string{"--help"}, io.Discard, &out); code != exitOK {
+	if code := Run(context.Background(), []string{"--help"}, nil, io.Discard, &out); code != exitOK {
 		t.Fatalf("exit %d", code)
 	}
 	var c config
@@ -33,7 +33,7 @@ func TestHelpDocumentsEveryKnob(t *testing.T) {
 			t.Errorf("--help does not mention -%s", f.Name)
 		}
 	})
-	for _, want := range []string{"Exit status", "strict", "uniform:", "Summary columns"} {
+	for _, want := range []string{"Exit status", "strict", "uniform:", "Summary columns", "-protocol 1", "replace ID", "-stdin"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("--help lacks %q", want)
 		}
@@ -44,9 +44,10 @@ func TestBadUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"-ack-loss", "2"}, {"-transport", "carrier-pigeon"}, {"-ack-latency", "soon"},
 		{"-refuse-code", "0"}, {"-log", "loud"}, {"stray"}, {"-no-such-flag"},
+		{"-protocol", "3"}, {"-protocol", "0"}, {"-capacity", "-1"},
 	} {
 		var errb bytes.Buffer
-		if code := Run(context.Background(), args, io.Discard, &errb); code != exitUsage {
+		if code := Run(context.Background(), args, nil, io.Discard, &errb); code != exitUsage {
 			t.Errorf("%v: exit %d, stderr %s", args, code, errb.String())
 		}
 	}
@@ -54,12 +55,17 @@ func TestBadUsage(t *testing.T) {
 
 // start runs facesim in the background and returns what it started.
 func start(t *testing.T, args ...string) (ready, context.CancelFunc, chan int, *testutil.SyncBuffer, *testutil.SyncBuffer) {
+	return startWithStdin(t, nil, args...)
+}
+
+// startWithStdin is start with facesim's standard input.
+func startWithStdin(t *testing.T, stdin io.Reader, args ...string) (ready, context.CancelFunc, chan int, *testutil.SyncBuffer, *testutil.SyncBuffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var stdout, stderr testutil.SyncBuffer
 	readyc := make(chan ready, 1)
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, args, &stdout, &stderr, func(r ready) { readyc <- r }) }()
+	go func() { done <- run(ctx, args, stdin, &stdout, &stderr, func(r ready) { readyc <- r }) }()
 	select {
 	case r := <-readyc:
 		return r, cancel, done, &stdout, &stderr
