@@ -107,6 +107,10 @@ func TestSessionsJournalCompacts(t *testing.T) {
 			if err := c.sync(); err != nil {
 				t.Fatal(err)
 			}
+			// Measured once a snapshot started meanwhile is written: while it is, the files
+			// also hold what is committed meanwhile, as much as the snapshot's writer lags
+			// (seconds on a loaded CI machine), which is no bound of the journal's.
+			c.waitCompaction()
 			most = max(most, c.j.Stats().FileBytes)
 		}
 	}
@@ -118,9 +122,8 @@ func TestSessionsJournalCompacts(t *testing.T) {
 	}
 	c.waitCompaction()
 	st := c.stats()
-	// 2.3 MB written; the files never hold more than the live records (about 12 KB), the
-	// dead bytes a compaction waits for, one commit of 100 and what was written while a
-	// snapshot was being written.
+	// 2.3 MB written; between snapshots the files never hold more than the live records
+	// (about 12 KB), the dead bytes a compaction waits for and one commit of 100.
 	if bound := 2*st.LiveBytes + 3*c.minDead; st.Compactions < 10 || most > bound {
 		t.Fatalf("%d compactions; the files reached %d bytes, bound %d", st.Compactions, most, bound)
 	}
