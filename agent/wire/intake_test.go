@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,7 +28,7 @@ func TestParseOne(t *testing.T) {
 	}
 	want := Task{TaskID: "t-1", DeviceID: "2042253", Op: face.AddPerson, Person: face.Person{
 		ID: "951", Name: "Li Lei", ValidFrom: "2026-01-01T00:00:00Z", ValidTo: "2027-01-01T00:00:00+08:00"}}
-	if got.Tasks[0] != want {
+	if !reflect.DeepEqual(got.Tasks[0], want) {
 		t.Errorf("task = %+v", got.Tasks[0])
 	}
 }
@@ -43,7 +44,7 @@ func TestParseBatchKeepsGoodTasksAndExplainsTheRest(t *testing.T) {
 	}
 	wantReasons := []string{
 		`task 2: unknown device "nope"`,
-		`task 3: invalid task: op: unknown op "EditPerson" (want "AddPerson" or "DeletePerson")`,
+		`task 3: invalid task: op: unknown op "EditPerson" (want "AddPerson", "DeletePerson" or "SetWhitelist")`,
 		`task 4: not a task: want a JSON object or an array of objects`,
 		`task 5: duplicate taskId "t-1" in batch`,
 	}
@@ -90,7 +91,7 @@ func TestParseRejectsWholeMessages(t *testing.T) {
 		{"wrong type", `{"taskId":"t","deviceId":"d","op":"AddPerson","person":"951"}`, Limits{}, "invalid task: person: want an object, got JSON string", ""},
 		{"missing task id", `{"deviceId":"d","op":"AddPerson","person":{"id":"1"}}`, Limits{}, "invalid task: taskId: missing", ""},
 		{"missing device", `{"taskId":"t","op":"AddPerson","person":{"id":"1"}}`, Limits{}, "invalid task: deviceId: missing", ""},
-		{"missing op", `{"taskId":"t","deviceId":"d","person":{"id":"1"}}`, Limits{}, `invalid task: op: missing (want "AddPerson" or "DeletePerson")`, ""},
+		{"missing op", `{"taskId":"t","deviceId":"d","person":{"id":"1"}}`, Limits{}, `invalid task: op: missing (want "AddPerson", "DeletePerson" or "SetWhitelist")`, ""},
 		{"missing person id", `{"taskId":"t","deviceId":"d","op":"DeletePerson","person":{}}`, Limits{}, "invalid task: person.id: missing", ""},
 		{"long person id", `{"taskId":"t","deviceId":"d","op":"DeletePerson","person":{"id":"` + strings.Repeat("9", 65) + `"}}`, Limits{}, "invalid task: person.id: longer than 64 bytes", ""},
 		{"long task id", `{"taskId":"` + strings.Repeat("t", 129) + `","deviceId":"d","op":"DeletePerson","person":{"id":"1"}}`, Limits{}, "invalid task: taskId: longer than 128 bytes", ""},
