@@ -196,7 +196,22 @@ func TestResultRoundTrip(t *testing.T) {
 	if err != nil || back != r {
 		t.Errorf("ParseResult = %+v, %v", back, err)
 	}
-	for _, bad := range []string{`{"taskId":"t","status":"done"}`, `{"status":"failed"}`, `[`} {
+	// A SetWhitelist's result: its counts after durationMs.
+	r.MessageID, r.WhitelistCounts = "SetWhitelist-1", &WhitelistCounts{Added: 3, Deleted: 1, Unchanged: 0}
+	b, err = json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const withCounts = `{"taskId":"t-1","deviceId":"2042253","messageId":"SetWhitelist-1","status":"succeeded","tries":1,"error":"","durationMs":12,"added":3,"deleted":1,"unchanged":0}`
+	if string(b) != withCounts {
+		t.Errorf("result JSON\n%s\nwant\n%s", b, withCounts)
+	}
+	back, err = ParseResult(b)
+	if err != nil || back.WhitelistCounts == nil || *back.WhitelistCounts != *r.WhitelistCounts {
+		t.Errorf("ParseResult = %+v %+v, %v", back, back.WhitelistCounts, err)
+	}
+	for _, bad := range []string{`{"taskId":"t","status":"done"}`, `{"status":"failed"}`, `[`,
+		`{"taskId":"t","status":"succeeded","added":-1}`} {
 		if _, err := ParseResult([]byte(bad)); err == nil {
 			t.Errorf("ParseResult(%s) accepted", bad)
 		}
