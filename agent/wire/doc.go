@@ -1,6 +1,8 @@
 // Package wire is the agent's upstream message format: task messages from the back
 // office (parsed, bounded and validated), the deadletter messages for what is refused, the
-// result messages, and the stable MessageID a task's command carries to the terminal.
+// result messages, the whitelist sync reports (SyncReport), the terminal state record
+// (DeviceState), the topics, and the stable MessageID a task's command carries to the
+// terminal.
 // It is a data package: no I/O.
 //
 // # Tutorial
@@ -32,7 +34,8 @@
 //   - AddPerson and DeletePerson carry one "person"; SetWhitelist carries "persons", the
 //     terminal's whole desired list (at most Limits.MaxWhitelist persons, each checked as
 //     an AddPerson's person, no id twice; [] clears the list). A SetWhitelist's command is
-//     no terminal command: it stands for the task in the outbox until its result.
+//     no terminal command: it stands for the task in the outbox until its result, which
+//     counts the persons added, deleted and unchanged (Result.WhitelistCounts).
 //   - Unknown JSON fields are ignored, so the back office can add fields without breaking
 //     older gateways; required fields catch misspelt ones.
 //   - Parse never fails as a whole: the caller acknowledges every message and
