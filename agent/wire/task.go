@@ -28,9 +28,9 @@ const (
 const SetWhitelist face.Op = "SetWhitelist"
 
 // DefaultMaxWhitelist is the default bound on the persons of one SetWhitelist task
-// (Limits.MaxWhitelist): the capacity of the largest face terminals sold for door access,
-// so that one list can fill any terminal the agent drives, while the agent's copy of it
-// (about 200 bytes a person in memory) stays near 10 MB per terminal.
+// (Limits.MaxWhitelist): the top face capacity of common door terminals, so that one list
+// can fill any terminal the agent drives, while one parsed list stays within a few
+// megabytes (docs/benchmarks.md, "SetWhitelist").
 const DefaultMaxWhitelist = 50000
 
 // Task is one whitelist task from the back office (docs/integration.md "Tasks"):
