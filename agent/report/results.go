@@ -208,6 +208,14 @@ func appendResultJSON(dst []byte, r *wire.Result) []byte {
 	dst = face.AppendJSONString(dst, r.Error)
 	dst = append(dst, `,"durationMs":`...)
 	dst = strconv.AppendInt(dst, r.DurationMs, 10)
+	if c := r.WhitelistCounts; c != nil { // a SetWhitelist's result only
+		dst = append(dst, `,"added":`...)
+		dst = strconv.AppendInt(dst, int64(c.Added), 10)
+		dst = append(dst, `,"deleted":`...)
+		dst = strconv.AppendInt(dst, int64(c.Deleted), 10)
+		dst = append(dst, `,"unchanged":`...)
+		dst = strconv.AppendInt(dst, int64(c.Unchanged), 10)
+	}
 	return append(dst, '}')
 }
 

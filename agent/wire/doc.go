@@ -1,6 +1,8 @@
 // Package wire is the agent's upstream message format: task messages from the back
 // office (parsed, bounded and validated), the deadletter messages for what is refused, the
-// result messages, and the stable MessageID a task's command carries to the terminal.
+// result messages, the whitelist sync reports (SyncReport), the terminal state record
+// (DeviceState), the topics, and the stable MessageID a task's command carries to the
+// terminal.
 // It is a data package: no I/O.
 //
 // # Tutorial
@@ -8,11 +10,15 @@
 //	batch := wire.Parse(payload, wire.Limits{
 //		MaxBatch:       cfg.Intake.MaxBatch,
 //		MaxMessageSize: int(cfg.Intake.MaxMessageSize),
+//		MaxWhitelist:   wire.DefaultMaxWhitelist, // 0 refuses SetWhitelist tasks
 //		KnownDevice:    func(id string) bool { return cfg.Device(id) != nil },
 //	})
 //	for i := range batch.Tasks {
 //		cmd := batch.Command(i) // face.Command with the task's MessageID (hashed once, by Parse)
-//		_ = cmd                 // journal it, then acknowledge the message upstream
+//		if batch.Tasks[i].Op == wire.SetWhitelist {
+//			_ = batch.Tasks[i].Persons // the desired list, decoded once: keep this slice
+//		}
+//		_ = cmd // journal it, then acknowledge the message upstream
 //	}
 //	for _, r := range batch.Rejects {
 //		dl, _ := json.Marshal(r) // {"reason":"…","payload":…} for faceagent/{gw}/deadletter
@@ -25,6 +31,11 @@
 //   - In a batch, good tasks are accepted and each bad one is refused on its own, with its
 //     index in the reason ("task 3: unknown device \"x\""). A repeated taskId within one
 //     batch is refused.
+//   - AddPerson and DeletePerson carry one "person"; SetWhitelist carries "persons", the
+//     terminal's whole desired list (at most Limits.MaxWhitelist persons, each checked as
+//     an AddPerson's person, no id twice; [] clears the list). A SetWhitelist's command is
+//     no terminal command: it stands for the task in the outbox until its result, which
+//     counts the persons added, deleted and unchanged (Result.WhitelistCounts).
 //   - Unknown JSON fields are ignored, so the back office can add fields without breaking
 //     older gateways; required fields catch misspelt ones.
 //   - Parse never fails as a whole: the caller acknowledges every message and

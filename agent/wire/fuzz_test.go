@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
+
+	"github.com/seed0e69bba5/faceagent/device/face"
 )
 
 // FuzzParse: no input panics; every part of a message is either accepted or rejected
@@ -20,7 +23,7 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add([]byte(`[{"taskId":"a","deviceId":"2042253","op":"DeletePerson","person":{"id":"1"}},1,null]`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		got := Parse(data, Limits{MaxBatch: 50, MaxMessageSize: 64 << 10, KnownDevice: known})
+		got := Parse(data, Limits{MaxBatch: 50, MaxMessageSize: 64 << 10, KnownDevice: known, MaxWhitelist: 5})
 		for _, task := range got.Tasks {
 			if err := task.Validate(); err != nil {
 				t.Fatalf("accepted an invalid task %+v: %v", task, err)
@@ -29,11 +32,22 @@ func FuzzParse(f *testing.F) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			again := Parse(b, Limits{KnownDevice: known})
-			if len(again.Tasks) != 1 || again.Tasks[0] != task {
+			again := Parse(b, Limits{KnownDevice: known, MaxWhitelist: 5})
+			if len(again.Tasks) != 1 || !reflect.DeepEqual(again.Tasks[0], task) {
 				t.Fatalf("task does not round-trip: %+v -> %s -> %+v", task, b, again)
 			}
-			if cmd := task.Command(); cmd.Validate() != nil {
+			if task.Op == SetWhitelist {
+				if len(task.Persons) > 5 {
+					t.Fatalf("accepted a list of %d persons, bound 5", len(task.Persons))
+				}
+				// Each person would make a valid terminal command.
+				for _, p := range task.Persons {
+					cmd := face.Command{MessageID: "m", Op: face.AddPerson, Person: p}
+					if err := cmd.Validate(); err != nil {
+						t.Fatalf("accepted a person the terminal protocol refuses: %+v: %v", p, err)
+					}
+				}
+			} else if cmd := task.Command(); cmd.Validate() != nil {
 				t.Fatalf("command for an accepted task is invalid: %+v", cmd)
 			}
 		}
@@ -71,11 +85,12 @@ func FuzzParseCleanSameAsElementwise(f *testing.F) {
 		}
 	}
 	f.Add([]byte(`[]`))
+	f.Add([]byte(`[{"taskId":"a","deviceId":"2042253","op":"SetWhitelist","persons":[{"id":"1"},{"id":"2"},{"id":"3"},{"id":"4"}]},{"taskId":"b","deviceId":"2042253","op":"SetWhitelist","persons":[]}]`))
 	f.Add([]byte(`[{"taskId":"a","deviceId":"2042253","op":"DeletePerson","person":{"id":"1"}},null]`))
 	f.Add([]byte(`[{"taskId":"a","deviceId":"2042253","op":"DeletePerson","person":{"id":"1"}},{"taskId":"a","deviceId":"2042253","op":"DeletePerson","person":{"id":"1"}}]`))
 	f.Add([]byte(`{"TASKID":"a","deviceId":"2042253","op":"AddPerson","person":{"id":"1","name":"x\u00e9\ud800"},"taskId":"b"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		lim := Limits{MaxBatch: 3, KnownDevice: known}
+		lim := Limits{MaxBatch: 3, KnownDevice: known, MaxWhitelist: 3}
 		trimmed := bytes.TrimSpace(data)
 		clean, ok := parseClean(trimmed, lim)
 		whole := parseElementwise(data, trimmed, lim)
@@ -89,7 +104,7 @@ func FuzzParseCleanSameAsElementwise(f *testing.F) {
 			t.Fatalf("%d tasks (%d ids) against %d for %q", len(clean.Tasks), len(clean.ids), len(whole.Tasks), data)
 		}
 		for i := range clean.Tasks {
-			if clean.Tasks[i] != whole.Tasks[i] || clean.ids[i] != whole.ids[i] {
+			if !reflect.DeepEqual(clean.Tasks[i], whole.Tasks[i]) || clean.ids[i] != whole.ids[i] {
 				t.Fatalf("task %d: %+v %s against %+v %s", i, clean.Tasks[i], clean.ids[i], whole.Tasks[i], whole.ids[i])
 			}
 			if clean.Command(i) != clean.Tasks[i].Command() {
@@ -108,6 +123,8 @@ func FuzzParseResultPlain(f *testing.F) {
 	f.Add([]byte(`{"status":"failed","tries":01,"durationMs":1e3}`))
 	f.Add([]byte("{\"error\":\"\xff\",\"deviceId\":\"\u00e9\"}"))
 	f.Add([]byte(`{}`))
+	f.Add([]byte(`{"taskId":"t","status":"succeeded","durationMs":3,"added":1,"deleted":0,"unchanged":-2,"added":4}`))
+	f.Add([]byte(`{"unchanged":0}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, ok := parseResultPlain(data)
 		if !ok {
@@ -117,8 +134,8 @@ func FuzzParseResultPlain(f *testing.F) {
 		if err := json.Unmarshal(data, &want); err != nil {
 			t.Fatalf("plain decoder took %q, encoding/json refuses it: %v", data, err)
 		}
-		if got != want {
-			t.Fatalf("%q: plain %+v, encoding/json %+v", data, got, want)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q: plain %+v %+v, encoding/json %+v %+v", data, got, got.WhitelistCounts, want, want.WhitelistCounts)
 		}
 	})
 }
@@ -139,6 +156,8 @@ func FuzzParsePlainTasks(f *testing.F) {
 	f.Add([]byte("{\"taskId\":\"\xff\"}"))
 	f.Add([]byte(`[{},]`))
 	f.Add([]byte(`{"taskId":"a"} {}`))
+	f.Add([]byte(`{"op":"SetWhitelist","persons":[{"id":"1","name":"a"},{"id":"2"}],"persons":[{"id":"3"}]}`))
+	f.Add([]byte(`[{"persons":[]},{"persons":[ {"id":"1","id":"2"} , {} ]},{"persons":null},{"persons":[,]}]`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, ok := parsePlainTasks(data)
 		if !ok {
@@ -160,7 +179,7 @@ func FuzzParsePlainTasks(f *testing.F) {
 			t.Fatalf("%q: plain %d tasks (nil %v), encoding/json %d (nil %v)", data, len(got), got == nil, len(want), want == nil)
 		}
 		for i := range got {
-			if got[i] != want[i] {
+			if !reflect.DeepEqual(got[i], want[i]) {
 				t.Fatalf("%q: task %d: plain %+v, encoding/json %+v", data, i, got[i], want[i])
 			}
 		}

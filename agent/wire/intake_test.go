@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,7 +28,7 @@ func TestParseOne(t *testing.T) {
 	}
 	want := Task{TaskID: "t-1", DeviceID: "2042253", Op: face.AddPerson, Person: face.Person{
 		ID: "951", Name: "Li Lei", ValidFrom: "2026-01-01T00:00:00Z", ValidTo: "2027-01-01T00:00:00+08:00"}}
-	if got.Tasks[0] != want {
+	if !reflect.DeepEqual(got.Tasks[0], want) {
 		t.Errorf("task = %+v", got.Tasks[0])
 	}
 }
@@ -43,7 +44,7 @@ func TestParseBatchKeepsGoodTasksAndExplainsTheRest(t *testing.T) {
 	}
 	wantReasons := []string{
 		`task 2: unknown device "nope"`,
-		`task 3: invalid task: op: unknown op "EditPerson" (want "AddPerson" or "DeletePerson")`,
+		`task 3: invalid task: op: unknown op "EditPerson" (want "AddPerson", "DeletePerson" or "SetWhitelist")`,
 		`task 4: not a task: want a JSON object or an array of objects`,
 		`task 5: duplicate taskId "t-1" in batch`,
 	}
@@ -90,7 +91,7 @@ func TestParseRejectsWholeMessages(t *testing.T) {
 		{"wrong type", `{"taskId":"t","deviceId":"d","op":"AddPerson","person":"951"}`, Limits{}, "invalid task: person: want an object, got JSON string", ""},
 		{"missing task id", `{"deviceId":"d","op":"AddPerson","person":{"id":"1"}}`, Limits{}, "invalid task: taskId: missing", ""},
 		{"missing device", `{"taskId":"t","op":"AddPerson","person":{"id":"1"}}`, Limits{}, "invalid task: deviceId: missing", ""},
-		{"missing op", `{"taskId":"t","deviceId":"d","person":{"id":"1"}}`, Limits{}, `invalid task: op: missing (want "AddPerson" or "DeletePerson")`, ""},
+		{"missing op", `{"taskId":"t","deviceId":"d","person":{"id":"1"}}`, Limits{}, `invalid task: op: missing (want "AddPerson", "DeletePerson" or "SetWhitelist")`, ""},
 		{"missing person id", `{"taskId":"t","deviceId":"d","op":"DeletePerson","person":{}}`, Limits{}, "invalid task: person.id: missing", ""},
 		{"long person id", `{"taskId":"t","deviceId":"d","op":"DeletePerson","person":{"id":"` + strings.Repeat("9", 65) + `"}}`, Limits{}, "invalid task: person.id: longer than 64 bytes", ""},
 		{"long task id", `{"taskId":"` + strings.Repeat("t", 129) + `","deviceId":"d","op":"DeletePerson","person":{"id":"1"}}`, Limits{}, "invalid task: taskId: longer than 128 bytes", ""},
@@ -195,7 +196,22 @@ func TestResultRoundTrip(t *testing.T) {
 	if err != nil || back != r {
 		t.Errorf("ParseResult = %+v, %v", back, err)
 	}
-	for _, bad := range []string{`{"taskId":"t","status":"done"}`, `{"status":"failed"}`, `[`} {
+	// A SetWhitelist's result: its counts after durationMs.
+	r.MessageID, r.WhitelistCounts = "SetWhitelist-1", &WhitelistCounts{Added: 3, Deleted: 1, Unchanged: 0}
+	b, err = json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const withCounts = `{"taskId":"t-1","deviceId":"2042253","messageId":"SetWhitelist-1","status":"succeeded","tries":1,"error":"","durationMs":12,"added":3,"deleted":1,"unchanged":0}`
+	if string(b) != withCounts {
+		t.Errorf("result JSON\n%s\nwant\n%s", b, withCounts)
+	}
+	back, err = ParseResult(b)
+	if err != nil || back.WhitelistCounts == nil || *back.WhitelistCounts != *r.WhitelistCounts {
+		t.Errorf("ParseResult = %+v %+v, %v", back, back.WhitelistCounts, err)
+	}
+	for _, bad := range []string{`{"taskId":"t","status":"done"}`, `{"status":"failed"}`, `[`,
+		`{"taskId":"t","status":"succeeded","added":-1}`} {
 		if _, err := ParseResult([]byte(bad)); err == nil {
 			t.Errorf("ParseResult(%s) accepted", bad)
 		}

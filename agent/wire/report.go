@@ -83,7 +83,13 @@ const (
 //
 //	{"taskId":"t-1","deviceId":"2042253","messageId":"…","status":"succeeded","tries":1,"error":"","durationMs":12}
 //
-// DurationMs runs from intake (the journal append) to the outcome.
+// DurationMs runs from intake (the journal append) to the outcome. A SetWhitelist's result
+// carries its counts as well, after durationMs:
+//
+//	{…,"durationMs":12,"added":3,"deleted":1,"unchanged":9996}
+//
+// and no other result has them: WhitelistCounts is nil for every other op (so read
+// r.Added only where r.WhitelistCounts != nil).
 type Result struct {
 	TaskID     string `json:"taskId"`
 	DeviceID   string `json:"deviceId"`
@@ -92,6 +98,16 @@ type Result struct {
 	Tries      int    `json:"tries"`
 	Error      string `json:"error"`
 	DurationMs int64  `json:"durationMs"`
+	*WhitelistCounts
+}
+
+// WhitelistCounts are a SetWhitelist's changes to the terminal's desired list, counted
+// against the list it replaced when the task was taken: Added + Unchanged is the new
+// list's length, Deleted + Unchanged the old one's.
+type WhitelistCounts struct {
+	Added     int `json:"added"`     // persons new to the list, or with a changed record
+	Deleted   int `json:"deleted"`   // persons of the old list not in the new one
+	Unchanged int `json:"unchanged"` // persons whose record is the same in both
 }
 
 // ParseResult reads a result message (for tools and tests) and checks its status.
@@ -110,6 +126,9 @@ func ParseResult(b []byte) (Result, error) {
 	}
 	if r.TaskID == "" {
 		return r, errors.New("result: taskId missing")
+	}
+	if c := r.WhitelistCounts; c != nil && (c.Added < 0 || c.Deleted < 0 || c.Unchanged < 0) {
+		return r, fmt.Errorf("result: negative count (added %d, deleted %d, unchanged %d)", c.Added, c.Deleted, c.Unchanged)
 	}
 	return r, nil
 }

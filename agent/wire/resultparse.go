@@ -35,6 +35,12 @@ func parseResultPlain(b []byte) (r Result, ok bool) {
 			var ok bool
 			r.DurationMs, ok = p.Int64()
 			return ok
+		case "added":
+			return p.Int(&counts(&r).Added)
+		case "deleted":
+			return p.Int(&counts(&r).Deleted)
+		case "unchanged":
+			return p.Int(&counts(&r).Unchanged)
 		}
 		return false
 	})
@@ -42,4 +48,13 @@ func parseResultPlain(b []byte) (r Result, ok bool) {
 		return Result{}, false
 	}
 	return r, true
+}
+
+// counts is r's WhitelistCounts, made on the first count read, as encoding/json makes
+// an embedded struct pointer on the first of its fields.
+func counts(r *Result) *WhitelistCounts {
+	if r.WhitelistCounts == nil {
+		r.WhitelistCounts = new(WhitelistCounts)
+	}
+	return r.WhitelistCounts
 }

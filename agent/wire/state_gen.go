@@ -114,6 +114,30 @@ func (z *DeviceState) DecodeMsg(dc *msgp.Reader) (err error) {
 				err = msgp.WrapError(err, "UpdatedAt")
 				return
 			}
+		case "desiredPersons":
+			z.DesiredPersons, err = dc.ReadInt()
+			if err != nil {
+				err = msgp.WrapError(err, "DesiredPersons")
+				return
+			}
+		case "inSync":
+			z.InSync, err = dc.ReadBool()
+			if err != nil {
+				err = msgp.WrapError(err, "InSync")
+				return
+			}
+		case "lastSync":
+			z.LastSync, err = dc.ReadInt64()
+			if err != nil {
+				err = msgp.WrapError(err, "LastSync")
+				return
+			}
+		case "syncStatus":
+			z.SyncStatus, err = dc.ReadString()
+			if err != nil {
+				err = msgp.WrapError(err, "SyncStatus")
+				return
+			}
 		default:
 			err = dc.Skip()
 			if err != nil {
@@ -127,9 +151,9 @@ func (z *DeviceState) DecodeMsg(dc *msgp.Reader) (err error) {
 
 // EncodeMsg implements msgp.Encodable
 func (z *DeviceState) EncodeMsg(en *msgp.Writer) (err error) {
-	// map header, size 15
+	// map header, size 19
 	// write "deviceId"
-	err = en.Append(0x8f, 0xa8, 0x64, 0x65, 0x76, 0x69, 0x63, 0x65, 0x49, 0x64)
+	err = en.Append(0xde, 0x0, 0x13, 0xa8, 0x64, 0x65, 0x76, 0x69, 0x63, 0x65, 0x49, 0x64)
 	if err != nil {
 		return
 	}
@@ -278,15 +302,55 @@ func (z *DeviceState) EncodeMsg(en *msgp.Writer) (err error) {
 		err = msgp.WrapError(err, "UpdatedAt")
 		return
 	}
+	// write "desiredPersons"
+	err = en.Append(0xae, 0x64, 0x65, 0x73, 0x69, 0x72, 0x65, 0x64, 0x50, 0x65, 0x72, 0x73, 0x6f, 0x6e, 0x73)
+	if err != nil {
+		return
+	}
+	err = en.WriteInt(z.DesiredPersons)
+	if err != nil {
+		err = msgp.WrapError(err, "DesiredPersons")
+		return
+	}
+	// write "inSync"
+	err = en.Append(0xa6, 0x69, 0x6e, 0x53, 0x79, 0x6e, 0x63)
+	if err != nil {
+		return
+	}
+	err = en.WriteBool(z.InSync)
+	if err != nil {
+		err = msgp.WrapError(err, "InSync")
+		return
+	}
+	// write "lastSync"
+	err = en.Append(0xa8, 0x6c, 0x61, 0x73, 0x74, 0x53, 0x79, 0x6e, 0x63)
+	if err != nil {
+		return
+	}
+	err = en.WriteInt64(z.LastSync)
+	if err != nil {
+		err = msgp.WrapError(err, "LastSync")
+		return
+	}
+	// write "syncStatus"
+	err = en.Append(0xaa, 0x73, 0x79, 0x6e, 0x63, 0x53, 0x74, 0x61, 0x74, 0x75, 0x73)
+	if err != nil {
+		return
+	}
+	err = en.WriteString(z.SyncStatus)
+	if err != nil {
+		err = msgp.WrapError(err, "SyncStatus")
+		return
+	}
 	return
 }
 
 // MarshalMsg implements msgp.Marshaler
 func (z *DeviceState) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
-	// map header, size 15
+	// map header, size 19
 	// string "deviceId"
-	o = append(o, 0x8f, 0xa8, 0x64, 0x65, 0x76, 0x69, 0x63, 0x65, 0x49, 0x64)
+	o = append(o, 0xde, 0x0, 0x13, 0xa8, 0x64, 0x65, 0x76, 0x69, 0x63, 0x65, 0x49, 0x64)
 	o = msgp.AppendString(o, z.DeviceID)
 	// string "online"
 	o = append(o, 0xa6, 0x6f, 0x6e, 0x6c, 0x69, 0x6e, 0x65)
@@ -330,6 +394,18 @@ func (z *DeviceState) MarshalMsg(b []byte) (o []byte, err error) {
 	// string "updatedAt"
 	o = append(o, 0xa9, 0x75, 0x70, 0x64, 0x61, 0x74, 0x65, 0x64, 0x41, 0x74)
 	o = msgp.AppendInt64(o, z.UpdatedAt)
+	// string "desiredPersons"
+	o = append(o, 0xae, 0x64, 0x65, 0x73, 0x69, 0x72, 0x65, 0x64, 0x50, 0x65, 0x72, 0x73, 0x6f, 0x6e, 0x73)
+	o = msgp.AppendInt(o, z.DesiredPersons)
+	// string "inSync"
+	o = append(o, 0xa6, 0x69, 0x6e, 0x53, 0x79, 0x6e, 0x63)
+	o = msgp.AppendBool(o, z.InSync)
+	// string "lastSync"
+	o = append(o, 0xa8, 0x6c, 0x61, 0x73, 0x74, 0x53, 0x79, 0x6e, 0x63)
+	o = msgp.AppendInt64(o, z.LastSync)
+	// string "syncStatus"
+	o = append(o, 0xaa, 0x73, 0x79, 0x6e, 0x63, 0x53, 0x74, 0x61, 0x74, 0x75, 0x73)
+	o = msgp.AppendString(o, z.SyncStatus)
 	return
 }
 
@@ -441,6 +517,30 @@ func (z *DeviceState) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				err = msgp.WrapError(err, "UpdatedAt")
 				return
 			}
+		case "desiredPersons":
+			z.DesiredPersons, bts, err = msgp.ReadIntBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "DesiredPersons")
+				return
+			}
+		case "inSync":
+			z.InSync, bts, err = msgp.ReadBoolBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "InSync")
+				return
+			}
+		case "lastSync":
+			z.LastSync, bts, err = msgp.ReadInt64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "LastSync")
+				return
+			}
+		case "syncStatus":
+			z.SyncStatus, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "SyncStatus")
+				return
+			}
 		default:
 			bts, err = msgp.Skip(bts)
 			if err != nil {
@@ -455,6 +555,6 @@ func (z *DeviceState) UnmarshalMsg(bts []byte) (o []byte, err error) {
 
 // Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
 func (z *DeviceState) Msgsize() (s int) {
-	s = 1 + 9 + msgp.StringPrefixSize + len(z.DeviceID) + 7 + msgp.BoolSize + 14 + msgp.Int64Size + 8 + msgp.Int64Size + 9 + msgp.StringPrefixSize + len(z.Firmware) + 8 + msgp.IntSize + 7 + msgp.BoolSize + 11 + msgp.IntSize + 9 + msgp.StringPrefixSize + len(z.InFlight) + 5 + msgp.Uint64Size + 10 + msgp.Uint64Size + 7 + msgp.Uint64Size + 8 + msgp.Uint64Size + 10 + msgp.StringPrefixSize + len(z.LastError) + 10 + msgp.Int64Size
+	s = 3 + 9 + msgp.StringPrefixSize + len(z.DeviceID) + 7 + msgp.BoolSize + 14 + msgp.Int64Size + 8 + msgp.Int64Size + 9 + msgp.StringPrefixSize + len(z.Firmware) + 8 + msgp.IntSize + 7 + msgp.BoolSize + 11 + msgp.IntSize + 9 + msgp.StringPrefixSize + len(z.InFlight) + 5 + msgp.Uint64Size + 10 + msgp.Uint64Size + 7 + msgp.Uint64Size + 8 + msgp.Uint64Size + 10 + msgp.StringPrefixSize + len(z.LastError) + 10 + msgp.Int64Size + 15 + msgp.IntSize + 7 + msgp.BoolSize + 9 + msgp.Int64Size + 11 + msgp.StringPrefixSize + len(z.SyncStatus)
 	return
 }

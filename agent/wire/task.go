@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -21,14 +22,52 @@ const (
 	MaxNameLen     = face.MaxTextLen
 )
 
-// Task is one whitelist task from the back office (docs/design.md "Upstream messages"):
+// SetWhitelist is the task op that replaces a terminal's whole desired whitelist with
+// Task.Persons. It is an upstream op only: no terminal command carries it (the agent
+// reconciles the terminal with the list through AddPerson and DeletePerson commands).
+const SetWhitelist face.Op = "SetWhitelist"
+
+// DefaultMaxWhitelist is the default bound on the persons of one SetWhitelist task
+// (Limits.MaxWhitelist): the top face capacity of common door terminals, so that one list
+// can fill any terminal the agent drives, while one parsed list stays within a few
+// megabytes (docs/benchmarks.md, "SetWhitelist").
+const DefaultMaxWhitelist = 50000
+
+// Task is one whitelist task from the back office (docs/integration.md "Tasks"):
 //
 //	{"taskId":"t-1","deviceId":"2042253","op":"AddPerson","person":{"id":"951","name":"…","validFrom":"…","validTo":"…"}}
+//	{"taskId":"t-2","deviceId":"2042253","op":"SetWhitelist","persons":[{"id":"951",…},…]}
+//
+// AddPerson and DeletePerson carry Person; SetWhitelist carries Persons (the terminal's
+// whole desired list, empty to clear it; nil only when the message had no "persons").
+// Parse decodes each person once, into Persons: the rest of the agent takes that slice as
+// it is and must not modify it.
 type Task struct {
-	TaskID   string      `json:"taskId"`
-	DeviceID string      `json:"deviceId"`
-	Op       face.Op     `json:"op"`
-	Person   face.Person `json:"person"`
+	TaskID   string        `json:"taskId"`
+	DeviceID string        `json:"deviceId"`
+	Op       face.Op       `json:"op"`
+	Person   face.Person   `json:"person"`
+	Persons  []face.Person `json:"persons"`
+}
+
+// MarshalJSON writes the task as the back office writes it: "person" for AddPerson and
+// DeletePerson, "persons" for SetWhitelist (each written when it is set, so that what
+// Parse refused is shown as it was read).
+func (t Task) MarshalJSON() ([]byte, error) {
+	w := struct {
+		TaskID   string         `json:"taskId"`
+		DeviceID string         `json:"deviceId"`
+		Op       face.Op        `json:"op"`
+		Person   *face.Person   `json:"person,omitempty"`
+		Persons  *[]face.Person `json:"persons,omitempty"`
+	}{TaskID: t.TaskID, DeviceID: t.DeviceID, Op: t.Op}
+	if t.Persons != nil {
+		w.Persons = &t.Persons
+	}
+	if t.Persons == nil || t.Person != (face.Person{}) {
+		w.Person = &t.Person
+	}
+	return json.Marshal(w)
 }
 
 // MessageID is the id the task's command carries to the terminal, stable for the task:
@@ -42,7 +81,14 @@ type Task struct {
 // office redelivers it), so terminals can recognise duplicates; two tasks differing in any
 // field get different ids. The op and person id up front keep ids readable in terminal
 // logs.
+//
+// A SetWhitelist task's id is "SetWhitelist-<n>", n hashing taskId, deviceId, op and then
+// every person's fields in order (messageIDSetWhitelist): it names the task in its result
+// and in the outbox, and no terminal ever sees it.
 func (t *Task) MessageID() string {
+	if t.Op == SetWhitelist {
+		return t.messageIDSetWhitelist()
+	}
 	// The fields go into one buffer hashed by sha256.Sum256: a hash.Hash from sha256.New
 	// and the []byte(f) conversions written to it escape to the heap, and every task gets
 	// its id twice (validation and command). The bytes hashed are the same.
@@ -63,7 +109,49 @@ func (t *Task) MessageID() string {
 	return string(b)
 }
 
-// Command is the terminal command for the task.
+// messageIDSetWhitelist is MessageID for a SetWhitelist task, the fields streamed into the
+// hash (a list of 50,000 persons is megabytes) with the same length prefixes, and the
+// number of persons ahead of them so that no list hashes like another.
+func (t *Task) messageIDSetWhitelist() string {
+	h := sha256.New()
+	var buf [1024]byte
+	b := buf[:0]
+	field := func(f string) {
+		if len(b)+4+len(f) > len(buf) {
+			h.Write(b)
+			b = buf[:0]
+		}
+		b = binary.BigEndian.AppendUint32(b, uint32(len(f)))
+		if len(f) > len(buf)-4 {
+			h.Write(b)
+			h.Write([]byte(f))
+			b = buf[:0]
+			return
+		}
+		b = append(b, f...)
+	}
+	field(t.TaskID)
+	field(t.DeviceID)
+	field(string(t.Op))
+	b = binary.BigEndian.AppendUint64(b, uint64(len(t.Persons)))
+	for i := range t.Persons {
+		p := &t.Persons[i]
+		field(p.ID)
+		field(p.Name)
+		field(p.ValidFrom)
+		field(p.ValidTo)
+	}
+	h.Write(b)
+	var sum [sha256.Size]byte
+	v := binary.BigEndian.Uint64(h.Sum(sum[:0])[:8]) >> 1
+	var idb [64]byte
+	return string(strconv.AppendUint(append(idb[:0], "SetWhitelist-"...), v, 10))
+}
+
+// Command is the terminal command for the task. A SetWhitelist task's command is no
+// terminal command: it carries the task's MessageID and op and no person (face's
+// Command.Validate refuses it), and stands for the task in the outbox until its result;
+// the list itself is Persons.
 func (t *Task) Command() face.Command {
 	return t.commandWithID(t.MessageID())
 }
@@ -85,6 +173,11 @@ func (t *Task) validate() (messageID string, err error) {
 	if err := t.validateFields(); err != nil {
 		return "", err
 	}
+	if t.Op == SetWhitelist {
+		// Each person passed the same checks as an AddPerson's person, which are
+		// stricter than the terminal protocol's (FuzzParse checks each one).
+		return t.MessageID(), nil
+	}
 	// What reaches the terminal must pass the terminal protocol's own checks.
 	cmd := t.Command()
 	if err := cmd.Validate(); err != nil {
@@ -102,28 +195,66 @@ func (t *Task) validateFields() error {
 	}
 	switch t.Op {
 	case face.AddPerson, face.DeletePerson:
+		if t.Persons != nil {
+			return fmt.Errorf("persons: only %s carries persons (%s takes one person)", SetWhitelist, t.Op)
+		}
+		return checkPerson("person.", &t.Person)
+	case SetWhitelist:
+		return t.validatePersons()
 	case "":
-		return fmt.Errorf("op: missing (want %q or %q)", face.AddPerson, face.DeletePerson)
+		return fmt.Errorf("op: missing (want %q, %q or %q)", face.AddPerson, face.DeletePerson, SetWhitelist)
 	default:
-		return fmt.Errorf("op: unknown op %.64q (want %q or %q)", string(t.Op), face.AddPerson, face.DeletePerson)
+		return fmt.Errorf("op: unknown op %.64q (want %q, %q or %q)", string(t.Op), face.AddPerson, face.DeletePerson, SetWhitelist)
 	}
-	p := &t.Person
-	if err := checkID("person.id", p.ID, MaxPersonIDLen); err != nil {
+}
+
+// validatePersons checks a SetWhitelist task's list: present, each person valid as an
+// AddPerson's person, no person id twice (the terminal holds one record per id, so a
+// repeated id would leave which record wins to chance). The bound on the list's length
+// is Limits.MaxWhitelist, checked by Parse.
+func (t *Task) validatePersons() error {
+	if t.Person != (face.Person{}) {
+		return fmt.Errorf("person: %s takes the list in persons, not a person", SetWhitelist)
+	}
+	if t.Persons == nil {
+		return errors.New(`persons: missing (an empty whitelist is "persons":[])`)
+	}
+	seen := make(map[string]int, len(t.Persons))
+	for i := range t.Persons {
+		p := &t.Persons[i]
+		where := "persons[" + strconv.Itoa(i) + "]"
+		if p.ID != "" && len(p.ID) <= MaxPersonIDLen {
+			where += fmt.Sprintf(" (id %q)", p.ID)
+		}
+		if err := checkPerson("", p); err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		if first, dup := seen[p.ID]; dup {
+			return fmt.Errorf("persons: duplicate person id %q (persons[%d] and persons[%d])", p.ID, first, i)
+		}
+		seen[p.ID] = i
+	}
+	return nil
+}
+
+// checkPerson checks a person's fields, each error naming the field with prefix before it.
+func checkPerson(prefix string, p *face.Person) error {
+	if err := checkID(prefix+"id", p.ID, MaxPersonIDLen); err != nil {
 		return err
 	}
 	if len(p.Name) > MaxNameLen {
-		return fmt.Errorf("person.name: longer than %d bytes", MaxNameLen)
+		return fmt.Errorf("%sname: longer than %d bytes", prefix, MaxNameLen)
 	}
-	from, err := checkTime("person.validFrom", p.ValidFrom)
+	from, err := checkTime(prefix+"validFrom", p.ValidFrom)
 	if err != nil {
 		return err
 	}
-	to, err := checkTime("person.validTo", p.ValidTo)
+	to, err := checkTime(prefix+"validTo", p.ValidTo)
 	if err != nil {
 		return err
 	}
 	if !from.IsZero() && !to.IsZero() && to.Before(from) {
-		return fmt.Errorf("person.validTo: %s is before validFrom %s", p.ValidTo, p.ValidFrom)
+		return fmt.Errorf("%svalidTo: %s is before validFrom %s", prefix, p.ValidTo, p.ValidFrom)
 	}
 	return nil
 }
@@ -160,10 +291,15 @@ func checkTime(field, v string) (time.Time, error) {
 }
 
 // Limits are the bounds Parse enforces. Zero values mean: no bound (MaxBatch,
-// MaxMessageSize) and every device known (KnownDevice nil).
+// MaxMessageSize), every device known (KnownDevice nil), and SetWhitelist tasks refused
+// (MaxWhitelist).
 type Limits struct {
 	MaxBatch       int
 	MaxMessageSize int
+	// MaxWhitelist is the most persons one SetWhitelist task may carry
+	// (DefaultMaxWhitelist is the usual value). 0 refuses SetWhitelist tasks: a gateway
+	// takes them only where something keeps the desired lists they set.
+	MaxWhitelist int
 	// KnownDevice reports whether a device id is configured on this gateway.
 	KnownDevice func(id string) bool
 }
@@ -254,6 +390,10 @@ func (b *Batch) one(raw json.RawMessage, lim Limits, i int, seen map[string]stru
 		b.reject(raw, where()+"invalid task: "+jsonProblem(err))
 		return
 	}
+	if err := lim.checkWhitelist(&t); err != nil {
+		b.reject(raw, where()+err.Error())
+		return
+	}
 	id, err := t.validate()
 	if err != nil {
 		b.reject(raw, where()+"invalid task: "+err.Error())
@@ -315,6 +455,9 @@ func parseClean(msg []byte, lim Limits) (b Batch, ok bool) {
 	}
 	for i := range b.Tasks {
 		t := &b.Tasks[i]
+		if lim.checkWhitelist(t) != nil {
+			return Batch{}, false
+		}
 		id, err := t.validate()
 		if err != nil || (lim.KnownDevice != nil && !lim.KnownDevice(t.DeviceID)) {
 			return Batch{}, false
@@ -331,6 +474,21 @@ func parseClean(msg []byte, lim Limits) (b Batch, ok bool) {
 		b.Tasks = []Task{} // "[]": as the element-wise path returns it
 	}
 	return b, true
+}
+
+// checkWhitelist refuses a SetWhitelist task this gateway does not take or whose list is
+// over MaxWhitelist, before its persons are validated one by one.
+func (lim *Limits) checkWhitelist(t *Task) error {
+	if t.Op != SetWhitelist {
+		return nil
+	}
+	switch {
+	case lim.MaxWhitelist <= 0:
+		return fmt.Errorf("%s: not taken by this gateway", SetWhitelist)
+	case len(t.Persons) > lim.MaxWhitelist:
+		return fmt.Errorf("whitelist too large: %d persons (max_whitelist %d)", len(t.Persons), lim.MaxWhitelist)
+	}
+	return nil
 }
 
 func (b *Batch) reject(payload []byte, reason string) {

@@ -58,6 +58,7 @@ func parsePlainTasks(msg []byte) (tasks []Task, ok bool) {
 
 // plainTask reads one task object into t.
 func plainTask(p *jsonplain.Scanner, t *Task) bool {
+	persons := false
 	return p.Object(func(key []byte) bool {
 		switch string(key) { // compared without a copy
 		case "taskId":
@@ -68,7 +69,45 @@ func plainTask(p *jsonplain.Scanner, t *Task) bool {
 			return face.ScanPlainOp(p, &t.Op)
 		case "person":
 			return face.ScanPlainPerson(p, &t.Person)
+		case "persons":
+			// A repeated "persons" is left to encoding/json, which decodes the second
+			// list over the first one's elements.
+			if persons {
+				return false
+			}
+			persons = true
+			return plainPersons(p, &t.Persons)
 		}
 		return false
 	})
+}
+
+// plainPersons reads an array of person objects into *dst: an empty array gives an empty
+// slice that is not nil, as with encoding/json (nil means "persons" was absent).
+func plainPersons(p *jsonplain.Scanner, dst *[]face.Person) bool {
+	p.Space()
+	if !p.Byte('[') {
+		return false
+	}
+	persons := []face.Person{}
+	p.Space()
+	if p.Byte(']') {
+		*dst = persons
+		return true
+	}
+	for {
+		persons = append(persons, face.Person{})
+		if !face.ScanPlainPerson(p, &persons[len(persons)-1]) {
+			return false
+		}
+		p.Space()
+		if p.Byte(']') {
+			break
+		}
+		if !p.Byte(',') {
+			return false
+		}
+	}
+	*dst = persons
+	return true
 }

@@ -42,7 +42,7 @@ func badTasks(t *testing.T, s *system) {
 		{`42`, "not a task: want a JSON object or an array of objects"},
 		{``, "malformed JSON: unexpected end of JSON input at byte 0"},
 		{`{"taskId":"u","deviceId":"nope","op":"AddPerson","person":{"id":"1"}}`, `unknown device "nope"`},
-		{`{"taskId":"u","deviceId":"t1","op":"EditPerson","person":{"id":"1"}}`, `invalid task: op: unknown op "EditPerson" (want "AddPerson" or "DeletePerson")`},
+		{`{"taskId":"u","deviceId":"t1","op":"EditPerson","person":{"id":"1"}}`, `invalid task: op: unknown op "EditPerson" (want "AddPerson", "DeletePerson" or "SetWhitelist")`},
 		{`{"taskId":"t","deviceId":"t1","op":"AddPerson","person":"951"}`, "invalid task: person: want an object, got JSON string"},
 		{`{"deviceId":"t1","op":"AddPerson","person":{"id":"1"}}`, "invalid task: taskId: missing"},
 		{`{"taskId":"t\n1","deviceId":"t1","op":"DeletePerson","person":{"id":"1"}}`, `invalid task: taskId: "t\n1" contains a control character`},

@@ -3,12 +3,15 @@
 //	taskctl submit [flags] FILE.jsonl     # tasks from a file (JSON Lines: a task or an array per line)
 //	taskctl submit [flags] -              # … from standard input
 //	taskctl submit -generate 10000 -devices 64 [-device-prefix term-]
+//	taskctl submit -set-whitelist PERSONS.jsonl -device 2042253   # a terminal's whole list
 //	taskctl states -config configs/demo.toml   # each terminal's state from the state store
 //
 // Tasks go to faceagent/{gw}/tasks with QoS 1 (in messages of -batch tasks, each
 // terminal's tasks in order); results are followed on faceagent/{gw}/results and
 // faceagent/{gw}/deadletter with a progress bar per terminal (redrawn in place on a
-// terminal), then a summary: done, failed, superseded, missing, p50/p99 per terminal.
+// terminal), then a summary: done, failed, superseded, missing, p50/p99 per terminal, the
+// counts of each SetWhitelist, and the whitelist sync reports seen on
+// faceagent/{gw}/devices/+/sync.
 //
 // Exit status: 0 when every task has an outcome (succeeded or not), 1 when following
 // timed out or the broker was lost, 2 for bad usage.
@@ -36,6 +39,7 @@ func main() {
 
 const usage = `usage: taskctl submit [flags] FILE.jsonl | -
        taskctl submit [flags] -generate N -devices M
+       taskctl submit [flags] -set-whitelist PERSONS.jsonl -device ID
        taskctl states [-config FILE | -url URL -gateway GW] [DEVICE...]
 `
 
@@ -47,7 +51,10 @@ Commands:
           follow faceagent/{gw}/results and /deadletter with a progress bar per terminal
           and print a summary: done, failed, superseded, missing, p50/p99 per terminal.
           Tasks come from a JSON Lines file (a task or an array of tasks per line; "-" is
-          standard input) or are generated (-generate N -devices M).
+          standard input) or are generated (-generate N -devices M). -set-whitelist
+          sends one SetWhitelist task: the terminal's whole list, from a JSON Lines file
+          of persons (one person object per line). Following also shows the whitelist
+          sync reports (faceagent/{gw}/devices/+/sync) and each SetWhitelist's counts.
   states  read each terminal's state from the state store (faceagent/{gw}/devices/{id})
           and print it as a table.
 
@@ -57,11 +64,14 @@ Examples:
   taskctl submit -url mqtt://127.0.0.1:18830 -gateway demo-gw configs/demo-tasks.jsonl
   taskctl submit -gateway gw-01 -generate 10000 -devices 64
   cat tasks.jsonl | taskctl submit -gateway gw-01 -no-follow -
+  taskctl submit -gateway gw-01 -set-whitelist site-a.jsonl -device 2042253
   taskctl states -config configs/demo.toml
   taskctl states -url mqtt://127.0.0.1:1883 -gateway gw-01 2042253 2042254
 
 A task: {"taskId":"t-1","deviceId":"2042253","op":"AddPerson"|"DeletePerson",
          "person":{"id":"951","name":"…","validFrom":"RFC3339","validTo":"RFC3339"}}
+    or  {"taskId":"t-2","deviceId":"2042253","op":"SetWhitelist","persons":[{"id":"951",…},…]}
+A person line of a -set-whitelist file: {"id":"951","name":"…","validFrom":"…","validTo":"…"}
 
 Exit status: 0 every task has an outcome, 1 following timed out or the broker was lost
 (states: a state missing or undecodable), 2 bad usage.
@@ -95,14 +105,24 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	devices := fs.Int("devices", 8, "with -generate: spread the tasks over this many terminals")
 	prefix := fs.String("device-prefix", "term-", "with -generate: terminal ids are PREFIX01, PREFIX02, …")
 	run := fs.String("run-id", "", "with -generate: task id prefix (default: random), so reruns are told apart")
+	whitelist := fs.String("set-whitelist", "", "send one SetWhitelist task with the persons of this JSON Lines file (\"-\": standard input)")
+	device := fs.String("device", "", "with -set-whitelist: the terminal whose whole list it is")
+	taskID := fs.String("task-id", "", "with -set-whitelist: the task's id (default: wl-DEVICE-random)")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "usage: taskctl submit [flags] FILE.jsonl | -\n       taskctl submit [flags] -generate N -devices M\n\nFlags:\n")
+		fmt.Fprint(fs.Output(), "usage: taskctl submit [flags] FILE.jsonl | -\n       taskctl submit [flags] -generate N -devices M\n"+
+			"       taskctl submit [flags] -set-whitelist PERSONS.jsonl -device ID\n\nFlags:\n")
 		fs.PrintDefaults()
 		fmt.Fprint(fs.Output(), `
 Examples:
   taskctl submit -url mqtt://127.0.0.1:18830 -gateway demo-gw configs/demo-tasks.jsonl
   taskctl submit -gateway gw-01 -generate 10000 -devices 64 -batch 100
   cat tasks.jsonl | taskctl submit -gateway gw-01 -no-follow -
+  taskctl submit -gateway gw-01 -set-whitelist site-a.jsonl -device 2042253
+
+A -set-whitelist file holds one person per line, e.g.
+  {"id":"951","name":"Li Lei","validFrom":"2026-01-01T00:00:00Z","validTo":"2027-01-01T00:00:00Z"}
+  {"id":"952","name":"Han Meimei"}
+An empty file clears the terminal's list.
 `)
 	}
 
@@ -132,9 +152,37 @@ Examples:
 
 	var tasks []pending
 	switch {
-	case *generate > 0 && len(files) > 0:
-		fmt.Fprintln(stderr, "taskctl: give a file or -generate, not both")
+	case *generate > 0 && len(files) > 0, *whitelist != "" && (*generate > 0 || len(files) > 0):
+		fmt.Fprintln(stderr, "taskctl: give a file, -generate or -set-whitelist, only one of them")
 		return 2
+	case *whitelist != "" && *device == "":
+		fmt.Fprintln(stderr, "taskctl: -set-whitelist needs -device, the terminal whose list it is")
+		return 2
+	case *whitelist == "" && (*device != "" || *taskID != ""):
+		fmt.Fprintln(stderr, "taskctl: -device and -task-id go with -set-whitelist")
+		return 2
+	case *whitelist != "":
+		var r io.Reader = stdin
+		name := "stdin"
+		if *whitelist != "-" {
+			f, err := os.Open(*whitelist)
+			if err != nil {
+				fmt.Fprintln(stderr, "taskctl:", err)
+				return 2
+			}
+			defer f.Close()
+			r, name = f, *whitelist
+		}
+		id := *taskID
+		if id == "" {
+			id = "wl-" + *device + "-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+		}
+		t, err := readWhitelist(r, name, id, *device)
+		if err != nil {
+			fmt.Fprintln(stderr, "taskctl:", err)
+			return 2
+		}
+		tasks = []pending{t}
 	case *generate > 0:
 		if *devices < 1 {
 			fmt.Fprintln(stderr, "taskctl: -devices must be at least 1")

@@ -63,13 +63,27 @@ func startFakeAgent(t *testing.T, gw string, known ...string) *fakeAgent {
 	go func() {
 		defer f.wg.Done()
 		for payload := range f.work {
-			b := wire.Parse(payload, wire.Limits{KnownDevice: isKnown})
+			b := wire.Parse(payload, wire.Limits{KnownDevice: isKnown, MaxWhitelist: wire.DefaultMaxWhitelist})
 			for _, r := range b.Rejects {
 				dl, _ := json.Marshal(r)
 				_ = srv.Publish("faceagent/"+gw+"/deadletter", dl, false, 1)
 			}
 			for i, task := range b.Tasks {
 				res := wire.Result{TaskID: task.TaskID, DeviceID: task.DeviceID, MessageID: task.MessageID(), Status: wire.Succeeded, Tries: 1, DurationMs: int64(10 + i)}
+				if task.Op == wire.SetWhitelist {
+					// Against an empty previous list: every person is added, after a
+					// reconciliation reported as started and done.
+					res.WhitelistCounts = &wire.WhitelistCounts{Added: len(task.Persons)}
+					for _, st := range []wire.SyncStatus{wire.SyncStarted, wire.SyncDone} {
+						rep := wire.SyncReport{DeviceID: task.DeviceID, Reason: wire.SyncSetWhitelist, Status: st,
+							Missing: len(task.Persons), At: "2026-11-27T15:04:05.000Z"}
+						out, err := rep.AppendJSON(nil)
+						if err != nil {
+							panic(err)
+						}
+						_ = srv.Publish(wire.GatewayTopics(gw).DeviceSync(task.DeviceID), out, false, 1)
+					}
+				}
 				switch task.Person.ID {
 				case "refuse-me":
 					res.Status, res.Error = wire.Failed, "terminal refused: code 3"
@@ -148,6 +162,61 @@ func TestSubmitFileAndFollow(t *testing.T) {
 	}
 }
 
+func TestSetWhitelistAndFollow(t *testing.T) {
+	f := startFakeAgent(t, "gw-w", "term-01")
+	out, errOut, code := runTaskctl(t, true, "submit", "-url", f.url, "-gateway", "gw-w", "-every", "10ms",
+		"-set-whitelist", "testdata/persons.jsonl", "-device", "term-01", "-task-id", "wl-1")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	if got := summaryRow(t, out, "term-01"); !strings.HasPrefix(got, "1 0 0 0 ") {
+		t.Errorf("term-01 row %q\n%s", got, out)
+	}
+	for _, want := range []string{
+		"SetWhitelist wl-1 on term-01: succeeded, added 3, deleted 0, unchanged 0\n",
+		"sync term-01 setWhitelist: started, missing 3, extra 0, changed 0, at 2026-11-27T15:04:05.000Z\n",
+		"sync term-01 setWhitelist: done, missing 3, extra 0, changed 0, at 2026-11-27T15:04:05.000Z\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+}
+
+func TestReadWhitelist(t *testing.T) {
+	p, err := readWhitelist(strings.NewReader("# site A\n{\"id\":\"1\", \"name\":\"a\"}\n\n{\"id\":\"2\"}\n"), "x", "wl-\"1", "d1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"taskId":"wl-\"1","deviceId":"d1","op":"SetWhitelist","persons":[{"id":"1","name":"a"},{"id":"2"}]}`
+	if string(p.raw) != want || p.taskID != "wl-\"1" || p.deviceID != "d1" {
+		t.Errorf("task %s (%s, %s)\nwant %s", p.raw, p.taskID, p.deviceID, want)
+	}
+	// An empty file is an empty list: it clears the terminal.
+	empty, err := readWhitelist(strings.NewReader("# nobody\n"), "x", "wl-2", "d1")
+	b := wire.Parse(empty.raw, wire.Limits{MaxWhitelist: 10})
+	if err != nil || len(b.Tasks) != 1 || b.Tasks[0].Persons == nil || len(b.Tasks[0].Persons) != 0 {
+		t.Errorf("empty file: %s %v %+v", empty.raw, err, b.Rejects)
+	}
+	for in, want := range map[string]string{
+		"{\"id\":\"1\"}\n{\"id\":\"2\"}\n{\"id\":\"1\"}\n": `x:3: person id "1" already on line 1`,
+		"{\"name\":\"a\"}\n": "x:1: person without id",
+		"[{\"id\":\"1\"}]\n": "x:1: not a person object",
+		"{\"id\":\"1\"\n":    "x:1: not a person object",
+	} {
+		if _, err := readWhitelist(strings.NewReader(in), "x", "t", "d"); err == nil || err.Error() != want {
+			t.Errorf("%q: %v, want %q", in, err, want)
+		}
+	}
+	var many strings.Builder
+	for i := range maxWhitelistFile + 1 {
+		fmt.Fprintf(&many, "{\"id\":\"%d\"}\n", i)
+	}
+	if _, err := readWhitelist(strings.NewReader(many.String()), "x", "t", "d"); err == nil || !strings.Contains(err.Error(), "more than") {
+		t.Errorf("%d persons: %v", maxWhitelistFile+1, err)
+	}
+}
+
 func TestGenerateManyWithLiveBars(t *testing.T) {
 	f := startFakeAgent(t, "gw-g", "dev-01", "dev-02", "dev-03")
 	out, errOut, code := runTaskctl(t, true, "submit", "-url", f.url, "-gateway", "gw-g", "-generate", "1500", "-devices", "3", "-device-prefix", "dev-", "-run-id", "r1", "-every", "5ms")
@@ -184,7 +253,7 @@ func TestHelp(t *testing.T) {
 	}{
 		{[]string{"-h"}, []string{"Commands:", "submit", "states", "Examples:", "Exit status:"}},
 		{[]string{"help"}, []string{"Commands:"}},
-		{[]string{"submit", "-h"}, []string{"-generate", "-timeout", "Examples:"}},
+		{[]string{"submit", "-h"}, []string{"-generate", "-timeout", "-set-whitelist", "-device", "Examples:", "-set-whitelist site-a.jsonl"}},
 		{[]string{"states", "-h"}, []string{"-config FILE", "Examples:"}},
 	} {
 		out, errOut, code := runTaskctl(t, false, tc.args...)
@@ -206,6 +275,12 @@ func TestUsageErrors(t *testing.T) {
 		{"submit", "-generate", "5", "-devices", "0"},
 		{"submit", "testdata/does-not-exist.jsonl"},
 		{"submit", "-nope"},
+		{"submit", "-set-whitelist", "testdata/persons.jsonl"},
+		{"submit", "-set-whitelist", "testdata/persons.jsonl", "-device", "d", "testdata/tasks.jsonl"},
+		{"submit", "-set-whitelist", "testdata/persons.jsonl", "-device", "d", "-generate", "5"},
+		{"submit", "-device", "d", "testdata/tasks.jsonl"},
+		{"submit", "-set-whitelist", "testdata/does-not-exist.jsonl", "-device", "d"},
+		{"submit", "-set-whitelist", "testdata/tasks.jsonl", "-device", "d"},
 		{"states"},
 		{"states", "-nope"},
 	} {

@@ -24,8 +24,19 @@ type tracker struct {
 	finished  int
 	foreign   int      // results for tasks this run did not submit
 	unmatched []string // deadletter reasons that name no task of ours
+	// whitelists are the SetWhitelist results of this run, in arrival order.
+	whitelists []wire.Result
+	// syncs are the first maxSyncShown sync reports seen, of any terminal; syncsLeft
+	// counts the ones past them. lastSync is each terminal's latest, for the bars.
+	syncs     []wire.SyncReport
+	syncsLeft int
+	lastSync  map[string]wire.SyncReport
 	done      chan struct{}
 }
+
+// maxSyncShown bounds the sync reports kept for the summary: a run with many terminals
+// drifting at once shows the first ones and how many more came.
+const maxSyncShown = 50
 
 type taskState struct {
 	device   string
@@ -38,7 +49,8 @@ type devProgress struct {
 }
 
 func newTracker(tasks []pending) *tracker {
-	t := &tracker{dev: map[string]*devProgress{}, tasks: make(map[string]*taskState, len(tasks)), done: make(chan struct{})}
+	t := &tracker{dev: map[string]*devProgress{}, tasks: make(map[string]*taskState, len(tasks)),
+		lastSync: map[string]wire.SyncReport{}, done: make(chan struct{})}
 	for _, p := range tasks {
 		d := t.dev[p.deviceID]
 		if d == nil {
@@ -86,6 +98,11 @@ func (t *tracker) result(r wire.Result) {
 	if !ok {
 		return
 	}
+	if r.WhitelistCounts != nil {
+		c := *r.WhitelistCounts // the result's own copy: r's pointer is not kept
+		r.WhitelistCounts = &c
+		t.whitelists = append(t.whitelists, r)
+	}
 	switch r.Status {
 	case wire.Succeeded:
 		d.succeeded++
@@ -94,6 +111,20 @@ func (t *tracker) result(r wire.Result) {
 		d.failed++
 	case wire.Superseded:
 		d.superseded++
+	}
+}
+
+// sync records a whitelist sync report.
+func (t *tracker) sync(s wire.SyncReport) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ours := t.dev[s.DeviceID]; ours {
+		t.lastSync[s.DeviceID] = s
+	}
+	if len(t.syncs) < maxSyncShown {
+		t.syncs = append(t.syncs, s)
+	} else {
+		t.syncsLeft++
 	}
 }
 
@@ -156,6 +187,9 @@ func (t *tracker) render(w io.Writer, redraw bool) {
 		if d.failed+d.dead > 0 {
 			fmt.Fprintf(&b, "  failed %d", d.failed+d.dead)
 		}
+		if s, ok := t.lastSync[id]; ok {
+			fmt.Fprintf(&b, "  sync %s", s.Status)
+		}
 		b.WriteByte('\n')
 	}
 	fmt.Fprintf(&b, "\x1b[2Ktotal %d/%d\n", t.finished, t.total)
@@ -195,6 +229,24 @@ func (t *tracker) summary(w io.Writer, elapsed time.Duration) {
 		fmtMs(percentile(tot.durations, 0.50)), fmtMs(percentile(tot.durations, 0.99)))
 	if elapsed > 0 && t.finished > 0 {
 		fmt.Fprintf(w, "%d tasks in %s (%.0f/s)\n", t.finished, elapsed.Round(time.Millisecond), float64(t.finished)/elapsed.Seconds())
+	}
+	for _, r := range t.whitelists {
+		c := r.WhitelistCounts
+		fmt.Fprintf(w, "SetWhitelist %s on %s: %s, added %d, deleted %d, unchanged %d", r.TaskID, r.DeviceID, r.Status, c.Added, c.Deleted, c.Unchanged)
+		if r.Error != "" {
+			fmt.Fprintf(w, " (%s)", r.Error)
+		}
+		fmt.Fprintln(w)
+	}
+	for _, s := range t.syncs {
+		fmt.Fprintf(w, "sync %s %s: %s, missing %d, extra %d, changed %d, at %s", s.DeviceID, s.Reason, s.Status, s.Missing, s.Extra, s.Changed, s.At)
+		if s.Error != "" {
+			fmt.Fprintf(w, " (%s)", s.Error)
+		}
+		fmt.Fprintln(w)
+	}
+	if t.syncsLeft > 0 {
+		fmt.Fprintf(w, "(%d more sync reports)\n", t.syncsLeft)
 	}
 	for _, r := range t.unmatched {
 		fmt.Fprintf(w, "deadletter: %s\n", r)

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,13 +41,23 @@ const plainEvery = 2 * time.Second
 var ErrIncomplete = errors.New("not every task has an outcome")
 
 // submit publishes the tasks to faceagent/{gw}/tasks with QoS 1 and, with Follow, shows
-// their progress from faceagent/{gw}/results and …/deadletter until each has an outcome.
-// Results are subscribed before the first task leaves, so none is missed.
+// their progress from faceagent/{gw}/results and …/deadletter until each has an outcome,
+// with the whitelist sync reports seen meanwhile on …/devices/+/sync. Results are
+// subscribed before the first task leaves, so none is missed; a sync report that comes
+// after the last outcome is not shown.
 func submit(ctx context.Context, o submitOptions, tasks []pending, out io.Writer) error {
 	tr := newTracker(tasks)
 	prefix := "faceagent/" + o.Gateway + "/"
+	topics := wire.GatewayTopics(o.Gateway)
 	c, err := dial(ctx, o, func(pr paho.PublishReceived) (bool, error) {
-		switch pr.Packet.Topic {
+		topic := pr.Packet.Topic
+		if strings.HasPrefix(topic, topics.Devices) && strings.HasSuffix(topic, "/sync") {
+			if s, err := wire.ParseSyncReport(pr.Packet.Payload); err == nil {
+				tr.sync(s)
+			}
+			return true, nil
+		}
+		switch topic {
 		case prefix + "results":
 			if r, err := wire.ParseResult(pr.Packet.Payload); err == nil {
 				tr.result(r)
@@ -74,6 +85,7 @@ func submit(ctx context.Context, o submitOptions, tasks []pending, out io.Writer
 		_, err := c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{
 			{Topic: prefix + "results", QoS: 1},
 			{Topic: prefix + "deadletter", QoS: 1},
+			{Topic: topics.DeviceSync("+"), QoS: 1},
 		}})
 		if err != nil {
 			return fmt.Errorf("subscribe: %w", err)
