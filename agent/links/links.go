@@ -72,7 +72,8 @@ func Open(o Options) (*Links, error) {
 			Devices:        o.MQTT,
 			// Acks and heartbeats go to Deliver; Events carries connection changes and what
 			// arrives before the pump installs Deliver's handler, and a full buffer only makes
-			// a terminal's delivery wait for the pump. 64 events are 10 KB, 1,024 were 164 KB.
+			// a terminal's delivery wait for the pump, so a short buffer suffices: its
+			// memory grows with its length (about 160 bytes an event).
 			EventBuffer: 64,
 			Deliver:     l.deliver,
 			Logger:      log.With("part", "mqttlink"),
