@@ -125,8 +125,8 @@ func (l *Links) SendsWithoutBlocking(deviceID string) bool { return l.nonBlockin
 //
 // A heartbeat is left to Events and the pump (false). With the embedded broker the
 // delivery goroutine is the terminal's connection reader, whose stack the GC shrinks to
-// 8 KiB between packets: handled there, a heartbeat (every 5 s by default) grew every
-// reader's stack back to 16 KiB after every collection. Nothing waits for a heartbeat's
+// 8 KiB between packets: handled there, a heartbeat (every 5 s by default) would grow
+// every reader's stack back to 16 KiB after every collection. Nothing waits for a heartbeat's
 // handling, so the hop costs nothing that matters; acks stay direct, each one's next
 // command is on the critical path of the throughput. The pump keeps a terminal's
 // heartbeats in order, and after the link's Up queued before them. An ack the terminal
