@@ -43,7 +43,7 @@ func TestDeliveryToATakenOverConnectionMovesOn(t *testing.T) {
 }
 
 // TestRedeliveredMessageCountedAndSentOnce: a message the guard redelivers counts in
-// Info.Inflight until its PUBACK, as a routed one does (mochi no longer counts a message
+// Info.Inflight until its PUBACK, as a routed one does (mochi does not count a message
 // routed to a taken-over connection, and counts the old connection's cleared ones out), and
 // one that was waiting for send quota in the old session (OnQosDropped's copy has Expiry -1)
 // goes out once and is not left waiting, to be sent again with the next free quota.

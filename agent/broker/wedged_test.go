@@ -153,8 +153,8 @@ func (h *relayHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 // blocked on its full socket, holds up nothing but itself. A back office's task whose
 // intake sends commands to it and to a healthy terminal inside OnPublish is acknowledged,
 // a QoS 1 publish to it from another goroutine returns, and the healthy terminal gets
-// both commands. (mochi v2.7.9 took the wedged client's lock for a QoS 1 packet id, and
-// waited the write timeout.)
+// both commands: taking the wedged client's lock for a QoS 1 packet id, as unpatched
+// mochi v2.7.9 does, would wait the write timeout.
 func TestWedgedTerminalStallsNoOne(t *testing.T) {
 	relay := &relayHook{topic: "faceagent/gw/tasks", relays: []string{"dev/face/stuck", "dev/face/healthy"}}
 	b := startBroker(t, wedgeOptions(), relay)
