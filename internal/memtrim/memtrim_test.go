@@ -49,7 +49,7 @@ Anonymous:             4 kB
 }
 
 // TestReleaseImagePIE runs TestReleaseImage in a position-independent build of this test
-// binary: its RELRO pages were relocated at start-up, and dropping them crashed it.
+// binary: its RELRO pages are relocated at start-up, so dropping them would crash it.
 func TestReleaseImagePIE(t *testing.T) {
 	if runtime.GOOS != "linux" || testing.Short() {
 		t.Skip("Linux only; builds a binary")
