@@ -47,7 +47,8 @@ type sessionStore struct {
 	beforeAck map[string]uint64
 }
 
-// legacySessionsFile is the bbolt file of releases before the journal: no longer read.
+// legacySessionsFile is the bbolt session file of releases without the journal: not read,
+// only warned about.
 const legacySessionsFile = "broker-sessions.db"
 
 func (h *sessionStore) ID() string { return "faceagent-sessions" }
