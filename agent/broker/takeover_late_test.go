@@ -12,10 +12,9 @@ import (
 // TestDeliveryToATakenOverConnectionMovesOn: the guard delivers what it kept for a new
 // connection in that connection's OnSessionEstablished. A third connection may take the
 // session over meanwhile: once it has copied the second's in-flight set and cleared it, a
-// message the guard then puts in the second's set stays there, never sent while the broker
-// runs (TestPooledPacketsStayApart lost results this way, the guard logging that they wait
-// for the next session). Delivered to a connection already taken over, the message goes to
-// the one that took it over.
+// message the guard then puts in the second's set would stay there, never sent while the
+// broker runs (TestPooledPacketsStayApart exercises this under load). Delivered to a
+// connection already taken over, the message goes to the one that took it over.
 func TestDeliveryToATakenOverConnectionMovesOn(t *testing.T) {
 	const id, topic = "late", "late/results"
 	b := startBroker(t, Options{})

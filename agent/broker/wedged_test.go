@@ -276,9 +276,10 @@ func TestWedgedTerminalClose(t *testing.T) {
 	}
 }
 
-// TestWedgedTerminalCutAfterWriteTimeout: a write that times out ends the connection. mochi
-// v2.7.9 went on writing the next queued packets into the broken stream, each waiting the
-// write timeout again, and kept the client until its keepalive ran out (1.5 × 60 s here).
+// TestWedgedTerminalCutAfterWriteTimeout: a write that times out ends the connection,
+// rather than go on writing the next queued packets into the broken stream, each waiting
+// the write timeout again, and keep the client until its keepalive runs out (1.5 × 60 s
+// here).
 func TestWedgedTerminalCutAfterWriteTimeout(t *testing.T) {
 	gone := &disconnects{ids: make(chan string, 8)} // sessions_test.go
 	o := wedgeOptions()
