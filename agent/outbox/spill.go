@@ -47,8 +47,8 @@ import (
 // the file (spill.pins). Copying outside the lock, then adopting under it what did not move
 // meanwhile, would remove the pause at the cost of a goroutine and that reconciliation.
 //
-// Failures: a failed write (disk full, I/O error) keeps the payloads it held on the heap,
-// as before this file existed (Stats.PayloadsOnHeap counts them, PayloadWriteErrors the
+// Failures: a failed write (disk full, I/O error) keeps the payloads it held on the heap
+// (Stats.PayloadsOnHeap counts them, PayloadWriteErrors the
 // failures); the next write tries the file again, and the next rewrite moves them back.
 // A failed read (I/O error, checksum mismatch) when a command is due leaves the command
 // queued at the head of its device's FIFO, counts (PayloadReadErrors) and asks for the
