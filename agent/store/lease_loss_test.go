@@ -27,7 +27,7 @@ func TestLeaseLossNotHeldBackByAHangingRenewal(t *testing.T) {
 	}
 	c.mu.Unlock()
 
-	// RenewEvery close to the TTL makes the old delay (a renewal blocking until
+	// RenewEvery close to the TTL makes the delay a blocking renewal would cause (until
 	// start+2*RenewEvery) far larger than the slack allowed below.
 	const ttl, every = 1500 * time.Millisecond, 1400 * time.Millisecond
 	start := time.Now()
