@@ -64,9 +64,9 @@ type Clock struct {
 	// A mutex and not a CAS loop on packed state: the state is 96 bits (wall and counter), so
 	// a lock-free version needs either a narrower wall and counter (44 + 20 bits in
 	// BenchmarkClockSync's casClock: walls until 2577, counters to 1M) or a heap-allocated
-	// state per update. Measured (docs/benchmarks.md), CAS saves 10-20 ns per timestamp, with
-	// or without contention; every Now and Update also reads the system clock, which costs
-	// more than that (BenchmarkSystemMillis).
+	// state per update. What CAS would save per timestamp, with or without contention, is
+	// less than the system clock read every Now and Update makes anyway (BenchmarkClockSync,
+	// BenchmarkSystemMillis; docs/benchmarks.md, "hlc").
 	mu      sync.Mutex
 	wall    int64  // largest wall issued or observed
 	counter uint32 // its counter

@@ -53,8 +53,8 @@ func internNode(b []byte) string {
 		// Both taken: evict one at random. With a fixed choice (a hash bit), two busy ids
 		// whose chosen slots coincide evict each other on every call forever; a global
 		// alternation still locks step with a fixed calling order (three hot ids parsed in
-		// turn flip it every round; TestInternChurn failed 2 of 90 runs under qemu). A
-		// random choice lets colliding ids settle into slots the others do not want.
+		// turn flip it every round; TestInternChurn). A random choice lets colliding ids
+		// settle into slots the others do not want.
 		internTable[i].Store(&s)
 	default:
 		internTable[j].Store(&s)

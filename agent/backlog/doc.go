@@ -41,12 +41,10 @@
 //
 // A key is a topic level: no '/', '+', '#' or NUL (KeyOK). The deadletter log
 // (data_dir/deadletter) is an unkeyed backlog of kind 'A'; the forward log
-// (data_dir/forward) a keyed one of kinds 'A' (acks) and 'H' (heartbeats). Both were
-// written in this format before this package existed, and replay as they were
-// (testdata/*-v1: journals the former encoders wrote). A deadletter log written by the
-// former code has no seen records (its snapshots were taken under its lock); one
-// written now may have, which the former code would refuse: a downgrade needs an empty
-// deadletter backlog.
+// (data_dir/forward) a keyed one of kinds 'A' (acks) and 'H' (heartbeats). The format
+// is the one earlier releases wrote to both, so their journals replay unchanged
+// (testdata/*-v1 holds such journals). A deadletter log may hold seen records, which
+// releases older than this package refuse: a downgrade needs an empty deadletter backlog.
 //
 // A snapshot holds the live entries' records and a seen record. Replay reads records in
 // order and applies them as the live process did: an entry is admitted under the same

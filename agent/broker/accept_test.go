@@ -95,10 +95,10 @@ func TestAcceptSurvivesDescriptorExhaustion(t *testing.T) {
 	child.WaitLines(waitFor, "accepting connections again", "health: ok")
 }
 
-// TestConnectionsBeyondLimitsAreClosedAtAccept: sockets that never send CONNECT each held
-// a goroutine and a descriptor until the connect timeout, without bound. At most
-// MaxConnecting are now between accept and CONNACK; a socket beyond that, or beyond
-// MaxClients + MaxConnecting, is closed as soon as it is accepted, before any CONNECT.
+// TestConnectionsBeyondLimitsAreClosedAtAccept: sockets that never send CONNECT must not
+// hold goroutines and descriptors without bound. At most MaxConnecting are between accept
+// and CONNACK; a socket beyond that, or beyond MaxClients + MaxConnecting, is closed as
+// soon as it is accepted, before any CONNECT.
 func TestConnectionsBeyondLimitsAreClosedAtAccept(t *testing.T) {
 	b := startBroker(t, Options{MaxConnecting: 2, ConnectTimeout: time.Minute})
 	s1, s2 := dialSilent(t, b.Addr()), dialSilent(t, b.Addr())

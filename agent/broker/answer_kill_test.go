@@ -64,8 +64,8 @@ func (c *sdkClient) persistentSet(i int, id uint16) packets.Packet {
 // SETs (16 in flight) from a client with a kept session; after a restart on the same
 // DataDir the resumed session is answered every request the broker had acknowledged and
 // the client had no answer to, and each acknowledged change is in the store. The store's
-// persistence goroutine answers such a request once its snapshot is fsynced; the PUBACK
-// used to be written before that, so a kill in between lost the answer, and the change.
+// persistence goroutine answers such a request once its snapshot is fsynced; a PUBACK
+// written before that would let a kill in between lose the answer, and the change.
 func TestPersistentChangeAnsweredAfterSIGKILL(t *testing.T) {
 	for round := range 3 {
 		acked, owed := answerKillRound(t, 200*time.Millisecond+time.Duration(round)*200*time.Millisecond)

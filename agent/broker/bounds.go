@@ -6,13 +6,14 @@ import (
 
 // Defaults of the bounds in Options (0 there). Together they keep the daemon's worst case,
 // whatever its clients do, with a 1 MiB max packet size, under a 256 MiB soft memory limit
-// (docs/benchmarks.md, "Worst-case memory of the broker's bounds": 253 MiB, the state
-// store full included): a gateway serves its terminals (one connection and one
+// (docs/benchmarks.md, "Worst-case memory of the broker's bounds", the state store full
+// included): a gateway serves its terminals (one connection and one
 // subscription each), a back office or two and a few state store clients. Boards with
 // less memory set smaller ones (boards/*.toml).
 const (
-	// DefaultMaxClients: 64 terminals and as many others, or 128 terminals. Each
-	// connection may cost up to ~0.8 MB at worst, so this is the bound that weighs most.
+	// DefaultMaxClients: 64 terminals and as many others, or 128 terminals. A connection
+	// is the costliest thing a client can add (its buffers, stacks and queues at their
+	// bounds), so this is the bound that weighs most in the worst case.
 	DefaultMaxClients = 128
 	// DefaultMaxSubscriptions: a back office subscribes to a handful of filters, a
 	// terminal to one, a state store client to its responses and notifications.

@@ -197,8 +197,9 @@ func TestQoS2BeyondTheSessionIsRefused(t *testing.T) {
 }
 
 // A subscriber that stops reading costs only itself: another gets every message at once;
-// what the broker holds for the stuck one stays within its bounds (upstream mochi queued
-// up to 8,192 packets for it: 1.9 GB of 1 MB messages), and the heap with it.
+// what the broker holds for the stuck one stays within its bounds (a queue bounded in
+// packets only, as mochi's is, would hold 8,192 of these 1 MB messages), and the heap
+// with it.
 func TestStuckSubscriberCostsOnlyItself(t *testing.T) {
 	const (
 		pending = 256 << 10
@@ -270,8 +271,8 @@ func TestStuckSubscriberCostsOnlyItself(t *testing.T) {
 	}
 }
 
-// A session that expires takes its subscriptions out of the topics index (upstream mochi
-// left them there for good: every expired session's filters stayed in the index).
+// A session that expires takes its subscriptions out of the topics index, so expired
+// sessions' filters cannot accumulate there.
 func TestExpiredSessionLeavesNoSubscriptions(t *testing.T) {
 	b := startBroker(t, Options{})
 	expiry := uint32(1)

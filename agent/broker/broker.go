@@ -93,13 +93,13 @@ type Options struct {
 	// for a subscriber (queued for its session, or sent and unacknowledged), whatever its
 	// own Message Expiry says. 0: no maximum: a message without a Message Expiry waits as
 	// long as its subscriber's session lives, held to MaxSessionBytes and MaxQueuedBytes
-	// like everything a session holds (mochi's default was 24 hours, after which a back
-	// office away longer lost its results). Whole seconds.
+	// like everything a session holds, so a back office away for longer than any fixed
+	// expiry still gets its results. Whole seconds.
 	MaxMessageExpiry time.Duration
 	// MaxPendingWrites bounds the packets queued for writing to one client
 	// (mochi's MaximumClientWritesPending); beyond it messages to that client
 	// are held or dropped as beyond MaxPendingWriteBytes. 0 means
-	// DefaultMaxPendingWrites (1,024; mochi's default is 8,192, 64 KiB a client).
+	// DefaultMaxPendingWrites (1,024, 8 bytes a slot allocated for every client).
 	MaxPendingWrites int32
 
 	// Bounds in bytes and counts (bounds.go): 0 means the Default one, a negative value
@@ -122,8 +122,8 @@ type Options struct {
 	// TerminalTopic, when set, reports whether topic is the command topic of one terminal
 	// (the agent: dev/face/{id} of a configured device). A client whose first SUBSCRIBE is
 	// for such topics only gets a queue of TerminalPendingWrites instead (0:
-	// DefaultTerminalPendingWrites, 32): 352 bytes instead of 9.5 KB a terminal. See
-	// queues.go and SetTerminalTopic.
+	// DefaultTerminalPendingWrites, 32), a 352-byte allocation where a queue of 1,024 is
+	// 9,472 bytes. See queues.go and SetTerminalTopic.
 	TerminalTopic         func(topic string) bool
 	TerminalPendingWrites int32
 

@@ -9,10 +9,10 @@ import (
 )
 
 // TestClientCertificateBelongsToItsUser: with mutual TLS and users, a client certificate
-// was any user's: a terminal's certificate with the back office's password logged in as
-// the back office. A user's certificate must now carry its name as Common Name, or one of
-// the names its certificate_cn lists; another is refused with 0x87 (MQTT 3.1.1: 0x05),
-// after the password (a wrong one is still 0x86).
+// belongs to one user, so a terminal's certificate with the back office's password cannot
+// log in as the back office. A user's certificate must carry its name as Common Name, or
+// one of the names its certificate_cn lists; another is refused with 0x87 (MQTT 3.1.1:
+// 0x05), after the password (a wrong one is still 0x86).
 func TestClientCertificateBelongsToItsUser(t *testing.T) {
 	pki := newTestPKI(t)
 	users := ownerUsersFile(t, `certificate_cn = ["door-1", "door-2"]`)

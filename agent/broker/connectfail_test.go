@@ -40,11 +40,11 @@ func guardEntries(g *takeoverGuard) (incoming, settling int) {
 // TestFailedTakeoverIsForgotten: a connection that took a session over but whose CONNACK
 // could not be written (here: a Maximum Packet Size no CONNACK fits in, which any client
 // may ask for; a peer that resets the connection during the password check does the same)
-// ends without OnSessionEstablished. The hooks must hear of its end all the same: the
-// takeover guard kept both its entries for the client id, with the connection's whole
-// client, for good (one per id, so a loop over fresh ids grew the heap without bound), and
-// every later end of a client with that id waited settleTimeout for a takeover that would
-// never finish.
+// ends without OnSessionEstablished. The hooks must hear of its end all the same, or the
+// takeover guard would keep both its entries for the client id, with the connection's
+// whole client, for good (one per id, so a loop over fresh ids would grow the heap without
+// bound), and every later end of a client with that id would wait settleTimeout for a
+// takeover that never finishes.
 func TestFailedTakeoverIsForgotten(t *testing.T) {
 	const n = 20
 	b := startBroker(t, Options{})

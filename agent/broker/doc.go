@@ -86,8 +86,8 @@
 // per error) and retried after a pause of 5 ms doubling to 1 s, as net/http's
 // Server.Serve does; meanwhile Healthy returns the error ("broker: not accepting
 // connections since …"), and it returns nil again once Accept succeeds (or has
-// not failed for 3 s: it is waiting for a connection). Upstream mochi returned on
-// the first error: one moment without descriptors ended accepting until a restart.
+// not failed for 3 s: it is waiting for a connection). Accepting must not end on an
+// error: a moment without descriptors would otherwise stop it until a restart.
 //
 // At most MaxConnecting connections (default 128) are between accept and CONNACK,
 // and at most MaxClients + MaxConnecting are open: a socket beyond either is closed
@@ -101,15 +101,15 @@
 // is held to it, told so in CONNACK's Server Keep Alive under MQTT 5, and
 // disconnected after 1.5 times it without a packet, MQTT 3.1.1 clients too
 // (they cannot be told: one asking for more than the bound must ping within
-// it). mochi alone never closed a connection with keep-alive 0 that went
-// silent after CONNECT.
+// it). So every connection that goes silent after CONNECT is closed, whatever
+// keep-alive it asked for.
 //
 // After any other DISCONNECT it sends (a fault in the client's packets such as
 // 0x93 Receive Maximum exceeded, a session takeover, a notification overflow)
 // the broker shuts its side of the connection and reads and drops what the
 // client still sends, until the client closes or mochi's DisconnectLinger (1 s)
-// has passed: closing at once made a client that was still sending get a TCP
-// reset instead of the reason code. Close ends such connections at once.
+// has passed, so that a client still sending reads the reason code rather than
+// a TCP reset (which closing at once would cause). Close ends such connections at once.
 //
 // # Users file
 //
@@ -150,10 +150,10 @@
 // as MQTT requires [MQTT-3.1.4-3]. The check comes after the password, so it
 // tells nothing to a client without credentials.
 //
-// Upstream mochi handed a session to whoever connected with its id: a
-// terminal's credentials and the back office's id got the back office's queued
-// results, and any user could disconnect any other connection. There is no
-// option to bring that back: a deployment that renames a user (a new password
+// Without this check whoever connects with a client id gets its session: a
+// terminal's credentials and the back office's id would get the back office's
+// queued results, and any user could disconnect any other connection. The check
+// cannot be turned off: a deployment that renames a user (a new password
 // keeps the name, and the sessions) must let the old user's kept sessions expire,
 // or start with an empty DataDir/broker-sessions.
 //
@@ -179,8 +179,8 @@
 // and every line of the listener, come at most once a second per reason (the
 // message and its error), the next one counting those held back
 // ("suppressed=N"; a reason that does not come again does not report its
-// count). A hundred refused 64 KiB requests and a second CONNECT made 22.8 MB of
-// log with the values and the password; now under 1 KB (TestRefusedPacketsKeepTheLogSmall).
+// count). So a client repeating large refused requests can neither fill the disk
+// with log nor get its values or password into it (TestRefusedPacketsKeepTheLogSmall).
 //
 // # Persistence
 //
@@ -202,8 +202,8 @@
 // records in memory and replays the journal at start. Not written: sessions
 // that started clean and end with their connection (nor their subscriptions
 // or messages), mochi's inline clients, $SYS counters. A session's records go
-// when it expires or ends. A broker-sessions.db (bbolt) of an earlier release
-// is no longer read: a warning names it once at start; it is left in place.
+// when it expires or ends. A broker-sessions.db (bbolt) file in DataDir is
+// not read: a warning names it once at start; it is left in place.
 //
 // Disk bound (sessioncompact.go): once the dead bytes in the journal's files
 // (replaced and deleted records) exceed both a segment and the live records'
@@ -246,9 +246,9 @@
 //     PUBREC) once its records for the kept sessions it went to are on disk:
 //     mochi is patched to route before it acknowledges
 //     (third_party/mochi/README.md), and the store's WaitBeforeAck waits for
-//     the commit. Upstream mochi acknowledged first, and a SIGKILL then lost
-//     acknowledged messages (TestAcknowledgedPublishSurvivesSIGKILL). A QoS 0
-//     message is not waited for.
+//     the commit, so a SIGKILL cannot lose an acknowledged message
+//     (TestAcknowledgedPublishSurvivesSIGKILL). A QoS 0 message is not
+//     waited for.
 //   - A state store request is acknowledged once its answer is on disk for
 //     the requester's kept session (the session that gets it: the client
 //     subscribes to its response topic), so after a crash the resumed
@@ -261,10 +261,10 @@
 //     waits hold only the requesting connection's read loop, one wait for a
 //     burst of requests. A client on a session that ends with its connection
 //     is not waited for: it has no record, and a crash ends the connection
-//     its answer would come on. Before, the PUBACK was written without waiting
-//     (it could even reach the client before the answer, which waited in the
-//     client's queue of pending writes), and a SIGKILL lost answers to
-//     acknowledged requests (TestSoakStateStoreSIGKILL in agent/cmd/faceagent,
+//     its answer would come on. Without these waits the PUBACK could reach
+//     the client before the answer (still in the client's queue of pending
+//     writes), and a SIGKILL would lose answers to acknowledged requests
+//     (TestSoakStateStoreSIGKILL in agent/cmd/faceagent,
 //     TestPersistentChangeAnsweredAfterSIGKILL).
 //   - The deletion of an acknowledged message's record may be lost in a
 //     crash: the message is sent again after the restart (at least once).
@@ -362,7 +362,7 @@
 //
 // mochi's event loop expires disconnected sessions, in-flight and retained
 // messages, sends delayed wills and publishes $SYS, each on a 1-second ticker
-// it offers no option to stop: an idle broker woke five times a second. The
+// it offers no option to stop, so an idle broker would wake five times a second. The
 // broker replaces those tickers (housekeeping.go) and ticks each task only
 // when something of its kind is due, with mochi's own expiry rules: a session
 // kept after its client left, at its session expiry; a delayed will, at its
@@ -375,9 +375,10 @@
 //
 //   - With DataDir, a Server().Publish to a session that outlives its
 //     connection (MQTT 5 session expiry > 0, 3.1.1 clean session off, or one
-//     resumed) waits for an fsync: one after another they reach about
-//     1,000-1,450 a second here (BenchmarkPersistentSubscriber), against
-//     7,000-17,000 with PublishDeferred and a SyncSessions every 256. Sessions that started
+//     resumed) waits for an fsync, so one after another they go at the
+//     disk's fsync rate; PublishDeferred with a SyncSessions every few hundred
+//     shares one fsync among them (BenchmarkPersistentSubscriber; figures in
+//     docs/benchmarks.md). Sessions that started
 //     clean and end with their connection are not written (ephemeral.go),
 //     nor are mochi's $SYS counters.
 //   - A network client publishing QoS 1/2 messages to kept sessions gets its
@@ -403,10 +404,10 @@
 //   - Packet ids are per direction (MQTT): a client's own QoS 1/2 publishes
 //     (the PUBACK or PUBREC held until the message is stored, a QoS 2 flow
 //     until PUBREL) are kept apart from the messages the broker sends that
-//     client (third_party/mochi/README.md, "packet-id spaces"; mochi v2.7.9
-//     kept both in one set keyed by packet id, and a request/response client
-//     with several requests in flight lost responses and, after max in-flight
-//     of them, got none). The receive quota (Receive Maximum) counts the
+//     client (third_party/mochi/README.md, "packet-id spaces"): with both in
+//     one set keyed by packet id, a request/response client with several
+//     requests in flight would lose responses and, after max in-flight of
+//     them, get none. The receive quota (Receive Maximum) counts the
 //     client's publishes, the send quota and MaxInflight the broker's
 //     messages; the sessions journal holds only the broker's messages. A
 //     client's QoS 2 flows are kept in memory only: after a broker restart
@@ -423,13 +424,14 @@
 //     torn tail) stops New with an error naming the directory; move it away
 //     to start with no sessions.
 //   - Each client has a queue of at most MaxPendingWrites packets waiting to
-//     be written (default 1,024; mochi's 8,192 cost 64 KiB a client) and
+//     be written (default 1,024; each slot is 8 bytes allocated at accept for
+//     every client) and
 //     MaxPendingWriteBytes bytes. Beyond either a QoS 1/2 message waits in the
 //     session and a QoS 0 one is dropped for that client (see "Bounds").
 //   - With Options.TerminalTopic (the agent sets it to its devices' command
 //     topics), a client whose first SUBSCRIBE is for such topics only gets a
-//     queue of TerminalPendingWrites (32) instead: 352 bytes instead of 9.5 KB
-//     a terminal. mochi makes the queue before CONNECT, so queues.go replaces
+//     queue of TerminalPendingWrites (32) instead, a 352-byte allocation
+//     where 1,024 slots are 9,472 bytes. mochi makes the queue before CONNECT, so queues.go replaces
 //     it on the client's writer goroutine, through Client.ResizeOutbound, an
 //     API the vendored mochi has for it (third_party/mochi/README.md). A
 //     terminal that later subscribes to more keeps the short queue; what
@@ -453,15 +455,15 @@
 //     connection's queue). A takeover of its session waits at most 0.5 s for
 //     its DISCONNECT, and Close 0.5 s for all such clients together
 //     (third_party/mochi/README.md, the "wedged peer" patches).
-//   - mochi passes packets (~800 bytes) by value through deep frames, so each
-//     connection costs 24 KiB of goroutine stacks: its reader needs 16 KiB
-//     parked (5 KB in use, too much for the GC to halve it) and grows to 32
-//     KiB for any PUBLISH or SUBSCRIBE until the next GC shrinks it;
-//     its writer stays at 8 KiB. PINGREQ and PUBACK stay within 16 KiB.
+//   - Each connection costs two goroutine stacks, its reader's and its
+//     writer's; a reader that handles a PUBLISH or SUBSCRIBE grows its stack
+//     (mochi's packet handling is deep) until a later collection shrinks it
+//     (docs/benchmarks.md, "Goroutine stacks with the patched mochi" and
+//     "Broker memory per connection").
 //   - TLS certificates are read once, in New; rotating them needs a restart.
-//   - A bcrypt check runs for every CONNECT with a user name (about 0.1 s at
-//     cost 10 on an ARM gateway); it only delays that client, but a flood of
-//     bad logins costs CPU.
+//   - A bcrypt check runs for every CONNECT with a user name (slow by
+//     design, and slower the higher the cost); it only delays that client,
+//     but a flood of bad logins costs CPU.
 //   - mochi's inline clients (Server().Publish, InjectPacket) bypass
 //     authorization; the state store service's requests from inline clients
 //     are ignored.

@@ -9,10 +9,10 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
-// DefaultMaxPendingWrites is the default of Options.MaxPendingWrites. mochi's own default,
-// 8,192, is a 64 KiB channel buffer for every client (inline ones included): 4 MB with 64
-// terminals on a gateway whose whole budget is 15 MB. The queue's bytes are bounded too
-// (Options.MaxPendingWriteBytes).
+// DefaultMaxPendingWrites is the default of Options.MaxPendingWrites. The queue is a
+// channel buffer allocated for every client (inline ones included), 8 bytes a slot, so its
+// length multiplies by the clients: 1,024 keeps it at 8 KiB a client where mochi's own
+// 8,192 would be 64 KiB. The queue's bytes are bounded too (Options.MaxPendingWriteBytes).
 const DefaultMaxPendingWrites = 1024
 
 // dropLogEvery bounds the warnings to one a second for each bound; the counters have them

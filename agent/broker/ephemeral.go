@@ -5,10 +5,10 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
-// Writes the session store leaves out. A fsynced write per QoS 1/2 message sent
-// (OnQosPublish) and one per acknowledgement (OnQosComplete), for every client, as mochi's
-// bolt hook made them: with 64 terminals on clean sessions that bounded the agent to about
-// 80 tasks a second (agent BenchmarkThroughput64x20ms/agent-persist). A session that
+// Writes the session store leaves out. Writing every QoS 1/2 message sent (OnQosPublish)
+// and every acknowledgement (OnQosComplete) for every client would put an fsync in each
+// terminal command's path and bound the agent's throughput by the disk (agent
+// BenchmarkThroughput64x20ms/agent-persist, docs/benchmarks.md). A session that
 // started clean and ends with its connection has nothing to resume after a restart, so
 // neither it, its subscriptions nor its messages are written; and mochi's $SYS counters are
 // not stored at all (one write a second, which also woke an idle agent: the store does not
@@ -53,7 +53,8 @@ func (h *sessionStore) OnQosPublish(cl *mqtt.Client, pk packets.Packet, sent int
 	case pk.FixedHeader.Type == packets.Publish && pk.FixedHeader.Dup:
 		// A resumed session's resend (mochi's ResendInflightMessages, one message after the
 		// other before the new connection is read): the record was committed when the
-		// message was routed, and waiting for this rewrite took a commit per message.
+		// message was routed, so it is not waited for; waiting would cost a commit per
+		// message.
 	case pk.Origin == h.responder && h.responder != "":
 		// A state store answer, for the requester's kept session (it subscribes to its
 		// response topic): its request's PUBACK waits for it. The service routes it on

@@ -10,10 +10,10 @@ import (
 )
 
 // TestNotificationsCannotBeForged: the notification topics belong to the
-// store. Before, any client allowed to publish could send a made-up
+// store. Otherwise any client allowed to publish could send a made-up
 // "NOTIFY DELETE" or "NOTIFY SET VALUE x" to another client's notification
 // topic, and a client that subscribed to it (ours does, to work behind other
-// brokers) took it for the store's: a lease holder gave its lease up.
+// brokers) would take it for the store's: a lease holder would give its lease up.
 func TestNotificationsCannotBeForged(t *testing.T) {
 	b := startBroker(t, Options{})
 	victimTopic := NotifyTopic("victim", []byte("lease"))
@@ -40,8 +40,8 @@ func TestNotificationsCannotBeForged(t *testing.T) {
 }
 
 // TestWillCannotBypassTopicRules: mochi publishes a will without asking the
-// ACL hook, so a will used to reach any topic, the notification topics and
-// topics a user's rules deny included. Such a CONNECT is now refused.
+// ACL hook, so a will could reach any topic, the notification topics and
+// topics a user's rules deny included: such a CONNECT is refused.
 func TestWillCannotBypassTopicRules(t *testing.T) {
 	b := startBroker(t, Options{})
 	connectWithWill := func(id, topic string) error {
@@ -70,7 +70,7 @@ func TestWillCannotBypassTopicRules(t *testing.T) {
 
 // TestResponseTopicNeedsPublishRights: the store publishes responses without
 // an ACL check, so a client could have a value it SET published, through a
-// GET, on any topic its rules deny. A response topic must now be under the
+// GET, on any topic its rules deny. A response topic must be under the
 // client's own clients/{id}/ or be the Go SDK's clients/{HEX(id)}/…/response,
 // or be allowed by its publish rules; one with wildcards is forbidden
 // outright.

@@ -13,10 +13,10 @@ import (
 
 // Group commit of session records.
 //
-// A record for every QoS 1/2 message put in flight for a kept session and a deletion when
-// it is acknowledged, each fsynced on its own, bounded a back office with a persistent
-// session to a few hundred tasks a second. The session store sends every change to one
-// committer goroutine instead, which writes everything queued meanwhile as one journal
+// A kept session needs a record for every QoS 1/2 message put in flight and a deletion when
+// it is acknowledged; fsynced one by one, they would bound a back office with a persistent
+// session by the disk's fsync rate. So the session store sends every change to one
+// committer goroutine, which writes everything queued meanwhile as one journal
 // record, with one fsync, as soon as the previous one is on disk (no timer: a lone write
 // goes out at once, and the batch grows with the load). In a batch only the last change of
 // a key counts, and a delete of a record never written is dropped, so a message
@@ -41,7 +41,8 @@ import (
 // number and in bytes (keys and values; one larger write goes when the queue is empty); a
 // publisher that finds the queue full waits (its read loop, or its Publish call). With the
 // batch being committed, the committer holds at most twice that. The byte bound matters
-// when an fsync is slow and messages are large: 4,096 records of 1 MiB messages were 5 GB.
+// when an fsync is slow and messages are large: 4,096 records of 1 MiB messages would be
+// 4 GiB.
 const (
 	maxQueuedWrites     = 4096
 	maxQueuedWriteBytes = 4 << 20

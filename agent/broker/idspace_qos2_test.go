@@ -66,11 +66,10 @@ func expectOnly(t *testing.T, b *Broker, w *memClient, want string) {
 
 // A back office's QoS 1 and QoS 2 PUBLISHes under the packet id of a result in flight to it
 // (each side numbers its packets on its own) leave the result in flight, in memory and in
-// the sessions journal: mochi kept both directions in one set keyed by packet id, so the
-// PUBREC, held there until PUBREL, took the result's place; the result was never sent
-// again, and the back office's PUBACK for it ended the QoS 2 flow instead (its PUBREL then
-// found nothing: PUBCOMP 0x92). (For QoS 1, agent/broker's clash guard put the result back
-// once the PUBACK was written; the session store left the broker's acknowledgements out.)
+// the sessions journal. With both directions in one set keyed by packet id (mochi v2.7.9),
+// the PUBREC, held there until PUBREL, would take the result's place: the result would
+// never be sent again, and the back office's PUBACK for it would end the QoS 2 flow instead
+// (its PUBREL then finding nothing: PUBCOMP 0x92).
 // The flow carried by a resumed session, and a duplicate QoS 2 PUBLISH on it, are the fork's
 // own tests (TestInboundQoS2FlowGoesWithTheSession, TestDuplicateQoS2PublishOnResume in
 // third_party/mochi); this one checks the sessions journal too.

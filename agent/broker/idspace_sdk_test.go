@@ -261,10 +261,10 @@ func dialWireRaw(addr string) (*wireClient, error) {
 // store requests in flight on one connection, more in all than the broker's per-client
 // limit of messages in flight (its send quota towards the client). The broker numbers its
 // responses in step with the client's requests, so a response is often sent under the id
-// of a request whose PUBACK is not written yet. mochi kept both in one set keyed by packet
-// id: the PUBACK held until the request was routed overwrote the response, the client's
-// PUBACK for the response found nothing, and that unit of send quota never came back;
-// after max-in-flight such clashes no response was sent at all.
+// of a request whose PUBACK is not written yet. With both in one set keyed by packet id
+// (mochi v2.7.9), the PUBACK held until the request was routed would overwrite the
+// response, the client's PUBACK for the response would find nothing, and that unit of send
+// quota would never come back; after max-in-flight such clashes no response would be sent.
 func TestSDKShapedClientGetsEveryResponse(t *testing.T) {
 	const maxInflight = 200
 	for _, window := range []int{8, 64} {

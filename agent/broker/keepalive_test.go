@@ -61,8 +61,8 @@ func TestServerKeepAliveInConnack(t *testing.T) {
 // TestServerKeepAliveBoundsSilentClients: a client that asked for keep-alive 0 (MQTT 5 or
 // 3.1.1), or an MQTT 3.1.1 client that asked for more than the Server Keep Alive (it
 // cannot be told), and then sends nothing is disconnected after 1.5 times the Server Keep
-// Alive. Before, a keep-alive 0 connection was never closed: any peer could hold
-// connections, goroutines and buffers forever with one CONNECT each.
+// Alive, so no peer can hold connections, goroutines and buffers forever with one
+// CONNECT each.
 func TestServerKeepAliveBoundsSilentClients(t *testing.T) {
 	const ska = time.Second
 	b := startBroker(t, Options{ServerKeepAlive: ska})

@@ -37,8 +37,8 @@ const (
 //     as soon as it is accepted, without a goroutine or a wait for its CONNECT;
 //   - a failed Accept (out of file descriptors, of buffers, a connection aborted before it
 //     was accepted) is retried after a pause, as net/http's Server.Serve does, and reported
-//     by healthy meanwhile: upstream mochi's loop returned on any error, and the broker
-//     accepted nothing more until a restart;
+//     by healthy meanwhile: accepting must not end on an error, or the broker would
+//     accept nothing more until a restart;
 //   - Close closes every connection still open once mochi has disconnected
 //     its clients, so Close cannot wait on one that never finished CONNECT,
 //     and then waits for every connection goroutine (mochi counts them from
@@ -334,12 +334,12 @@ func (c *deadlineConn) Close() error {
 const closeConcurrency = 64
 
 // disconnectClients sends DISCONNECT to every client of this listener, up to
-// closeConcurrency at once: one after another, each wedged client held Close for the
-// grace (six: 3 s; TestWedgedTerminalsCloseTogether). mochi v2.7.9's own closeClients
-// (Server.closeListenerClients → Clients.GetByListener) takes the client list's read lock
-// twice (GetByListener calls Len under its RLock): a client leaving at that moment
-// (Clients.Delete waits for the write lock between the two) deadlocked Close for good
-// (TestHLCExample hung once in about ten runs). Clients.GetAll takes the read lock once.
+// closeConcurrency at once, so wedged clients hold Close for one grace together, not one
+// each (TestWedgedTerminalsCloseTogether). The clients are listed with Clients.GetAll,
+// which takes the client list's read lock once: mochi's own closeClients
+// (Server.closeListenerClients, Clients.GetByListener) takes it twice (GetByListener calls
+// Len under its RLock), and a client leaving between the two (Clients.Delete waits for the
+// write lock) would deadlock Close for good.
 func (l *tcpListener) disconnectClients(closeClients listeners.CloseFn) {
 	if l.srv == nil {
 		closeClients(l.id)

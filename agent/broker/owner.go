@@ -9,9 +9,9 @@ import (
 // sessionOwners keeps a client id to the user whose session holds it.
 //
 // mochi v2.7.9 hands a session to whoever connects with its client id (inheritClientSession
-// compares nothing): a terminal's credentials and the back office's id got the back office's
-// queued results, and the back office then got none; any user could disconnect any other
-// connection the same way. A CONNECT whose client id is held by another user (a connected
+// compares nothing): a terminal's credentials and the back office's id would get the back
+// office's queued results, and the back office then none; any user could disconnect any
+// other connection the same way. A CONNECT whose client id is held by another user (a connected
 // client, a kept session whose client is offline, one restored from the sessions journal:
 // each is in mochi's client list with the user name it connected with) is refused with
 // CONNACK 0x85 (3.1.1: 0x02) before mochi takes anything over. Anonymous clients are the

@@ -111,9 +111,9 @@ func expectResults(t *testing.T, c *memClient, n int) {
 }
 
 // TestClientIDOfAnotherUserIsRefused: the terminal user, connecting with the back office's
-// client id while the back office is offline, was given the back office's session and its
-// queued results (the back office then got none). It is refused with 0x85 (MQTT 3.1.1:
-// 0x02), gets nothing, and the back office resumes its session whole.
+// client id while the back office is offline, must not be given the back office's session
+// and its queued results. It is refused with 0x85 (MQTT 3.1.1: 0x02), gets nothing, and
+// the back office resumes its session whole.
 func TestClientIDOfAnotherUserIsRefused(t *testing.T) {
 	var log logBuffer
 	b := startBroker(t, Options{UsersFile: ownerUsersFile(t), Logger: log.logger()})

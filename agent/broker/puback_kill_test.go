@@ -45,8 +45,8 @@ const (
 // The broker is SIGKILLed 0.3-0.7 s into a stream of QoS 1 messages from a publisher with a
 // window of 64 in flight (as an upstream faceagent publishes its results); after a restart
 // on the same DataDir the back office's session holds every message that was
-// acknowledged. mochi v2.7.9 wrote the PUBACK before it routed the message, and the
-// session store committed it later: every run lost some acknowledged messages.
+// acknowledged. A PUBACK written before the message is routed and committed (mochi's own
+// order) would lose acknowledged messages in every run.
 func TestAcknowledgedPublishSurvivesSIGKILL(t *testing.T) {
 	for round := range 3 {
 		acked, got := pubackKillRound(t, 300*time.Millisecond+time.Duration(round)*200*time.Millisecond)

@@ -9,7 +9,7 @@ import (
 
 // DefaultTerminalPendingWrites is the default of Options.TerminalPendingWrites. A terminal
 // has one command in flight (two while a retry overlaps a slow ack): 32 packets is far
-// beyond what it is sent, and costs 352 bytes instead of the 9.5 KB of a 1,024 queue.
+// beyond what it is sent, and is a 352-byte allocation where a 1,024 queue is 9,472 bytes.
 const DefaultTerminalPendingWrites = 32
 
 // terminalReadBuffer is the read buffer of a terminal's connection (mochi's

@@ -21,9 +21,8 @@ func isCommandTopic(topic string) bool {
 }
 
 // TestClientLayout: the broker installs its terminal queues hook, which costs nothing
-// without a terminal matcher. (It used to check the layout of mochi's unexported client
-// fields the hook reached with reflect and unsafe; the vendored mochi now exports what it
-// needs, and tests it: TestResizeOutbound in third_party/mochi.)
+// without a terminal matcher. (What the hook needs from mochi is exported by the vendored
+// mochi and tested there: TestResizeOutbound in third_party/mochi.)
 func TestClientLayout(t *testing.T) {
 	b := startBroker(t, Options{})
 	if b.terminals == nil {

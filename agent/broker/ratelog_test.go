@@ -14,12 +14,12 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
-// TestRefusedPacketsKeepTheLogSmall: refused packets were logged whole, a payload as
-// decimal bytes: 100 MB of refused requests made 300 MB of log, with the values of the
-// state store requests in it, and a second CONNECT logged its password. A client sending a
-// hundred refused 64 KiB requests (each logged twice: mochi's hook error and the store's
-// refusal) and a second CONNECT now costs a few lines: one per reason a second, with the
-// client id, the packet type and the reason, and none of the payload or the password.
+// TestRefusedPacketsKeepTheLogSmall: refused packets must not be logged whole (a payload
+// as decimal bytes triples its size, and the values of state store requests and a second
+// CONNECT's password would be in the log). A client sending a hundred refused 64 KiB
+// requests (each logged twice: mochi's hook error and the store's refusal) and a second
+// CONNECT costs a few lines: one per reason a second, with the client id, the packet type
+// and the reason, and none of the payload or the password.
 func TestRefusedPacketsKeepTheLogSmall(t *testing.T) {
 	users := filepath.Join(t.TempDir(), "users.toml")
 	body := fmt.Sprintf(`
@@ -145,10 +145,10 @@ func TestLimitedHandler(t *testing.T) {
 }
 
 // TestLimiterForgetsReasonsThatStopped: a reason that was held back and then stopped keeps
-// its slot only for a while. Before, such a reason kept it until it came again, if ever:
-// once logMaxReasons of them had come and gone (an error text with a peer's address and
-// port, twice in a second, is enough), every new reason shared one slot for good, one line
-// a second for all of them, so a new fault's lines were lost among an attacker's.
+// its slot only for a while. Were it kept until it came again, if ever, then once
+// logMaxReasons of them had come and gone (an error text with a peer's address and port,
+// twice in a second, is enough), every new reason would share one slot for good, one line
+// a second for all of them, and a new fault's lines would be lost among an attacker's.
 func TestLimiterForgetsReasonsThatStopped(t *testing.T) {
 	now := time.Unix(1000, 0)
 	l := limiterAt(&now)

@@ -94,8 +94,8 @@ func (c *rawClient) read() mp.Packet {
 
 // TestNotificationsRespectReceiveMaximum: a client announcing Receive Maximum
 // 2 never has more than two notifications unacknowledged ([MQTT-3.3.4-9]);
-// each PUBACK lets exactly one more out, in version order. Before, the
-// notifier wrote all ten at once.
+// each PUBACK lets exactly one more out, in version order, never all ten at
+// once.
 func TestNotificationsRespectReceiveMaximum(t *testing.T) {
 	b := startBroker(t, Options{})
 	watcher := dialRaw(t, b.Addr(), "rm-watcher", 2)

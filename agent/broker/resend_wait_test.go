@@ -11,12 +11,12 @@ import (
 
 // TestResendDoesNotWaitForItsCommit: mochi resends a resumed session's messages in flight
 // (ResendInflightMessages, DUP set) one by one on the new connection's goroutine, before it
-// reads from it, and reports each through OnQosPublish. The store rewrote each record and,
-// for a message the inline publisher (the agent) had sent, waited for its commit: one group
-// commit per message resent (a back office resuming with 400 results in flight waited 400
-// fsyncs before its first PUBACK was read, and each takeover meanwhile started over). The
-// record was committed when the message was routed; the resend must not wait for it again,
-// while a message routed now still does.
+// reads from it, and reports each through OnQosPublish. Waiting there for the commit of a
+// message the inline publisher (the agent) had sent would cost one group commit per
+// message resent (a back office resuming with many results in flight would wait an fsync
+// for each before its first PUBACK is read, and each takeover meanwhile would start over).
+// The record was committed when the message was routed; the resend must not wait for it
+// again, while a message routed now still does.
 func TestResendDoesNotWaitForItsCommit(t *testing.T) {
 	c := openTestCommitter(t, t.TempDir()) // not started: nothing commits until the end
 	srv := mqtt.New(&mqtt.Options{InlineClient: true})

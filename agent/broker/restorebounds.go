@@ -10,8 +10,8 @@ import (
 
 // restoreBounds holds the sessions journal's replay to the broker's bounds, so that a
 // restart never needs more memory than they allow, whatever the journal holds (one written
-// with larger bounds, or by a release without them: 200,000 subscriptions of one client
-// cost 528 MB at every start).
+// with larger bounds, or without any: then a client with a huge number of subscriptions
+// would cost their memory again at every start).
 //
 // It sees every change as the journal replays it, in the journal's order, and keeps a put
 // only if the state so far leaves room for it (mochi's counting, bounds.go in the fork):

@@ -123,8 +123,8 @@ func TestRestartHoldsTheJournalToTheBounds(t *testing.T) {
 // TestRestartCountsOnlyLiveSessions: max_clients counts the client ids the journal holds
 // sessions of at the end of the replay's step, not every id it ever held one of. Sessions
 // that came and went since the last compaction (a tool run with a fresh id and a session
-// expiry, a client that started clean) took a slot each, for good: a session kept after
-// max_clients of them was dropped at the next start, though the broker held only it.
+// expiry, a client that started clean) take no slot, or a session kept after max_clients
+// of them would be dropped at the next start, though the broker held only it.
 func TestRestartCountsOnlyLiveSessions(t *testing.T) {
 	dir := t.TempDir()
 	o := Options{Listen: "127.0.0.1:0", AllowAnonymous: true, DataDir: dir, MaxClients: 3}

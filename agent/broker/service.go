@@ -204,8 +204,8 @@ func (s *service) knownClient(id string) bool {
 //     whose own namespace it is. Client "AB" may answer itself on
 //     clients/4142/statestore/…/response only while there is no client "4142".
 //
-// Nothing else under clients/{UPPERHEX(id)}/ is the client's: that hex
-// alias used to cover the whole of another client's namespace.
+// Nothing else under clients/{UPPERHEX(id)}/ is the client's: the hex alias
+// must not reach into the rest of another client's namespace.
 func ownsResponseTopic(id, topic string, known func(id string) bool) bool {
 	if id == "" || strings.ContainsAny(id, "+#/") {
 		return false

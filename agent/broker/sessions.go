@@ -20,11 +20,10 @@ import (
 
 // sessionStore is the mochi storage hook that keeps kept sessions, their subscriptions and
 // in-flight messages, and retained messages in a journal (package journal) in
-// DataDir/SessionsDir, written in group commits (groupcommit.go). It replaced mochi's bolt
-// hook (bbolt: 138 KB of the binary), and with it the mending that hook needed:
-// in-flight records carry their packet id (the bolt hook left it out, so every restored
-// message came back with id 0), inline clients are never stored, and a session's records
-// go with it when it expires or ends.
+// DataDir/SessionsDir, written in group commits (groupcommit.go); it stands in for mochi's
+// bolt hook, so bbolt is not linked. In-flight records carry their packet id (a restored
+// message must come back with the id it was sent with), inline clients are never stored,
+// and a session's records go with it when it expires or ends.
 type sessionStore struct {
 	mqtt.HookBase
 	srv         *mqtt.Server
@@ -48,7 +47,8 @@ type sessionStore struct {
 	beforeAck map[string]uint64
 }
 
-// legacySessionsFile is the bbolt file of releases before the journal: no longer read.
+// legacySessionsFile is the bbolt session file of releases without the journal: not read,
+// only warned about.
 const legacySessionsFile = "broker-sessions.db"
 
 func (h *sessionStore) ID() string { return "faceagent-sessions" }
@@ -231,9 +231,10 @@ func clientRecord(cl *mqtt.Client) *storage.Client {
 // Inline clients (mochi's own and the state store's responder) live only in this process:
 // their subscriptions are made again by the code that owns them at every start. mochi's
 // Server.Subscribe reports an inline subscription to the hooks like a network one; stored,
-// it came back after a restart as a network subscription of the inline client, and every
-// matching QoS 1 message was then held in flight, and written, for a client that is never
-// connected. Nor are the subscriptions of a session that ends with its connection stored.
+// it would come back after a restart as a network subscription of the inline client, and
+// every matching QoS 1 message would be held in flight, and written, for a client that is
+// never connected. Nor are the subscriptions of a session that ends with its connection
+// stored.
 
 // OnSubscribed stores the subscriptions of a kept session. mochi calls it after it
 // subscribed and before it writes the SUBACK, with the SUBACK's reason codes: a filter whose

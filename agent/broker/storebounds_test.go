@@ -30,7 +30,7 @@ func (c *rawClient) keyNotify(id uint16, key string) {
 // TestWatcherThatNeverAcksIsDisconnected: a watcher that fills its Receive
 // Maximum with a notification and acknowledges nothing is disconnected with
 // 0x97 once the next notification waited NotifyAckTimeout, though its queue
-// is far from full. Before, the notification waited for room forever.
+// is far from full: a notification never waits for room forever.
 func TestWatcherThatNeverAcksIsDisconnected(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	b := startBroker(t, Options{NotifyAckTimeout: timeout})
@@ -60,8 +60,7 @@ func TestWatcherThatNeverAcksIsDisconnected(t *testing.T) {
 // Maximum that acknowledges nothing gets notifications only up to the byte
 // budget (Options.MaxBytes, shared by all watchers), then is disconnected
 // with 0x97; the notifications' bytes are counted until acknowledged, not
-// only while queued. Before, every notification went out and stayed in
-// flight: 64 KiB values piled up without bound.
+// only while queued, so 64 KiB values cannot pile up in flight without bound.
 func TestUnacknowledgedNotificationsAreBounded(t *testing.T) {
 	const budget, valueSize = 1 << 20, 64 << 10
 	b := startBroker(t, Options{MaxBytes: budget, MaxInflight: 1000, ReceiveMaximum: 1000})
@@ -100,8 +99,8 @@ func TestUnacknowledgedNotificationsAreBounded(t *testing.T) {
 // in upper-case hex, which is also a client id in its own right: client "AB"
 // answers itself on clients/4142/…, client "4142"'s namespace. The alias
 // covers only that one topic, and only while no client "4142" exists;
-// anything else under clients/4142/ belongs to "4142". Before, "AB" could
-// have the store publish anywhere under clients/4142/.
+// anything else under clients/4142/ belongs to "4142": "AB" cannot have the
+// store publish anywhere else under clients/4142/.
 func TestResponseTopicHexAlias(t *testing.T) {
 	b := startBroker(t, Options{UsersFile: writeUsersFile(t)})
 	device := dialOptions{user: "device", password: "device-secret"}
@@ -155,7 +154,7 @@ func TestResponseTopicHexAlias(t *testing.T) {
 }
 
 // TestResponseExpiryFollowsTheRequest: a response's Message Expiry is what
-// remains of its request's, never longer (it was mochi's 86,400 s maximum
+// remains of its request's, never longer (not mochi's 86,400 s maximum
 // against a request's 10); a request without one gets the server's maximum, none by default.
 func TestResponseExpiryFollowsTheRequest(t *testing.T) {
 	b := startBroker(t, Options{DataDir: t.TempDir(), MaxMessageExpiry: time.Hour})
@@ -237,11 +236,10 @@ func TestReservedKeysOverMQTT(t *testing.T) {
 // a watcher are messages its session holds, admitted within MaxSessionBytes
 // like any other: a watcher that acknowledges nothing gets small
 // notifications only while its session has room; the rest wait in its queue
-// and all of them arrive, in order, once it acknowledges. Before, each
-// notification (a ~1 KB packet counted as its key and value: one byte here)
-// went into the in-flight set whatever the session held, up to the client's
-// Receive Maximum: 10,000 by default, ~10 MB a watcher, bounded by nothing
-// else.
+// and all of them arrive, in order, once it acknowledges. A notification
+// counted only as its key and value (one byte here, for a ~1 KB packet) would
+// go into the in-flight set whatever the session held, up to the client's
+// Receive Maximum, bounded by nothing else.
 func TestUnacknowledgedNotificationsCountInTheSession(t *testing.T) {
 	const sessionMax, sets = 64 << 10, 600
 	b := startBroker(t, Options{MaxSessionBytes: sessionMax, MaxInflight: 1000})

@@ -39,8 +39,8 @@ type takeoverGuard struct {
 // over only afterwards. The old client's goroutine, woken by that disconnect, removes its
 // session unless it is marked (attachClient: "expire && !cl.IsTakenOver()"): its
 // subscriptions and its client id's entry in the client list — by then the new client's. The
-// new client then stays connected but receives nothing routed to it (TestRegistrationsEndWithTheConnection
-// lost a response about once in 70 runs under -race). The old client's OnDisconnect runs just
+// new client would then stay connected but receive nothing routed to it
+// (TestRegistrationsEndWithTheConnection). The old client's OnDisconnect runs just
 // before that check, so the guard makes it wait there until the new client is established.
 type settling struct {
 	next *mqtt.Client

@@ -57,9 +57,9 @@ func (h *chainHook) OnPacketSent(cl *mqtt.Client, pk packets.Packet, _ []byte) {
 // connection while a new one takes it over is kept by the takeover guard for the new
 // connection, which gets it once established. When a third connection takes the session
 // over before the second is established (a back office reconnecting again while its
-// resumed session's messages are resent), the third must get it: the guard replaced the
-// second's takeover by the third's, and the message kept for the second was lost (never
-// sent while the broker ran; TestPooledPacketsStayApart lost results this way).
+// resumed session's messages are resent), the third must get it when the guard replaces
+// the second's takeover by the third's, not lose it with the second (it would never be
+// sent while the broker runs; TestPooledPacketsStayApart exercises this under load).
 func TestTakeoverOfATakeoverKeepsRescuedMessages(t *testing.T) {
 	const id, topic = "chain", "chain/results"
 	hook := &chainHook{id: id, topic: topic, holdB: make(chan struct{}), heldB: make(chan struct{})}

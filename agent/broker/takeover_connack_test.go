@@ -33,9 +33,10 @@ func (g *connackGate) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets
 // registering its client and its CONNACK (two clients with one id reconnecting at once, as
 // two devices configured alike do all day) is sent a DISCONNECT, which leaves the closing
 // of the connection to its reader (mochi's DisconnectLinger); its CONNACK then fails and
-// its reader ends without reading. The socket stayed open for good, counted among the
-// connections before CONNACK: each such race took one of max_connecting's slots (and a
-// descriptor) away until none was left and every new connection was closed at accept.
+// its reader ends without reading. The socket must be closed then: left open, counted
+// among the connections before CONNACK, each such race would take one of max_connecting's
+// slots (and a descriptor) away until none was left and every new connection was closed
+// at accept.
 func TestConnectionTakenOverBeforeItsConnackIsClosed(t *testing.T) {
 	gate := &connackGate{id: "twin", held: make(chan struct{}), release: make(chan struct{})}
 	gate.armed.Store(true)

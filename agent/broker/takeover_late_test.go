@@ -12,10 +12,9 @@ import (
 // TestDeliveryToATakenOverConnectionMovesOn: the guard delivers what it kept for a new
 // connection in that connection's OnSessionEstablished. A third connection may take the
 // session over meanwhile: once it has copied the second's in-flight set and cleared it, a
-// message the guard then puts in the second's set stays there, never sent while the broker
-// runs (TestPooledPacketsStayApart lost results this way, the guard logging that they wait
-// for the next session). Delivered to a connection already taken over, the message goes to
-// the one that took it over.
+// message the guard then puts in the second's set would stay there, never sent while the
+// broker runs (TestPooledPacketsStayApart exercises this under load). Delivered to a
+// connection already taken over, the message goes to the one that took it over.
 func TestDeliveryToATakenOverConnectionMovesOn(t *testing.T) {
 	const id, topic = "late", "late/results"
 	b := startBroker(t, Options{})
@@ -43,7 +42,7 @@ func TestDeliveryToATakenOverConnectionMovesOn(t *testing.T) {
 }
 
 // TestRedeliveredMessageCountedAndSentOnce: a message the guard redelivers counts in
-// Info.Inflight until its PUBACK, as a routed one does (mochi no longer counts a message
+// Info.Inflight until its PUBACK, as a routed one does (mochi does not count a message
 // routed to a taken-over connection, and counts the old connection's cleared ones out), and
 // one that was waiting for send quota in the old session (OnQosDropped's copy has Expiry -1)
 // goes out once and is not left waiting, to be sent again with the next free quota.

@@ -153,8 +153,8 @@ func (h *relayHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 // blocked on its full socket, holds up nothing but itself. A back office's task whose
 // intake sends commands to it and to a healthy terminal inside OnPublish is acknowledged,
 // a QoS 1 publish to it from another goroutine returns, and the healthy terminal gets
-// both commands. (mochi v2.7.9 took the wedged client's lock for a QoS 1 packet id, and
-// waited the write timeout.)
+// both commands: taking the wedged client's lock for a QoS 1 packet id, as unpatched
+// mochi v2.7.9 does, would wait the write timeout.
 func TestWedgedTerminalStallsNoOne(t *testing.T) {
 	relay := &relayHook{topic: "faceagent/gw/tasks", relays: []string{"dev/face/stuck", "dev/face/healthy"}}
 	b := startBroker(t, wedgeOptions(), relay)
@@ -276,9 +276,10 @@ func TestWedgedTerminalClose(t *testing.T) {
 	}
 }
 
-// TestWedgedTerminalCutAfterWriteTimeout: a write that times out ends the connection. mochi
-// v2.7.9 went on writing the next queued packets into the broken stream, each waiting the
-// write timeout again, and kept the client until its keepalive ran out (1.5 × 60 s here).
+// TestWedgedTerminalCutAfterWriteTimeout: a write that times out ends the connection,
+// rather than go on writing the next queued packets into the broken stream, each waiting
+// the write timeout again, and keep the client until its keepalive runs out (1.5 × 60 s
+// here).
 func TestWedgedTerminalCutAfterWriteTimeout(t *testing.T) {
 	gone := &disconnects{ids: make(chan string, 8)} // sessions_test.go
 	o := wedgeOptions()

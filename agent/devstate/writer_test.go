@@ -107,8 +107,8 @@ func TestCoalescesTouches(t *testing.T) {
 
 // A write the store refuses (an external store, or the embedded one) is counted by
 // reason, warned about at most once a minute, and named in RefusedWarnings (which
-// /healthz prints) until a write of that device succeeds. Before, it was logged at debug
-// only.
+// /healthz prints) until a write of that device succeeds, so an operator sees it without
+// debug logging.
 func TestReportsRefusals(t *testing.T) {
 	refuse := make(chan error, 1)
 	refuse <- store.ErrFencingTokenLowerVersion

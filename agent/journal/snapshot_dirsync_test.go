@@ -31,9 +31,9 @@ func (f *dirSyncFS) SyncDir(dir string) error {
 
 // TestSnapshotNotKnownDurableIsNotLeftBehind: a snapshot renamed into place whose
 // directory fsync then failed is not recorded (the segments it would replace stay); it
-// must not stay either. Before, nothing ever deleted it while the journal was open: every
-// later compaction deleted the files it knew of, and the snapshot (the live records' size)
-// stayed on disk, outside Stats.FileBytes, until the next Open.
+// must not stay either: later compactions delete only the files the journal knows of, so
+// left behind, the snapshot (the live records' size) would stay on disk, outside
+// Stats.FileBytes, until the next Open.
 func TestSnapshotNotKnownDurableIsNotLeftBehind(t *testing.T) {
 	dir := t.TempDir()
 	fsys := &dirSyncFS{}

@@ -4,7 +4,7 @@ package journal
 // with one write(2), without fsync, and returns once they are in the file. From then on
 // they survive the death of the process (SIGKILL, a panic, the OOM killer): the kernel
 // keeps what was written. They do not yet survive a power cut or a kernel crash; the
-// writer goroutine fsyncs them as before (with the next batch somebody waits for, or
+// writer goroutine fsyncs them as it does any record (with the next batch somebody waits for, or
 // within LazyDelay), and Wait is still the way to know a record is durable.
 //
 // The outbox's owner calls it before a command goes out on the wire, so that after a kill

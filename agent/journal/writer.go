@@ -17,8 +17,8 @@ import (
 //
 // SyncBatch adds a pause between batches, not before the first: a batch starts at least
 // BatchWindow after the previous one ended. An append that finds the writer idle for that
-// long goes at once; under a stream of appends the batches are as few as before (one per
-// BatchWindow plus one write and fsync).
+// long goes at once; under a stream of appends there is still one batch per BatchWindow
+// plus one write and fsync.
 func (j *Journal) run() {
 	var lastEnd time.Time // when the last batch's write and fsync ended (zero: none yet)
 	defer func() {

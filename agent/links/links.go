@@ -72,7 +72,8 @@ func Open(o Options) (*Links, error) {
 			Devices:        o.MQTT,
 			// Acks and heartbeats go to Deliver; Events carries connection changes and what
 			// arrives before the pump installs Deliver's handler, and a full buffer only makes
-			// a terminal's delivery wait for the pump. 64 events are 10 KB, 1,024 were 164 KB.
+			// a terminal's delivery wait for the pump, so a short buffer suffices: its
+			// memory grows with its length (about 160 bytes an event).
 			EventBuffer: 64,
 			Deliver:     l.deliver,
 			Logger:      log.With("part", "mqttlink"),
@@ -124,8 +125,8 @@ func (l *Links) SendsWithoutBlocking(deviceID string) bool { return l.nonBlockin
 //
 // A heartbeat is left to Events and the pump (false). With the embedded broker the
 // delivery goroutine is the terminal's connection reader, whose stack the GC shrinks to
-// 8 KiB between packets: handled there, a heartbeat (every 5 s by default) grew every
-// reader's stack back to 16 KiB after every collection. Nothing waits for a heartbeat's
+// 8 KiB between packets: handled there, a heartbeat (every 5 s by default) would grow
+// every reader's stack back to 16 KiB after every collection. Nothing waits for a heartbeat's
 // handling, so the hop costs nothing that matters; acks stay direct, each one's next
 // command is on the critical path of the throughput. The pump keeps a terminal's
 // heartbeats in order, and after the link's Up queued before them. An ack the terminal

@@ -9,7 +9,7 @@ import (
 
 // Links.deliver takes a terminal's ack on the delivering goroutine (the terminal's
 // connection reader) once the pumps have started, and leaves heartbeats to Events and the pump:
-// handled on the reader, a heartbeat grew its stack past 8 KiB after every collection
+// handled on the reader, a heartbeat would grow its stack past 8 KiB after every collection
 // (test/e2e's TestHeartbeatsKeepReaderStacksSmall measures the readers).
 func TestDeliverTakesAcksLeavesHeartbeatsToThePump(t *testing.T) {
 	l := &Links{}

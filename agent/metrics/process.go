@@ -10,7 +10,8 @@ import (
 // memoryClasses are the Go runtime's memory classes exported as
 // faceagent_go_memory_bytes{class}: where the resident set goes, for checking a board's
 // memory budget in the field. They come from runtime.ReadMemStats (a short stop of the
-// world, once a scrape), not runtime/metrics, whose tables cost the ARM binary 65 KB.
+// world, once a scrape), not runtime/metrics, whose tables would add to the ARM binary
+// (docs/benchmarks.md, "Binary size").
 var memoryClasses = []struct {
 	class string
 	bytes func(*runtime.MemStats) uint64

@@ -459,7 +459,7 @@ func (*nbNopSender) SendsWithoutBlocking(string) bool { return true }
 
 // BenchmarkAckNext measures an Ack that finishes the command in flight and sends the
 // device's next one (the dispatch hot path), with the next payload read from the payload
-// file (pread, page cache) or, as before the file existed, from the heap.
+// file (pread, page cache) or, as when the file cannot be written, from the heap.
 func BenchmarkAckNext(b *testing.B) {
 	noFile := func(string) (spillFile, error) { return nil, syscall.ENOSPC }
 	for _, c := range []struct {

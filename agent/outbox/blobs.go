@@ -4,11 +4,11 @@ import "unsafe"
 
 // The ids of the items in the table (item.blob: message id, task id and person id, one
 // after another), and their last errors (table.errs), are cut from chunks of
-// blobChunkSize bytes rather than allocated one by one. A queued task's ids are ~50 bytes, which the allocator rounds up to 64, and each was
-// a small object of its own, made during an intake burst between the agent's short-lived
-// objects of the same size class: once those are collected, the spans that hold the ids
-// stay partly empty (heap fragmentation), and every id was one more object for the GC.
-// From chunks, ids take their own length in a few large objects.
+// blobChunkSize bytes rather than allocated one by one. A queued task's ids are ~50 bytes,
+// which the allocator rounds up to 64; allocated one by one during an intake burst, between
+// the agent's short-lived objects of the same size class, they would leave the spans that
+// hold them partly empty once those are collected (heap fragmentation), and each would be
+// one more object for the GC. From chunks, ids take their own length in a few large objects.
 //
 // A chunk is never written where a blob was cut from it, only past its end, and never
 // reused: the strings that item.id and friends return point into it and stay valid as long
@@ -16,11 +16,10 @@ import "unsafe"
 // table (dead) outnumber a quarter of those of the items in it (live) and blobMinDead, the
 // live ones are copied into fresh chunks (compactBlobs) and the old chunks are left to the
 // GC. The chunks hold at most 1.25 times the live ids plus blobMinDead, and a copy moves at
-// most 4 bytes for each that died since the previous one. With rss.sh's 10,000 queued a
-// copy takes 1.7-2.3 ms under the outbox's lock (BenchmarkBlobCompaction, 2 shared cores;
-// mostly cache misses on the items), once every ~2,500 commands that finish: well under a
-// microsecond a command, and less than the payload file's rewrite. At half, rss.sh's
-// superseded commands would leave 150 KB dead in the chunks.
+// most 4 bytes for each that died since the previous one, so its cost (under the outbox's
+// lock; BenchmarkBlobCompaction, docs/benchmarks.md) is shared among the ~live/4 commands
+// that finished since the previous one. A quarter rather than a half keeps the dead bytes
+// of an intake burst's superseded commands from lingering in the chunks.
 const (
 	blobChunkSize = 8 << 10
 	blobOwnSize   = 256      // a blob this long or longer gets an allocation of its own

@@ -147,9 +147,9 @@
 //   - Sends, retries, requeues, finishes, reports and retention purges are journalled lazily
 //     (journal.AppendLazy): they are fsynced with the next fsync somebody waits for (an
 //     Enqueue, Results, a control command), or within the journal's LazyDelay (50 ms), so
-//     that an ack is followed by the next send in microseconds and a stream of acks costs a
-//     few fsyncs a second (an fsync after every ack cut dispatch to 57% of what the
-//     terminals could take: docs/benchmarks.md).
+//     that an ack is followed by the next send without waiting for the disk and a stream
+//     of acks costs a few fsyncs a second (an fsync after every ack would bound dispatch by
+//     the disk: docs/benchmarks.md).
 //     Process kill: the outbox calls its journal's WriteOut (one write, no fsync) before
 //     it hands a command to the Sender, so the command's send record and the finish of
 //     the command acked before it are in the file first, and a killed process (SIGKILL, a panic, the
@@ -190,11 +190,12 @@
 //     memory with the table: its ids are kept one after another in chunks of 8 KiB
 //     (blobs.go), and one such string held keeps its whole chunk. Keep a copy
 //     (strings.Clone) of one held for long. Result.Err is a copy already. The chunks are
-//     compacted under the outbox's lock once a quarter of their bytes are dead: 1.7-2.3 ms
-//     with 10,000 queued (BenchmarkBlobCompaction), every ~2,500 commands that finish.
+//     compacted under the outbox's lock once a quarter of their bytes are dead: a copy of
+//     the live ids, once for every quarter of the table that finished
+//     (BenchmarkBlobCompaction).
 //   - Payloads live in payloads.cache (On-disk format): a send reads its payload from there
-//     (page cache: 1-2 µs), under the outbox's lock, as is the rewrite that reclaims its
-//     dead bytes (BenchmarkSpillRewrite: 4-7 ms with 10,000 queued, a pause for every
+//     (from the page cache), under the outbox's lock, as is the rewrite that reclaims its
+//     dead bytes (BenchmarkSpillRewrite: a copy of the live payloads, a pause for every
 //     device; it comes about once for every as many that left). If the file cannot be
 //     written (disk full, I/O error), payloads stay on the heap, as Stats.PayloadsOnHeap
 //     shows; they stay there until the file's next rewrite takes them back, their message
@@ -210,9 +211,9 @@
 //     the damaged ones (journal.ReadRecords: every segment and the snapshot, through a
 //     64 KiB window, without the outbox's lock; a compaction waits meanwhile). The command
 //     is sent as soon as that is done, and a snapshot that failed on it is tried again at
-//     once. With 10,000 queued and a 2.2 MB journal a round took 10-23 ms for one damaged
-//     record and 30-40 ms for all of them (BenchmarkPayloadRepair; it grows with the
-//     journal's size), of which the outbox's lock is held for the last step only: putting
+//     once. A round reads the whole journal, so it grows with the journal's size
+//     (BenchmarkPayloadRepair, docs/benchmarks.md); the outbox's lock is held for the last
+//     step only: putting
 //     the payloads back, and the file's rewrite when one is due (BenchmarkSpillRewrite).
 //     Stats.PayloadReadErrors counts the failed reads, PayloadRepairs the payloads read
 //     again; these stay on the heap (PayloadsOnHeap) until the file's next rewrite takes

@@ -8,15 +8,15 @@ import (
 // itemIndex is an open-addressing hash set of items keyed by a string each item carries
 // (key: its id, or its person): an entry costs one pointer slot and a tag byte, the key
 // being the item's own. It holds the table's items by id and each device's coalescing
-// index by person; replacing the map[string]*item and the per-device map[string]schedEntry
-// with it took BenchmarkMemoryPerTask from 268 to 190 bytes a queued task beyond its
-// payload. Linear probing; deletion shifts later entries back, so there are no tombstones.
+// index by person, in less memory a queued task than a map[string]*item and a per-device
+// map[string]schedEntry (BenchmarkMemoryPerTask, docs/benchmarks.md). Linear probing;
+// deletion shifts later entries back, so there are no tombstones.
 //
 // Each slot has a tag: 0 when empty, else 7 bits of its key's hash with the top bit set. A
 // probe compares tags and looks at an item (a pointer to follow, its key to cut from the
 // blob, a string comparison) only when they match, so long probe runs cost a byte each:
-// the table fills to 3/4 before it doubles (at 1/2, without tags, 10,000 entries took
-// 32,768 slots: 26 bytes an entry; at 3/4 without tags, misses made replay 25 % slower).
+// the table fills to 3/4 before it doubles (without tags, 3/4 would make misses slow, and
+// 1/2 would take up to four slots an entry).
 // It halves below 1/8 full, never below 8 slots. Not safe for put or del while iterating.
 type itemIndex struct {
 	slots []*item // len 0 or a power of two

@@ -37,11 +37,11 @@ func TestPropertyRandomHistories(t *testing.T) {
 	}
 }
 
-// regressionHistories are history seeds (the seed a failure message names) that once
-// failed; they run every time. 1795351730854994336 and 1795350375623255109: the
-// coalescing index lost a person whose retried command still waited once a later command
-// for that person left the queue (step 155 and 202); seen only when a snapshot happened to
-// rebuild the index before the next replay check, so the failing step moved with timing.
+// regressionHistories are history seeds (the seed a failure message names) that run every
+// time. 1795351730854994336 and 1795350375623255109: the coalescing index must keep a
+// person whose retried command still waits once a later command for that person leaves the
+// queue (steps 155 and 202); the check needs a snapshot to rebuild the index before the
+// next replay check, so the step that shows a fault moves with timing.
 var regressionHistories = []uint64{1795351730854994336, 1795350375623255109}
 
 func runHistory(t *testing.T, seed uint64, steps int) {

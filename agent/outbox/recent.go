@@ -9,14 +9,14 @@ const recentCap = 8192
 // recentIDs remembers the ids of the last recentCap messages that left the table (dedupe).
 // A ring holds them in the order they came; a hash set of ring positions finds them: an
 // open-addressing table with tags like itemIndex's, whose entry is a 16-bit ring position.
-// With the ring full that is 16,384 slots of 3 bytes, where a map[string]struct{} took ~47
-// bytes an id (~380 KB for 8,192). A forgotten id leaves a tombstone (the ring forgets one
+// With the ring full that is 16,384 slots of 3 bytes, 6 bytes an id, a fraction of what a
+// map[string]struct{} costs an id. A forgotten id leaves a tombstone (the ring forgets one
 // id for each it takes, so deletions are as frequent as insertions); the set is rebuilt
 // from the ring, half full, once entries and tombstones fill 3/4 of it.
 //
-// The ids' bytes are cut from chunks like the items' (blobs.go): remembered as messages
-// leave, which during an intake burst (the superseded ones) put them, one allocation each,
-// among the burst's short-lived ids of the same size class, and the spans they kept were
+// The ids' bytes are cut from chunks like the items' (blobs.go): they are remembered as
+// messages leave, which during an intake burst (the superseded ones) would put them, one
+// allocation each, among the burst's short-lived ids of the same size class, in spans left
 // mostly empty. The ring forgets them in the order they came, so a chunk is left to the GC
 // once its last id was forgotten: they need no compaction (the arena's counts are unused).
 type recentIDs struct {

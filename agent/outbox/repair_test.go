@@ -96,7 +96,7 @@ func (e *env) repairState() (running bool, lost int, scans uint64) {
 }
 
 // TestPayloadRepairedFromJournalWhileRunning: a flipped byte in a queued command's
-// record of payloads.cache no longer stalls its terminal until a restart: the payload is
+// record of payloads.cache does not stall its terminal until a restart: the payload is
 // read again from the journal and the command sent with it at once. A snapshot that meets
 // a damaged record gets it repaired the same way and compacts again by itself.
 func TestPayloadRepairedFromJournalWhileRunning(t *testing.T) {

@@ -42,7 +42,7 @@ func (e *env) expectRetried(dev string, want int) {
 
 // expectNoRetryAcrossRestarts checks that RetryFailed(dev) brings nothing back: live,
 // after a restart that replays the log, and after one that starts from a snapshot (which
-// no longer holds the add that outdated the failure).
+// does not hold the add that outdated the failure).
 func (e *env) expectNoRetryAcrossRestarts(dev string) {
 	e.t.Helper()
 	e.expectRetried(dev, 0)

@@ -15,8 +15,8 @@ import (
 )
 
 // The payload file. A queued command's payload (the person record the terminal gets) is
-// needed only when the command is sent and when a snapshot is written. On the heap, 10,000
-// queued commands kept 2-3 MB of payloads live, and the GC's headroom doubles that in RSS.
+// needed only when the command is sent and when a snapshot is written. On the heap, the
+// queued commands' payloads would be live, and the GC's headroom doubles that in RSS.
 // So the table writes each payload to payloads.cache beside the journal and keeps an 8-byte
 // reference in the item (payRef: offset and length), read back with pread (os.File.ReadAt)
 // when the command is sent. Not mmap: mapped pages that were touched count in RSS again.
@@ -36,19 +36,19 @@ import (
 // (when nothing is live, the file is truncated instead). Every byte a rewrite copies is
 // live, and fewer live bytes are copied than died since the previous rewrite, so rewriting
 // costs at most one more write of each byte written, and the file stays below twice its
-// live bytes plus 1 MiB. Fixed-size segments freed when their last payload leaves were the
-// alternative; they skip the copy but not compaction: one command waiting long (an offline
+// live bytes plus 1 MiB. Fixed-size segments freed when their last payload leaves would
+// skip the copy but not compaction: one command waiting long (an offline
 // terminal's queue) pins a whole segment, and with one FIFO per terminal, terminals
 // draining at different speeds leave a few stragglers in most segments. The rewrite runs
-// under the table lock: sequential reads and writes of the live bytes, 4-7 ms for 10,000
-// queued commands (BenchmarkSpillRewrite), about once per that many finished, so dispatch
-// pauses for about 0.2 % of the time at 3,000 commands/s; the replaced file is closed (its
-// pages freed, milliseconds more) after the lock is released. It waits while a snapshot reads
+// under the table lock: sequential reads and writes of the live bytes (BenchmarkSpillRewrite,
+// docs/benchmarks.md), about once per as many commands finished as are live, so the pause
+// is shared among them; the replaced file is closed (its pages freed) after the lock is
+// released. It waits while a snapshot reads
 // the file (spill.pins). Copying outside the lock, then adopting under it what did not move
 // meanwhile, would remove the pause at the cost of a goroutine and that reconciliation.
 //
-// Failures: a failed write (disk full, I/O error) keeps the payloads it held on the heap,
-// as before this file existed (Stats.PayloadsOnHeap counts them, PayloadWriteErrors the
+// Failures: a failed write (disk full, I/O error) keeps the payloads it held on the heap
+// (Stats.PayloadsOnHeap counts them, PayloadWriteErrors the
 // failures); the next write tries the file again, and the next rewrite moves them back.
 // A failed read (I/O error, checksum mismatch) when a command is due leaves the command
 // queued at the head of its device's FIFO, counts (PayloadReadErrors) and asks for the
@@ -389,7 +389,7 @@ func (t *table) rewriteSpill() error {
 	// By offset (the high bits of ref): the reads below go forward through the file. The
 	// refs are copied beside the pointers so that sorting does not chase them. sort.Slice
 	// rather than slices.SortFunc: a rewrite is rare, and each element type slices.SortFunc
-	// sorts adds ~15 KB of generic code to a binary that is near its size budget.
+	// sorts adds its own instance of generic code to a binary that is near its size budget.
 	sort.Slice(live, func(i, j int) bool { return live[i].ref < live[j].ref })
 	tmp := s.path + ".new"
 	nf, err := s.create(tmp)

@@ -271,8 +271,8 @@ func (t *trackedConn) Close() error {
 
 // trackedTCP is trackedConn for plain TCP. It embeds the *net.TCPConn itself so that the
 // connection's unexported writev method is promoted: paho writes each packet as net.Buffers,
-// and behind a net.Conn interface those go out as one write system call per buffer, which
-// cost a fifth of the round trips at 64 in flight (BenchmarkRoundTrip).
+// and behind a net.Conn interface those would go out as one write system call per buffer,
+// which costs round trips when many are in flight (BenchmarkRoundTrip, docs/benchmarks.md).
 type trackedTCP struct {
 	*net.TCPConn
 	sync.Mutex

@@ -10,10 +10,10 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 )
 
-// TestLeaseLossNotHeldBackByAHangingRenewal: a renewal that gets no answer used to block
-// the lease's loop for a whole RenewEvery, so the loss (the TTL running out, the DELETE of
-// the expired key) was signalled up to RenewEvery late while the holder still acted on
-// the lease. The renewal now ends with the lease.
+// TestLeaseLossNotHeldBackByAHangingRenewal: a renewal that gets no answer must not block
+// the lease's loop for a whole RenewEvery, or the loss (the TTL running out, the DELETE of
+// the expired key) would be signalled up to RenewEvery late while the holder still acts on
+// the lease. The renewal ends with the lease.
 func TestLeaseLossNotHeldBackByAHangingRenewal(t *testing.T) {
 	_, url := startEmbedded(t, "", "", nil)
 	c := connect(t, url, func(o *Options) { o.ClientID = "hanging-holder" })
@@ -27,7 +27,7 @@ func TestLeaseLossNotHeldBackByAHangingRenewal(t *testing.T) {
 	}
 	c.mu.Unlock()
 
-	// RenewEvery close to the TTL makes the old delay (a renewal blocking until
+	// RenewEvery close to the TTL makes the delay a blocking renewal would cause (until
 	// start+2*RenewEvery) far larger than the slack allowed below.
 	const ttl, every = 1500 * time.Millisecond, 1400 * time.Millisecond
 	start := time.Now()

@@ -14,7 +14,7 @@ import (
 
 // TestLinkDropFailsRequestsWaitingForSubscription: a request made while the client waits for
 // its SUBACK fails at once with ErrConnectionLost (and ErrNotConnected: it was never sent)
-// when that connection drops; it used to wait for a later connection, bounded only by its
+// when that connection drops, rather than wait for a later connection, bounded only by its
 // timeout. After the broker restarts, the client gets ready and serves requests again.
 func TestLinkDropFailsRequestsWaitingForSubscription(t *testing.T) {
 	hook, released, b, url := startHoldingSubscribe(t)

@@ -8,8 +8,8 @@ import (
 )
 
 // TestNoResponderFailsAtOnce: behind mosquitto a request that no store is subscribed to gets
-// PUBACK 0x10 (no matching subscribers). It used to wait out its whole timeout; it now fails
-// at once with ErrNoResponder, which is Retryable. After a broker restart the client can
+// PUBACK 0x10 (no matching subscribers). It fails at once with ErrNoResponder, which is
+// Retryable, rather than wait out its whole timeout. After a broker restart the client can
 // resume its watches before the store has subscribed again: this is what lets it retry at
 // once instead of a timeout later (TestBrokerRestart).
 func TestNoResponderFailsAtOnce(t *testing.T) {

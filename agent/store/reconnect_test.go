@@ -59,8 +59,8 @@ func TestBrokerRestart(t *testing.T) {
 	m, r := mosquittoStore(t)
 	// The responder reconnects to the restarted broker too, and may subscribe after the client
 	// resent KEYNOTIFY. mosquitto then answers PUBACK 0x10 and the client retries at once
-	// (ErrNoResponder); it used to wait out its request timeout, which under load ate the
-	// test's deadline.
+	// (ErrNoResponder) rather than wait out its request timeout, which under load would
+	// eat the test's deadline.
 	c := connect(t, m.URL, nil)
 	ctx := ctxT(t)
 	if _, err := c.Set(ctx, "watched", []byte("before"), nil); err != nil {

@@ -11,8 +11,8 @@ import (
 
 // TestRefusedSubscriptionFailsAtOnce: when the broker refuses the response topic's
 // subscription the connection can never serve a request. Connect (WaitReady) and the
-// requests already waiting for the SUBACK used to wait out their whole deadline and report
-// a timeout; they now fail at once with the refusal.
+// requests already waiting for the SUBACK fail at once with the refusal, rather than wait
+// out their whole deadline and report a timeout.
 func TestRefusedSubscriptionFailsAtOnce(t *testing.T) {
 	b, err := broker.New(&broker.Options{Listen: "127.0.0.1:0", AllowAnonymous: true,
 		Anonymous: &broker.Rules{Subscribe: []string{}}})

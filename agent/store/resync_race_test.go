@@ -14,8 +14,8 @@ import (
 
 // TestResyncDoesNotGoBackInTime: after a reconnect the client sends KEYNOTIFY, then GETs the
 // key. When the key changes between the store's GET and the client reading the GET's
-// response, the change's notification can arrive first; the GET's older state used to be
-// delivered after it as a Resync notification, so the watcher ended on a stale value.
+// response, the change's notification can arrive first; the GET's older state must not be
+// delivered after it as a Resync notification, or the watcher would end on a stale value.
 func TestResyncDoesNotGoBackInTime(t *testing.T) {
 	m, r := mosquittoStore(t)
 	const id = "resync-race"

@@ -51,8 +51,8 @@ func (h logMessages) Handle(_ context.Context, r slog.Record) error {
 }
 
 // TestSubscribeWithoutSubackIsRetried: a SUBSCRIBE whose SUBACK does not come within the
-// timeout (a loaded broker) is sent again on the same connection. It used to be taken for
-// the broker's refusal: WaitReady failed with ErrNotConnected and the connection, which
+// timeout (a loaded broker) is sent again on the same connection. Taken for the broker's
+// refusal, it would make WaitReady fail with ErrNotConnected, and the connection, which
 // stays up, could never serve a request.
 func TestSubscribeWithoutSubackIsRetried(t *testing.T) {
 	hook := &holdFirstSubscribe{entered: make(chan struct{}), release: make(chan struct{})}

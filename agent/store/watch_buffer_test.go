@@ -7,7 +7,7 @@ import (
 
 // TestWatchBufferDropsOldest: a Watch whose reader stops reading keeps at most WatchBuffer
 // notifications: the oldest are dropped and the oldest one kept is marked Resync, so memory
-// stays bounded and the latest state still arrives. It used to queue without bound.
+// stays bounded and the latest state still arrives.
 func TestWatchBufferDropsOldest(t *testing.T) {
 	_, url := startEmbedded(t, "", "", nil)
 	c := connect(t, url, func(o *Options) { o.WatchBuffer = 4 })

@@ -103,7 +103,7 @@ func newPipeSession(expiry uint32) *pipeSession {
 // sentStore is paho's in-memory store of the messages we publish (kept until their
 // PUBACK, resent after a reconnect) that also remembers the encoding of the message put
 // last, for publish to write: a message is encoded once, for the store and the wire,
-// instead of once each (paho's encoder allocates about ten times per message).
+// instead of once each (paho's encoder allocates several times per message).
 type sentStore struct {
 	*memory.Store
 	mu   sync.Mutex

@@ -117,7 +117,7 @@ func firstCopies(t *testing.T, got []string, want [][]byte) {
 // Across a link with a 40 ms round trip, the stream keeps its window of messages in
 // flight — the proxy between the agent and mosquitto sees that many PUBLISH packets
 // before the first PUBACK comes back, and never more — and the subscriber gets them in
-// order. With a window of 1 it is one message per round trip, as before.
+// order. With a window of 1 it is one message per round trip.
 func TestPipelinedPublishKeepsItsWindowInFlight(t *testing.T) {
 	m := testutil.StartMosquitto(t)
 	for _, tc := range []struct{ window, n int }{{64, 400}, {1, 10}} {

@@ -36,7 +36,7 @@
 //     when nobody is subscribed to its topic yet (a terminal that announces itself before
 //     its SUBSCRIBE), and publishes it when a SUBSCRIBE gives the topic a subscriber. Send
 //     returns nil for it all the same; a held command superseded by a newer Send, or never
-//     subscribed for, is dropped, and the agent's retry covers it as before.
+//     subscribed for, is dropped, and the agent's retry covers it.
 //   - Malformed acks and heartbeats, and messages from terminals outside Config.Devices, are
 //     Error events with the device id and topic, never dropped silently.
 //   - Inline mode does not hear messages published in-process (its own commands included):

@@ -479,7 +479,7 @@ func TestInlineHoldsACommandUntilItsTerminalSubscribes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A terminal with no heartbeat on a new connection is not checked: its command goes
-	// out at once, to nobody, as before.
+	// out at once, to nobody.
 	if err := l.Send(ctx, "t2", add("m2", "p2")); err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ Anonymous:             4 kB
 }
 
 // TestReleaseImagePIE runs TestReleaseImage in a position-independent build of this test
-// binary: its RELRO pages were relocated at start-up, and dropping them crashed it.
+// binary: its RELRO pages are relocated at start-up, so dropping them would crash it.
 func TestReleaseImagePIE(t *testing.T) {
 	if runtime.GOOS != "linux" || testing.Short() {
 		t.Skip("Linux only; builds a binary")
@@ -256,7 +256,7 @@ func TestQuietReleaseShrinksStacks(t *testing.T) {
 // TestQuietReleaseCollectsSlowGrowth: after a release, a process that goes on allocating
 // a little (not enough to start a collection for a long time) is collected again once its
 // heap has grown by minGrowth, so the release can run again; without that its garbage
-// took fresh pages until the heap doubled. Automatic collections are off here, so only
+// would take fresh pages until the heap doubled. Automatic collections are off here, so only
 // QuietRelease can collect.
 func TestQuietReleaseCollectsSlowGrowth(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))

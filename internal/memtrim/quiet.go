@@ -90,7 +90,8 @@ func (q *QuietRelease) collected() {
 }
 
 // release reads the heap with runtime.ReadMemStats, not runtime/metrics: that package's
-// tables cost the ARM binary 65 KB, and this runs at most once per quiet spell.
+// tables would add to the ARM binary (docs/benchmarks.md, "Binary size"), and this runs at
+// most once per quiet spell.
 func (q *QuietRelease) release() {
 	q.mu.Lock()
 	stopped := q.stopped
@@ -131,10 +132,11 @@ func (q *QuietRelease) release() {
 // watchGrowth looks at the heap again after wait, when a release has run (or found
 // nothing to give back): if it has grown by minGrowth since (heapAlloc, after collection
 // numGC) with no collection meanwhile, it collects and returns the free heap to the
-// kernel (debug.FreeOSMemory; the collection arms the next release as any does). A process that keeps allocating a little (64 terminals' heartbeats:
-// ~15 KB/s) would otherwise not be collected for minutes, until its heap doubled, and
-// its garbage would take fresh pages all that time: with the agent, resident memory grew
-// by 2 MB a minute. While the heap grows by less, it looks again after twice the wait, up
+// kernel (debug.FreeOSMemory; the collection arms the next release as any does). A
+// process that keeps allocating a little (terminals' heartbeats) would otherwise not be
+// collected for minutes, until its heap doubled, and its garbage would take fresh pages
+// all that time, so resident memory would creep up (docs/benchmarks.md). While the heap
+// grows by less, it looks again after twice the wait, up
 // to maxGrowthWait; it stops when the heap has not grown at all, or a collection came
 // first (that one arms the release), so an idle process is not woken again.
 func (q *QuietRelease) watchGrowth(heapAlloc uint64, numGC uint32, wait time.Duration) {

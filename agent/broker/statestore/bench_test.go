@@ -203,7 +203,7 @@ func BenchmarkMemoryPerWaitingChange(b *testing.B) {
 
 // BenchmarkOwnerWrite: one device-state write of the store's owner (a 150-byte value
 // with PX), through the typed Set, against the same write encoded as a RESP3 command
-// and its reply parsed, as the owner did before the typed API.
+// and its reply parsed, as a client without the typed API does.
 func BenchmarkOwnerWrite(b *testing.B) {
 	value := make([]byte, 150)
 	clock := hlc.NewClock("agent")

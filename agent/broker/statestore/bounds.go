@@ -27,8 +27,8 @@ const (
 	// notification waiting for the snapshot that holds its change (or behind
 	// one of the same key), until it is handed to the watchers; WaiterOverhead,
 	// with its reply and Request.WaitBytes, for every DoDurable answer waiting
-	// for its snapshot, until done is called. Together 213 bytes measured
-	// (BenchmarkMemoryPerWaitingChange), their arrays' spare room included.
+	// for its snapshot, until done is called. Together they bound what
+	// BenchmarkMemoryPerWaitingChange measures, their arrays' spare room included.
 	DeferredOverhead = 160
 	WaiterOverhead   = 160
 )

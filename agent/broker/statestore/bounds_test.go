@@ -81,8 +81,8 @@ func TestBigKeysBoundedByBytes(t *testing.T) {
 
 // TestRegistrationsBounded: KEYNOTIFY registrations count against MaxBytes
 // (their keys and bookkeeping) whether or not the keys exist, and against
-// MaxNotify per watcher; STOP and Unwatch give the bytes back. Before,
-// registrations on 1 MB keys that did not exist grew the heap without bound.
+// MaxNotify per watcher; STOP and Unwatch give the bytes back, so
+// registrations on 1 MB keys that do not exist cannot grow the heap without bound.
 func TestRegistrationsBounded(t *testing.T) {
 	const keySize = 1 << 10
 	maxBytes := int64(10 * (keySize + RegistrationOverhead))
@@ -153,9 +153,9 @@ func TestRegistrationsShareTheirKey(t *testing.T) {
 }
 
 // TestReservedPrefixes: keys under a reserved prefix are written only by the
-// owner's requests; every client reads and watches them. A client can no
-// longer put a fencing token on them (it used to freeze the owner's later
-// writes: "the request fencing token is a lower version…").
+// owner's requests; every client reads and watches them. A client cannot put
+// a fencing token on them: that would freeze the owner's later writes ("the
+// request fencing token is a lower version…").
 func TestReservedPrefixes(t *testing.T) {
 	s, _ := newTestStore(t, &Options{ReservedPrefixes: []string{"faceagent/gw/devices/"}})
 	now := ts(t0, 0, "c")

@@ -65,15 +65,16 @@
 // Bound and warned about at most once a minute per bound:
 //
 //   - MaxBytes: for each key its key and value bytes plus KeyOverhead (160,
-//     BenchmarkMemoryPerKey measures 131), plus FenceOverhead and the token's
-//     node id when it is fenced; for each KEYNOTIFY registration its key
-//     bytes plus RegistrationOverhead (160, BenchmarkMemoryPerRegistration
-//     measures 134), whether or not the key exists. Registrations of one key
-//     share one copy of it. And what waits for a snapshot: a notification of a
+//     above what BenchmarkMemoryPerKey measures), plus FenceOverhead and the
+//     token's node id when it is fenced; for each KEYNOTIFY registration its
+//     key bytes plus RegistrationOverhead (160, above what
+//     BenchmarkMemoryPerRegistration measures), whether or not the key
+//     exists. Registrations of one key share one copy of it. And what waits
+//     for a snapshot: a notification of a
 //     persistent change (or queued behind one) with its key and value bytes
 //     plus DeferredOverhead, the answer DoDurable holds back with its reply and
-//     Request.WaitBytes plus WaiterOverhead (160 each; 213 together measured,
-//     BenchmarkMemoryPerWaitingChange). A change that would take the store
+//     Request.WaitBytes plus WaiterOverhead (160 each, together above what
+//     BenchmarkMemoryPerWaitingChange measures). A change that would take the store
 //     past MaxBytes with them is refused: while snapshot writes fail, those
 //     fill the store, not the heap.
 //   - MaxKeys, MaxValueSize.
@@ -160,7 +161,7 @@
 //     topic, correlation data); agent/broker checks them.
 //   - MaxBytes counts estimates of the bookkeeping (KeyOverhead,
 //     RegistrationOverhead), measured on amd64; the Go heap around live data
-//     (GOGC) comes on top: a store full to MaxBytes showed about 2.3 times
+//     (GOGC) comes on top, so a store full to MaxBytes takes a multiple of
 //     MaxBytes of RSS (docs/benchmarks.md, "State store bounds").
 //   - Every bound answers the same text; Stats tells them apart.
 package statestore

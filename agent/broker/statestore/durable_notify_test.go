@@ -13,8 +13,7 @@ import (
 // TestPersistentChangeNotifiedAfterFsync: the notification of a change of a
 // persistent key goes out only once the snapshot holding it is on disk, so no
 // client acts on a change a crash would undo. Changes of volatile keys are
-// not held back, and later changes of the same key queue behind it. Before,
-// the notification went out inside the SET, ahead of the snapshot.
+// not held back, and later changes of the same key queue behind it.
 func TestPersistentChangeNotifiedAfterFsync(t *testing.T) {
 	s, err := New(&Options{SnapshotPath: filepath.Join(t.TempDir(), "statestore.snap")})
 	if err != nil {

@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// TestPXOverflowIsASyntaxError: a PX whose deadline does not fit used to be
-// answered +OK while the key vanished at once (now+PX wrapped negative), and a
-// PX beyond a time.Duration made the sweeper's timer wrap and fire every
+// TestPXOverflowIsASyntaxError: a PX whose deadline does not fit must not be
+// answered +OK while the key vanishes at once (now+PX wrapping negative), and a
+// PX beyond a time.Duration must not make the sweeper's timer wrap and fire every
 // millisecond. Both are integer overflows: syntax error, nothing stored.
 func TestPXOverflowIsASyntaxError(t *testing.T) {
 	s, _ := newTestStore(t, nil)

@@ -7,7 +7,7 @@ import (
 // TestRefusedConditionOnFencedKey: on a fenced key, a condition that refuses
 // the request answers ":-1" with the stored version, whatever the fencing
 // token; a request that would write still needs a valid token (see
-// checkFence for the evidence behind this order). Before, NX and NEX got the
+// checkFence for the evidence behind this order); NX and NEX do not get the
 // fencing error.
 func TestRefusedConditionOnFencedKey(t *testing.T) {
 	s, _ := newTestStore(t, nil)

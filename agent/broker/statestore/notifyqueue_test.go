@@ -401,8 +401,8 @@ func TestNotifyQueueNoRoom(t *testing.T) {
 // TestNotifyQueueArrayStaysWithinItsBound: a queue kept near MaxQueued while
 // its head advances (a watcher acknowledging as fast as the changes come, a
 // full queue behind) never holds an array of more than MaxQueued
-// notifications. Before, it was compacted only once half of it had been
-// sent: 1,024 live notifications sat in an array of 2,150 (172 KB, not 82).
+// notifications (compacting only once half of it has been sent would let
+// the array grow to about twice that).
 func TestNotifyQueueArrayStaysWithinItsBound(t *testing.T) {
 	const maxQueued = 1024
 	c := newFakeConn(t, 1)

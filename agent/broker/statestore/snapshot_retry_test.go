@@ -13,10 +13,10 @@ import (
 )
 
 // TestFailedSnapshotIsWrittenAgain: a snapshot write that fails (a full disk, a directory
-// gone for a moment) is tried again by itself until it succeeds. Before, the persistent set
-// stayed unwritten until the next change of a persistent key: the answer DoDurable holds and
-// the notifications of the change waited for that change, which for the few configuration
-// keys persistence is for may not come for days (or came only at Close).
+// gone for a moment) is tried again by itself until it succeeds. Waiting for the next
+// change of a persistent key instead would hold the answer DoDurable holds and the
+// notifications of the change until then, which for the few configuration keys
+// persistence is for may be days away (or Close).
 func TestFailedSnapshotIsWrittenAgain(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -79,9 +79,8 @@ func TestFailedSnapshotIsWrittenAgain(t *testing.T) {
 
 // TestWaitingForASnapshotStaysWithinMaxBytes: while snapshot writes fail, the answers
 // DoDurable holds back and the notifications waiting for the snapshot count against
-// MaxBytes, and changes beyond it are refused. Before, they were held outside the bound,
-// one notification and one answer per change, without end: here 1,032,000 bytes of them in
-// a store bounded at 64 KiB.
+// MaxBytes, and changes beyond it are refused: held outside the bound, one notification and
+// one answer per change would pile up without end.
 func TestWaitingForASnapshotStaysWithinMaxBytes(t *testing.T) {
 	const maxBytes = 64 << 10
 	dir := filepath.Join(t.TempDir(), "data")
