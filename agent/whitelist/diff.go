@@ -67,7 +67,7 @@ type Diff struct {
 func (s *Store) Diff(dev string) *Diff { return &Diff{s: s, dev: dev} }
 
 // ErrBadPage is wrapped by Page's errors for a page that breaks ListPersons' order.
-var ErrBadPage = errors.New("sync: the terminal's page is out of order")
+var ErrBadPage = errors.New("whitelist: the terminal's page is out of order")
 
 // Page compares one ListPersons page: held (ids increasing, each greater than the previous
 // page's next) and next, the page's last id while more may follow or "" at the end of the
@@ -75,7 +75,7 @@ var ErrBadPage = errors.New("sync: the terminal's page is out of order")
 // the page with next "" the comparison is complete.
 func (d *Diff) Page(held []Entry, next string, fn func(Change)) error {
 	if d.done {
-		return errors.New("sync: the diff is complete")
+		return errors.New("whitelist: the diff is complete")
 	}
 	for i, e := range held {
 		if d.started && e.ID <= d.after || i > 0 && e.ID <= held[i-1].ID || next != "" && e.ID > next || e.ID == "" {

@@ -34,7 +34,7 @@ const (
 )
 
 // ErrInvalid is wrapped by the errors of records and device ids the store refuses.
-var ErrInvalid = errors.New("sync: invalid")
+var ErrInvalid = errors.New("whitelist: invalid")
 
 func checkRecord(r *Record) error {
 	if err := checkID("person id", r.ID); err != nil {

@@ -31,11 +31,11 @@ const partBytes = 256 << 10
 
 // Errors of the updates.
 var (
-	ErrTooManyTerminals = errors.New("sync: the store holds Options.MaxTerminals terminals")
-	ErrTooManyPersons   = errors.New("sync: the list would hold more than Options.MaxPersons persons")
-	ErrTooManyRecords   = errors.New("sync: the store would hold more than Options.MaxRecords distinct records")
-	ErrDuplicateID      = errors.New("sync: a person id appears twice in the list")
-	ErrClosed           = errors.New("sync: closed")
+	ErrTooManyTerminals = errors.New("whitelist: the store holds Options.MaxTerminals terminals")
+	ErrTooManyPersons   = errors.New("whitelist: the list would hold more than Options.MaxPersons persons")
+	ErrTooManyRecords   = errors.New("whitelist: the store would hold more than Options.MaxRecords distinct records")
+	ErrDuplicateID      = errors.New("whitelist: a person id appears twice in the list")
+	ErrClosed           = errors.New("whitelist: closed")
 )
 
 // Options configure a Store. The zero value means the defaults.
@@ -109,8 +109,8 @@ func Open(dir string, opt Options) (*Store, error) {
 	if opt.CompactBytes <= 0 {
 		opt.CompactBytes = DefaultCompactBytes
 	}
-	if opt.MaxRecords >= excluded {
-		return nil, fmt.Errorf("sync: Options.MaxRecords %d is over %d", opt.MaxRecords, excluded-1)
+	if int64(opt.MaxRecords) >= excluded {
+		return nil, fmt.Errorf("whitelist: Options.MaxRecords %d is over %d", opt.MaxRecords, int64(excluded-1))
 	}
 	s := &Store{opt: opt, log: opt.Logger, st: newState(), compactC: make(chan struct{}, 1),
 		quit: make(chan struct{}), done: make(chan struct{})}
@@ -134,7 +134,7 @@ func Open(dir string, opt Options) (*Store, error) {
 	s.j = j
 	if err := s.replay(); err != nil {
 		j.Close()
-		return nil, fmt.Errorf("sync: replaying %s: %w", dir, err)
+		return nil, fmt.Errorf("whitelist: replaying %s: %w", dir, err)
 	}
 	go s.runCompactor()
 	return s, nil

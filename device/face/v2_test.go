@@ -192,7 +192,7 @@ func TestV2Bounds(t *testing.T) {
 // The largest page ListLimitFor allows fits, every field at its bound; one more does not.
 func TestListLimitFor(t *testing.T) {
 	worst := func(n int) int {
-		a := Ack{MessageID: strings.Repeat("m", MaxIDLen), Code: math.MinInt64, Message: strings.Repeat("w", MaxTextLen)}
+		a := Ack{MessageID: strings.Repeat("m", MaxIDLen), Code: math.MinInt, Message: strings.Repeat("w", MaxTextLen)}
 		for i := range n {
 			a.Persons = append(a.Persons, PersonRev{fmt.Sprintf("%0*d", MaxIDLen, i), "ed8b5c1121eda4fa"})
 		}
