@@ -16,6 +16,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/journal"
 	"github.com/seed0e69bba5/faceagent/agent/whitelist"
+	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/sim"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
@@ -162,6 +163,14 @@ func TestDesiredWhitelistSurvivesSIGKILL(t *testing.T) {
 	}
 	if !maps.Equal(held, want) {
 		t.Errorf("the terminal holds %v, want the desired list %v", held, want)
+	}
+	// Every AddPerson carried the agent's rev: the terminal's digest is the desired one.
+	var digest face.Digest
+	for id, name := range want {
+		digest.Toggle(id, face.RecordRev(id, name, "", "", ""))
+	}
+	if d := fleet.Terminal("w1").Digest(); d != digest {
+		t.Errorf("the terminal's digest %s, want the desired digest %s", d, digest)
 	}
 	t.Logf("%d tasks acknowledged before SIGKILL; the terminal holds the desired list of %d persons", acked, len(want))
 }
