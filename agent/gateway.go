@@ -149,7 +149,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	for i, d := range cfg.Devices {
 		ids[i] = d.ID
 	}
-	sw := devstate.New(devstate.Options{Devices: ids, Store: keys, Status: ob, Prefix: t.Devices,
+	sw := devstate.New(devstate.Options{Devices: ids, Store: keys, Status: ob, Desired: wl, Prefix: t.Devices,
 		WriteInterval: cfg.Store.WriteInterval.Duration, HeartbeatTimeout: cfg.Dispatch.HeartbeatTimeout.Duration,
 		Timeout: cfg.Store.RequestTimeout.Duration, Log: a.log.With("part", "state"), Metrics: a.m.state})
 	a.state = sw

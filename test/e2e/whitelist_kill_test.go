@@ -144,7 +144,7 @@ func TestDesiredWhitelistSurvivesSIGKILL(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Disconnect(&paho.Disconnect{})
-	fleet, err := sim.StartMQTT("mqtt://"+addr, []string{"w1"}, sim.Options{Seed: 5, Strict: true,
+	fleet, err := sim.StartMQTT("mqtt://"+addr, []string{"w1"}, sim.Options{Seed: 5, Strict: true, HeartbeatInterval: 100 * time.Millisecond,
 		OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) }})
 	if err != nil {
 		t.Fatal(err)
@@ -171,6 +171,14 @@ func TestDesiredWhitelistSurvivesSIGKILL(t *testing.T) {
 	}
 	if d := fleet.Terminal("w1").Digest(); d != digest {
 		t.Errorf("the terminal's digest %s, want the desired digest %s", d, digest)
+	}
+	// The device state sees it: a v2 heartbeat with the desired digest, nothing queued.
+	pollUntil(t, "the terminal counted in sync", func() bool { return metric(t, a, "faceagent_terminals_in_sync") == 1 })
+	if n := metric(t, a, `faceagent_desired_persons{device="w1"}`); n != float64(len(want)) {
+		t.Errorf("faceagent_desired_persons %v, want %d", n, len(want))
+	}
+	if n := metric(t, a, "faceagent_whitelist_terminals"); n != 1 {
+		t.Errorf("faceagent_whitelist_terminals %v, want 1", n)
 	}
 	t.Logf("%d tasks acknowledged before SIGKILL; the terminal holds the desired list of %d persons", acked, len(want))
 }
