@@ -21,6 +21,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
 	"github.com/seed0e69bba5/faceagent/agent/report"
+	"github.com/seed0e69bba5/faceagent/agent/whitelist"
 	"github.com/seed0e69bba5/faceagent/agent/wire"
 )
 
@@ -58,8 +59,10 @@ type Agent struct {
 
 	broker *broker.Broker
 	outbox atomic.Pointer[outbox.Outbox]
-	state  *devstate.Writer
-	dead   *report.DeadLetters // the taker's deadletter log (set by startGateway)
+	// whitelist is the terminals' desired whitelists (set by startGateway, nil once closed).
+	whitelist atomic.Pointer[whitelist.Store]
+	state     *devstate.Writer
+	dead      *report.DeadLetters // the taker's deadletter log (set by startGateway)
 	// brokerStats is the embedded broker, for /metrics (set once it is made).
 	brokerStats atomic.Pointer[broker.Broker]
 	fwd         *report.Forwarder // forwarded acks and heartbeats (set by startGateway)

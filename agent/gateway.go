@@ -92,6 +92,13 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	*stops = append(*stops, func(context.Context) error { return dead.Close() })
 	a.dead = dead
 	a.outbox.Store(ob)
+	wl, err := openWhitelist(cfg, a.log)
+	if err != nil {
+		return fmt.Errorf("desired whitelists: %w", err)
+	}
+	*stops = append(*stops, func(context.Context) error { a.whitelist.Store(nil); return wl.Close() })
+	a.whitelist.Store(wl)
+	take.OpenDesired(desiredLists{wl})
 	take.Open(ob, dead)
 	// From the moment shutdown begins, refuse tasks without acknowledging them.
 	*stops = append(*stops, func(context.Context) error { take.Close(); return nil })
@@ -142,7 +149,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	for i, d := range cfg.Devices {
 		ids[i] = d.ID
 	}
-	sw := devstate.New(devstate.Options{Devices: ids, Store: keys, Status: ob, Prefix: t.Devices,
+	sw := devstate.New(devstate.Options{Devices: ids, Store: keys, Status: ob, Desired: wl, Prefix: t.Devices,
 		WriteInterval: cfg.Store.WriteInterval.Duration, HeartbeatTimeout: cfg.Dispatch.HeartbeatTimeout.Duration,
 		Timeout: cfg.Store.RequestTimeout.Duration, Log: a.log.With("part", "state"), Metrics: a.m.state})
 	a.state = sw

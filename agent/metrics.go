@@ -53,8 +53,11 @@ type agentMetrics struct {
 	brokerRetained *metrics.Gauge
 
 	// journalFileBytes is the size of each journal's files, by journal: outbox, forward,
-	// deadletter, broker_sessions.
+	// deadletter, whitelist, broker_sessions.
 	journalFileBytes *metrics.GaugeVec
+	// The desired whitelists (agent/whitelist Stats).
+	whitelistTerminals *metrics.Gauge
+	whitelistRecords   *metrics.Gauge
 
 	// The embedded broker's sessions journal (agent/broker, "Persistence").
 	sessionsLiveBytes   *metrics.Gauge
@@ -127,7 +130,10 @@ func (a *Agent) registerMetrics() {
 			"Bytes of the embedded broker's retained messages, against max_retained_bytes."),
 
 		journalFileBytes: r.NewGaugeVec("faceagent_journal_file_bytes",
-			"Bytes of each journal's files (snapshot and segments as written; the open segment's preallocated blocks not counted), by journal: outbox, forward, deadletter, broker_sessions.", "journal"),
+			"Bytes of each journal's files (snapshot and segments as written; the open segment's preallocated blocks not counted), by journal: outbox, forward, deadletter, whitelist, broker_sessions.", "journal"),
+		whitelistTerminals: r.NewGauge("faceagent_whitelist_terminals", "Terminals with a desired whitelist (against whitelist.max_terminals)."),
+		whitelistRecords: r.NewGauge("faceagent_whitelist_records",
+			"Distinct person records across the desired whitelists (against whitelist.max_records)."),
 		sessionsLiveBytes: r.NewGauge("faceagent_broker_sessions_live_bytes",
 			"Bytes the embedded broker's live session records take in a snapshot of its sessions journal (kept sessions' clients, subscriptions, in-flight and queued messages, retained messages)."),
 		sessionsWritable: r.NewGauge("faceagent_broker_sessions_journal_writable",
@@ -222,6 +228,12 @@ func (a *Agent) scrapeJournals() {
 	}
 	if a.dead != nil {
 		a.m.journalFileBytes.With("deadletter").Set(float64(a.dead.Backlog().Stats().Journal.FileBytes))
+	}
+	if wl := a.whitelist.Load(); wl != nil {
+		st := wl.Stats()
+		a.m.journalFileBytes.With("whitelist").Set(float64(st.FileBytes))
+		a.m.whitelistTerminals.Set(float64(st.Terminals))
+		a.m.whitelistRecords.Set(float64(st.Records))
 	}
 	if a.broker == nil || !a.started.Load() {
 		return

@@ -12,18 +12,19 @@ import (
 // The toml tags are the file's key names; tools read these structs, so the names are part
 // of the contract in docs/design.md ("Configuration names").
 type Config struct {
-	Agent    Agent     `toml:"agent"`
-	Broker   *Broker   `toml:"broker,omitempty"`
-	Upstream *Upstream `toml:"upstream,omitempty"`
-	Dispatch Dispatch  `toml:"dispatch"`
-	Journal  Journal   `toml:"journal"`
-	Intake   Intake    `toml:"intake"`
-	Reports  Reports   `toml:"reports"`
-	Store    Store     `toml:"store"`
-	Topics   Topics    `toml:"topics"`
-	Log      Log       `toml:"log"`
-	Metrics  Metrics   `toml:"metrics"`
-	Devices  []Device  `toml:"devices"`
+	Agent     Agent     `toml:"agent"`
+	Broker    *Broker   `toml:"broker,omitempty"`
+	Upstream  *Upstream `toml:"upstream,omitempty"`
+	Dispatch  Dispatch  `toml:"dispatch"`
+	Journal   Journal   `toml:"journal"`
+	Intake    Intake    `toml:"intake"`
+	Reports   Reports   `toml:"reports"`
+	Whitelist Whitelist `toml:"whitelist"`
+	Store     Store     `toml:"store"`
+	Topics    Topics    `toml:"topics"`
+	Log       Log       `toml:"log"`
+	Metrics   Metrics   `toml:"metrics"`
+	Devices   []Device  `toml:"devices"`
 
 	// File is the path the configuration was loaded from ("" for in-memory input).
 	File string `toml:"-"`
@@ -215,6 +216,18 @@ type Reports struct {
 	MaxForwardedBytes Size `toml:"max_forwarded_bytes"`
 }
 
+// Whitelist is the [whitelist] section: bounds of the terminals' desired whitelists, kept
+// in data_dir/whitelist. A task that would pass one is dead-lettered ("over a bound").
+type Whitelist struct {
+	// MaxTerminals bounds the terminals with a desired whitelist.
+	MaxTerminals int `toml:"max_terminals"`
+	// MaxPersons bounds one terminal's desired whitelist.
+	MaxPersons int `toml:"max_persons"`
+	// MaxRecords bounds the distinct person records across terminals (a record several
+	// terminals share counts once).
+	MaxRecords int `toml:"max_records"`
+}
+
 // Store is the [store] section: device state written to the state store.
 type Store struct {
 	// WriteInterval is the least time between two writes of one device's state.
@@ -375,6 +388,11 @@ var (
 		MaxDeadLetters:     4096,
 		MaxDeadLetterBytes: 4 << 20,
 	}
+	defaultWhitelist = Whitelist{
+		MaxTerminals: 1024,
+		MaxPersons:   100000,
+		MaxRecords:   200000,
+	}
 	defaultReports = Reports{
 		MaxForwarded:      8192,
 		MaxForwardedBytes: 1 << 20,
@@ -416,15 +434,16 @@ var (
 // defaults apply when the file names the section.
 func Default() *Config {
 	return &Config{
-		Agent:    defaultAgent,
-		Dispatch: defaultDispatch,
-		Journal:  defaultJournal,
-		Intake:   defaultIntake,
-		Reports:  defaultReports,
-		Store:    defaultStore,
-		Topics:   defaultTopics,
-		Log:      defaultLog,
-		Metrics:  defaultMetrics,
+		Agent:     defaultAgent,
+		Dispatch:  defaultDispatch,
+		Journal:   defaultJournal,
+		Intake:    defaultIntake,
+		Reports:   defaultReports,
+		Whitelist: defaultWhitelist,
+		Store:     defaultStore,
+		Topics:    defaultTopics,
+		Log:       defaultLog,
+		Metrics:   defaultMetrics,
 	}
 }
 

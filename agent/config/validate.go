@@ -39,6 +39,7 @@ func (d *decoder) validate(c *Config) {
 	}
 	d.validateIntake(c.Intake)
 	d.validateReports(c.Reports)
+	d.validateWhitelist(c.Whitelist)
 	d.positive("store.write_interval", c.Store.WriteInterval)
 	d.positive("store.request_timeout", c.Store.RequestTimeout)
 	d.validateTopics(c.Topics)
@@ -271,6 +272,25 @@ func (d *decoder) validateReports(r Reports) {
 	}
 	if r.MaxForwardedBytes < 1<<10 || r.MaxForwardedBytes > MaxBacklogBytes {
 		d.errf("reports.max_forwarded_bytes", "%d bytes is out of range (1KiB..1GiB)", r.MaxForwardedBytes)
+	}
+}
+
+// Bounds of [whitelist]: the store numbers records in 31 bits.
+const (
+	MaxWhitelistTerminals = 1 << 16
+	MaxWhitelistPersons   = 10_000_000
+	MaxWhitelistRecords   = 100_000_000
+)
+
+func (d *decoder) validateWhitelist(w Whitelist) {
+	if w.MaxTerminals < 1 || w.MaxTerminals > MaxWhitelistTerminals {
+		d.errf("whitelist.max_terminals", "%d is out of range (1..%d)", w.MaxTerminals, MaxWhitelistTerminals)
+	}
+	if w.MaxPersons < 1 || w.MaxPersons > MaxWhitelistPersons {
+		d.errf("whitelist.max_persons", "%d is out of range (1..%d)", w.MaxPersons, MaxWhitelistPersons)
+	}
+	if w.MaxRecords < 1 || w.MaxRecords > MaxWhitelistRecords {
+		d.errf("whitelist.max_records", "%d is out of range (1..%d)", w.MaxRecords, MaxWhitelistRecords)
 	}
 }
 

@@ -152,6 +152,9 @@ func TestValidationErrors(t *testing.T) {
 			`f.toml:7: intake.http.auth_header: "Authorization: Bearer" is not a header name`},
 
 		// [reports]
+		{"whitelist terminals zero", base + "[whitelist]\nmax_terminals = 0\n", "f.toml:6: whitelist.max_terminals: 0 is out of range (1..65536)"},
+		{"whitelist persons huge", base + "[whitelist]\nmax_persons = 10000001\n", "f.toml:6: whitelist.max_persons: 10000001 is out of range (1..10000000)"},
+		{"whitelist records negative", base + "[whitelist]\nmax_records = -1\n", "f.toml:6: whitelist.max_records: -1 is out of range (1..100000000)"},
 		{"forwarded zero", base + "[reports]\nmax_forwarded = 0\n", "f.toml:6: reports.max_forwarded: 0 is out of range (1..16777216)"},
 		{"forwarded negative", base + "[reports]\nmax_forwarded = -3\n", "f.toml:6: reports.max_forwarded: -3 is out of range (1..16777216)"},
 		{"forwarded huge", base + "[reports]\nmax_forwarded = 16777217\n", "f.toml:6: reports.max_forwarded: 16777217 is out of range (1..16777216)"},

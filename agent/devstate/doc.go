@@ -1,7 +1,9 @@
 // Package devstate keeps each terminal's state in the state store: one key per device,
 // faceagent/{gw}/devices/{id}, holding a msgp-encoded wire.DeviceState (online, paused,
 // queue depth, in flight, counts, last ack, last heartbeat, firmware, persons, last
-// error), written with an expiry so that it lapses when the gateway is gone.
+// error; with Options.Desired the desired whitelist's length, whether the terminal is in
+// sync, and the last reconciliation's time and status), written with an expiry so that it
+// lapses when the gateway is gone.
 //
 // # Tutorial
 //
@@ -17,6 +19,7 @@
 //	w.Touch(id)            // an ack, a link up or down, a new task
 //	w.Heartbeat(id, hb)    // firmware and persons from the terminal
 //	w.Result(res)          // a finished command: its error is the device's last error
+//	w.Synced(id, wire.SyncDone, time.Now()) // a reconciliation started or ended
 //	healthz := w.RefusedWarnings()
 //
 // # Invariants
@@ -28,6 +31,10 @@
 //     expiry (PX) of three HeartbeatTimeouts: the key lapses only when the gateway is
 //     gone. A state unchanged apart from its timestamp is not written before its refresh.
 //   - Every device is written once at start.
+//   - A device is in sync when its last heartbeat says protocol 2 or later with the
+//     desired whitelist's digest and the outbox holds nothing queued or in flight for it
+//     (those commands change what it will hold). It is judged at each write of its state:
+//     a heartbeat, an ack and a new task each mark the device changed.
 //   - A failed write leaves the device changed; the writer retries it after
 //     WriteInterval by itself (no later touch is needed).
 //   - A refusal (the store answered with an error: a fencing token on the key, a full

@@ -10,6 +10,11 @@ type Metrics struct {
 	WriteErrors *metrics.Counter
 	// WriteRefused counts the writes the store refused, by reason (fencing, quota, not_authorized, other).
 	WriteRefused *metrics.CounterVec
+	// DesiredPersons is each terminal's desired whitelist's length as last written, by
+	// device.
+	DesiredPersons *metrics.GaugeVec
+	// InSync is how many terminals their last state said in sync.
+	InSync *metrics.Gauge
 }
 
 // NewMetrics registers the writer's series in r.
@@ -19,5 +24,9 @@ func NewMetrics(r *metrics.Registry) *Metrics {
 		WriteErrors:  r.NewCounter("faceagent_store_write_errors_total", "Device state writes that failed (retried later)."),
 		WriteRefused: r.NewCounterVec("faceagent_store_write_refused_total",
 			"Device state writes the state store refused (answered -ERR; counted in faceagent_store_write_errors_total too), by reason: fencing, quota, not_authorized, other. /healthz names the devices.", "reason"),
+		DesiredPersons: r.NewGaugeVec("faceagent_desired_persons",
+			"Persons on the terminal's desired whitelist, as its state last said.", "device"),
+		InSync: r.NewGauge("faceagent_terminals_in_sync",
+			"Terminals whose last heartbeat (protocol 2) carried their desired whitelist's digest, with nothing queued or in flight for them."),
 	}
 }

@@ -36,6 +36,13 @@ type StatusSource interface {
 	DeviceStatus(deviceID string) (outbox.DeviceStatus, bool)
 }
 
+// DesiredSource gives a terminal's desired whitelist: its length and its digest
+// (agent/whitelist's store).
+type DesiredSource interface {
+	Count(deviceID string) int
+	Digest(deviceID string) face.Digest
+}
+
 // Options configure a Writer.
 type Options struct {
 	// Devices are the ids whose state is kept; each is written once at start.
@@ -44,6 +51,9 @@ type Options struct {
 	Store Setter
 	// Status gives each device's counts and link state.
 	Status StatusSource
+	// Desired, when set, gives each device's desired whitelist: the state then says how
+	// many persons it should hold and whether it is in sync.
+	Desired DesiredSource
 	// Prefix is the key prefix: a device's state is written to Prefix+id
 	// (faceagent/{gw}/devices/).
 	Prefix string
@@ -69,6 +79,7 @@ const refusalWarnEvery = time.Minute
 type Writer struct {
 	store    Setter
 	status   StatusSource
+	desired  DesiredSource
 	prefix   string
 	interval time.Duration
 	refresh  time.Duration
@@ -97,6 +108,11 @@ type devState struct {
 	hb        face.Heartbeat
 	hbAt      time.Time
 	lastErr   string
+	// inSync is what the device's last state said; syncAt and syncStatus are the last
+	// reconciliation's (Synced).
+	inSync     bool
+	syncAt     time.Time
+	syncStatus string
 	// refusal is the store's answer to the device's last write when it refused it ("" once a
 	// write succeeds), refusedSince when that started.
 	refusal      string
@@ -110,7 +126,7 @@ func New(o Options) *Writer {
 		log = slog.New(slog.DiscardHandler)
 	}
 	w := &Writer{
-		store: o.Store, status: o.Status, prefix: o.Prefix, interval: o.WriteInterval,
+		store: o.Store, status: o.Status, desired: o.Desired, prefix: o.Prefix, interval: o.WriteInterval,
 		refresh: o.HeartbeatTimeout, px: 3 * o.HeartbeatTimeout, timeout: o.Timeout, log: log, m: o.Metrics,
 		devs: map[string]*devState{}, wake: make(chan struct{}, 1),
 	}
@@ -181,6 +197,35 @@ func (w *Writer) Result(r outbox.Result) {
 	if wake {
 		w.poke()
 	}
+}
+
+// Synced records a reconciliation of the device starting or ending (status: one of
+// wire's SyncStatus values, at: when) and marks the device changed.
+func (w *Writer) Synced(id string, status wire.SyncStatus, at time.Time) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	d := w.devs[id]
+	if d != nil {
+		d.syncAt, d.syncStatus = at, string(status)
+	}
+	wake := markDirty(d)
+	w.mu.Unlock()
+	if wake {
+		w.poke()
+	}
+}
+
+// inSync reports whether a terminal holds its desired list: its last heartbeat is protocol
+// 2 or later with the desired digest, and nothing is queued or in flight for it (what
+// is, changes the list the terminal will hold).
+func inSync(hb *face.Heartbeat, desired face.Digest, queued int, inFlight string) bool {
+	if hb.Version() < 2 || queued > 0 || inFlight != "" {
+		return false
+	}
+	d, err := face.ParseDigest(hb.Digest)
+	return err == nil && d == desired
 }
 
 func (w *Writer) poke() {
@@ -259,9 +304,29 @@ func (w *Writer) writeOne(ctx context.Context, id string, now time.Time) (failed
 	d := w.devs[id]
 	st.LastHeartbeat = unixMilli(d.hbAt)
 	st.Firmware, st.Persons, st.LastError = d.hb.Firmware, d.hb.Persons, d.lastErr
+	st.LastSync, st.SyncStatus = unixMilli(d.syncAt), d.syncStatus
+	if w.desired != nil {
+		st.DesiredPersons = w.desired.Count(id)
+		st.InSync = inSync(&d.hb, w.desired.Digest(id), st.QueueDepth, st.InFlight)
+	}
+	d.inSync = st.InSync
 	prev := d.last
 	d.dirty = false
+	synced := 0
+	for _, d := range w.devs {
+		if d.inSync {
+			synced++
+		}
+	}
 	w.mu.Unlock()
+	if w.m != nil && w.desired != nil {
+		if w.m.DesiredPersons != nil {
+			w.m.DesiredPersons.With(id).Set(float64(st.DesiredPersons))
+		}
+		if w.m.InSync != nil {
+			w.m.InSync.Set(float64(synced))
+		}
+	}
 
 	// Unchanged apart from the timestamp, and not yet due for a refresh: skip the write.
 	cmp := st
@@ -277,6 +342,7 @@ func (w *Writer) writeOne(ctx context.Context, id string, now time.Time) (failed
 	cancel()
 	if w.m != nil {
 		w.m.WriteSeconds.Observe(time.Since(start).Seconds())
+
 		if err != nil {
 			w.m.WriteErrors.Inc()
 		}

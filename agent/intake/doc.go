@@ -13,6 +13,7 @@
 //	m := intake.NewMetrics(registry)
 //	take := intake.NewTaker(intake.Options{MaxBatch: 1000, MaxMessageSize: 1 << 20,
 //		Devices: []string{"d1", "d2"}, Logger: log}, m)
+//	take.OpenDesired(desired)           // the desired whitelists (optional; before Open)
 //	take.Open(ob, deadLetters)           // *outbox.Outbox; the deadletter log
 //	err := broker.Intercept(tasksTopic, take.Intercepted)
 //	...
@@ -34,11 +35,24 @@
 //     message is stored: its good tasks are not taken by a message that is then refused.
 //   - A task admitted past the outbox's bounds (at most one message's tasks over) is
 //     dead-lettered: the deadletter is all that speaks for it.
+//   - With desired whitelists (OpenDesired), each task the outbox does not hold yet is
+//     applied there first, in the message's order, and flushed; then the outbox journals
+//     the commands; one message at a time from the first change to the outbox's answer,
+//     so both journals see the tasks in the same order. A crash between the two leaves
+//     the change in the desired whitelists only: the message was not acknowledged, comes
+//     again, finds its tasks unknown to the outbox and applies them again (setting a
+//     record or deleting a person twice leaves the same list). A task the outbox holds
+//     already is not applied again: a later task may have changed the person since, and
+//     the outbox keeps the first copy's place. A task the desired whitelists refuse (over
+//     one of their bounds) is dead-lettered; one the outbox refuses over its bound has its
+//     change undone before the message is taken.
 //   - Accept keeps nothing of payload after it returns: the embedded broker hands it the
 //     packet's own buffer.
 //
 // # Caveats
 //
+//   - With desired whitelists, messages are taken one at a time, each waiting for two
+//     fsyncs (the desired whitelists', then the outbox's) before the next one's turn.
 //   - Accept runs on the caller's goroutine (with the embedded broker: the publisher's
 //     connection): a slow journal slows that publisher, which is the backpressure wanted.
 //   - Between NewTaker and Open, and after Close, every message is refused with

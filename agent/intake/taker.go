@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
@@ -74,6 +75,10 @@ type Taker struct {
 	touched atomic.Pointer[func(deviceID string)]
 	// draining refuses new tasks: they are dead-lettered.
 	draining atomic.Bool
+	// desired, when set, keeps the desired whitelists in step with the outbox; mu makes
+	// the messages take turns from their first change there to the outbox's answer.
+	desired atomic.Pointer[Desired]
+	mu      sync.Mutex
 }
 
 // NewTaker returns a Taker that takes nothing until Open.
@@ -107,6 +112,16 @@ func NewTaker(o Options, m *Metrics) *Taker {
 func (t *Taker) Open(ob Outbox, dead DeadLetters) {
 	t.dead.Store(&dead)
 	t.ob.Store(&ob)
+}
+
+// OpenDesired keeps the terminals' desired whitelists in d from now on: every task taken
+// is applied there first (see Desired). Call it before Open.
+func (t *Taker) OpenDesired(d Desired) {
+	if d == nil {
+		t.desired.Store(nil)
+		return
+	}
+	t.desired.Store(&d)
 }
 
 // Close stops taking: from now on Accept returns ErrNotReady (the message is not
@@ -201,30 +216,81 @@ func (t *Taker) Accept(ctx context.Context, payload []byte) error {
 				Op: string(task.Op), PersonID: task.Person.ID, Payload: buf[start:len(buf):len(buf)],
 			}
 		}
+		// order[k] is the index in batch.Tasks of tasks[k]; undos[k] undoes its change to
+		// the desired whitelists (nil: not applied there).
+		order := make([]int, len(tasks))
+		for i := range order {
+			order[i] = i
+		}
+		var undos []func() error
+		var desired Desired
+		var releaseTurn func()
+		if dp := t.desired.Load(); dp != nil {
+			// One message at a time from here until the outbox took its tasks: the desired
+			// whitelists and the outbox see the tasks in the same order.
+			desired = *dp
+			t.mu.Lock()
+			locked := true
+			unlock := func() {
+				if locked {
+					locked = false
+					t.mu.Unlock()
+				}
+			}
+			defer unlock()
+			releaseTurn = unlock
+			var refused []refusal
+			var err error
+			tasks, order, undos, refused, err = t.applyDesired(desired, ob, batch.Tasks, tasks, order)
+			if err != nil {
+				return err
+			}
+			for _, rf := range refused {
+				raw, _ := json.Marshal(batch.Tasks[rf.i])
+				r := wire.NewReject(rf.err.Error(), raw)
+				b, _ := json.Marshal(r)
+				dead = append(dead, b)
+				rejects = append(rejects, r)
+			}
+		}
 		errs := ob.EnqueueBatch(tasks)
 		touched := t.touched.Load()
 		accepted := 0
-		for i, err := range errs {
+		var undo []func() error
+		for k, err := range errs {
+			i := order[k]
 			switch {
 			case err == nil:
 				accepted++
 				if touched != nil {
-					(*touched)(tasks[i].DeviceID)
+					(*touched)(tasks[k].DeviceID)
 				}
 			case errors.Is(err, outbox.ErrDuplicate):
 				// Already stored (a redelivery): acknowledging it again is right.
 			case errors.Is(err, outbox.ErrDeviceFull), errors.Is(err, outbox.ErrFull), errors.Is(err, outbox.ErrInvalidTask):
 				// Admitted past the backlog's bound (at most one message's tasks): the
-				// task is in no queue, so the deadletter is all that speaks for it.
+				// task is in no queue, so the deadletter is all that speaks for it, and
+				// its change to the desired whitelists is undone.
 				raw, _ := json.Marshal(batch.Tasks[i])
 				r := wire.NewReject("over a bound: "+err.Error(), raw)
 				b, _ := json.Marshal(r)
 				dead = append(dead, b)
 				rejects = append(rejects, r)
+				if undos != nil && undos[k] != nil {
+					undo = append(undo, undos[k])
+				}
 			default:
 				// Journal failed or closed: nothing of this message may be acknowledged.
 				return err
 			}
+		}
+		if len(undo) > 0 {
+			if err := t.undoDesired(desired, undo); err != nil {
+				return err
+			}
+		}
+		if releaseTurn != nil {
+			releaseTurn() // the outbox and the desired whitelists agree: the next message's turn
 		}
 		t.m.Accepted.Add(uint64(accepted))
 	}

@@ -386,3 +386,15 @@ func (o *Outbox) JournalStats() journal.Stats { return o.j.Stats() }
 
 // Recovery reports what opening the journal found (a torn tail cut, damage skipped).
 func (o *Outbox) Recovery() journal.Recovery { return o.j.Recovery() }
+
+// Known reports whether a task with messageID is stored (in the table, among the recently
+// finished, or being stored right now): EnqueueBatch would answer ErrDuplicate for it. A
+// caller that keeps a second journal in step with the outbox (the intake's desired
+// whitelists) asks before it applies a task there, so that a redelivered task is applied
+// to neither twice.
+func (o *Outbox) Known(messageID string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, pending := o.pending[messageID]
+	return pending || o.t.seen(messageID)
+}

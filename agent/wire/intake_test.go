@@ -177,7 +177,9 @@ func TestMessageID(t *testing.T) {
 		}
 	}
 	cmd := task.Command()
-	if err := cmd.Validate(); err != nil || cmd.MessageID != id || cmd.Person != task.Person {
+	withRev := task.Person
+	withRev.Rev = face.RecordRev(withRev.ID, withRev.Name, withRev.ValidFrom, withRev.ValidTo, "").String()
+	if err := cmd.Validate(); err != nil || cmd.MessageID != id || cmd.Person != withRev {
 		t.Errorf("Command = %+v, %v", cmd, err)
 	}
 }

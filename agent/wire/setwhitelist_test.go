@@ -253,3 +253,32 @@ func BenchmarkParseSetWhitelist(b *testing.B) {
 		}
 	}
 }
+
+// An AddPerson's command carries the agent's rev of the record, never the rev the back
+// office sent; a DeletePerson's carries none; the message id does not depend on it.
+func TestCommandCarriesTheAgentsRev(t *testing.T) {
+	msg := []byte(`[{"taskId":"t1","deviceId":"d1","op":"AddPerson","person":{"id":"951","name":"Li Lei","validTo":"2027-01-01T00:00:00Z","rev":"ffffffffffffffff"}},` +
+		`{"taskId":"t2","deviceId":"d1","op":"DeletePerson","person":{"id":"952","rev":"0123456789abcdef"}},` +
+		`{"taskId":"t3","deviceId":"d1","op":"AddPerson","person":{"id":"951","name":"Li Lei","validTo":"2027-01-01T00:00:00Z"}}]`)
+	b := Parse(msg, Limits{})
+	if len(b.Tasks) != 3 || len(b.Rejects) != 0 {
+		t.Fatalf("parsed %+v", b)
+	}
+	want := face.RecordRev("951", "Li Lei", "", "2027-01-01T00:00:00Z", "").String()
+	if c := b.Command(0); c.Person.Rev != want {
+		t.Errorf("AddPerson with an upstream rev: command rev %q, want %q", c.Person.Rev, want)
+	}
+	if c := b.Tasks[0].Command(); c.Person.Rev != want {
+		t.Errorf("Task.Command: rev %q, want %q", c.Person.Rev, want)
+	}
+	if c := b.Command(1); c.Person.Rev != "" {
+		t.Errorf("DeletePerson: command rev %q, want none", c.Person.Rev)
+	}
+	if c := b.Command(2); c.Person.Rev != want {
+		t.Errorf("AddPerson without a rev: command rev %q, want %q", c.Person.Rev, want)
+	}
+	plain := Task{TaskID: "t1", DeviceID: "d1", Op: face.AddPerson, Person: face.Person{ID: "951", Name: "Li Lei", ValidTo: "2027-01-01T00:00:00Z"}}
+	if b.Command(0).MessageID != plain.MessageID() {
+		t.Errorf("the upstream rev changed the message id: %s, want %s", b.Command(0).MessageID, plain.MessageID())
+	}
+}

@@ -156,8 +156,16 @@ func (t *Task) Command() face.Command {
 	return t.commandWithID(t.MessageID())
 }
 
+// An AddPerson command carries the agent's rev of the record (face.RecordRev), whatever
+// rev the back office sent: the terminal stores it and a reconciliation compares it with
+// the desired record's, which the agent computes the same way. Other commands carry none.
 func (t *Task) commandWithID(id string) face.Command {
-	return face.Command{MessageID: id, Op: t.Op, Person: t.Person}
+	p := t.Person
+	p.Rev = ""
+	if t.Op == face.AddPerson {
+		p.Rev = face.RecordRev(p.ID, p.Name, p.ValidFrom, p.ValidTo, "").String()
+	}
+	return face.Command{MessageID: id, Op: t.Op, Person: p}
 }
 
 // Validate checks the task's fields; the error text becomes the deadletter reason.

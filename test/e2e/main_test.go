@@ -12,6 +12,10 @@ func TestMain(m *testing.M) {
 		deadLetterChild(dir) // a crash test's child: it runs until SIGKILL
 		return
 	}
+	if dir := os.Getenv(whitelistChildEnv); dir != "" {
+		whitelistChild(dir) // tasks into an agent, until SIGKILL
+		return
+	}
 	if dir := os.Getenv(healthChildEnv); dir != "" {
 		healthChild(dir) // an agent short of file descriptors, until SIGKILL
 		return

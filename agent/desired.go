@@ -1,0 +1,129 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/intake"
+	"github.com/seed0e69bba5/faceagent/agent/whitelist"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
+	"github.com/seed0e69bba5/faceagent/device/face"
+)
+
+// WhitelistDir is the desired whitelists' journal directory inside agent.data_dir.
+const WhitelistDir = "whitelist"
+
+// desiredLists is the intake's view (intake.Desired) of the desired whitelists: a task's
+// person becomes the store's record (the rev the back office may have sent is ignored: the
+// store computes the agent's own from the record).
+type desiredLists struct{ s *whitelist.Store }
+
+var _ intake.Desired = desiredLists{}
+
+func (d desiredLists) Flush() error { return d.s.Flush() }
+
+func (d desiredLists) Apply(t *wire.Task) (undo func() error, counts *wire.WhitelistCounts, err error) {
+	dev := t.DeviceID
+	switch t.Op {
+	case face.AddPerson:
+		undo = d.restorer(dev, t.Person.ID)
+		err = d.s.Set(dev, record(&t.Person))
+	case face.DeletePerson:
+		undo = d.restorer(dev, t.Person.ID)
+		err = d.s.Delete(dev, t.Person.ID)
+	case wire.SetWhitelist:
+		undo = d.listRestorer(dev)
+		list := make([]whitelist.Record, len(t.Persons))
+		for i := range t.Persons {
+			list[i] = record(&t.Persons[i])
+		}
+		var c whitelist.Counts
+		c, err = d.s.Replace(dev, list)
+		counts = &wire.WhitelistCounts{Added: c.Added, Deleted: c.Deleted, Unchanged: c.Unchanged}
+	default:
+		return nil, nil, fmt.Errorf("%w: op %q keeps no desired state", intake.ErrRefused, t.Op)
+	}
+	if err != nil {
+		return nil, nil, refusal(dev, err)
+	}
+	return undo, counts, nil
+}
+
+// record is the store's record of a task's person.
+func record(p *face.Person) whitelist.Record {
+	return whitelist.Record{ID: p.ID, Name: p.Name, ValidFrom: p.ValidFrom, ValidTo: p.ValidTo}
+}
+
+// restorer returns what puts the person id on dev back as it is now: its record, or no
+// record (a person a refusal excluded is not desired either way, so it comes back as
+// absent), or no list at all for a terminal the store did not know.
+func (d desiredLists) restorer(dev, id string) func() error {
+	known, _ := d.s.Known(dev)
+	r, ok := d.s.Get(dev, id)
+	return func() error {
+		if !known {
+			return d.s.Forget(dev)
+		}
+		if ok {
+			return d.s.Set(dev, r)
+		}
+		return d.s.Delete(dev, id)
+	}
+}
+
+// listRestorer returns what puts dev's whole desired list back as it is now.
+func (d desiredLists) listRestorer(dev string) func() error {
+	known, _ := d.s.Known(dev)
+	var prev []whitelist.Record
+	var page []whitelist.Entry
+	for after := ""; ; {
+		page = d.s.Page(dev, after, 1024, page[:0])
+		for _, e := range page {
+			if r, ok := d.s.Get(dev, e.ID); ok {
+				prev = append(prev, r)
+			}
+		}
+		if len(page) < 1024 {
+			break
+		}
+		after = page[len(page)-1].ID
+	}
+	return func() error {
+		if !known {
+			return d.s.Forget(dev)
+		}
+		_, err := d.s.Replace(dev, prev)
+		return err
+	}
+}
+
+// refusal words the store's refusals for the deadletter, naming the config key of the
+// bound; other errors (the journal failing, the store closed) pass unchanged.
+func refusal(dev string, err error) error {
+	switch {
+	case errors.Is(err, whitelist.ErrTooManyTerminals):
+		return fmt.Errorf("%w: desired whitelists of too many terminals (whitelist.max_terminals)", intake.ErrRefused)
+	case errors.Is(err, whitelist.ErrTooManyPersons):
+		return fmt.Errorf("%w: terminal %q: its desired whitelist would hold too many persons (whitelist.max_persons)", intake.ErrRefused, dev)
+	case errors.Is(err, whitelist.ErrTooManyRecords):
+		return fmt.Errorf("%w: too many distinct person records across terminals (whitelist.max_records)", intake.ErrRefused)
+	case errors.Is(err, whitelist.ErrDuplicateID), errors.Is(err, whitelist.ErrInvalid):
+		return fmt.Errorf("%w: %w", intake.ErrRefused, err)
+	}
+	return err
+}
+
+// openWhitelist opens the desired whitelists in data_dir/whitelist with [whitelist]'s
+// bounds and [journal]'s sync policy: a task's change there is as durable as the task.
+func openWhitelist(cfg *config.Config, log *slog.Logger) (*whitelist.Store, error) {
+	return whitelist.Open(filepath.Join(cfg.Agent.DataDir, WhitelistDir), whitelist.Options{
+		Journal:      syncOptions(cfg.Journal),
+		MaxTerminals: cfg.Whitelist.MaxTerminals,
+		MaxPersons:   cfg.Whitelist.MaxPersons,
+		MaxRecords:   cfg.Whitelist.MaxRecords,
+		Logger:       log.With("part", "whitelist"),
+	})
+}

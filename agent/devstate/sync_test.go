@@ -1,0 +1,110 @@
+package devstate
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/seed0e69bba5/faceagent/agent/journal"
+	"github.com/seed0e69bba5/faceagent/agent/metrics"
+	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/agent/whitelist"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
+	"github.com/seed0e69bba5/faceagent/device/face"
+)
+
+// A device's state says how many persons its desired whitelist holds and whether the
+// terminal holds it: in sync only with a protocol 2 heartbeat carrying the desired digest
+// and nothing queued or in flight; it carries the last reconciliation's time and status;
+// the gauges follow.
+func TestStateSaysWhetherTheTerminalIsInSync(t *testing.T) {
+	wl, err := whitelist.Open(t.TempDir(), whitelist.Options{Journal: journal.Options{Sync: journal.SyncNone}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wl.Close()
+	for _, r := range []whitelist.Record{{ID: "951", Name: "Li Lei"}, {ID: "952", Name: "Han Meimei"}} {
+		if err := wl.Set("d1", r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ob, err := outbox.Open(t.TempDir(), outbox.SenderFunc(func(context.Context, string, outbox.Command) error { return nil }),
+		&outbox.Options{Journal: journal.Options{Sync: journal.SyncNone}, Devices: map[string]outbox.DeviceConfig{"d1": {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	states := make(chan wire.DeviceState, 64)
+	set := SetterFunc(func(_ context.Context, _ string, v []byte, _ time.Duration) error {
+		var st wire.DeviceState
+		if _, err := st.UnmarshalMsg(v); err != nil {
+			t.Error(err)
+		}
+		states <- st
+		return nil
+	})
+	reg := metrics.NewRegistry()
+	m := NewMetrics(reg)
+	w := New(Options{Devices: []string{"d1"}, Store: set, Status: ob, Desired: wl, Prefix: "faceagent/gw/devices/",
+		WriteInterval: time.Millisecond, HeartbeatTimeout: time.Hour, Timeout: time.Second, Metrics: m})
+	ctx, cancel := context.WithCancel(context.Background())
+	w.Start(ctx)
+	defer func() { cancel(); w.Wait() }()
+	await := func(what string, ok func(wire.DeviceState) bool) wire.DeviceState {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case st := <-states:
+				if ok(st) {
+					return st
+				}
+			case <-deadline:
+				t.Fatalf("no state write with %s within 10 s", what)
+			}
+		}
+	}
+	st := await("the desired count", func(st wire.DeviceState) bool { return st.DesiredPersons == 2 })
+	if st.InSync {
+		t.Errorf("in sync before any heartbeat: %+v", st)
+	}
+	desired := wl.Digest("d1").String()
+	hb := face.Heartbeat{DeviceID: "d1", Persons: 2, Protocol: 2, Serial: "S1", Digest: desired}
+	w.Heartbeat("d1", hb)
+	await("in sync", func(st wire.DeviceState) bool { return st.InSync })
+	if v := m.InSync.Value(); v != 1 {
+		t.Errorf("faceagent_terminals_in_sync %v, want 1", v)
+	}
+	if v := m.DesiredPersons.With("d1").Value(); v != 2 {
+		t.Errorf("faceagent_desired_persons{d1} %v, want 2", v)
+	}
+
+	other := hb
+	other.Digest = face.Digest(1).String()
+	w.Heartbeat("d1", other)
+	await("out of sync for another digest", func(st wire.DeviceState) bool { return !st.InSync })
+	if v := m.InSync.Value(); v != 0 {
+		t.Errorf("faceagent_terminals_in_sync %v, want 0", v)
+	}
+	w.Heartbeat("d1", hb)
+	await("in sync again", func(st wire.DeviceState) bool { return st.InSync })
+	v1 := hb
+	v1.Protocol = 0
+	w.Heartbeat("d1", v1)
+	await("out of sync for a v1 heartbeat", func(st wire.DeviceState) bool { return !st.InSync })
+
+	// A command queued for the terminal (offline: it stays queued) will change its list.
+	w.Heartbeat("d1", hb)
+	await("in sync again", func(st wire.DeviceState) bool { return st.InSync })
+	if err := ob.Enqueue(outbox.Task{MessageID: "m1", TaskID: "t1", DeviceID: "d1", Op: "DeletePerson", PersonID: "951", Payload: []byte{1}}); err != nil {
+		t.Fatal(err)
+	}
+	w.Touch("d1")
+	await("out of sync with a command queued", func(st wire.DeviceState) bool { return !st.InSync && st.QueueDepth == 1 })
+
+	at := time.UnixMilli(1_800_000_000_000)
+	w.Synced("d1", wire.SyncDone, at)
+	await("the last sync", func(st wire.DeviceState) bool {
+		return st.LastSync == at.UnixMilli() && st.SyncStatus == string(wire.SyncDone)
+	})
+}
