@@ -155,12 +155,13 @@ func (m *modelTerminal) ids() []string {
 	return slices.Sorted(maps.Keys(m.persons))
 }
 
-// handle answers cmd; false: no ack comes (a fault).
-func (m *modelTerminal) handle(cmd face.Command) (face.Ack, bool) {
+// handle answers cmd; false: no ack comes (a fault). The faults hit the reconciler's own
+// commands, not tasks (task failures have their own handling elsewhere).
+func (m *modelTerminal) handle(cmd face.Command, task bool) (face.Ack, bool) {
 	if err := cmd.Validate(); err != nil {
 		panic(fmt.Sprintf("the agent sent an invalid command %+v: %v", cmd, err))
 	}
-	if m.dropReplies > 0 {
+	if m.dropReplies > 0 && !task {
 		m.dropReplies--
 		return face.Ack{}, false
 	}
@@ -169,7 +170,7 @@ func (m *modelTerminal) handle(cmd face.Command) (face.Ack, bool) {
 		return a, true
 	}
 	a := face.Ack{MessageID: cmd.MessageID}
-	if m.refuse != nil {
+	if m.refuse != nil && !task {
 		if a.Code = m.refuse(cmd); a.Code != 0 {
 			m.refused++
 			a.Message = "refused by the model"
@@ -361,7 +362,7 @@ func (h *harness) deliverOne(dev string) face.Command {
 	if h.lose && !head.task {
 		return head.cmd // lost without a word: only the reconciler's own timeout ends the wait
 	}
-	ack, ok := h.terms[dev].handle(head.cmd)
+	ack, ok := h.terms[dev].handle(head.cmd, head.task)
 	var err error
 	if !ok {
 		err = errNoAck
