@@ -121,6 +121,12 @@ func TestReconcileScenarios(t *testing.T) {
 			if m.duplicates != 0 {
 				t.Errorf("%d commands reused a messageId", m.duplicates)
 			}
+			ended := uint64(len(got) / 2)
+			if h.metrics.Seconds.Count() != ended || h.metrics.Reconciliations.With("done").Value() != 1 ||
+				h.metrics.Drift.With(string(c.reason)).Value() != 1 {
+				t.Errorf("metrics: %d durations (want %d), %d done, drift{%s} %d", h.metrics.Seconds.Count(), ended,
+					h.metrics.Reconciliations.With("done").Value(), c.reason, h.metrics.Drift.With(string(c.reason)).Value())
+			}
 			for _, r := range h.reportsOf("d") {
 				if r.Status == wire.SyncFailed && r.Error == "" {
 					t.Errorf("a failed report without its error: %+v", r)
