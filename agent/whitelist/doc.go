@@ -26,6 +26,63 @@
 //	d := s.Diff("2042253")
 //	err = d.Page(held, next, func(c sync.Change) { ... }) // per ListPersons page
 //
+// # Reconciliation
+//
+// A Reconciler keeps each terminal holding its desired list. It is a state machine per
+// terminal fed by events, and decides; the root carries its decisions out through small
+// interfaces declared here (Lister and Corrector over the terminal's one-at-a-time queue,
+// Reporter for sync reports, Clock for time and timers):
+//
+//	r, err := whitelist.NewReconciler(whitelist.ReconcileOptions{Store: s, Lister: l, Corrector: c,
+//		Reporter: rep, MaxReconciling: 4, ListLimit: func(dev string) int { return face.ListLimitFor(frame) }})
+//	r.Heartbeat(dev, hb)                      // every heartbeat, v1 or v2
+//	r.TasksPending(dev, true)                 // the queue holds tasks (not counting r's own commands)
+//	r.ListReply(dev, msgID, ack, err)         // the reply to a ListPersons r sent (err: none came)
+//	r.CorrectionDone(dev, msgID, ack, err)    // the outcome of a corrective command r sent
+//	r.DesiredChanged(dev); r.SetWhitelist(dev); r.Resync(dev); r.Forget(dev)
+//	st := r.Status(dev)                       // in sync, reconciling, last status, backoff
+//
+// Drift is a changed serial (at once), or, once the terminal's queue has held no task for
+// two heartbeats, a v2 digest other than the desired one or a v1 count below the desired
+// one. A reconciliation then reports started; for v2 it reads ListPersons pages (limit
+// ListLimit), compares each with the desired list (Diff) and sends each page's corrective
+// commands (DeletePerson for an extra person, AddPerson for a missing or changed one)
+// before asking for the next page; for v1 it sends every desired person again. It reports
+// done, or failed with the error, and counts missing, extra and changed persons. A report
+// names the first reason of setWhitelist, serial, digest, count.
+//
+// Invariants:
+//
+//   - A terminal in sync gets nothing: its heartbeat's digest is the whole check.
+//   - At most one of a terminal's reconciliation commands awaits its reply, and none is
+//     sent while the terminal's queue holds tasks: a task waits behind at most the command
+//     in flight. A paused reconciliation gives up its place among MaxReconciling and
+//     resumes where it stopped.
+//   - Each command has a new messageId (a terminal acks a repeated one without applying it).
+//   - Each correction is judged against the desired list as it is when it is sent: a
+//     correction a task made unnecessary is not sent.
+//   - Extra persons are deleted only from a terminal whose desired list was set whole
+//     (Replace): otherwise they may be wanted, stay, and the terminal's digest is judged
+//     with them (the desired digest XOR theirs).
+//   - A refused AddPerson excludes that record (Exclude), so a refusal never becomes a
+//     repair loop; more than MaxRefusals in one reconciliation, a refused DeletePerson or
+//     ListPersons, codes 21 to 23, a command without a reply (err, or none within
+//     StepTimeout) and a malformed page (more than the limit, ids not increasing or not
+//     after the previous page, next not the page's last id, a bad rev) fail it.
+//   - After a reconciliation failed, or ended done but the next judged heartbeat still
+//     differs, the next one waits BackoffBase doubled per such reconciliation in a row, at
+//     most BackoffMax, on a timer: a terminal that never comes in step is not a hot loop.
+//     A heartbeat in step, a SetWhitelist or a Resync resets the wait.
+//   - Effects (commands, reports) are decided under the reconciler's lock and carried out
+//     after it is released, in the order decided; an event method called back from
+//     List or Correct is safe.
+//
+// Caveats: a v1 terminal cannot list what it holds, so its extra persons are out of reach
+// (a SetWhitelist that drops persons of a v1 terminal must delete them by task); faces
+// (PutFace) are not sent by a reconciliation; a page's corrections are held until sent
+// (at most the desired persons between two of the terminal's ids, the whole desired list
+// for an empty terminal: about 40 bytes a person).
+//
 // # Sharing
 //
 // The terminals of a site hold the same persons, so the store keeps each distinct record

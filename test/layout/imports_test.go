@@ -77,7 +77,7 @@ var allowed = map[string][]string{
 	"agent/remote":    {"agent/kv", "agent/outbox", "agent/wire", "agent/metrics"},
 	"agent/kv":        {"agent/store", "agent/broker/statestore"},
 	"agent/wire":      {},
-	"agent/whitelist": {"agent/journal", "agent/metrics"},
+	"agent/whitelist": {"agent/journal", "agent/metrics", "agent/wire"},
 }
 
 func TestImportRules(t *testing.T) {

@@ -1,0 +1,576 @@
+package whitelist
+
+import (
+	"errors"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/seed0e69bba5/faceagent/agent/wire"
+	"github.com/seed0e69bba5/faceagent/device/face"
+)
+
+// The reconciler: per terminal, a state machine fed by events (heartbeats, the terminal's
+// queue holding tasks or not, replies to its own commands, requests, desired changes) that
+// notices drift and repairs it. It owns no goroutine: events arrive on the callers'
+// goroutines and on the Clock's timers; what it decides (commands, reports) is queued under
+// its lock and carried out after the lock is released, in the order decided, so that an
+// implementation of Lister or Corrector may call an event method back before returning.
+
+// Lister sends a ListPersons to a terminal through its one-at-a-time queue.
+type Lister interface {
+	// List queues cmd, a ListPersons for dev, behind what dev's queue holds. Its ack, or
+	// the reason none came (out of tries, dropped), must be passed to
+	// Reconciler.ListReply with cmd.MessageID, from any goroutine, possibly before List
+	// returns. An error means cmd was not queued and no reply will come.
+	List(dev string, cmd face.Command) error
+}
+
+// Corrector queues a reconciliation's corrective commands (AddPerson, DeletePerson).
+type Corrector interface {
+	// Correct queues cmd for dev behind what dev's queue holds. Its ack, or the reason
+	// none came, must be passed to Reconciler.CorrectionDone with cmd.MessageID. An error
+	// means cmd was not queued.
+	Correct(dev string, cmd face.Command) error
+}
+
+// Reporter publishes sync reports. SyncReport is called outside the reconciler's lock, in
+// the order the reports were made; it must not wait for the upstream broker.
+type Reporter interface {
+	SyncReport(r wire.SyncReport)
+}
+
+// Clock is the reconciler's source of time and timers; tests inject a fake one.
+type Clock interface {
+	Now() time.Time
+	// AfterFunc calls f after d, on a goroutine of its choosing.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a timer made by a Clock.
+type Timer interface {
+	Stop() bool
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+func (realClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+
+// Defaults of ReconcileOptions.
+const (
+	DefaultMaxReconciling = 4
+	DefaultBackoffBase    = 5 * time.Second
+	DefaultBackoffMax     = 10 * time.Minute
+	DefaultStepTimeout    = 15 * time.Minute
+	DefaultMaxRefusals    = 8
+)
+
+// v1Page is how many desired persons a protocol 1 reconciliation reads from the store at a
+// time (it sends each again).
+const v1Page = 256
+
+// ReconcileOptions configure a Reconciler. Store, Lister, Corrector and Reporter are
+// required; the zero value of the rest means the defaults.
+type ReconcileOptions struct {
+	Store     *Store
+	Lister    Lister
+	Corrector Corrector
+	Reporter  Reporter
+	// MaxReconciling bounds the terminals reconciling at once (default 4); the others wait
+	// in the order their drift was noticed.
+	MaxReconciling int
+	// ListLimit returns the ListPersons limit for dev (its link's frame size decides:
+	// face.ListLimitFor); nil or a result out of 1..face.MaxListLimit means
+	// face.DefaultListLimit.
+	ListLimit func(dev string) int
+	// BackoffBase and BackoffMax bound the wait before a terminal's next reconciliation
+	// after one failed or did not bring the terminal in step: BackoffBase doubled per
+	// such reconciliation in a row, at most BackoffMax (defaults 5 s and 10 min).
+	BackoffBase, BackoffMax time.Duration
+	// StepTimeout bounds the wait for the reply to one of the reconciliation's commands
+	// (default 15 min, beyond the queue's own retries): a reconciliation whose command got
+	// no reply in time fails and its late reply is ignored.
+	StepTimeout time.Duration
+	// MaxRefusals bounds the refused AddPersons one reconciliation accepts (each excludes
+	// the refused record from the desired list) before it fails (default 8): a terminal
+	// refusing everything must not empty its desired list in one go.
+	MaxRefusals int
+	// NewMessageID returns a messageId never used before with any terminal (default:
+	// "Sync-", the clock's time at New in base 36, "-", a counter).
+	NewMessageID func() string
+	Clock        Clock
+	Metrics      *Metrics
+	Logger       *slog.Logger
+}
+
+// reasons is a set of pending reasons to reconcile, in the order a report names the first
+// of them.
+type reasons uint8
+
+const (
+	bySetWhitelist reasons = 1 << iota // a SetWhitelist replaced the desired list
+	bySerial                           // the terminal was replaced
+	byDigest                           // a v2 terminal's digest differs
+	byCount                            // a v1 terminal holds fewer persons than desired
+	byResync                           // a control command asked for it
+	drifts         = bySerial | byDigest | byCount
+)
+
+// first is the reason a report names: setWhitelist, then serial, digest, count; a resync
+// alone names what the protocol can check (digest, or count for v1).
+func (rs reasons) first(v1 bool) wire.SyncReason {
+	switch {
+	case rs&bySetWhitelist != 0:
+		return wire.SyncSetWhitelist
+	case rs&bySerial != 0:
+		return wire.SyncSerial
+	case rs&byDigest != 0:
+		return wire.SyncDigest
+	case rs&byCount != 0 || v1:
+		return wire.SyncCount
+	}
+	return wire.SyncDigest
+}
+
+// term is one terminal's state.
+type term struct {
+	dev string
+	// From the last heartbeat.
+	seen     bool
+	protocol int
+	serial   string
+	digest   face.Digest
+	persons  int
+
+	tasks     bool // tasks queued or in flight
+	idleBeats int  // heartbeats since the queue last held tasks or a reconciliation ended
+	match     bool // the last judged heartbeat matched the desired list
+	// kept is the digest of the extra persons a reconciliation left on a terminal whose
+	// desired list was not set whole (they may be wanted): the terminal is in step when
+	// its digest is the desired one XOR kept.
+	kept    face.Digest
+	pending reasons
+	// verify: a reconciliation ended done and no heartbeat was judged since; if the next
+	// one shows drift, the reconciliation did not take and counts as a failure.
+	verify    bool
+	failures  int       // reconciliations in a row that failed or did not take
+	notBefore time.Time // no reconciliation before (backoff)
+	retry     Timer
+	retryGen  uint64
+
+	slot   bool // holds one of MaxReconciling
+	queued bool // waits for one
+	rec    *recon
+
+	lastStatus wire.SyncStatus
+	lastSync   time.Time
+}
+
+func (t *term) inSync() bool { return t.match && !t.tasks && t.rec == nil }
+
+// Reconciler keeps the terminals' whitelists in step with the Store; see the package
+// documentation, "Reconciliation".
+type Reconciler struct {
+	opt ReconcileOptions
+	log *slog.Logger
+
+	mu       sync.Mutex
+	terms    map[string]*term
+	waitq    []*term
+	active   int
+	closed   bool
+	effects  []func()
+	draining bool
+	nInSync  int
+	idSeq    uint64
+	idBase   string
+}
+
+// ErrReconcileOptions is wrapped by NewReconciler's error for missing parts.
+var ErrReconcileOptions = errors.New("whitelist: reconciler options")
+
+// NewReconciler returns a reconciler over opt.Store. It sends nothing until events arrive.
+func NewReconciler(opt ReconcileOptions) (*Reconciler, error) {
+	if opt.Store == nil || opt.Lister == nil || opt.Corrector == nil || opt.Reporter == nil {
+		return nil, errors.Join(ErrReconcileOptions, errors.New("Store, Lister, Corrector and Reporter are required"))
+	}
+	if opt.MaxReconciling <= 0 {
+		opt.MaxReconciling = DefaultMaxReconciling
+	}
+	if opt.BackoffBase <= 0 {
+		opt.BackoffBase = DefaultBackoffBase
+	}
+	if opt.BackoffMax <= 0 {
+		opt.BackoffMax = DefaultBackoffMax
+	}
+	opt.BackoffMax = max(opt.BackoffMax, opt.BackoffBase)
+	if opt.StepTimeout <= 0 {
+		opt.StepTimeout = DefaultStepTimeout
+	}
+	if opt.MaxRefusals <= 0 {
+		opt.MaxRefusals = DefaultMaxRefusals
+	}
+	if opt.Clock == nil {
+		opt.Clock = realClock{}
+	}
+	r := &Reconciler{opt: opt, log: opt.Logger, terms: map[string]*term{}}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	r.idBase = "Sync-" + strconv.FormatInt(opt.Clock.Now().UnixNano(), 36) + "-"
+	return r, nil
+}
+
+// Heartbeat is a terminal's heartbeat (protocol 1 or 2). A changed serial is drift at
+// once; the digest (v2) or the person count (v1) is judged only while the terminal's queue
+// holds no tasks and no reconciliation is under way, and a difference is drift only from
+// the second heartbeat after that queue became empty (the first may predate its last
+// command).
+func (r *Reconciler) Heartbeat(dev string, h face.Heartbeat) {
+	r.mu.Lock()
+	defer r.unlock()
+	if r.closed {
+		return
+	}
+	t := r.term(dev)
+	v := h.Version()
+	var d face.Digest
+	if v >= 2 {
+		var err error
+		if d, err = face.ParseDigest(h.Digest); err != nil {
+			r.log.Warn("heartbeat with a bad digest ignored", "device", dev, "err", err)
+			return
+		}
+		if h.Serial != "" {
+			if t.serial != "" && h.Serial != t.serial {
+				// A new terminal: what was learnt of the old one does not hold.
+				t.kept, t.failures, t.notBefore, t.verify, t.match = 0, 0, time.Time{}, false, false
+				r.drifted(t, bySerial)
+			}
+			t.serial = h.Serial
+		}
+	}
+	t.seen, t.protocol, t.digest, t.persons = true, v, d, h.Persons
+	if t.rec == nil && !t.tasks {
+		t.idleBeats++
+		r.judge(t)
+	}
+	r.advance(t)
+}
+
+// TasksPending says whether dev's queue holds tasks (queued or in flight), not counting
+// the commands this reconciler sent. A reconciliation runs only while it holds none: it
+// sends nothing more once tasks arrive (its command in flight finishes first), gives up
+// its place among MaxReconciling, and resumes where it was when the tasks are done.
+func (r *Reconciler) TasksPending(dev string, pending bool) {
+	r.mu.Lock()
+	defer r.unlock()
+	if r.closed {
+		return
+	}
+	t := r.term(dev)
+	if t.tasks == pending {
+		return
+	}
+	t.tasks = pending
+	t.idleBeats = 0
+	if pending {
+		t.match = false // the tasks change the terminal: a heartbeat confirms it again
+	}
+	r.advance(t)
+}
+
+// DesiredChanged says dev's desired list changed (a task's Set or Delete, a refusal's
+// Exclude): the terminal is in sync again only once a heartbeat says so. A reconciliation
+// under way reads the desired list as it is when it compares each page and sends each
+// command.
+func (r *Reconciler) DesiredChanged(dev string) {
+	r.mu.Lock()
+	defer r.unlock()
+	if r.closed {
+		return
+	}
+	r.term(dev).match = false
+}
+
+// SetWhitelist starts a reconciliation of dev with reason setWhitelist (a SetWhitelist
+// task replaced its desired list) as soon as its queue holds no tasks, without backoff.
+func (r *Reconciler) SetWhitelist(dev string) { r.request(dev, bySetWhitelist, wire.SyncSetWhitelist) }
+
+// Resync starts a reconciliation of dev (a control command) as soon as its queue holds no
+// tasks, without backoff. Its reports name reason digest (count for a v1 terminal) unless
+// drift of another reason is pending.
+func (r *Reconciler) Resync(dev string) { r.request(dev, byResync, "resync") }
+
+func (r *Reconciler) request(dev string, why reasons, label wire.SyncReason) {
+	r.mu.Lock()
+	defer r.unlock()
+	if r.closed {
+		return
+	}
+	t := r.term(dev)
+	t.pending |= why
+	t.failures, t.notBefore, t.verify = 0, time.Time{}, false
+	r.opt.Metrics.drift(label)
+	r.advance(t)
+}
+
+// Forget drops dev's state (the terminal is gone). A reconciliation under way reports
+// failed; replies to its commands are ignored.
+func (r *Reconciler) Forget(dev string) {
+	r.mu.Lock()
+	defer r.unlock()
+	t := r.terms[dev]
+	if t == nil {
+		return
+	}
+	if t.rec != nil {
+		r.finish(t, wire.SyncFailed, "the terminal was removed")
+	}
+	r.stopRetry(t)
+	if t.slot {
+		t.slot = false
+		r.active--
+	}
+	r.waitq = slices.DeleteFunc(r.waitq, func(q *term) bool { return q == t })
+	delete(r.terms, dev)
+	r.fill()
+}
+
+// Close stops the timers; events after Close are ignored. Reconciliations under way end
+// without a report.
+func (r *Reconciler) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	for _, t := range r.terms {
+		r.stopRetry(t)
+		if t.rec != nil && t.rec.timer != nil {
+			t.rec.timer.Stop()
+		}
+	}
+	r.effects = nil
+}
+
+// Status is what the reconciler knows of one terminal.
+type Status struct {
+	InSync      bool            // the last judged heartbeat matched; nothing queued, in flight or under way
+	Reconciling bool            // a reconciliation started and did not end (it may be paused for tasks)
+	LastStatus  wire.SyncStatus // of the last reconciliation that started or ended ("": none)
+	LastSync    time.Time       // when it started or ended
+	Failures    int             // reconciliations in a row that failed or did not take
+	NotBefore   time.Time       // backoff: no reconciliation before
+}
+
+// Status returns dev's status.
+func (r *Reconciler) Status(dev string) Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.terms[dev]
+	if t == nil {
+		return Status{}
+	}
+	return Status{InSync: t.inSync(), Reconciling: t.rec != nil, LastStatus: t.lastStatus, LastSync: t.lastSync,
+		Failures: t.failures, NotBefore: t.notBefore}
+}
+
+func (r *Reconciler) term(dev string) *term {
+	t := r.terms[dev]
+	if t == nil {
+		t = &term{dev: dev}
+		r.terms[dev] = t
+	}
+	return t
+}
+
+// judge compares an idle terminal's heartbeat with its desired list. A terminal without a
+// desired list is not judged: nothing says what it should hold.
+func (r *Reconciler) judge(t *term) {
+	s := r.opt.Store
+	if known, _ := s.Known(t.dev); !known {
+		t.match = false
+		return
+	}
+	var ok bool
+	var why reasons
+	if t.protocol >= 2 {
+		ok, why = t.digest == s.Digest(t.dev)^t.kept, byDigest
+	} else {
+		ok, why = t.persons >= s.Count(t.dev), byCount
+	}
+	if ok {
+		t.match, t.verify, t.failures, t.notBefore = true, false, 0, time.Time{}
+		t.pending &^= drifts
+		r.stopRetry(t)
+		return
+	}
+	t.match = false
+	if t.idleBeats >= 2 {
+		r.drifted(t, why)
+	}
+}
+
+// drifted makes why pending. Drift right after a reconciliation that ended done means it
+// did not take: it counts as a failure, so a terminal whose digest never matches is
+// reconciled with backoff, not at every heartbeat.
+func (r *Reconciler) drifted(t *term, why reasons) {
+	if t.verify {
+		t.verify = false
+		r.failed(t)
+	}
+	if t.pending&why == 0 {
+		reason := why.first(t.protocol < 2)
+		r.opt.Metrics.drift(reason)
+		r.log.Info("whitelist drift", "device", t.dev, "reason", reason)
+	}
+	t.pending |= why
+}
+
+// failed counts a failure and sets the backoff before the next reconciliation.
+func (r *Reconciler) failed(t *term) {
+	t.failures++
+	d := r.opt.BackoffBase
+	for i := 1; i < t.failures && d < r.opt.BackoffMax; i++ {
+		d *= 2
+	}
+	t.notBefore = r.opt.Clock.Now().Add(min(d, r.opt.BackoffMax))
+}
+
+// advance moves t on: starts or resumes a reconciliation when one is wanted, the terminal
+// is idle, its backoff passed and a place is free; sends its next command if none is
+// outstanding.
+func (r *Reconciler) advance(t *term) {
+	if r.closed {
+		return
+	}
+	rec := t.rec
+	if rec == nil {
+		if t.pending == 0 || !t.seen || t.tasks || t.slot || t.queued {
+			return
+		}
+		if wait := t.notBefore.Sub(r.opt.Clock.Now()); wait > 0 {
+			r.armRetry(t, wait)
+			return
+		}
+		r.enqueue(t)
+		return
+	}
+	if rec.outstanding != "" {
+		return
+	}
+	if t.tasks {
+		if t.slot { // paused: the place goes to a terminal that can use it
+			t.slot = false
+			r.active--
+			r.fill()
+		}
+		return
+	}
+	if !t.slot {
+		r.enqueue(t)
+		return
+	}
+	r.step(t)
+}
+
+func (r *Reconciler) enqueue(t *term) {
+	if !t.queued {
+		t.queued = true
+		r.waitq = append(r.waitq, t)
+	}
+	r.fill()
+}
+
+// fill gives free places to waiting terminals, first come first served; a terminal that
+// got tasks meanwhile leaves the queue (it comes back when they are done).
+func (r *Reconciler) fill() {
+	for r.active < r.opt.MaxReconciling && len(r.waitq) > 0 {
+		t := r.waitq[0]
+		r.waitq = r.waitq[1:]
+		t.queued = false
+		if t.tasks || t.slot || r.terms[t.dev] != t || (t.rec == nil && t.pending == 0) {
+			continue
+		}
+		t.slot = true
+		r.active++
+		if t.rec == nil {
+			r.begin(t)
+		}
+		r.step(t)
+	}
+	if len(r.waitq) == 0 {
+		r.waitq = nil // do not pin a long-gone backing array
+	}
+}
+
+func (r *Reconciler) armRetry(t *term, wait time.Duration) {
+	r.stopRetry(t)
+	t.retryGen++
+	gen := t.retryGen
+	t.retry = r.opt.Clock.AfterFunc(wait, func() {
+		r.mu.Lock()
+		defer r.unlock()
+		if r.terms[t.dev] != t || t.retryGen != gen {
+			return
+		}
+		t.retry = nil
+		r.advance(t)
+	})
+}
+
+func (r *Reconciler) stopRetry(t *term) {
+	if t.retry != nil {
+		t.retry.Stop()
+		t.retry = nil
+	}
+	t.retryGen++
+}
+
+// unlock releases the lock and carries out what was decided under it, in order. One
+// caller at a time drains; an event method called back from an effect queues its own
+// effects for that caller, so effects never run under the lock nor out of order.
+func (r *Reconciler) unlock() {
+	if r.draining || len(r.effects) == 0 {
+		r.updateInSync()
+		r.mu.Unlock()
+		return
+	}
+	r.draining = true
+	for len(r.effects) > 0 {
+		f := r.effects[0]
+		r.effects[0] = nil
+		r.effects = r.effects[1:]
+		r.mu.Unlock()
+		f()
+		r.mu.Lock()
+	}
+	r.effects = nil
+	r.draining = false
+	r.updateInSync()
+	r.mu.Unlock()
+}
+
+func (r *Reconciler) updateInSync() {
+	n := 0
+	for _, t := range r.terms {
+		if t.inSync() {
+			n++
+		}
+	}
+	if n != r.nInSync {
+		r.nInSync = n
+		r.opt.Metrics.inSync(n)
+	}
+}
+
+func (r *Reconciler) newMessageID() string {
+	if r.opt.NewMessageID != nil {
+		return r.opt.NewMessageID()
+	}
+	r.idSeq++
+	return r.idBase + strconv.FormatUint(r.idSeq, 10)
+}

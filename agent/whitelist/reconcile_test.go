@@ -1,0 +1,534 @@
+package whitelist
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seed0e69bba5/faceagent/agent/wire"
+	"github.com/seed0e69bba5/faceagent/device/face"
+)
+
+// TestReconcileInSyncSendsNothing: a terminal holding its desired list gets no command at
+// all; its heartbeats are the whole check.
+func TestReconcileInSyncSendsNothing(t *testing.T) {
+	h := newHarness(t, ReconcileOptions{})
+	m := h.addTerminal("d1", 2, people(30, "p"))
+	for range 20 {
+		h.tick()
+	}
+	if m.lists+m.adds+m.deletes != 0 || len(h.reports) != 0 {
+		t.Fatalf("a terminal in sync got %d lists, %d adds, %d deletes, reports %v", m.lists, m.adds, m.deletes, h.reports)
+	}
+	if !h.rec.Status("d1").InSync || h.metrics.InSync.Value() != 1 {
+		t.Fatalf("status %+v, in-sync gauge %v", h.rec.Status("d1"), h.metrics.InSync.Value())
+	}
+}
+
+// TestReconcileScenarios: each fault leads to drift of the expected reason and a
+// reconciliation that leaves the terminal holding exactly its desired list, with every
+// corrective command under a new messageId.
+func TestReconcileScenarios(t *testing.T) {
+	const n = 50
+	list := people(n, "p")
+	cases := []struct {
+		name     string
+		protocol int
+		fault    func(h *harness, m *modelTerminal)
+		reason   wire.SyncReason
+		// statuses of the reports, in order; counts of the last one
+		statuses                []wire.SyncStatus
+		missing, extra, changed int
+		adds, deletes           int // commands the terminal applied
+	}{
+		{name: "factory reset", protocol: 2, fault: func(h *harness, m *modelTerminal) { clear(m.persons) },
+			reason: wire.SyncDigest, statuses: done1, missing: n, adds: n},
+		{name: "replacement", protocol: 2, fault: func(h *harness, m *modelTerminal) { clear(m.persons); m.serial = "SN-new" },
+			reason: wire.SyncSerial, statuses: done1, missing: n, adds: n},
+		{name: "extra person", protocol: 2, fault: func(h *harness, m *modelTerminal) {
+			m.persons["p00007x"] = face.Person{ID: "p00007x", Name: "added at the terminal"}
+		}, reason: wire.SyncDigest, statuses: done1, extra: 1, deletes: 1},
+		{name: "missing person", protocol: 2, fault: func(h *harness, m *modelTerminal) { delete(m.persons, "p00049") },
+			reason: wire.SyncDigest, statuses: done1, missing: 1, adds: 1},
+		{name: "changed rev", protocol: 2, fault: func(h *harness, m *modelTerminal) {
+			p := m.persons["p00020"]
+			p.Rev, p.Name = "0123456789abcdef", "edited at the terminal"
+			m.persons["p00020"] = p
+		}, reason: wire.SyncDigest, statuses: done1, changed: 1, adds: 1},
+		{name: "a task's delete failed", protocol: 2, fault: func(h *harness, m *modelTerminal) {
+			if err := h.store.Delete("d", "p00003"); err != nil {
+				t.Fatal(err)
+			}
+		}, reason: wire.SyncDigest, statuses: done1, extra: 1, deletes: 1},
+		{name: "v1 below count", protocol: 1, fault: func(h *harness, m *modelTerminal) {
+			delete(m.persons, "p00001")
+			delete(m.persons, "p00030")
+		}, reason: wire.SyncCount, statuses: done1, missing: 2, adds: n},
+		{name: "unordered page", protocol: 2, fault: func(h *harness, m *modelTerminal) {
+			delete(m.persons, "p00011")
+			m.badPages, m.badKind = 1, 0
+		}, reason: wire.SyncDigest, statuses: failedThenDone, missing: 1, adds: 1},
+		{name: "page not advancing", protocol: 2, fault: func(h *harness, m *modelTerminal) {
+			delete(m.persons, "p00011")
+			m.badPages, m.badKind = 1, 1
+		}, reason: wire.SyncDigest, statuses: failedThenDone, missing: 1, adds: 1},
+		{name: "page with a bad rev", protocol: 2, fault: func(h *harness, m *modelTerminal) {
+			delete(m.persons, "p00011")
+			m.badPages, m.badKind = 1, 2
+		}, reason: wire.SyncDigest, statuses: failedThenDone, missing: 1, adds: 1},
+		{name: "corrective delete refused once", protocol: 2, fault: func(h *harness, m *modelTerminal) {
+			m.persons["zz"] = face.Person{ID: "zz"}
+			refusals := 1
+			m.refuse = func(c face.Command) int {
+				if c.Op == face.DeletePerson && refusals > 0 {
+					refusals--
+					return 5
+				}
+				return 0
+			}
+		}, reason: wire.SyncDigest, statuses: failedThenDone, extra: 1, deletes: 1},
+		{name: "no ack for a command", protocol: 2, fault: func(h *harness, m *modelTerminal) {
+			delete(m.persons, "p00000")
+			m.dropReplies = 2 // the ListPersons, then the AddPerson of the second try
+		}, reason: wire.SyncDigest, statuses: []wire.SyncStatus{wire.SyncStarted, wire.SyncFailed, wire.SyncStarted,
+			wire.SyncFailed, wire.SyncStarted, wire.SyncDone}, missing: 1, adds: 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, ReconcileOptions{ListLimit: func(string) int { return 7 }})
+			m := h.addTerminal("d", c.protocol, list)
+			h.tick()
+			c.fault(h, m)
+			h.converge(40)
+			var got []wire.SyncStatus
+			for _, r := range h.reportsOf("d") {
+				got = append(got, r.Status)
+				if r.Reason != c.reason {
+					t.Errorf("report %+v: reason %s, want %s", r, r.Reason, c.reason)
+				}
+			}
+			if !slices.Equal(got, c.statuses) {
+				t.Fatalf("reports %v, want statuses %v", h.reportsOf("d"), c.statuses)
+			}
+			last := h.reports[len(h.reports)-1]
+			if last.Missing != c.missing || last.Extra != c.extra || last.Changed != c.changed {
+				t.Errorf("last report %+v: want missing %d extra %d changed %d", last, c.missing, c.extra, c.changed)
+			}
+			if m.adds != c.adds || m.deletes != c.deletes {
+				t.Errorf("the terminal applied %d adds and %d deletes, want %d and %d", m.adds, m.deletes, c.adds, c.deletes)
+			}
+			if m.duplicates != 0 {
+				t.Errorf("%d commands reused a messageId", m.duplicates)
+			}
+			ended := uint64(len(got) / 2)
+			if h.metrics.Seconds.Count() != ended || h.metrics.Reconciliations.With("done").Value() != 1 ||
+				h.metrics.Drift.With(string(c.reason)).Value() != 1 {
+				t.Errorf("metrics: %d durations (want %d), %d done, drift{%s} %d", h.metrics.Seconds.Count(), ended,
+					h.metrics.Reconciliations.With("done").Value(), c.reason, h.metrics.Drift.With(string(c.reason)).Value())
+			}
+			for _, r := range h.reportsOf("d") {
+				if r.Status == wire.SyncFailed && r.Error == "" {
+					t.Errorf("a failed report without its error: %+v", r)
+				}
+			}
+			// In sync from now on: nothing more is sent.
+			lists, adds, deletes := m.lists, m.adds, m.deletes
+			for range 30 {
+				h.tick()
+			}
+			if m.lists != lists || m.adds != adds || m.deletes != deletes || len(h.reportsOf("d")) != len(got) {
+				t.Fatalf("after converging: lists %d→%d adds %d→%d deletes %d→%d reports %d→%d", lists, m.lists, adds, m.adds,
+					deletes, m.deletes, len(got), len(h.reportsOf("d")))
+			}
+			if h.clock.pending() != 0 {
+				t.Fatalf("%d timers left running while in sync", h.clock.pending())
+			}
+		})
+	}
+}
+
+var (
+	done1          = []wire.SyncStatus{wire.SyncStarted, wire.SyncDone}
+	failedThenDone = []wire.SyncStatus{wire.SyncStarted, wire.SyncFailed, wire.SyncStarted, wire.SyncDone}
+)
+
+// TestReconcileDriftNeedsIdleQueue: a differing digest is drift only from the second
+// heartbeat after the queue held tasks (the first may predate the last command), and
+// never while tasks are pending.
+func TestReconcileDriftNeedsIdleQueue(t *testing.T) {
+	h := newHarness(t, ReconcileOptions{})
+	m := h.addTerminal("d", 2, people(5, "p"))
+	h.rec.TasksPending("d", true)
+	clear(m.persons)
+	for range 5 {
+		h.rec.Heartbeat("d", m.heartbeat("d"))
+		h.clock.Advance(h.beat)
+	}
+	if len(h.queue["d"]) != 0 || len(h.reports) != 0 {
+		t.Fatalf("reconciling while tasks are pending: queue %v, reports %v", h.queue["d"], h.reports)
+	}
+	h.rec.TasksPending("d", false)
+	h.rec.Heartbeat("d", m.heartbeat("d"))
+	if len(h.queue["d"]) != 0 {
+		t.Fatalf("the first heartbeat after the queue emptied started a reconciliation")
+	}
+	h.rec.Heartbeat("d", m.heartbeat("d"))
+	if len(h.queue["d"]) != 1 || h.queue["d"][0].cmd.Op != face.ListPersons {
+		t.Fatalf("the second heartbeat did not start a reconciliation: queue %v", h.queue["d"])
+	}
+	if h.metrics.Drift.With("digest").Value() != 1 {
+		t.Fatalf("drift{digest} = %d, want 1", h.metrics.Drift.With("digest").Value())
+	}
+	h.converge(5)
+}
+
+// TestReconcileRefusingTerminalBacksOff: a terminal refusing everything gets a
+// reconciliation that fails, then others after waits doubling from BackoffBase up to
+// BackoffMax, each reported started and failed: a bounded number over time, never a hot
+// loop.
+func TestReconcileRefusingTerminalBacksOff(t *testing.T) {
+	h := newHarness(t, ReconcileOptions{BackoffBase: time.Second, BackoffMax: time.Minute})
+	m := h.addTerminal("d", 2, people(5, "p"))
+	m.refuse = func(face.Command) int { return 7 }
+	clear(m.persons)
+	start := h.clock.Now()
+	for range 60 { // 10 minutes of heartbeats
+		h.tick()
+	}
+	var starts []time.Time
+	for i, r := range h.reportsOf("d") {
+		at, err := time.Parse(time.RFC3339, r.At)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := wire.SyncStarted
+		if i%2 == 1 {
+			want = wire.SyncFailed
+			if !strings.Contains(r.Error, "refused ListPersons (code 7") {
+				t.Errorf("failed report's error %q", r.Error)
+			}
+		} else {
+			starts = append(starts, at)
+		}
+		if r.Status != want {
+			t.Fatalf("report %d %+v: want %s", i, r, want)
+		}
+	}
+	// Drift is noticed at the second heartbeat (20 s), then waits of 1, 2, 4, …, 32 s and
+	// then 60 s each until the 600 s mark.
+	want := []time.Duration{20 * time.Second}
+	for d := time.Second; ; d = min(2*d, time.Minute) {
+		next := want[len(want)-1] + d
+		if next > 600*time.Second {
+			break
+		}
+		want = append(want, next)
+	}
+	if len(starts) != len(want) || m.lists != 0 || m.refused != len(want) {
+		t.Fatalf("%d attempts (%d refusals), want %d at %v", len(starts), m.refused, len(want), want)
+	}
+	for i, s := range starts {
+		if got := s.Sub(start); got != want[i] {
+			t.Fatalf("attempt %d at %v, want %v", i, got, want[i])
+		}
+	}
+	if st := h.rec.Status("d"); st.Failures != len(want) || st.InSync {
+		t.Fatalf("status %+v", st)
+	}
+	if got := h.metrics.Reconciliations.With("failed").Value(); got != uint64(len(want)) {
+		t.Fatalf("reconciliations{failed} = %d", got)
+	}
+	// The terminal stops refusing: the next attempt repairs it, and the failures reset.
+	m.refuse = nil
+	h.converge(10)
+	if st := h.rec.Status("d"); st.Failures != 0 {
+		t.Fatalf("failures after converging: %+v", st)
+	}
+}
+
+// TestReconcileRefusedRecordIsExcluded: a terminal refusing one person's record makes the
+// record leave the desired list, and the reconciliation goes on and ends done; the
+// refusal never becomes a repair loop.
+func TestReconcileRefusedRecordIsExcluded(t *testing.T) {
+	h := newHarness(t, ReconcileOptions{ListLimit: func(string) int { return 4 }})
+	m := h.addTerminal("d", 2, people(12, "p"))
+	h.tick()
+	m.refuse = func(c face.Command) int {
+		if c.Op == face.AddPerson && c.Person.ID == "p00005" {
+			return 9
+		}
+		return 0
+	}
+	clear(m.persons)
+	h.converge(10)
+	if !h.store.Excluded("d", "p00005") || len(m.persons) != 11 {
+		t.Fatalf("excluded %v, the terminal holds %d", h.store.Excluded("d", "p00005"), len(m.persons))
+	}
+	if got := h.statuses("d"); !slices.Equal(got, []string{"digest/started", "digest/done"}) {
+		t.Fatalf("reports %v", got)
+	}
+	refused := m.refused
+	for range 50 {
+		h.tick()
+	}
+	if m.refused != refused || m.lists != 1 {
+		t.Fatalf("after excluding: %d refusals (was %d), %d lists", m.refused, refused, m.lists)
+	}
+	// A later task setting the person again brings it back (a Set includes it).
+	if err := h.store.Set("d", Record{ID: "p00005", Name: "fixed"}); err != nil {
+		t.Fatal(err)
+	}
+	h.rec.DesiredChanged("d")
+	m.refuse = nil
+	h.converge(5)
+}
+
+// TestReconcileTooManyRefusals: a terminal refusing every record fails the
+// reconciliation after MaxRefusals, excluding no more than MaxRefusals+1 records per
+// attempt.
+func TestReconcileTooManyRefusals(t *testing.T) {
+	h := newHarness(t, ReconcileOptions{MaxRefusals: 2})
+	m := h.addTerminal("d", 2, people(20, "p"))
+	h.tick()
+	m.refuse = func(c face.Command) int {
+		if c.Op == face.AddPerson {
+			return 9
+		}
+		return 0
+	}
+	clear(m.persons)
+	h.beatNow("d")
+	h.beatNow("d")
+	if got := h.statuses("d"); !slices.Equal(got, []string{"digest/started", "digest/failed"}) {
+		t.Fatalf("reports %v", got)
+	}
+	if m.refused != 3 || h.store.Count("d") != 17 {
+		t.Fatalf("%d refusals, desired count %d", m.refused, h.store.Count("d"))
+	}
+}
+
+// TestReconcileCapacityFails: code 23 fails the reconciliation without excluding anyone.
+func TestReconcileCapacityFails(t *testing.T) {
+	h := newHarness(t, ReconcileOptions{})
+	m := h.addTerminal("d", 2, people(10, "p"))
+	h.tick()
+	clear(m.persons)
+	m.capacity = 4
+	h.beatNow("d")
+	h.beatNow("d")
+	reps := h.reportsOf("d")
+	if len(reps) != 2 || reps[1].Status != wire.SyncFailed || !strings.HasPrefix(reps[1].Error, "capacity") {
+		t.Fatalf("reports %+v", reps)
+	}
+	if h.store.Count("d") != 10 || len(m.persons) != 4 {
+		t.Fatalf("desired %d, held %d", h.store.Count("d"), len(m.persons))
+	}
+	m.capacity = 0
+	h.converge(10)
+}
+
+// TestReconcileYieldsToTasks: tasks arriving during a reconciliation wait behind at most
+// the command in flight; the reconciliation sends nothing while they are pending, then
+// resumes; a correction the tasks made unnecessary is not sent.
+func TestReconcileYieldsToTasks(t *testing.T) {
+	h := newHarness(t, ReconcileOptions{ListLimit: func(string) int { return 5 }})
+	m := h.addTerminal("d", 2, people(20, "p"))
+	h.tick()
+	clear(m.persons)
+	h.clock.Advance(h.beat)
+	h.rec.Heartbeat("d", m.heartbeat("d"))
+	// Deliver the first ListPersons (an empty page: all 20 missing) and the first add.
+	if c := h.deliverOne("d"); c.Op != face.ListPersons {
+		t.Fatalf("first command %+v", c)
+	}
+	if c := h.deliverOne("d"); c.Op != face.AddPerson || c.Person.ID != "p00000" {
+		t.Fatalf("second command %+v", c)
+	}
+	// The correction of p00001 is queued; now tasks come: p00010 is deleted, Y added.
+	if len(h.queue["d"]) != 1 {
+		t.Fatalf("queue %v", h.queue["d"])
+	}
+	if err := h.store.Delete("d", "p00010"); err != nil {
+		t.Fatal(err)
+	}
+	y := Record{ID: "y", Name: "new"}
+	if err := h.store.Set("d", y); err != nil {
+		t.Fatal(err)
+	}
+	h.rec.DesiredChanged("d")
+	h.task("d", face.Command{MessageID: "task-1", Op: face.DeletePerson, Person: face.Person{ID: "p00010"}})
+	h.task("d", face.Command{MessageID: "task-2", Op: face.AddPerson, Person: personOf(y, 2)})
+	h.deliverOne("d") // the reconciliation's command in flight
+	if q := h.queue["d"]; len(q) != 2 || !q[0].task || !q[1].task {
+		t.Fatalf("the reconciliation went on while tasks were pending: queue %v", q)
+	}
+	if !h.rec.Status("d").Reconciling {
+		t.Fatal("the reconciliation ended instead of pausing")
+	}
+	h.pump() // the tasks, then the rest of the reconciliation
+	h.converge(5)
+	if _, held := m.persons["p00010"]; held || m.adds != 19+1 {
+		t.Fatalf("p00010 held %v; %d adds (want 19 corrections and the task's)", held, m.adds)
+	}
+	if got := h.statuses("d"); !slices.Equal(got, []string{"digest/started", "digest/done"}) {
+		t.Fatalf("reports %v", got)
+	}
+}
+
+// TestReconcileRateLimit: at most MaxReconciling terminals reconcile at once; the others
+// wait their turn and all converge.
+func TestReconcileRateLimit(t *testing.T) {
+	h := newHarness(t, ReconcileOptions{MaxReconciling: 2, ListLimit: func(string) int { return 3 }})
+	devs := []string{"a", "b", "c", "d", "e", "f"}
+	for _, dev := range devs {
+		h.addTerminal(dev, 2, people(10, "p"))
+	}
+	h.tick()
+	for _, dev := range devs {
+		clear(h.terms[dev].persons)
+	}
+	running, most := 0, 0
+	h.tick()
+	h.tick()
+	h.converge(10)
+	for _, r := range h.reports {
+		switch r.Status {
+		case wire.SyncStarted:
+			running++
+			most = max(most, running)
+		default:
+			running--
+		}
+	}
+	if most != 2 || len(h.reports) != 2*len(devs) {
+		t.Fatalf("%d reconciling at once (want 2), %d reports", most, len(h.reports))
+	}
+}
+
+// TestReconcileKeepsUnknownExtras: persons on a terminal whose desired list was never set
+// whole may be wanted: they stay, the terminal is in sync with them, and later heartbeats
+// send nothing.
+func TestReconcileKeepsUnknownExtras(t *testing.T) {
+	h := newHarness(t, ReconcileOptions{})
+	m := newModelTerminal(2, "SN")
+	h.terms["d"] = m
+	for _, r := range people(5, "p") {
+		if err := h.store.Set("d", r); err != nil {
+			t.Fatal(err)
+		}
+		if r.ID != "p00002" {
+			m.persons[r.ID] = personOf(r, 2)
+		}
+	}
+	m.persons["old"] = face.Person{ID: "old", Name: "before the agent"}
+	for range 5 {
+		h.tick()
+	}
+	if _, ok := m.persons["old"]; !ok || len(m.persons) != 6 || m.deletes != 0 {
+		t.Fatalf("held %v, %d deletes", m.ids(), m.deletes)
+	}
+	if !h.rec.Status("d").InSync {
+		t.Fatalf("status %+v", h.rec.Status("d"))
+	}
+	lists := m.lists
+	for range 20 {
+		h.tick()
+	}
+	if m.lists != lists {
+		t.Fatalf("%d more lists of a terminal in sync with its kept extras", m.lists-lists)
+	}
+	// A SetWhitelist makes the list whole: the extra goes.
+	if _, err := h.store.Replace("d", people(5, "p")); err != nil {
+		t.Fatal(err)
+	}
+	h.rec.SetWhitelist("d")
+	h.converge(5)
+	if got := h.statuses("d"); got[len(got)-1] != "setWhitelist/done" || h.reports[len(h.reports)-1].Extra != 1 {
+		t.Fatalf("reports %+v", h.reportsOf("d"))
+	}
+}
+
+// TestReconcileResyncAndNoDesired: a resync of a terminal in sync lists it once and
+// reports done with nothing to do; a terminal without a desired list is never judged.
+func TestReconcileResyncAndNoDesired(t *testing.T) {
+	h := newHarness(t, ReconcileOptions{ListLimit: func(string) int { return 1000 }})
+	m := h.addTerminal("d", 2, people(40, "p"))
+	other := newModelTerminal(2, "SN-o")
+	other.persons["x"] = face.Person{ID: "x"}
+	h.terms["o"] = other
+	h.tick()
+	h.tick()
+	h.rec.Resync("d")
+	h.pump()
+	if got := h.statuses("d"); !slices.Equal(got, []string{"digest/started", "digest/done"}) || m.lists != 1 {
+		t.Fatalf("reports %v, %d lists", got, m.lists)
+	}
+	for range 10 {
+		h.tick()
+	}
+	if other.lists+other.deletes != 0 || len(h.reportsOf("o")) != 0 || h.rec.Status("o").InSync {
+		t.Fatalf("a terminal without a desired list: %d lists, %d deletes, status %+v", other.lists, other.deletes, h.rec.Status("o"))
+	}
+}
+
+// TestReconcileStepTimeout: a command whose reply never comes fails the reconciliation
+// after StepTimeout; the late reply is ignored.
+func TestReconcileStepTimeout(t *testing.T) {
+	h := newHarness(t, ReconcileOptions{StepTimeout: time.Minute})
+	m := h.addTerminal("d", 2, people(3, "p"))
+	h.tick()
+	clear(m.persons)
+	h.lose = true
+	h.tick()
+	h.tick()
+	if got := h.statuses("d"); !slices.Equal(got, []string{"digest/started"}) {
+		t.Fatalf("reports %v", got)
+	}
+	h.clock.Advance(time.Minute)
+	reps := h.reportsOf("d")
+	if len(reps) < 2 || reps[1].Status != wire.SyncFailed || !strings.Contains(reps[1].Error, "no reply to ListPersons") {
+		t.Fatalf("reports %+v", reps)
+	}
+	h.rec.ListReply("d", "Sync-late", face.Ack{}, nil) // ignored
+	h.lose = false
+	h.converge(10)
+}
+
+// TestReconcileQueueRefuses: a command the queue does not take fails the reconciliation.
+func TestReconcileQueueRefuses(t *testing.T) {
+	h := newHarness(t, ReconcileOptions{})
+	m := h.addTerminal("d", 2, people(3, "p"))
+	h.tick()
+	delete(m.persons, "p00001")
+	h.refuseQueue = true
+	h.beatNow("d")
+	h.beatNow("d")
+	reps := h.reportsOf("d")
+	if len(reps) != 2 || !strings.Contains(reps[1].Error, "not queued: the queue is full") {
+		t.Fatalf("reports %+v", reps)
+	}
+	h.refuseQueue = false
+	h.converge(10)
+}
+
+// TestReconcileForget: forgetting a terminal mid-reconciliation reports it failed, frees
+// its place and ignores its late replies.
+func TestReconcileForget(t *testing.T) {
+	h := newHarness(t, ReconcileOptions{MaxReconciling: 1})
+	m := h.addTerminal("d", 2, people(3, "p"))
+	h.tick()
+	clear(m.persons)
+	h.clock.Advance(h.beat)
+	h.rec.Heartbeat("d", m.heartbeat("d"))
+	h.rec.Forget("d")
+	h.pump()
+	if got := h.statuses("d"); !slices.Equal(got, []string{"digest/started", "digest/failed"}) {
+		t.Fatalf("reports %v", got)
+	}
+	delete(h.terms, "d")
+	m2 := h.addTerminal("e", 2, people(3, "p"))
+	h.tick()
+	clear(m2.persons)
+	h.converge(5)
+}
