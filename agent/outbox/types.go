@@ -162,6 +162,9 @@ type DeviceStatus struct {
 	LastSeen         time.Time
 	BreakerOpenUntil time.Time // zero when closed
 	FailedHeld       int       // failed commands kept for RetryFailed
+	// Queries waiting or in flight (Query): not in Queued nor InFlight, which are the
+	// tasks' commands, nor in the counters below.
+	Queries int
 	// Counters since Open.
 	Sent, Succeeded, Failed, Superseded, Expired, Retries uint64
 }
