@@ -110,6 +110,14 @@
 // MaxQueued; DeviceStatus.Queries counts them apart from the tasks' Queued and InFlight.
 // Close answers every pending query with ErrClosed.
 //
+// Commands without a result (Task.NoResult: a whitelist sync's corrective commands, which
+// the back office never sent and the sync reports itself) are delivered like the others
+// and leave the table as soon as they finish, whatever their outcome: Results never
+// returns them and RetryFailed never brings them back. In coalescing, such a command never
+// supersedes an unsent one that reports a result (the back office would get "superseded"
+// by a message id it never sent): both are sent, in intake order. A later command of
+// either kind supersedes it, and that supersede is reported to nobody.
+//
 // RetryFailed retries only a failed command that is still the latest intent for its person
 // on its device: once a later command for that person on that device was taken in, the
 // failed one is outdated, whatever became of the later one (queued, in flight, succeeded,
@@ -130,7 +138,8 @@
 // ack deadline), dn (done), n (tries), s (status), e (error), r (reported), pa (paused), od
 // (outdated: a later command for the same person on the device was taken in; snapshots only,
 // added within format 1: a release before it ignores it, and replay derives it for what an
-// older snapshot holds).
+// older snapshot holds), nr (no result: Task.NoResult, in add and item records; added
+// within format 1: a release before it reports such a command's result).
 // Kinds: 1 add, 2 send, 3 retry, 4 requeue, 5 finish, 6 reported, 7 purge, 8 reset, 9 pause,
 // 10 resume; snapshots use 11 item (a message's whole state), 12 device, 13 recent ids.
 // Decoders skip keys they do not know, so a later release reads these files; kinds and
@@ -152,7 +161,8 @@
 //   - The table is changed only by applying records, live and in replay alike: replaying the
 //     journal reproduces the table (the property test checks it at every restart).
 //   - At most one command per device is in flight: a task's (InFlight) or a query's.
-//   - A task accepted by Enqueue stays in the table until its result was marked reported.
+//   - A task accepted by Enqueue stays in the table until its result was marked reported
+//     (a NoResult one: until it finished).
 //   - Unfinished commands never exceed MaxQueued, nor MaxQueuedPerDevice on one device;
 //     intake also stops while MaxQueued results wait to be reported. Reported failures held
 //     for RetryFailed are bounded by FailedRetention only.

@@ -393,7 +393,7 @@ func (o *Outbox) EnqueueBatch(tasks []Task) (errs []error) {
 		}
 		recs = append(recs, record{
 			Kind: kindAdd, ID: t.MessageID, Task: t.TaskID, Device: t.DeviceID, Op: t.Op,
-			Person: t.PersonID, Payload: t.Payload, Ord: o.t.maxOrd, Added: now,
+			Person: t.PersonID, Payload: t.Payload, Ord: o.t.maxOrd, Added: now, NoResult: t.NoResult,
 		})
 		r := &recs[len(recs)-1]
 		if !t.ExpiresAt.IsZero() {
@@ -472,7 +472,12 @@ func (o *Outbox) applyAdd(r *record) {
 		if prev.ord > it.ord {
 			older, later = it, prev
 		}
-		o.finishItem(older, Superseded, o.supersededBy(later.id()))
+		// A command that reports a result is not superseded by one that reports none: the
+		// back office would get "superseded" by a message id it never sent. Both are sent,
+		// in order; the later, built from the same desired whitelist, repeats the earlier.
+		if o.t.noResult(older) || !o.t.noResult(later) {
+			o.finishItem(older, Superseded, o.supersededBy(later.id()))
+		}
 	}
 	if d.live.cfg == (DeviceConfig{}) {
 		d.live.cfg = o.configs[d.id]
