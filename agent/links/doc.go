@@ -3,7 +3,12 @@
 // command to its terminal's link for the outbox (Links is the outbox's Sender), and routes
 // what the terminals send back (acks, heartbeats, link changes) to the dispatcher, the
 // forwarder of acks and heartbeats upstream, and the terminal state writer, through the
-// small interfaces Outbox, Forwarder and State.
+// small interfaces Outbox, Forwarder and State. An ack reaches the dispatcher whole
+// (Outbox.AckMessage), so that the answer a query's ack carries (a ListPersons page:
+// persons and next) reaches whoever asked it through the outbox (outbox.Query).
+//
+// A command's stored payload, a task's or a query's, is its face.Command in msgp
+// (face.Command.AppendMsg); Send decodes it and hands it to the terminal's link.
 //
 // # Tutorial
 //
@@ -23,6 +28,8 @@
 //     there, with no hand-off. Before Start they wait in the link's Events channel.
 //   - Heartbeats, link Up/Down and errors go through one pump goroutine per link, in the
 //     order the link reported them.
+//   - An ack's every field reaches the dispatcher (persons and next included): neither
+//     link drops a field of face.Ack, and the pumps pass it on as decoded.
 //
 // # Caveats
 //

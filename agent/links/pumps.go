@@ -10,7 +10,10 @@ import (
 
 // Outbox is what the terminals' events tell the dispatcher (agent/outbox's *Outbox).
 type Outbox interface {
-	Ack(deviceID, messageID string, code int, message string)
+	// AckMessage takes a terminal's ack whole, as its link decoded it: the ack of a query
+	// (ListPersons) carries the answer (its page) that the dispatcher hands to the query's
+	// asker. The ack is passed by value: an ordinary ack costs no allocation on the way.
+	AckMessage(deviceID string, a face.Ack)
 	Heartbeat(deviceID string)
 	LinkUp(deviceID string)
 	LinkDown(deviceID string)
@@ -72,7 +75,7 @@ func handleEvent(ev device.Event, ids []string, s Sinks, log *slog.Logger) {
 	}
 	switch ev.Kind {
 	case device.Ack:
-		s.Outbox.Ack(ev.DeviceID, ev.Ack.MessageID, ev.Ack.Code, ev.Ack.Message)
+		s.Outbox.AckMessage(ev.DeviceID, ev.Ack)
 		s.Forwarder.Ack(ev.DeviceID, ev.Ack)
 		s.State.Touch(ev.DeviceID)
 	case device.Heartbeat:

@@ -344,6 +344,10 @@ func (o *Outbox) status(d *device, now int64) DeviceStatus {
 		st.InFlight, st.InFlightTries = it.id(), int(it.tries)
 	}
 	st.FailedHeld = d.failed
+	st.Queries = len(d.live.queries)
+	if d.live.query != nil {
+		st.Queries++
+	}
 	return st
 }
 

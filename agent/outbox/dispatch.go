@@ -26,6 +26,9 @@ type deviceLive struct {
 	pay        []byte
 	payFails   int
 	payRetryAt int64
+	// Queries (query.go): the one in flight, and those waiting, in the order queued.
+	query   *query
+	queries []*query
 }
 
 type counters struct {
@@ -61,11 +64,19 @@ func (o *Outbox) online(d *device, now int64) bool {
 // change one of those, which is what makes dispatch immediate without a polling loop.
 func (o *Outbox) pump(d *device) {
 	defer o.touch(d)
-	if o.closed || o.Err() != nil || d.inflight != nil || d.paused || len(d.queue) == 0 {
+	if o.closed || o.Err() != nil || d.inflight != nil || d.live.query != nil || d.paused ||
+		(len(d.queue) == 0 && len(d.live.queries) == 0) {
 		return
 	}
 	now := o.now()
-	if !o.online(d, now) || d.live.breakerUntil > now || d.live.payRetryAt > now {
+	if !o.online(d, now) || d.live.breakerUntil > now {
+		return
+	}
+	if q := d.queryDue(); q != nil {
+		o.sendQuery(d, q, now)
+		return
+	}
+	if d.live.payRetryAt > now {
 		return
 	}
 	for len(d.queue) > 0 {
@@ -95,6 +106,9 @@ func (o *Outbox) pump(d *device) {
 			Payload: payload, Try: int(it.tries),
 		}, nonBlocking: o.nonBlock != nil && o.nonBlock.SendsWithoutBlocking(d.id)})
 		return
+	}
+	if len(d.live.queries) > 0 { // every queued task expired: a query's turn
+		o.sendQuery(d, d.live.queries[0], now)
 	}
 }
 
@@ -133,6 +147,11 @@ func (o *Outbox) tryFailed(it *item, reason string, now int64) {
 	} else {
 		o.emit(&record{Kind: kindRetry, ID: it.id(), Next: now + int64(o.backoff(s, int(it.tries))), Err: reason})
 	}
+	o.unacked(d, s, now)
+}
+
+// unacked counts a try without an ack (a task's or a query's) toward d's breaker.
+func (o *Outbox) unacked(d *device, s Settings, now int64) {
 	d.live.failures++
 	if d.live.failures >= s.BreakerThreshold {
 		// The breaker: a device that keeps failing waits, alone; other devices are untouched
@@ -171,8 +190,14 @@ func (o *Outbox) deadline(d *device) int64 {
 	if it := d.inflight; it != nil {
 		return it.next
 	}
-	if len(d.queue) == 0 || d.paused || d.live.down || !o.online(d, o.now()) {
+	if q := d.live.query; q != nil {
+		return q.next
+	}
+	if (len(d.queue) == 0 && len(d.live.queries) == 0) || d.paused || d.live.down || !o.online(d, o.now()) {
 		return 0
+	}
+	if q := d.queryDue(); q != nil {
+		return max(q.next, d.live.breakerUntil)
 	}
 	return max(d.queue[0].next, d.live.breakerUntil, d.live.payRetryAt)
 }
@@ -255,6 +280,13 @@ func (o *Outbox) onTimer(gen uint64) {
 				o.tryFailed(it, "no ack within the retry interval", now)
 			} else {
 				o.requeue(it)
+			}
+		}
+		if q := d.live.query; q != nil && q.next <= now && o.Err() == nil {
+			if o.online(d, now) {
+				o.queryTryFailed(q, "no ack within the retry interval", now)
+			} else {
+				o.requeueQuery(q)
 			}
 		}
 		o.pump(d)

@@ -35,7 +35,7 @@
 //
 // Device events (from device.Link.Events()):
 //
-//	ob.Ack(ev.DeviceID, ev.Ack.MessageID, ev.Ack.Code, ev.Ack.Message) // Event Ack
+//	ob.AckMessage(ev.DeviceID, ev.Ack)                                // Event Ack (Ack takes its id, code and message)
 //	ob.Heartbeat(ev.DeviceID)                                         // Event Heartbeat
 //	ob.LinkUp(ev.DeviceID) / ob.LinkDown(ev.DeviceID)                 // Events Up / Down
 //
@@ -53,6 +53,11 @@
 //			ob.MarkReported(ids...)      // journalled; unmarked results come back after a restart
 //		}
 //	}
+//
+// Queries (a command whose ack carries an answer: a ListPersons page), one at a time:
+//
+//	err := ob.Query(outbox.Query{MessageID: id, DeviceID: dev, Op: "ListPersons", Payload: cmdMsgp,
+//		Done: func(ack face.Ack, err error) { ... ack.Persons, ack.Next; or ErrRefused, ErrNoAnswer, ErrClosed ... }})
 //
 // Remote control and config: Pause, Resume, RetryFailed, PurgeFailed, SetSettings,
 // SetDevice; metrics and tools: Status, DeviceStatus, Stats.
@@ -92,6 +97,27 @@
 // command sent before a restart counts as sent; one sent to a device that then went
 // offline has its try refunded and counts as never sent once it holds no tries.
 //
+// Queries: a Query is delivered like a task's command — it takes the device's one
+// in-flight slot, waits while the device is offline, paused or its breaker open, is sent
+// again with the same message id after the ack timeout and a backoff, and fails after
+// MaxTries — but it is never journalled, never coalesced with tasks (it has no person) and
+// has no result: its ack goes to its Done, whole (AckMessage), with ErrRefused for a
+// non-zero code. It waits behind its device's tasks, those taken in while it waits
+// included: a terminal's whitelist sync yields to new tasks, and it starts only once the
+// terminal's queue is empty anyway. Once sent it keeps its turn, as a task waiting for its
+// retry does: the terminal may still answer the earlier send, and a task sent meanwhile
+// would be a second command in flight. A query counts toward MaxQueuedPerDevice and
+// MaxQueued; DeviceStatus.Queries counts them apart from the tasks' Queued and InFlight.
+// Close answers every pending query with ErrClosed.
+//
+// Commands without a result (Task.NoResult: a whitelist sync's corrective commands, which
+// the back office never sent and the sync reports itself) are delivered like the others
+// and leave the table as soon as they finish, whatever their outcome: Results never
+// returns them and RetryFailed never brings them back. In coalescing, such a command never
+// supersedes an unsent one that reports a result (the back office would get "superseded"
+// by a message id it never sent): both are sent, in intake order. A later command of
+// either kind supersedes it, and that supersede is reported to nobody.
+//
 // RetryFailed retries only a failed command that is still the latest intent for its person
 // on its device: once a later command for that person on that device was taken in, the
 // failed one is outdated, whatever became of the later one (queued, in flight, succeeded,
@@ -112,7 +138,8 @@
 // ack deadline), dn (done), n (tries), s (status), e (error), r (reported), pa (paused), od
 // (outdated: a later command for the same person on the device was taken in; snapshots only,
 // added within format 1: a release before it ignores it, and replay derives it for what an
-// older snapshot holds).
+// older snapshot holds), nr (no result: Task.NoResult, in add and item records; added
+// within format 1: a release before it reports such a command's result).
 // Kinds: 1 add, 2 send, 3 retry, 4 requeue, 5 finish, 6 reported, 7 purge, 8 reset, 9 pause,
 // 10 resume; snapshots use 11 item (a message's whole state), 12 device, 13 recent ids.
 // Decoders skip keys they do not know, so a later release reads these files; kinds and
@@ -133,8 +160,9 @@
 //
 //   - The table is changed only by applying records, live and in replay alike: replaying the
 //     journal reproduces the table (the property test checks it at every restart).
-//   - At most one command per device is InFlight.
-//   - A task accepted by Enqueue stays in the table until its result was marked reported.
+//   - At most one command per device is in flight: a task's (InFlight) or a query's.
+//   - A task accepted by Enqueue stays in the table until its result was marked reported
+//     (a NoResult one: until it finished).
 //   - Unfinished commands never exceed MaxQueued, nor MaxQueuedPerDevice on one device;
 //     intake also stops while MaxQueued results wait to be reported. Reported failures held
 //     for RetryFailed are bounded by FailedRetention only.
@@ -179,6 +207,14 @@
 //     (journal.Options.SegmentSize, 64 MiB by default) come on top. It holds the table
 //     lock while the journal seals its segment (one fsync) and the live state is copied;
 //     the snapshot is written without it.
+//   - Queries are not journalled, because nothing a crash does to one breaks an invariant:
+//     a query holds no task and no result, so none is lost; an ack for a query the crash
+//     forgot is ignored like any unknown message id; its asker, gone with the process, asks
+//     again. After a restart a device is offline until heard from, so its next command
+//     follows the terminal's next heartbeat, by then done with the forgotten query; only a
+//     device without heartbeats (NoHeartbeat) may get its next command while the terminal
+//     still answers a query sent just before the crash. A query pending when the journal
+//     fails waits, like the tasks, until Close.
 //   - Online state, breakers and counters are not journalled: after a restart every device
 //     is offline until heard from.
 //   - Message ids, task ids and person ids are limited to 65535 bytes each (ErrInvalidTask),

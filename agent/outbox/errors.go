@@ -5,7 +5,8 @@ import "errors"
 // Every sentinel error of the package. Intake refusals are wrapped with the numbers that
 // caused them; test with errors.Is.
 var (
-	// ErrClosed is returned by every method called after Close.
+	// ErrClosed is returned by every method called after Close, and is the error a Query
+	// still pending at Close gets in its Done.
 	ErrClosed = errors.New("outbox: closed")
 
 	// ErrDuplicate is returned by Enqueue for a message id the table already holds (or is
@@ -27,6 +28,15 @@ var (
 	// journal refused a write: the outbox stops dispatching and refuses intake until it is
 	// closed and opened again, which rebuilds the table from what is on disk.
 	ErrJournal = errors.New("outbox: journal failed")
+
+	// ErrRefused is wrapped in the error a Query's Done gets when the terminal refused the
+	// query (a non-zero ack code: a v1 terminal does not know ListPersons); the error
+	// names the code and the terminal's message, and Done gets the ack too.
+	ErrRefused = errors.New("outbox: refused by the device")
+
+	// ErrNoAnswer is wrapped in the error a Query's Done gets when MaxTries tries of it
+	// went unacked (or failed to send).
+	ErrNoAnswer = errors.New("outbox: no answer from the device")
 
 	// ErrUnknownRecord is returned by Open for a journal record of a kind this release does
 	// not know (written by a newer release).

@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/seed0e69bba5/faceagent/agent/journal"
+	"github.com/seed0e69bba5/faceagent/device/face"
 )
 
 // Options configure an Outbox. The zero value (and nil) means the defaults.
@@ -98,6 +99,10 @@ type Outbox struct {
 	closed     bool
 	resultsC   chan struct{}
 	repair     payloadRepair // damaged payloads read again from the journal (repair.go)
+	// Queries (query.go): every pending one by message id (nil until the first), and the
+	// finished ones whose Done unlock calls.
+	queries   map[string]*query
+	queryDone []queryDone
 
 	afterSendFailed func() // test hook: runs after a Send error was handled
 	afterRepair     func() // test hooks: Options.afterRepair, afterCompact
@@ -228,7 +233,8 @@ func (o *Outbox) Close() error {
 		o.timer.Stop()
 		o.timer, o.timerAt = nil, 0
 	}
-	o.mu.Unlock()
+	o.cancelQueries(ErrClosed)
+	o.unlock()
 	o.cancel()
 	o.wg.Wait()
 	o.mu.Lock()
@@ -352,7 +358,7 @@ func (o *Outbox) EnqueueBatch(tasks []Task) (errs []error) {
 			errs[i] = fmt.Errorf("%w: message id, task id and person id are limited to %d bytes", ErrInvalidTask, maxFieldLen)
 			continue
 		}
-		if o.t.seen(t.MessageID) {
+		if o.t.seen(t.MessageID) || (len(o.queries) > 0 && o.queries[t.MessageID] != nil) {
 			errs[i] = fmt.Errorf("%w: %s", ErrDuplicate, t.MessageID)
 			continue
 		}
@@ -363,7 +369,7 @@ func (o *Outbox) EnqueueBatch(tasks []Task) (errs []error) {
 			dups = append(dups, dup{i, p.seq})
 			continue
 		}
-		if n := o.t.active + len(o.pending); n >= o.maxAll {
+		if n := o.t.active + len(o.pending) + len(o.queries); n >= o.maxAll {
 			errs[i] = fmt.Errorf("%w: %d unfinished commands (max_queued %d)", ErrFull, n, o.maxAll)
 			continue
 		}
@@ -387,7 +393,7 @@ func (o *Outbox) EnqueueBatch(tasks []Task) (errs []error) {
 		}
 		recs = append(recs, record{
 			Kind: kindAdd, ID: t.MessageID, Task: t.TaskID, Device: t.DeviceID, Op: t.Op,
-			Person: t.PersonID, Payload: t.Payload, Ord: o.t.maxOrd, Added: now,
+			Person: t.PersonID, Payload: t.Payload, Ord: o.t.maxOrd, Added: now, NoResult: t.NoResult,
 		})
 		r := &recs[len(recs)-1]
 		if !t.ExpiresAt.IsZero() {
@@ -466,7 +472,12 @@ func (o *Outbox) applyAdd(r *record) {
 		if prev.ord > it.ord {
 			older, later = it, prev
 		}
-		o.finishItem(older, Superseded, o.supersededBy(later.id()))
+		// A command that reports a result is not superseded by one that reports none: the
+		// back office would get "superseded" by a message id it never sent. Both are sent,
+		// in order; the later, built from the same desired whitelist, repeats the earlier.
+		if o.t.noResult(older) || !o.t.noResult(later) {
+			o.finishItem(older, Superseded, o.supersededBy(later.id()))
+		}
 	}
 	if d.live.cfg == (DeviceConfig{}) {
 		d.live.cfg = o.configs[d.id]
@@ -482,9 +493,14 @@ func (o *Outbox) supersededBy(later string) string {
 	return unsafe.String(unsafe.SliceData(o.errBuf), len(o.errBuf))
 }
 
+// unfinished counts d's commands not yet finished, queries included: the bound of
+// MaxQueuedPerDevice.
 func (d *device) unfinished() int {
-	n := len(d.queue) + d.live.pending
+	n := len(d.queue) + d.live.pending + len(d.live.queries)
 	if d.inflight != nil {
+		n++
+	}
+	if d.live.query != nil {
 		n++
 	}
 	return n
@@ -525,6 +541,20 @@ func (o *Outbox) signalResults() {
 // shows the device is online. An ack for an unknown or finished message is ignored (a
 // second ack for a resent command).
 func (o *Outbox) Ack(deviceID, messageID string, code int, message string) {
+	o.ack(deviceID, messageID, code, message, nil)
+}
+
+// AckMessage is Ack with the terminal's whole ack, as the device link decoded it: the ack
+// of a Query goes to its Done with what it carries (a ListPersons page), and any other
+// ack is handled as Ack handles it. Passing the ack costs an ordinary ack nothing: it is
+// copied only for a pending query's ack.
+func (o *Outbox) AckMessage(deviceID string, a face.Ack) {
+	o.ack(deviceID, a.MessageID, a.Code, a.Message, &a)
+}
+
+// ack is Ack and AckMessage; a is the whole ack, or nil when only its id, code and message
+// are known.
+func (o *Outbox) ack(deviceID, messageID string, code int, message string, a *face.Ack) {
 	o.mu.Lock()
 	defer o.unlock()
 	if o.closed {
@@ -533,6 +563,14 @@ func (o *Outbox) Ack(deviceID, messageID string, code int, message string) {
 	now := o.now()
 	d := o.dev(deviceID)
 	d.live.lastSeen, d.live.lastAck, d.live.down = now, now, false
+	if len(o.queries) > 0 {
+		if q := o.queries[messageID]; q != nil && q.dev == d {
+			if a == nil {
+				a = &face.Ack{MessageID: messageID, Code: code, Message: message}
+			}
+			o.ackQuery(q, a)
+		}
+	}
 	if it := o.t.items.get(messageID); it != nil && it.dev == d && !it.status.Terminal() && o.Err() == nil {
 		// A Scheduled one was acked late, after its ack timeout: it arrived all the same.
 		if code == 0 {
@@ -586,6 +624,9 @@ func (o *Outbox) seen(deviceID string, down bool) {
 		d.live.down, d.live.lastSeen = true, 0
 		if it := d.inflight; it != nil && o.Err() == nil {
 			o.requeue(it)
+		}
+		if q := d.live.query; q != nil {
+			o.requeueQuery(q)
 		}
 	} else {
 		d.live.down, d.live.lastSeen = false, o.now()

@@ -28,13 +28,14 @@ type record struct {
 	Reported bool     `msg:"r,omitempty"`
 	Paused   bool     `msg:"pa,omitempty"`
 	Outdated bool     `msg:"od,omitempty"` // kindItem: a later command for the same person on the device was added
+	NoResult bool     `msg:"nr,omitempty"` // kindAdd, kindItem: Task.NoResult
 }
 
 const recordVersion = 1
 
 // Record kinds. Numbers are part of the on-disk format: never renumber, never reuse.
 const (
-	kindAdd      = 1  // a task accepted at intake (all task fields, Ord, Added, Expires)
+	kindAdd      = 1  // a task accepted at intake (all task fields, Ord, Added, Expires, NoResult)
 	kindSend     = 2  // ID sent: Tries = the new count, Next = ack deadline
 	kindRetry    = 3  // ID back to Scheduled after an ack timeout or a send error: Next, Err
 	kindRequeue  = 4  // ID back to Scheduled without a failed try (device offline, restart): Tries

@@ -163,6 +163,12 @@ func (z *record) DecodeMsg(dc *msgp.Reader) (err error) {
 				err = msgp.WrapError(err, "Outdated")
 				return
 			}
+		case "nr":
+			z.NoResult, err = dc.ReadBool()
+			if err != nil {
+				err = msgp.WrapError(err, "NoResult")
+				return
+			}
 		default:
 			err = dc.Skip()
 			if err != nil {
@@ -177,8 +183,8 @@ func (z *record) DecodeMsg(dc *msgp.Reader) (err error) {
 // EncodeMsg implements msgp.Encodable
 func (z *record) EncodeMsg(en *msgp.Writer) (err error) {
 	// check for omitted fields
-	zb0001Len := uint32(21)
-	var zb0001Mask uint32 /* 21 bits */
+	zb0001Len := uint32(22)
+	var zb0001Mask uint32 /* 22 bits */
 	_ = zb0001Mask
 	if z.ID == "" {
 		zb0001Len--
@@ -255,6 +261,10 @@ func (z *record) EncodeMsg(en *msgp.Writer) (err error) {
 	if z.Outdated == false {
 		zb0001Len--
 		zb0001Mask |= 0x100000
+	}
+	if z.NoResult == false {
+		zb0001Len--
+		zb0001Mask |= 0x200000
 	}
 	// variable map header, size zb0001Len
 	err = en.WriteMapHeader(zb0001Len)
@@ -519,6 +529,18 @@ func (z *record) EncodeMsg(en *msgp.Writer) (err error) {
 				return
 			}
 		}
+		if (zb0001Mask & 0x200000) == 0 { // if not omitted
+			// write "nr"
+			err = en.Append(0xa2, 0x6e, 0x72)
+			if err != nil {
+				return
+			}
+			err = en.WriteBool(z.NoResult)
+			if err != nil {
+				err = msgp.WrapError(err, "NoResult")
+				return
+			}
+		}
 	}
 	return
 }
@@ -527,8 +549,8 @@ func (z *record) EncodeMsg(en *msgp.Writer) (err error) {
 func (z *record) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(21)
-	var zb0001Mask uint32 /* 21 bits */
+	zb0001Len := uint32(22)
+	var zb0001Mask uint32 /* 22 bits */
 	_ = zb0001Mask
 	if z.ID == "" {
 		zb0001Len--
@@ -605,6 +627,10 @@ func (z *record) MarshalMsg(b []byte) (o []byte, err error) {
 	if z.Outdated == false {
 		zb0001Len--
 		zb0001Mask |= 0x100000
+	}
+	if z.NoResult == false {
+		zb0001Len--
+		zb0001Mask |= 0x200000
 	}
 	// variable map header, size zb0001Len
 	o = msgp.AppendMapHeader(o, zb0001Len)
@@ -714,6 +740,11 @@ func (z *record) MarshalMsg(b []byte) (o []byte, err error) {
 			// string "od"
 			o = append(o, 0xa2, 0x6f, 0x64)
 			o = msgp.AppendBool(o, z.Outdated)
+		}
+		if (zb0001Mask & 0x200000) == 0 { // if not omitted
+			// string "nr"
+			o = append(o, 0xa2, 0x6e, 0x72)
+			o = msgp.AppendBool(o, z.NoResult)
 		}
 	}
 	return
@@ -876,6 +907,12 @@ func (z *record) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				err = msgp.WrapError(err, "Outdated")
 				return
 			}
+		case "nr":
+			z.NoResult, bts, err = msgp.ReadBoolBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "NoResult")
+				return
+			}
 		default:
 			bts, err = msgp.Skip(bts)
 			if err != nil {
@@ -894,6 +931,6 @@ func (z *record) Msgsize() (s int) {
 	for za0001 := range z.IDs {
 		s += msgp.StringPrefixSize + len(z.IDs[za0001])
 	}
-	s += 2 + msgp.StringPrefixSize + len(z.Task) + 2 + msgp.StringPrefixSize + len(z.Device) + 3 + msgp.StringPrefixSize + len(z.Op) + 2 + msgp.StringPrefixSize + len(z.Person) + 2 + msgp.BytesPrefixSize + len(z.Payload) + 2 + msgp.Uint64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 2 + msgp.Uint32Size + 2 + msgp.Uint8Size + 2 + msgp.StringPrefixSize + len(z.Err) + 2 + msgp.BoolSize + 3 + msgp.BoolSize + 3 + msgp.BoolSize
+	s += 2 + msgp.StringPrefixSize + len(z.Task) + 2 + msgp.StringPrefixSize + len(z.Device) + 3 + msgp.StringPrefixSize + len(z.Op) + 2 + msgp.StringPrefixSize + len(z.Person) + 2 + msgp.BytesPrefixSize + len(z.Payload) + 2 + msgp.Uint64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 2 + msgp.Uint32Size + 2 + msgp.Uint8Size + 2 + msgp.StringPrefixSize + len(z.Err) + 2 + msgp.BoolSize + 3 + msgp.BoolSize + 3 + msgp.BoolSize + 3 + msgp.BoolSize
 	return
 }

@@ -80,6 +80,8 @@ func decodeRecord(p []byte, r *record) error {
 			r.Paused, p, err = msgp.ReadBoolBytes(p)
 		case "od":
 			r.Outdated, p, err = msgp.ReadBoolBytes(p)
+		case "nr":
+			r.NoResult, p, err = msgp.ReadBoolBytes(p)
 		default:
 			p, err = msgp.Skip(p) // a field from a later release
 		}

@@ -73,6 +73,10 @@ func (o *Outbox) unlock() {
 	// that found many idle devices) take the list along; the next holder starts its own.
 	var one [1]sendJob
 	var jobs []sendJob
+	var done []queryDone
+	if len(o.queryDone) > 0 {
+		done, o.queryDone = o.queryDone, nil
+	}
 	switch len(o.inline) {
 	case 0:
 	case 1:
@@ -88,12 +92,15 @@ func (o *Outbox) unlock() {
 	if retired != nil {
 		retired.Close()
 	}
+	runQueryDone(done)
 }
 
 // sendInline makes non-blocking sends on the calling goroutine. A failed one is handled
 // at once, and what that decides joins the list: a loop, not a recursion, however many
 // commands fail in a row.
 func (o *Outbox) sendInline(jobs []sendJob) {
+	var done []queryDone // queries a failed send finished
+	defer func() { runQueryDone(done) }()
 	for len(jobs) > 0 {
 		s := jobs[0]
 		jobs[0] = sendJob{}
@@ -104,6 +111,8 @@ func (o *Outbox) sendInline(jobs []sendJob) {
 			o.sendFailedLocked(s.dev, s.cmd.MessageID, s.cmd.Try, err)
 			jobs = append(jobs, o.inline...)
 			o.inline = nil
+			done = append(done, o.queryDone...)
+			o.queryDone = nil
 			o.mu.Unlock()
 			if o.afterSendFailed != nil {
 				o.afterSendFailed()
@@ -139,13 +148,23 @@ func (o *Outbox) sendFailedLocked(deviceID, messageID string, try int, err error
 	if o.closed || o.Err() != nil {
 		return
 	}
-	it := o.t.items.get(messageID)
-	if it == nil || it.status != InFlight || int(it.tries) != try || it.dev.id != deviceID {
-		return
+	var d *device
+	if q := o.queries[messageID]; q != nil {
+		if q.dev.live.query != q || q.tries != try || q.dev.id != deviceID {
+			return
+		}
+		d = q.dev
+		o.queryTryFailed(q, "send: "+err.Error(), o.now())
+	} else {
+		it := o.t.items.get(messageID)
+		if it == nil || it.status != InFlight || int(it.tries) != try || it.dev.id != deviceID {
+			return
+		}
+		d = it.dev
+		o.tryFailed(it, "send: "+err.Error(), o.now())
 	}
-	o.tryFailed(it, "send: "+err.Error(), o.now())
-	o.pump(it.dev)
-	o.touch(it.dev)
+	o.pump(d)
+	o.touch(d)
 	o.rearm()
 	o.startSendsLocked()
 }

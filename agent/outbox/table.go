@@ -152,6 +152,15 @@ func (t *table) outdate(it *item) {
 	}
 }
 
+// noResult reports whether it reports no result (Task.NoResult).
+func (t *table) noResult(it *item) bool {
+	if len(t.silent) == 0 {
+		return false
+	}
+	_, ok := t.silent[it]
+	return ok
+}
+
 // isOutdated reports whether a later command for the same person on the same device was
 // added after it.
 func (t *table) isOutdated(it *item) bool {
@@ -184,6 +193,9 @@ type table struct {
 	// outdated holds the messages a later command for the same person on the same device
 	// has made moot: RetryFailed leaves them failed.
 	outdated map[*item]struct{}
+	// silent holds the messages that report no result (Task.NoResult; few: a whitelist
+	// sync's corrective commands): they leave the table when they finish.
+	silent map[*item]struct{}
 
 	// recent remembers the ids of the last recentCap messages that left the table, so a
 	// redelivered task is still recognised as a duplicate after its result was reported.
@@ -200,7 +212,7 @@ func (t *table) recentList() []string { return t.recent.list() }
 
 func newTable() *table {
 	return &table{items: byID(), devices: map[string]*device{}, opIdx: map[string]uint16{}, errs: map[*item]string{},
-		expires: map[*item]int64{}, outdated: map[*item]struct{}{}, heapPay: map[*item][]byte{}}
+		expires: map[*item]int64{}, outdated: map[*item]struct{}{}, silent: map[*item]struct{}{}, heapPay: map[*item][]byte{}}
 }
 
 // intern returns op's index in t.ops. Ops are a handful of verbs; past 65535 distinct ones
@@ -252,6 +264,7 @@ func (t *table) forget(it *item) {
 	}
 	delete(t.expires, it)
 	delete(t.outdated, it)
+	delete(t.silent, it)
 	t.remember(it.id())
 	// Its blob is dead (it keeps it, valid, for whoever still holds it). Accounted before
 	// a compaction, which recounts what is live from the items left in the table.
@@ -395,6 +408,9 @@ func (t *table) apply(r *record) error {
 		if r.Outdated {
 			t.outdated[it] = struct{}{}
 		}
+		if r.NoResult {
+			t.silent[it] = struct{}{}
+		}
 		if r.Kind == kindItem {
 			it.status = Status(r.Status) // for noteIntent; placed below
 		}
@@ -444,6 +460,14 @@ func (t *table) apply(r *record) error {
 		}
 		t.detach(it)
 		it.next = r.Done
+		if t.noResult(it) {
+			// No result to report or to hold for RetryFailed: it leaves at once, its id
+			// kept for dedupe. forget runs before the status is set: a failed one never
+			// counted among the device's failures.
+			t.forget(it)
+			it.status, it.reported = Status(r.Status), true
+			return nil
+		}
 		t.setErr(it, r.Err)
 		t.finish(it, Status(r.Status))
 	case kindReported:
@@ -548,7 +572,7 @@ func (t *table) itemRecord(it *item) *record {
 		Kind: kindItem, ID: it.id(), Task: it.task(), Device: it.dev.id, Op: t.opOf(it), Person: it.person(),
 		Payload: t.heapPay[it], Ord: it.ord, Added: it.added, Expires: t.expiresAt(it), Next: it.next,
 		Tries: uint32(it.tries), Status: uint8(it.status), Err: t.lastErr(it), Reported: it.reported,
-		Outdated: t.isOutdated(it),
+		Outdated: t.isOutdated(it), NoResult: t.noResult(it),
 	}
 }
 
@@ -562,8 +586,12 @@ func (t *table) dump() string {
 	slices.Sort(ids)
 	for _, id := range ids {
 		it := t.items.get(id)
-		fmt.Fprintf(&b, "item %s dev=%s ord=%d %s tries=%d next=%d rep=%v old=%v err=%q\n",
+		fmt.Fprintf(&b, "item %s dev=%s ord=%d %s tries=%d next=%d rep=%v old=%v err=%q",
 			id, it.dev.id, it.ord, it.status, it.tries, it.next, it.reported, t.isOutdated(it), t.lastErr(it))
+		if t.noResult(it) {
+			b.WriteString(" noresult")
+		}
+		b.WriteByte('\n')
 	}
 	devs := make([]string, 0, len(t.devices))
 	for id := range t.devices {

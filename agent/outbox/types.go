@@ -40,6 +40,13 @@ type Task struct {
 	PersonID  string // the coalescing key: a later task for the same person supersedes an unsent one
 	Payload   []byte // what the Sender needs to build the device's command; opaque, stored as is
 	ExpiresAt time.Time
+	// NoResult delivers the command like any other but reports no result: Results never
+	// returns it, and it leaves the table as soon as it finishes (its id stays in the
+	// dedupe memory). For commands the back office never sent — a whitelist sync's
+	// corrective AddPerson and DeletePerson, reported by the sync itself. Journalled with
+	// the task: it holds across restarts. Such a command never supersedes an unsent one
+	// that reports a result (see Coalescing in the package doc).
+	NoResult bool
 }
 
 // Command is what the outbox asks the Sender to deliver.
@@ -162,6 +169,9 @@ type DeviceStatus struct {
 	LastSeen         time.Time
 	BreakerOpenUntil time.Time // zero when closed
 	FailedHeld       int       // failed commands kept for RetryFailed
+	// Queries waiting or in flight (Query): not in Queued nor InFlight, which are the
+	// tasks' commands, nor in the counters below.
+	Queries int
 	// Counters since Open.
 	Sent, Succeeded, Failed, Superseded, Expired, Retries uint64
 }

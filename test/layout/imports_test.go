@@ -40,7 +40,7 @@ var rules = []rule{
 	// Leaves of the agent: the journal, the outbox, the config, the store client and the
 	// broker know nothing of the parts that use them.
 	{from: "agent/journal", to: "agent/...", why: "the journal is a leaf used by the outbox, the backlog and the broker"},
-	{from: "agent/outbox", to: "agent/...", why: "the outbox depends on the journal only"},
+	{from: "agent/outbox", to: "agent/...", why: "the outbox depends on the journal (and the terminal protocol's data types) only"},
 	{from: "agent/config", to: "agent/...", why: "the config is parsed before anything starts and depends on nothing of the agent"},
 	{from: "agent/store", to: "agent/...", why: "the state store client is usable on its own (tools/sscli)"},
 	{from: "agent/broker/...", to: "agent/...", why: "the broker and its state store are usable on their own (a broker-only faceagent)"},
