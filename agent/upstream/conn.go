@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -175,6 +176,8 @@ func Dial(ctx context.Context, opts *Options) (*Conn, error) {
 			go uc.subscribe(ctx, cm)
 		},
 		OnConnectError: func(err error) { log.Warn("upstream connect failed", "err", err) },
+		PahoDebug:      pahoLogger{log: log, level: slog.LevelDebug},
+		PahoErrors:     pahoLogger{log: log, level: slog.LevelWarn},
 		OnConnectionDown: func() bool {
 			m.Up.Set(0)
 			log.Warn("upstream connection lost; reconnecting")
@@ -220,6 +223,25 @@ func (uc *Conn) subscribe(ctx context.Context, cm *autopaho.ConnectionManager) {
 		uc.once.Do(func() { close(uc.first) })
 	}
 	uc.signal()
+}
+
+// pahoLogger passes paho's log lines to the connection's logger at one level, formatted
+// only when the logger takes that level (paho logs a line for every packet).
+type pahoLogger struct {
+	log   *slog.Logger
+	level slog.Level
+}
+
+func (l pahoLogger) Println(v ...any) {
+	if l.log.Enabled(context.Background(), l.level) {
+		l.log.Log(context.Background(), l.level, "paho: "+strings.TrimSuffix(fmt.Sprintln(v...), "\n"))
+	}
+}
+
+func (l pahoLogger) Printf(format string, v ...any) {
+	if l.log.Enabled(context.Background(), l.level) {
+		l.log.Log(context.Background(), l.level, "paho: "+strings.TrimSuffix(fmt.Sprintf(format, v...), "\n"))
+	}
 }
 
 // signal pokes Events without blocking.

@@ -73,6 +73,7 @@
 //     it is delivered: the connection comes back within 100–200ms and logs one error per
 //     refusal, until Accept takes it (the deadletter backlog has room again) or the agent
 //     is restarted (the root reports a failed journal as needing a restart).
+//   - paho's log lines go to Logger: its errors at Warn, its per-packet trace at Debug.
 //   - Events has room for one signal: several events between two reads are one.
 //   - Errors name the configuration keys ("upstream.url", "upstream.tls_ca",
 //     "upstream.tls_cert") the root maps onto Options, so an operator knows what to fix.
