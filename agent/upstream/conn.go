@@ -185,12 +185,16 @@ func Dial(ctx context.Context, opts *Options) (*Conn, error) {
 			return true
 		},
 		ClientConfig: paho.ClientConfig{
-			ClientID:                   opts.ClientID,
-			Session:                    uc.sess,
-			EnableManualAcknowledgment: true,
-			SendAcksInterval:           10 * time.Millisecond,
-			OnPublishReceived:          []func(paho.PublishReceived) (bool, error){uc.onPublish},
-			OnClientError:              func(err error) { log.Warn("upstream connection error", "err", err) },
+			ClientID: opts.ClientID,
+			Session:  uc.sess,
+			// paho acknowledges a message once onPublish returned for it (the session's Ack,
+			// which leaves out a refused task and what follows it). Not paho's manual
+			// acknowledgement: its Connect clears the client's list of messages to
+			// acknowledge after its reader started, so a message the broker resends at once
+			// and Accept takes before that clearing never gets its PUBACK, and the broker
+			// holds the task in flight until the connection ends.
+			OnPublishReceived: []func(paho.PublishReceived) (bool, error){uc.onPublish},
+			OnClientError:     func(err error) { log.Warn("upstream connection error", "err", err) },
 		},
 	}
 	cm, err := autopaho.NewConnection(ctx, ac)
@@ -255,24 +259,29 @@ func (uc *Conn) signal() {
 	}
 }
 
-// onPublish runs on paho's handler goroutine, one message at a time, in arrival order,
-// which is also the order the manual acks must follow.
+// onPublish runs on paho's handler goroutine, one message at a time, in arrival order;
+// paho acknowledges each message after onPublish returned for it (pipeSession.Ack), so the
+// PUBACKs follow the same order, and a task's leaves only after Accept took it.
 func (uc *Conn) onPublish(pr paho.PublishReceived) (bool, error) {
 	pk := pr.Packet
 	if pk.Topic != uc.topic {
-		return true, pr.Client.Ack(pk)
+		return true, nil
+	}
+	if uc.sess.refusing() {
+		// A task before this one on this connection was refused: this one is not taken
+		// either (its PUBACK could only go out before that one's), and the broker delivers
+		// both again on the next connection.
+		return true, nil
 	}
 	if err := uc.tasks.Accept(context.Background(), pk.Payload); err != nil {
 		// Not stored: no PUBACK. The broker redelivers it on the next connection; drop this
 		// one so that happens (the journal or the outbox is gone or stopping, or the
-		// deadletter backlog is full). Only the connection: the manager reconnects. From a
-		// goroutine, as the session's lock may be held by a publish waiting for a PUBACK
-		// that this goroutine's return lets paho read.
+		// deadletter backlog is full). Only the connection: the manager reconnects.
 		uc.log.Error("task message not stored; not acknowledged", "err", err)
-		go uc.sess.dropConnection()
+		uc.sess.refuse()
 		return true, nil
 	}
-	return true, pr.Client.Ack(pk)
+	return true, nil
 }
 
 // Publish implements publish.Publisher: QoS 1, returns after the PUBACK. While the
