@@ -76,9 +76,9 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Conn is the agent's connection to an external broker: it takes task messages with
-// manual acknowledgement — the PUBACK leaves only after Tasks.Accept returned nil
-// (docs/design.md "Intake boundary") — and
+// Conn is the agent's connection to an external broker: it takes task messages — the
+// PUBACK leaves only after Tasks.Accept returned nil (docs/design.md "Intake boundary") —
+// and
 // publishes reports with QoS 1, several in flight (publish.Pipelined). The session
 // persists (clean start only on the very first connection, expiry from SessionExpiry), so
 // task messages not yet acknowledged when the connection or the agent died are delivered
