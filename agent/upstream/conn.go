@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -75,9 +76,9 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Conn is the agent's connection to an external broker: it takes task messages with
-// manual acknowledgement — the PUBACK leaves only after Tasks.Accept returned nil
-// (docs/design.md "Intake boundary") — and
+// Conn is the agent's connection to an external broker: it takes task messages — the
+// PUBACK leaves only after Tasks.Accept returned nil (docs/design.md "Intake boundary") —
+// and
 // publishes reports with QoS 1, several in flight (publish.Pipelined). The session
 // persists (clean start only on the very first connection, expiry from SessionExpiry), so
 // task messages not yet acknowledged when the connection or the agent died are delivered
@@ -175,6 +176,8 @@ func Dial(ctx context.Context, opts *Options) (*Conn, error) {
 			go uc.subscribe(ctx, cm)
 		},
 		OnConnectError: func(err error) { log.Warn("upstream connect failed", "err", err) },
+		PahoDebug:      pahoLogger{log: log, level: slog.LevelDebug},
+		PahoErrors:     pahoLogger{log: log, level: slog.LevelWarn},
 		OnConnectionDown: func() bool {
 			m.Up.Set(0)
 			log.Warn("upstream connection lost; reconnecting")
@@ -182,12 +185,16 @@ func Dial(ctx context.Context, opts *Options) (*Conn, error) {
 			return true
 		},
 		ClientConfig: paho.ClientConfig{
-			ClientID:                   opts.ClientID,
-			Session:                    uc.sess,
-			EnableManualAcknowledgment: true,
-			SendAcksInterval:           10 * time.Millisecond,
-			OnPublishReceived:          []func(paho.PublishReceived) (bool, error){uc.onPublish},
-			OnClientError:              func(err error) { log.Warn("upstream connection error", "err", err) },
+			ClientID: opts.ClientID,
+			Session:  uc.sess,
+			// paho acknowledges a message once onPublish returned for it (the session's Ack,
+			// which leaves out a refused task and what follows it). Not paho's manual
+			// acknowledgement: its Connect clears the client's list of messages to
+			// acknowledge after its reader started, so a message the broker resends at once
+			// and Accept takes before that clearing never gets its PUBACK, and the broker
+			// holds the task in flight until the connection ends.
+			OnPublishReceived: []func(paho.PublishReceived) (bool, error){uc.onPublish},
+			OnClientError:     func(err error) { log.Warn("upstream connection error", "err", err) },
 		},
 	}
 	cm, err := autopaho.NewConnection(ctx, ac)
@@ -222,6 +229,25 @@ func (uc *Conn) subscribe(ctx context.Context, cm *autopaho.ConnectionManager) {
 	uc.signal()
 }
 
+// pahoLogger passes paho's log lines to the connection's logger at one level, formatted
+// only when the logger takes that level (paho logs a line for every packet).
+type pahoLogger struct {
+	log   *slog.Logger
+	level slog.Level
+}
+
+func (l pahoLogger) Println(v ...any) {
+	if l.log.Enabled(context.Background(), l.level) {
+		l.log.Log(context.Background(), l.level, "paho: "+strings.TrimSuffix(fmt.Sprintln(v...), "\n"))
+	}
+}
+
+func (l pahoLogger) Printf(format string, v ...any) {
+	if l.log.Enabled(context.Background(), l.level) {
+		l.log.Log(context.Background(), l.level, "paho: "+strings.TrimSuffix(fmt.Sprintf(format, v...), "\n"))
+	}
+}
+
 // signal pokes Events without blocking.
 func (uc *Conn) signal() {
 	if uc.events == nil {
@@ -233,24 +259,29 @@ func (uc *Conn) signal() {
 	}
 }
 
-// onPublish runs on paho's handler goroutine, one message at a time, in arrival order,
-// which is also the order the manual acks must follow.
+// onPublish runs on paho's handler goroutine, one message at a time, in arrival order;
+// paho acknowledges each message after onPublish returned for it (pipeSession.Ack), so the
+// PUBACKs follow the same order, and a task's leaves only after Accept took it.
 func (uc *Conn) onPublish(pr paho.PublishReceived) (bool, error) {
 	pk := pr.Packet
 	if pk.Topic != uc.topic {
-		return true, pr.Client.Ack(pk)
+		return true, nil
+	}
+	if uc.sess.refusing() {
+		// A task before this one on this connection was refused: this one is not taken
+		// either (its PUBACK could only go out before that one's), and the broker delivers
+		// both again on the next connection.
+		return true, nil
 	}
 	if err := uc.tasks.Accept(context.Background(), pk.Payload); err != nil {
 		// Not stored: no PUBACK. The broker redelivers it on the next connection; drop this
 		// one so that happens (the journal or the outbox is gone or stopping, or the
-		// deadletter backlog is full). Only the connection: the manager reconnects. From a
-		// goroutine, as the session's lock may be held by a publish waiting for a PUBACK
-		// that this goroutine's return lets paho read.
+		// deadletter backlog is full). Only the connection: the manager reconnects.
 		uc.log.Error("task message not stored; not acknowledged", "err", err)
-		go uc.sess.dropConnection()
+		uc.sess.refuse()
 		return true, nil
 	}
-	return true, pr.Client.Ack(pk)
+	return true, nil
 }
 
 // Publish implements publish.Publisher: QoS 1, returns after the PUBACK. While the

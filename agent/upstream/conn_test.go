@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,6 +102,91 @@ func TestTaskIsAcknowledgedOnlyOnceAccepted(t *testing.T) {
 	if up := o.Metrics.Up.Value(); up != 1 {
 		t.Errorf("up %v after the reconnect, want 1", up)
 	}
+}
+
+// A task the broker sends again right after the CONNACK reaches Tasks.Accept while paho's
+// Connect is still starting the client; accepted there, it is acknowledged all the same.
+// paho's manual acknowledgement loses that PUBACK: Connect clears the client's list of
+// messages to acknowledge after its reader started, so an acceptance before the clearing
+// is forgotten and the broker keeps the task in flight for good. The logger holds Connect
+// at its last debug line, the one before that clearing, until the task was accepted, which
+// puts the acceptance in that window on every run.
+func TestTaskAcceptedWhileConnectingIsAcknowledged(t *testing.T) {
+	br := startBroker(t, broker.Options{})
+	tasks := &refuseFirst{refused: make(chan struct{}), accepted: make(chan struct{})}
+	o := testOptions(br.Addr(), 0, tasks)
+	o.Logger = slog.New(&holdConnect{refused: tasks.refused, accepted: tasks.accepted})
+	dialWith(t, o)
+
+	publishQoS1(t, br.Addr(), o.TasksTopic, "task-1")
+	for _, w := range []struct {
+		what string
+		ev   <-chan struct{}
+	}{{"the task refused", tasks.refused}, {"the task delivered again and accepted", tasks.accepted}} {
+		select {
+		case <-w.ev:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("timed out waiting for %s", w.what)
+		}
+	}
+	pollUntil(t, "the broker to hold nothing in flight for the agent", func() bool {
+		cl, ok := br.Server().Clients.Get(o.ClientID)
+		return ok && cl.State.Inflight.Len() == 0
+	})
+	tasks.mu.Lock()
+	defer tasks.mu.Unlock()
+	if len(tasks.got) != 1 || tasks.got[0] != "task-1" {
+		t.Errorf("accepted %q, want [task-1]", tasks.got)
+	}
+}
+
+// refuseFirst is a Tasks that refuses its first message (closing refused) and accepts the
+// rest (closing accepted after the first).
+type refuseFirst struct {
+	mu                sync.Mutex
+	calls             int
+	got               []string
+	refused, accepted chan struct{}
+}
+
+func (r *refuseFirst) Accept(_ context.Context, payload []byte) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls++
+	if r.calls == 1 {
+		close(r.refused)
+		return errors.New("refused")
+	}
+	r.got = append(r.got, string(payload))
+	if len(r.got) == 1 {
+		close(r.accepted)
+	}
+	return nil
+}
+
+// holdConnect is a slog.Handler that drops every record, and holds paho's Connect at its
+// debug line "starting acking routine" (written after its reader started, before it clears
+// the messages to acknowledge) once refused is closed, until accepted is (at most 5s).
+type holdConnect struct{ refused, accepted <-chan struct{} }
+
+func (h *holdConnect) Enabled(context.Context, slog.Level) bool { return true }
+func (h *holdConnect) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *holdConnect) WithGroup(string) slog.Handler            { return h }
+
+func (h *holdConnect) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "paho: starting acking routine" {
+		return nil
+	}
+	select {
+	case <-h.refused:
+	default:
+		return nil
+	}
+	select {
+	case <-h.accepted:
+	case <-time.After(5 * time.Second):
+	}
+	return nil
 }
 
 // Over mqtts:// the connection verifies the broker with the CA file and presents the

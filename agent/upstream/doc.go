@@ -33,11 +33,12 @@
 //
 //   - The session persists: clean start only on the very first connection of the process,
 //     the broker keeps it for SessionExpiry while the agent is away, and Close sends a
-//     DISCONNECT that leaves it in place. A task message is acknowledged (manual
-//     acknowledgement, in arrival order) only after Tasks.Accept returned nil for it; one
+//     DISCONNECT that leaves it in place. A task message is acknowledged (in arrival
+//     order, once the handler returned) only after Tasks.Accept returned nil for it; one
 //     Accept refused gets no PUBACK and the connection is dropped, so the broker delivers it
-//     again on the next connection. Tasks are at least once: the intake recognises
-//     redeliveries.
+//     again on the next connection, with the tasks that followed it on the dropped one
+//     (neither taken nor acknowledged there, as their PUBACKs would overtake its). Tasks
+//     are at least once: the intake recognises redeliveries.
 //   - Reports are at least once, and their first copies arrive in the order they were
 //     published: a message is stored in the session and written under one lock, in the
 //     order of the calls, on one connection, where MQTT keeps the order of QoS 1 messages.
@@ -73,6 +74,7 @@
 //     it is delivered: the connection comes back within 100–200ms and logs one error per
 //     refusal, until Accept takes it (the deadletter backlog has room again) or the agent
 //     is restarted (the root reports a failed journal as needing a restart).
+//   - paho's log lines go to Logger: its errors at Warn, its per-packet trace at Debug.
 //   - Events has room for one signal: several events between two reads are one.
 //   - Errors name the configuration keys ("upstream.url", "upstream.tls_ca",
 //     "upstream.tls_cert") the root maps onto Options, so an operator knows what to fix.

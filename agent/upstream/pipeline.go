@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/eclipse/paho.golang/packets"
@@ -91,6 +92,13 @@ type pipeSession struct {
 	conn io.Writer     // the connection given to ConAckReceived; nil while down
 	lost chan struct{} // closed (and replaced) when the session's messages were dropped
 	sent *sentStore    // the session's store of our messages, which keeps their encoding
+
+	// refused is set when a message the broker sent on the current connection was not
+	// taken, and cleared by the next ConAckReceived: Ack writes no PUBACK while it is set,
+	// so that message and every one after it on that connection are delivered again. It
+	// is set and read on paho's handler goroutine, cleared before the next connection's
+	// handler starts (autopaho waits for the old client to end before it connects again).
+	refused atomic.Bool
 }
 
 var _ session.SessionManager = (*pipeSession)(nil)
@@ -143,12 +151,35 @@ func (p encodedPacket) WriteTo(w io.Writer) (int64, error) {
 	return int64(n), err
 }
 
+// Ack acknowledges a message the broker sent (paho calls it once the handler returned),
+// unless a message on this connection was refused: the PUBACKs of a connection follow the
+// order of its messages, and the refused one has none.
+func (s *pipeSession) Ack(pb *packets.Publish) error {
+	if s.refused.Load() {
+		return nil
+	}
+	return s.State.Ack(pb)
+}
+
+// refuse leaves the message being handled, and those after it on this connection,
+// unacknowledged, and drops the connection so the broker delivers them again on the next.
+// The drop runs on a goroutine of its own: the session's lock may be held by a publish
+// waiting for a PUBACK that the handler's return lets paho read.
+func (s *pipeSession) refuse() {
+	s.refused.Store(true)
+	go s.dropConnection()
+}
+
+// refusing tells whether a message on this connection was refused.
+func (s *pipeSession) refusing() bool { return s.refused.Load() }
+
 // ConAckReceived records the new connection. A CONNACK without a session present makes
 // paho drop what was in flight without answering it: the waiters learn it through lost.
 func (s *pipeSession) ConAckReceived(conn io.Writer, cp *packets.Connect, ca *packets.Connack) error {
 	// Unblocks a publish waiting for a send slot of the old connection (paho does the
 	// same first thing inside ConAckReceived, but publish holds mu while it waits).
 	_ = s.State.ConnectionLost(nil)
+	s.refused.Store(false) // a new connection: the broker sends what was refused again
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !ca.SessionPresent {
