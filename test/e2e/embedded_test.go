@@ -155,8 +155,8 @@ sync = "batch"
 	stop()
 }
 
-// An external upstream broker (Debian's mosquitto), no embedded broker: tasks taken with
-// manual acks after the journal append, terminals on the same broker, results published
+// An external upstream broker (Debian's mosquitto), no embedded broker: tasks acknowledged only
+// after the journal append, terminals on the same broker, results published
 // with QoS 1 — and the upstream broker restarted between two rounds: the agent
 // reconnects, subscribes again and carries on. The state store is absent (mosquitto has
 // none): dispatch must not care.

@@ -129,8 +129,8 @@ func TestSIGKILLLosesNothingAcknowledged(t *testing.T) {
 }
 
 // The same boundary with an external broker (Debian's mosquitto): the agent acknowledges a
-// task to the broker only after the journal append (manual acks), its session persists,
-// so after a SIGKILL the broker delivers again what the agent had not acknowledged, and
+// task to the broker only after the journal append, its session persists, so after a
+// SIGKILL the broker delivers again what the agent had not acknowledged, and
 // every task the back office got a PUBACK for reaches its terminal. The terminals stay
 // connected to mosquitto throughout; each counts at most one duplicate, the command in
 // flight at the kill (the retry interval is far above their acks, as above).
