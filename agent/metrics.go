@@ -10,6 +10,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/agent/report"
 	"github.com/seed0e69bba5/faceagent/agent/upstream"
+	"github.com/seed0e69bba5/faceagent/agent/whitelist"
 )
 
 // agentMetrics are the agent's series; names are faceagent_<what>[_unit][_total].
@@ -44,6 +45,9 @@ type agentMetrics struct {
 	deadLetters *report.DeadLetterMetrics
 	forward     *report.ForwardMetrics
 	reports     *report.ResultMetrics
+	syncReports *report.SyncReportMetrics
+	// The whitelist reconciler's series (faceagent_sync_*).
+	reconcile *whitelist.Metrics
 	// The embedded broker's bounds (agent/broker bounds.go): messages dropped for one
 	// subscriber, held in a session, packets refused, by reason; bytes held.
 	brokerDropped  *metrics.CounterVec
@@ -87,16 +91,18 @@ func (a *Agent) registerMetrics() {
 	metrics.RegisterProcess(r)
 	a.intakeM = intake.NewMetrics(r)
 	a.m = &agentMetrics{
-		reports:   report.NewResultMetrics(r),
-		queued:    r.NewGaugeVec("faceagent_queue_depth", "Commands waiting per terminal (not counting the one in flight).", "device"),
-		inFlight:  r.NewGaugeVec("faceagent_in_flight", "1 while a command is in flight to the terminal.", "device"),
-		online:    r.NewGaugeVec("faceagent_device_online", "1 while the terminal is online.", "device"),
-		sent:      r.NewCounterVec("faceagent_commands_sent_total", "Commands sent to the terminal, resends included.", "device"),
-		succeeded: r.NewCounterVec("faceagent_commands_succeeded_total", "Commands the terminal acked with code 0.", "device"),
-		failed:    r.NewCounterVec("faceagent_commands_failed_total", "Commands refused or out of tries.", "device"),
-		retries:   r.NewCounterVec("faceagent_commands_retried_total", "Resends after an ack timeout.", "device"),
-		upstream:  upstream.NewMetrics(r),
-		state:     devstate.NewMetrics(r),
+		reports:     report.NewResultMetrics(r),
+		syncReports: report.NewSyncReportMetrics(r),
+		reconcile:   whitelist.NewMetrics(r),
+		queued:      r.NewGaugeVec("faceagent_queue_depth", "Commands waiting per terminal (not counting the one in flight).", "device"),
+		inFlight:    r.NewGaugeVec("faceagent_in_flight", "1 while a command is in flight to the terminal.", "device"),
+		online:      r.NewGaugeVec("faceagent_device_online", "1 while the terminal is online.", "device"),
+		sent:        r.NewCounterVec("faceagent_commands_sent_total", "Commands sent to the terminal, resends included.", "device"),
+		succeeded:   r.NewCounterVec("faceagent_commands_succeeded_total", "Commands the terminal acked with code 0.", "device"),
+		failed:      r.NewCounterVec("faceagent_commands_failed_total", "Commands refused or out of tries.", "device"),
+		retries:     r.NewCounterVec("faceagent_commands_retried_total", "Resends after an ack timeout.", "device"),
+		upstream:    upstream.NewMetrics(r),
+		state:       devstate.NewMetrics(r),
 		storeBytes: r.NewGauge("faceagent_store_bytes",
 			"Memory the embedded state store counts against store_max_bytes (keys, values, bookkeeping, KEYNOTIFY registrations)."),
 		storeKeys:    r.NewGauge("faceagent_store_keys", "Keys in the embedded state store."),
