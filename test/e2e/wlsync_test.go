@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/remote"
+	"github.com/seed0e69bba5/faceagent/agent/store"
 	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/serial"
@@ -231,4 +233,98 @@ func grepLines(text, s string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// The resync control command reconciles terminals whatever their heartbeats say: a
+// protocol 2 terminal in sync is listed and reported done with nothing to repair; a
+// protocol 1 terminal (it cannot list) is sent every desired person again and reported
+// done with reason count. Both keep exactly their lists, never two commands in flight.
+func TestWhitelistResyncCommand(t *testing.T) {
+	ids := []string{"v2", "v1"}
+	src := fmt.Sprintf("[agent]\ngateway_id = \"gw-y\"\ndata_dir = %q\n[broker]\nlisten = \"127.0.0.1:0\"\n"+
+		"[dispatch]\nretry_interval = \"300ms\"\nheartbeat_timeout = \"3s\"\n[journal]\nsync = \"none\"\n"+
+		"[[devices]]\nid = \"v2\"\n[[devices]]\nid = \"v1\"\n", t.TempDir())
+	addr, a, stop := startAgentFull(t, parse(t, src))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	fleet, err := sim.StartMQTT("mqtt://"+addr, ids, sim.Options{Seed: 3, HeartbeatInterval: 100 * time.Millisecond, Strict: true,
+		OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	if err := fleet.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := fleet.Terminal("v1").SetProtocol(1); err != nil {
+		t.Fatal(err)
+	}
+	bo := connectBackOffice(t, addr, "gw-y")
+	const n = 4
+	var tasks []wire.Task
+	for _, dev := range ids {
+		for i := range n {
+			tasks = append(tasks, wire.Task{TaskID: fmt.Sprintf("%s-%d", dev, i), DeviceID: dev, Op: face.AddPerson, Person: syncPerson(i)})
+		}
+	}
+	b, _ := json.Marshal(tasks)
+	bo.publish("faceagent/gw-y/tasks", b)
+	bo.waitFor("every result", 20*time.Second, func() bool { return len(bo.results) == len(tasks) })
+	pollUntil(t, "v2 in sync", func() bool { return metric(t, a, "faceagent_terminals_in_sync") == 1 })
+
+	sc, err := store.Connect(ctx, &store.Options{URL: "mqtt://" + addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	w, err := sc.KeyNotify(ctx, "faceagent/gw-y/control/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sc.Set(ctx, "faceagent/gw-y/control", []byte(`{"id":"r1","command":"resync"}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case nt := <-w.C():
+		var st remote.Status
+		if err := json.Unmarshal(nt.Value, &st); err != nil || !st.OK || st.Result != "2 terminals to reconcile" {
+			t.Fatalf("resync status %s (%v)", nt.Value, err)
+		}
+	case <-ctx.Done():
+		t.Fatal("no control status")
+	}
+	_ = w.Stop(ctx)
+
+	bo.waitFor("a done sync report of both terminals", 20*time.Second, func() bool {
+		for _, id := range ids {
+			s := bo.syncs[id]
+			if len(s) == 0 || s[len(s)-1].Status != wire.SyncDone {
+				return false
+			}
+		}
+		return true
+	})
+	bo.mu.Lock()
+	for id, reason := range map[string]wire.SyncReason{"v2": wire.SyncDigest, "v1": wire.SyncCount} {
+		s := bo.syncs[id]
+		nothingToRepair := id == "v1" || s[len(s)-1].Missing+s[len(s)-1].Extra+s[len(s)-1].Changed == 0
+		if len(s) != 2 || s[0].Status != wire.SyncStarted || s[1].Reason != reason || !nothingToRepair {
+			t.Errorf("%s: sync reports %+v, want started and done with reason %s", id, s, reason)
+		}
+	}
+	bo.mu.Unlock()
+	if got := len(fleet.Terminal("v1").Persons()); got != n {
+		t.Errorf("v1 holds %d persons, want %d", got, n)
+	}
+	var persons []face.Person
+	for i := range n {
+		persons = append(persons, syncPerson(i))
+	}
+	if got, exp := heldList(fleet.Terminal("v2")), desiredList(persons); !slices.Equal(got, exp) {
+		t.Errorf("v2 holds %v, want %v", got, exp)
+	}
+	if err := fleet.Violations(); err != nil {
+		t.Error(err)
+	}
+	stop()
 }
