@@ -100,6 +100,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		return fmt.Errorf("sync report log: %w", err)
 	}
 	*stops = append(*stops, func(context.Context) error { return syncReports.Close() })
+	a.syncReports = syncReports
 	a.outbox.Store(ob)
 	wl, err := openWhitelist(cfg, a.log)
 	if err != nil {

@@ -56,7 +56,7 @@ type agentMetrics struct {
 	brokerQueued   *metrics.Gauge
 	brokerRetained *metrics.Gauge
 
-	// journalFileBytes is the size of each journal's files, by journal: outbox, forward,
+	// journalFileBytes is the size of each journal's files, by journal: outbox, forward, syncreports,
 	// deadletter, whitelist, broker_sessions.
 	journalFileBytes *metrics.GaugeVec
 	// The desired whitelists (agent/whitelist Stats).
@@ -136,7 +136,7 @@ func (a *Agent) registerMetrics() {
 			"Bytes of the embedded broker's retained messages, against max_retained_bytes."),
 
 		journalFileBytes: r.NewGaugeVec("faceagent_journal_file_bytes",
-			"Bytes of each journal's files (snapshot and segments as written; the open segment's preallocated blocks not counted), by journal: outbox, forward, deadletter, whitelist, broker_sessions.", "journal"),
+			"Bytes of each journal's files (snapshot and segments as written; the open segment's preallocated blocks not counted), by journal: outbox, forward, deadletter, syncreports, whitelist, broker_sessions.", "journal"),
 		whitelistTerminals: r.NewGauge("faceagent_whitelist_terminals", "Terminals with a desired whitelist (against whitelist.max_terminals)."),
 		whitelistRecords: r.NewGauge("faceagent_whitelist_records",
 			"Distinct person records across the desired whitelists (against whitelist.max_records)."),
@@ -231,6 +231,9 @@ func (a *Agent) scrapeStore() {
 func (a *Agent) scrapeJournals() {
 	if a.fwd != nil {
 		a.m.journalFileBytes.With("forward").Set(float64(a.fwd.Backlog().Stats().Journal.FileBytes))
+	}
+	if a.syncReports != nil {
+		a.m.journalFileBytes.With("syncreports").Set(float64(a.syncReports.Backlog().Stats().Journal.FileBytes))
 	}
 	if a.dead != nil {
 		a.m.journalFileBytes.With("deadletter").Set(float64(a.dead.Backlog().Stats().Journal.FileBytes))

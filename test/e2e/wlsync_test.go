@@ -213,6 +213,8 @@ list_limit = 2
 		`faceagent_sync_drift_total{reason="serial"} 1`,
 		`faceagent_sync_reconciliations_total{outcome="done"} 6`,
 		`faceagent_sync_reports_published_total 12`,
+		`faceagent_sync_reports_backlog 0`,
+		`faceagent_journal_file_bytes{journal="syncreports"} `,
 	} {
 		if !strings.Contains(exp, s) {
 			t.Errorf("/metrics lacks %q:\n%s", s, grepLines(exp, "faceagent_sync"))
