@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -329,4 +330,118 @@ func TestWhitelistResyncCommand(t *testing.T) {
 		t.Error(err)
 	}
 	stop()
+}
+
+// freeLoopbackAddr returns a loopback address with a port free a moment ago: an agent
+// restarted on it keeps its terminals' broker address.
+func freeLoopbackAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// A long reconciliation (a factory-reset terminal of 300 persons, pages of 7) yields to
+// tasks that arrive while it runs — they are sent before its next correction, never two
+// commands in flight — and survives a restart of the agent in its middle: the corrections
+// journalled before the stop are sent after it, the reconciliation starts over from the
+// terminal's heartbeat, and the terminal ends holding exactly the desired list, tasks
+// included.
+func TestWhitelistSyncYieldsToTasksAndSurvivesRestart(t *testing.T) {
+	dir, addr := t.TempDir(), freeLoopbackAddr(t)
+	src := fmt.Sprintf(`[agent]
+gateway_id = "gw-l"
+data_dir = %q
+[broker]
+listen = %q
+[dispatch]
+retry_interval = "300ms"
+heartbeat_timeout = "3s"
+[journal]
+sync = "batch"
+[whitelist]
+backoff_base = "200ms"
+backoff_max = "1s"
+list_limit = 7
+[[devices]]
+id = "big"
+`, dir, addr)
+	_, a, stop := startAgentFull(t, parse(t, src))
+	fleet, err := sim.StartMQTT("mqtt://"+addr, []string{"big"}, sim.Options{Seed: 5, AckLatency: sim.Latency{Kind: sim.Fixed, A: time.Millisecond},
+		HeartbeatInterval: 100 * time.Millisecond, Strict: true,
+		OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := fleet.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	big := fleet.Terminal("big")
+	bo := connectBackOffice(t, addr, "gw-l")
+	const n = 300
+	var persons []face.Person
+	var tasks []wire.Task
+	for i := range n {
+		persons = append(persons, syncPerson(i))
+		tasks = append(tasks, wire.Task{TaskID: fmt.Sprintf("add-%d", i), DeviceID: "big", Op: face.AddPerson, Person: persons[i]})
+	}
+	b, _ := json.Marshal(tasks)
+	bo.publish("faceagent/gw-l/tasks", b)
+	bo.waitFor("every add's result", 30*time.Second, func() bool { return len(bo.results) == n })
+	pollUntil(t, "big in sync", func() bool { return metric(t, a, "faceagent_terminals_in_sync") == 1 })
+
+	big.FactoryReset()
+	big.SendHeartbeat()
+	bo.waitFor("the reconciliation started", 10*time.Second, func() bool { return len(bo.syncs["big"]) > 0 })
+	// Tasks while it runs: a new person, and a changed one.
+	late := []wire.Task{
+		{TaskID: "late-new", DeviceID: "big", Op: face.AddPerson, Person: syncPerson(n)},
+		{TaskID: "late-changed", DeviceID: "big", Op: face.AddPerson, Person: face.Person{ID: "p7", Name: "renamed"}},
+	}
+	persons = append(persons, syncPerson(n))
+	persons[7] = late[1].Person
+	b, _ = json.Marshal(late)
+	bo.publish("faceagent/gw-l/tasks", b)
+	bo.waitFor("the late tasks' results", 10*time.Second, func() bool {
+		return bo.results["late-new"].Status == wire.Succeeded && bo.results["late-changed"].Status == wire.Succeeded
+	})
+	pollUntil(t, "a third of the list repaired", func() bool { return len(big.Persons()) >= n/3 })
+	if held := len(big.Persons()); held >= n {
+		t.Fatalf("the terminal holds %d persons before the restart: nothing left to repair after it", held)
+	}
+	stop()
+
+	_, a, _ = startAgentFull(t, parse(t, src))
+	pollUntil(t, "big in sync after the restart", func() bool {
+		return metric(t, a, "faceagent_terminals_in_sync") == 1 && metric(t, a, `faceagent_sync_reconciliations_total{outcome="done"}`) >= 1
+	})
+	if got, exp := heldList(big), desiredList(persons); !slices.Equal(got, exp) {
+		t.Errorf("the terminal holds %d persons, want %d: %v", len(got), len(exp), diffLines(got, exp))
+	}
+	if err := fleet.Violations(); err != nil {
+		t.Error(err)
+	}
+}
+
+// diffLines lists what got lacks (-) and holds beyond want (+), at most 10 of each.
+func diffLines(got, want []string) []string {
+	var out []string
+	for _, w := range want {
+		if !slices.Contains(got, w) && len(out) < 10 {
+			out = append(out, "-"+w)
+		}
+	}
+	for _, g := range got {
+		if !slices.Contains(want, g) && len(out) < 20 {
+			out = append(out, "+"+g)
+		}
+	}
+	return out
 }
