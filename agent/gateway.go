@@ -108,9 +108,6 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	}
 	*stops = append(*stops, func(context.Context) error { a.whitelist.Store(nil); return wl.Close() })
 	a.whitelist.Store(wl)
-	if err := a.startReconciler(cfg, ws, wl, syncReports, stops); err != nil {
-		return err
-	}
 	take.OpenDesired(desiredLists{s: wl, changed: ws.desiredChanged})
 	take.Open(ob, dead)
 	// From the moment shutdown begins, refuse tasks without acknowledging them.
@@ -168,6 +165,10 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		WriteInterval: cfg.Store.WriteInterval.Duration, HeartbeatTimeout: cfg.Dispatch.HeartbeatTimeout.Duration,
 		Timeout: cfg.Store.RequestTimeout.Duration, Log: a.log.With("part", "state"), Metrics: a.m.state})
 	a.state = sw
+	if err := a.startReconciler(cfg, ws, wl, syncReporter{log: syncReports, sw: sw}, stops); err != nil {
+		cancel()
+		return err
+	}
 	state := syncedState{sw: sw, ws: ws}
 	take.OnTouched(state.Touch)
 	l.Start(links.Sinks{Outbox: ob, Forwarder: fwd, State: state})

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/devstate"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/agent/report"
 	"github.com/seed0e69bba5/faceagent/agent/whitelist"
+	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/serial"
 )
@@ -155,6 +158,22 @@ func (w *whitelistSync) resync(dev string) int {
 		r.Resync(d)
 	}
 	return len(w.devices)
+}
+
+// syncReporter is the reconciler's Reporter: each report goes to the durable sync report
+// log, and its status and time to the terminal's device state (lastSync, syncStatus).
+type syncReporter struct {
+	log *report.SyncReports
+	sw  *devstate.Writer
+}
+
+func (s syncReporter) SyncReport(r wire.SyncReport) {
+	s.log.SyncReport(r)
+	at, err := time.Parse(time.RFC3339Nano, r.At)
+	if err != nil {
+		at = time.Now()
+	}
+	s.sw.Synced(r.DeviceID, r.Status, at)
 }
 
 // syncedState is the links' State sink: the device state writer, and the reconciler told

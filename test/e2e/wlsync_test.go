@@ -316,6 +316,29 @@ func TestWhitelistResyncCommand(t *testing.T) {
 		}
 	}
 	bo.mu.Unlock()
+	// The device state key says so too (written at most once per write_interval).
+	key := "faceagent/gw-y/devices/v2"
+	sw, err := sc.KeyNotify(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	synced := func(v []byte) bool {
+		var st wire.DeviceState
+		if _, err := st.UnmarshalMsg(v); err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		return st.SyncStatus == string(wire.SyncDone) && st.LastSync > 0 && st.InSync && st.DesiredPersons == n
+	}
+	e, err := sc.Get(ctx, key)
+	for err != nil || !synced(e.Value) {
+		select {
+		case nt := <-sw.C():
+			e, err = store.Entry{Value: nt.Value}, nil
+		case <-ctx.Done():
+			t.Fatalf("%s never said the reconciliation was done (last: %v %x)", key, err, e.Value)
+		}
+	}
+	_ = sw.Stop(ctx)
 	if got := len(fleet.Terminal("v1").Persons()); got != n {
 		t.Errorf("v1 holds %d persons, want %d", got, n)
 	}
