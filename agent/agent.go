@@ -65,7 +65,8 @@ type Agent struct {
 	dead      *report.DeadLetters // the taker's deadletter log (set by startGateway)
 	// brokerStats is the embedded broker, for /metrics (set once it is made).
 	brokerStats atomic.Pointer[broker.Broker]
-	fwd         *report.Forwarder // forwarded acks and heartbeats (set by startGateway)
+	fwd         *report.Forwarder   // forwarded acks and heartbeats (set by startGateway)
+	syncReports *report.SyncReports // whitelist sync reports (set by startGateway)
 	m           *agentMetrics
 	intakeM     *intake.Metrics
 	httpServer  *metrics.Server

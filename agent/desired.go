@@ -18,8 +18,12 @@ const WhitelistDir = "whitelist"
 
 // desiredLists is the intake's view (intake.Desired) of the desired whitelists: a task's
 // person becomes the store's record (the rev the back office may have sent is ignored: the
-// store computes the agent's own from the record).
-type desiredLists struct{ s *whitelist.Store }
+// store computes the agent's own from the record). changed, if set, is told of each
+// terminal whose list a task changed or an undo put back.
+type desiredLists struct {
+	s       *whitelist.Store
+	changed func(dev string)
+}
 
 var _ intake.Desired = desiredLists{}
 
@@ -48,6 +52,15 @@ func (d desiredLists) Apply(t *wire.Task) (undo func() error, counts *wire.White
 	}
 	if err != nil {
 		return nil, nil, refusal(dev, err)
+	}
+	if d.changed != nil {
+		d.changed(dev)
+		restore := undo
+		undo = func() error {
+			err := restore()
+			d.changed(dev)
+			return err
+		}
 	}
 	return undo, counts, nil
 }

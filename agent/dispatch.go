@@ -9,6 +9,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/links"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/mqttlink"
 )
 
@@ -48,7 +49,9 @@ func openLinks(cfg *config.Config, bus mqttlink.Bus, brokerURL string, log *slog
 // openOutbox opens the message table with [dispatch] and [journal] applied. When sender
 // is the device links, they get the outbox's journal as it opens (before the outbox's
 // first Send: Open resends what was in flight), to write it out before each send.
-func openOutbox(cfg *config.Config, sender outbox.Sender, log *slog.Logger) (*outbox.Outbox, error) {
+// noResultDone is told the outcome of the whitelist sync's corrections (may be nil).
+func openOutbox(cfg *config.Config, sender outbox.Sender, log *slog.Logger,
+	noResultDone func(dev, messageID string, ack face.Ack, err error)) (*outbox.Outbox, error) {
 	devs := map[string]outbox.DeviceConfig{}
 	for i := range cfg.Devices {
 		devs[cfg.Devices[i].ID] = deviceConfig(&cfg.Devices[i])
@@ -61,6 +64,7 @@ func openOutbox(cfg *config.Config, sender outbox.Sender, log *slog.Logger) (*ou
 		MaxQueuedPerDevice: cfg.Dispatch.MaxQueuePerDevice,
 		MaxQueued:          cfg.Dispatch.MaxQueueTotal,
 		Logger:             log.With("part", "outbox"),
+		NoResultDone:       noResultDone,
 	})
 }
 

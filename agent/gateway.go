@@ -78,10 +78,12 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		stopWithin(sctx, l.Wait)
 		return nil
 	})
-	ob, err := openOutbox(cfg, l, a.log)
+	ws := &whitelistSync{}
+	ob, err := openOutbox(cfg, l, a.log, ws.correctionDone)
 	if err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
+	ws.ob = ob
 	*stops = append(*stops, func(context.Context) error { a.outbox.Store(nil); return ob.Close() })
 	dead, err := report.OpenDeadLetters(filepath.Join(cfg.Agent.DataDir, report.DeadLetterDir), report.DeadLetterOptions{
 		Journal: journalOptions(cfg.Journal), Topic: t.DeadLetter, Logger: a.log.With("part", "deadletter"), Metrics: a.m.deadLetters,
@@ -91,6 +93,14 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	}
 	*stops = append(*stops, func(context.Context) error { return dead.Close() })
 	a.dead = dead
+	syncReports, err := report.OpenSyncReports(filepath.Join(cfg.Agent.DataDir, report.SyncReportDir), report.SyncReportOptions{
+		Journal: journalOptions(cfg.Journal), Prefix: t.Devices, Logger: a.log.With("part", "syncreport"), Metrics: a.m.syncReports,
+		MaxCount: cfg.Reports.MaxSyncReports, MaxBytes: int(cfg.Reports.MaxSyncReportBytes)})
+	if err != nil {
+		return fmt.Errorf("sync report log: %w", err)
+	}
+	*stops = append(*stops, func(context.Context) error { return syncReports.Close() })
+	a.syncReports = syncReports
 	a.outbox.Store(ob)
 	wl, err := openWhitelist(cfg, a.log)
 	if err != nil {
@@ -98,7 +108,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	}
 	*stops = append(*stops, func(context.Context) error { a.whitelist.Store(nil); return wl.Close() })
 	a.whitelist.Store(wl)
-	take.OpenDesired(desiredLists{wl})
+	take.OpenDesired(desiredLists{s: wl, changed: ws.desiredChanged})
 	take.Open(ob, dead)
 	// From the moment shutdown begins, refuse tasks without acknowledging them.
 	*stops = append(*stops, func(context.Context) error { take.Close(); return nil })
@@ -143,6 +153,8 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	// on the device event path they would cost it most of its time per ack), with QoS 1.
 	fwd.Start(rctx, results)
 	*stops = append(*stops, func(context.Context) error { cancel(); fwd.Wait(); return nil })
+	syncReports.Start(rctx, results)
+	*stops = append(*stops, func(context.Context) error { cancel(); syncReports.Wait(); return nil })
 	a.fwd = fwd
 
 	ids := make([]string, len(cfg.Devices))
@@ -153,8 +165,13 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		WriteInterval: cfg.Store.WriteInterval.Duration, HeartbeatTimeout: cfg.Dispatch.HeartbeatTimeout.Duration,
 		Timeout: cfg.Store.RequestTimeout.Duration, Log: a.log.With("part", "state"), Metrics: a.m.state})
 	a.state = sw
-	take.OnTouched(sw.Touch)
-	l.Start(links.Sinks{Outbox: ob, Forwarder: fwd, State: sw})
+	if err := a.startReconciler(cfg, ws, wl, syncReporter{log: syncReports, sw: sw}, stops); err != nil {
+		cancel()
+		return err
+	}
+	state := syncedState{sw: sw, ws: ws}
+	take.OnTouched(state.Touch)
+	l.Start(links.Sinks{Outbox: ob, Forwarder: fwd, State: state})
 
 	ro := report.ResultOptions{Topic: t.Results, State: sw, Logger: a.log.With("part", "report"), Metrics: a.m.reports}
 	if h := cfg.Intake.HTTP; h != nil {
@@ -175,7 +192,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	*stops = append(*stops, func(context.Context) error { cancel(); sw.Wait(); return nil })
 
 	// Remote management: faceagent/{gw}/config and …/control, watched with KEYNOTIFY.
-	rem := a.newRemote(cfg, keys, ob, take)
+	rem := a.newRemote(cfg, keys, ob, take, ws)
 	rem.Start(rctx)
 	*stops = append(*stops, func(context.Context) error { cancel(); rem.Wait(); return nil })
 	return nil

@@ -10,6 +10,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/agent/report"
 	"github.com/seed0e69bba5/faceagent/agent/upstream"
+	"github.com/seed0e69bba5/faceagent/agent/whitelist"
 )
 
 // agentMetrics are the agent's series; names are faceagent_<what>[_unit][_total].
@@ -44,6 +45,9 @@ type agentMetrics struct {
 	deadLetters *report.DeadLetterMetrics
 	forward     *report.ForwardMetrics
 	reports     *report.ResultMetrics
+	syncReports *report.SyncReportMetrics
+	// The whitelist reconciler's series (faceagent_sync_*).
+	reconcile *whitelist.Metrics
 	// The embedded broker's bounds (agent/broker bounds.go): messages dropped for one
 	// subscriber, held in a session, packets refused, by reason; bytes held.
 	brokerDropped  *metrics.CounterVec
@@ -52,7 +56,7 @@ type agentMetrics struct {
 	brokerQueued   *metrics.Gauge
 	brokerRetained *metrics.Gauge
 
-	// journalFileBytes is the size of each journal's files, by journal: outbox, forward,
+	// journalFileBytes is the size of each journal's files, by journal: outbox, forward, syncreports,
 	// deadletter, whitelist, broker_sessions.
 	journalFileBytes *metrics.GaugeVec
 	// The desired whitelists (agent/whitelist Stats).
@@ -87,16 +91,18 @@ func (a *Agent) registerMetrics() {
 	metrics.RegisterProcess(r)
 	a.intakeM = intake.NewMetrics(r)
 	a.m = &agentMetrics{
-		reports:   report.NewResultMetrics(r),
-		queued:    r.NewGaugeVec("faceagent_queue_depth", "Commands waiting per terminal (not counting the one in flight).", "device"),
-		inFlight:  r.NewGaugeVec("faceagent_in_flight", "1 while a command is in flight to the terminal.", "device"),
-		online:    r.NewGaugeVec("faceagent_device_online", "1 while the terminal is online.", "device"),
-		sent:      r.NewCounterVec("faceagent_commands_sent_total", "Commands sent to the terminal, resends included.", "device"),
-		succeeded: r.NewCounterVec("faceagent_commands_succeeded_total", "Commands the terminal acked with code 0.", "device"),
-		failed:    r.NewCounterVec("faceagent_commands_failed_total", "Commands refused or out of tries.", "device"),
-		retries:   r.NewCounterVec("faceagent_commands_retried_total", "Resends after an ack timeout.", "device"),
-		upstream:  upstream.NewMetrics(r),
-		state:     devstate.NewMetrics(r),
+		reports:     report.NewResultMetrics(r),
+		syncReports: report.NewSyncReportMetrics(r),
+		reconcile:   whitelist.NewMetrics(r),
+		queued:      r.NewGaugeVec("faceagent_queue_depth", "Commands waiting per terminal (not counting the one in flight).", "device"),
+		inFlight:    r.NewGaugeVec("faceagent_in_flight", "1 while a command is in flight to the terminal.", "device"),
+		online:      r.NewGaugeVec("faceagent_device_online", "1 while the terminal is online.", "device"),
+		sent:        r.NewCounterVec("faceagent_commands_sent_total", "Commands sent to the terminal, resends included.", "device"),
+		succeeded:   r.NewCounterVec("faceagent_commands_succeeded_total", "Commands the terminal acked with code 0.", "device"),
+		failed:      r.NewCounterVec("faceagent_commands_failed_total", "Commands refused or out of tries.", "device"),
+		retries:     r.NewCounterVec("faceagent_commands_retried_total", "Resends after an ack timeout.", "device"),
+		upstream:    upstream.NewMetrics(r),
+		state:       devstate.NewMetrics(r),
 		storeBytes: r.NewGauge("faceagent_store_bytes",
 			"Memory the embedded state store counts against store_max_bytes (keys, values, bookkeeping, KEYNOTIFY registrations)."),
 		storeKeys:    r.NewGauge("faceagent_store_keys", "Keys in the embedded state store."),
@@ -130,7 +136,7 @@ func (a *Agent) registerMetrics() {
 			"Bytes of the embedded broker's retained messages, against max_retained_bytes."),
 
 		journalFileBytes: r.NewGaugeVec("faceagent_journal_file_bytes",
-			"Bytes of each journal's files (snapshot and segments as written; the open segment's preallocated blocks not counted), by journal: outbox, forward, deadletter, whitelist, broker_sessions.", "journal"),
+			"Bytes of each journal's files (snapshot and segments as written; the open segment's preallocated blocks not counted), by journal: outbox, forward, deadletter, syncreports, whitelist, broker_sessions.", "journal"),
 		whitelistTerminals: r.NewGauge("faceagent_whitelist_terminals", "Terminals with a desired whitelist (against whitelist.max_terminals)."),
 		whitelistRecords: r.NewGauge("faceagent_whitelist_records",
 			"Distinct person records across the desired whitelists (against whitelist.max_records)."),
@@ -225,6 +231,9 @@ func (a *Agent) scrapeStore() {
 func (a *Agent) scrapeJournals() {
 	if a.fwd != nil {
 		a.m.journalFileBytes.With("forward").Set(float64(a.fwd.Backlog().Stats().Journal.FileBytes))
+	}
+	if a.syncReports != nil {
+		a.m.journalFileBytes.With("syncreports").Set(float64(a.syncReports.Backlog().Stats().Journal.FileBytes))
 	}
 	if a.dead != nil {
 		a.m.journalFileBytes.With("deadletter").Set(float64(a.dead.Backlog().Stats().Journal.FileBytes))

@@ -13,7 +13,11 @@ import (
 
 // newRemote maps the configuration onto remote management (agent/remote): the remote
 // override goes to setOverride, the control commands to the outbox and the taker.
-func (a *Agent) newRemote(cfg *config.Config, keys kv.Store, ob *outbox.Outbox, take *intake.Taker) *remote.Remote {
+func (a *Agent) newRemote(cfg *config.Config, keys kv.Store, ob *outbox.Outbox, take *intake.Taker, ws *whitelistSync) *remote.Remote {
+	var resync func(string) int
+	if cfg.Whitelist.Reconcile {
+		resync = ws.resync
+	}
 	return remote.New(remote.Options{
 		Store:   keys,
 		Prefix:  "faceagent/" + cfg.Agent.GatewayID + "/",
@@ -30,6 +34,7 @@ func (a *Agent) newRemote(cfg *config.Config, keys kv.Store, ob *outbox.Outbox, 
 		KnownDevice: func(id string) bool { return a.Config().Device(id) != nil },
 		Outbox:      ob,
 		SetDraining: take.SetDraining,
+		Resync:      resync,
 	})
 }
 

@@ -214,6 +214,10 @@ type Reports struct {
 	// acks not yet sent are dropped.
 	MaxForwarded      int  `toml:"max_forwarded"`
 	MaxForwardedBytes Size `toml:"max_forwarded_bytes"`
+	// MaxSyncReports and MaxSyncReportBytes bound the whitelist sync reports waiting for
+	// the upstream broker (bytes are their payloads); at the bound the oldest are dropped.
+	MaxSyncReports     int  `toml:"max_sync_reports"`
+	MaxSyncReportBytes Size `toml:"max_sync_report_bytes"`
 }
 
 // Whitelist is the [whitelist] section: bounds of the terminals' desired whitelists, kept
@@ -226,6 +230,23 @@ type Whitelist struct {
 	// MaxRecords bounds the distinct person records across terminals (a record several
 	// terminals share counts once).
 	MaxRecords int `toml:"max_records"`
+
+	// Reconcile turns whitelist sync on: a terminal whose heartbeat shows drift (a changed
+	// serial, a digest or a person count other than the desired list's) is listed and
+	// repaired through its queue.
+	Reconcile bool `toml:"reconcile"`
+	// MaxReconciling bounds the terminals reconciling at once; the others wait their turn.
+	MaxReconciling int `toml:"max_reconciling"`
+	// BackoffBase and BackoffMax bound the wait before a terminal's next reconciliation
+	// after one failed or did not take: BackoffBase doubled per such one in a row, at most
+	// BackoffMax.
+	BackoffBase Duration `toml:"backoff_base"`
+	BackoffMax  Duration `toml:"backoff_max"`
+	// StepTimeout bounds the wait for the reply to one of a reconciliation's commands.
+	StepTimeout Duration `toml:"step_timeout"`
+	// ListLimit is the ListPersons page size asked of MQTT terminals (serial terminals get
+	// the largest page whose ack fits in one frame).
+	ListLimit int `toml:"list_limit"`
 }
 
 // Store is the [store] section: device state written to the state store.
@@ -392,10 +413,19 @@ var (
 		MaxTerminals: 1024,
 		MaxPersons:   100000,
 		MaxRecords:   200000,
+
+		Reconcile:      true,
+		MaxReconciling: 4,
+		BackoffBase:    D(5 * time.Second),
+		BackoffMax:     D(10 * time.Minute),
+		StepTimeout:    D(15 * time.Minute),
+		ListLimit:      100,
 	}
 	defaultReports = Reports{
-		MaxForwarded:      8192,
-		MaxForwardedBytes: 1 << 20,
+		MaxForwarded:       8192,
+		MaxForwardedBytes:  1 << 20,
+		MaxSyncReports:     4096,
+		MaxSyncReportBytes: 1 << 20,
 	}
 	defaultIntakeHTTP = IntakeHTTP{
 		PageSize:   100,

@@ -273,6 +273,12 @@ func (d *decoder) validateReports(r Reports) {
 	if r.MaxForwardedBytes < 1<<10 || r.MaxForwardedBytes > MaxBacklogBytes {
 		d.errf("reports.max_forwarded_bytes", "%d bytes is out of range (1KiB..1GiB)", r.MaxForwardedBytes)
 	}
+	if r.MaxSyncReports < 1 || r.MaxSyncReports > MaxBacklogCount {
+		d.errf("reports.max_sync_reports", "%d is out of range (1..%d)", r.MaxSyncReports, MaxBacklogCount)
+	}
+	if r.MaxSyncReportBytes < 1<<10 || r.MaxSyncReportBytes > MaxBacklogBytes {
+		d.errf("reports.max_sync_report_bytes", "%d bytes is out of range (1KiB..1GiB)", r.MaxSyncReportBytes)
+	}
 }
 
 // Bounds of [whitelist]: the store numbers records in 31 bits.
@@ -280,6 +286,10 @@ const (
 	MaxWhitelistTerminals = 1 << 16
 	MaxWhitelistPersons   = 10_000_000
 	MaxWhitelistRecords   = 100_000_000
+	// MaxReconciling bounds whitelist.max_reconciling; MaxListLimit whitelist.list_limit
+	// (the terminal protocol's most persons on one ListPersons page).
+	MaxReconciling = 1024
+	MaxListLimit   = 1000
 )
 
 func (d *decoder) validateWhitelist(w Whitelist) {
@@ -291,6 +301,17 @@ func (d *decoder) validateWhitelist(w Whitelist) {
 	}
 	if w.MaxRecords < 1 || w.MaxRecords > MaxWhitelistRecords {
 		d.errf("whitelist.max_records", "%d is out of range (1..%d)", w.MaxRecords, MaxWhitelistRecords)
+	}
+	if w.MaxReconciling < 1 || w.MaxReconciling > MaxReconciling {
+		d.errf("whitelist.max_reconciling", "%d is out of range (1..%d)", w.MaxReconciling, MaxReconciling)
+	}
+	d.positive("whitelist.backoff_base", w.BackoffBase)
+	d.positive("whitelist.step_timeout", w.StepTimeout)
+	if w.BackoffMax.Duration < w.BackoffBase.Duration {
+		d.errf("whitelist.backoff_max", "%s is less than whitelist.backoff_base (%s)", w.BackoffMax.Duration, w.BackoffBase.Duration)
+	}
+	if w.ListLimit < 1 || w.ListLimit > MaxListLimit {
+		d.errf("whitelist.list_limit", "%d is out of range (1..%d)", w.ListLimit, MaxListLimit)
 	}
 }
 

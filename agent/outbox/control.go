@@ -344,6 +344,11 @@ func (o *Outbox) status(d *device, now int64) DeviceStatus {
 		st.InFlight, st.InFlightTries = it.id(), int(it.tries)
 	}
 	st.FailedHeld = d.failed
+	for it := range o.t.silent { // few: the corrections under way
+		if it.dev == d && !it.status.Terminal() {
+			st.NoResult++
+		}
+	}
 	st.Queries = len(d.live.queries)
 	if d.live.query != nil {
 		st.Queries++

@@ -116,7 +116,11 @@
 // returns them and RetryFailed never brings them back. In coalescing, such a command never
 // supersedes an unsent one that reports a result (the back office would get "superseded"
 // by a message id it never sent): both are sent, in intake order. A later command of
-// either kind supersedes it, and that supersede is reported to nobody.
+// either kind supersedes it, and that supersede is reported to nobody but its asker:
+// Options.NoResultDone, when set, gets every such command's outcome (the ack, or why none
+// came) once, in memory only — after a restart its asker starts over — and
+// DeviceStatus.NoResult counts the unfinished ones, so that a caller tells the back
+// office's tasks pending from its own corrections.
 //
 // RetryFailed retries only a failed command that is still the latest intent for its person
 // on its device: once a later command for that person on that device was taken in, the

@@ -37,6 +37,11 @@ var (
 	// ErrNoAnswer is wrapped in the error a Query's Done gets when MaxTries tries of it
 	// went unacked (or failed to send).
 	ErrNoAnswer = errors.New("outbox: no answer from the device")
+	// ErrSuperseded and ErrExpired are wrapped in the error Options.NoResultDone gets for a
+	// command without a result that a later command for its person replaced before it was
+	// sent, or whose expiry passed first.
+	ErrSuperseded = errors.New("outbox: superseded")
+	ErrExpired    = errors.New("outbox: expired")
 
 	// ErrUnknownRecord is returned by Open for a journal record of a kind this release does
 	// not know (written by a newer release).

@@ -3,6 +3,9 @@ package outbox
 import (
 	"errors"
 	"testing"
+	"time"
+
+	"github.com/seed0e69bba5/faceagent/device/face"
 )
 
 func (e *env) enqueueSilent(id, dev, person string) {
@@ -99,5 +102,71 @@ func TestNoResultCoalescing(t *testing.T) {
 	}
 	if st := e.status("d"); st.Superseded != 2 || st.Queued != 0 {
 		t.Fatalf("status %+v", st)
+	}
+}
+
+// NoResultDone gets each command without a result's outcome once, with the ack when one
+// decided it: succeeded, refused (ErrRefused), out of tries (ErrNoAnswer), superseded
+// (ErrSuperseded). Tasks with a result never reach it. DeviceStatus.NoResult counts the
+// unfinished ones among Queued and InFlight.
+func TestNoResultDoneOutcomes(t *testing.T) {
+	a := newAnswers()
+	opts := Options{Journal: fastJournal(), Settings: Settings{MaxTries: 2, RetryInterval: time.Second}}
+	opts.NoResultDone = func(dev, id string, ack face.Ack, err error) {
+		if dev != "d" {
+			t.Errorf("NoResultDone for device %q", dev)
+		}
+		a.done(id)(ack, err)
+	}
+	e := newEnvSender(t, opts, true)
+	e.enqueueSilent("c1", "d", "p1")
+	e.enqueue("t1", "d", "p2")
+	e.enqueueSilent("c2", "d", "p3")
+	e.enqueueSilent("c3", "d", "p4")
+	if st := e.status("d"); st.NoResult != 3 || st.Queued != 4 {
+		t.Fatalf("status %+v: want 3 of 4 queued without a result", st)
+	}
+	e.o.Heartbeat("d")
+	e.expectSend("c1", 1)
+	if st := e.status("d"); st.NoResult != 3 || st.Queued != 3 || st.InFlight != "c1" {
+		t.Fatalf("status %+v: want c1 in flight, 3 without a result", st)
+	}
+	e.o.AckMessage("d", face.Ack{MessageID: "c1", Code: 0, Message: "ok"})
+	if x := a.wait(t, "c1"); x.err != nil || x.ack.MessageID != "c1" || x.ack.Message != "ok" {
+		t.Fatalf("c1: %+v", x)
+	}
+	e.expectSend("t1", 1)
+	e.o.Ack("d", "t1", 0, "")
+	e.expectSend("c2", 1)
+	e.o.Ack("d", "c2", 17, "no room") // Ack, not AckMessage: the ack is built from its parts
+	if x := a.wait(t, "c2"); !errors.Is(x.err, ErrRefused) || x.ack.Code != 17 || x.ack.Message != "no room" {
+		t.Fatalf("c2: %+v", x)
+	}
+	e.expectSend("c3", 1)
+	// No ack: the second and last try, after the ack timeout and a backoff.
+	if c := e.advanceUntilSent(time.Minute); c.MessageID != "c3" || c.Try != 2 {
+		t.Fatalf("sent %s try %d, want c3 try 2", c.MessageID, c.Try)
+	}
+	e.clock.Advance(2 * time.Minute)
+	if x := a.wait(t, "c3"); !errors.Is(x.err, ErrNoAnswer) || x.ack.Code != 0 || x.ack.MessageID != "" {
+		t.Fatalf("c3: %+v", x)
+	}
+	if _, ok := a.get("t1"); ok {
+		t.Fatal("a task with a result reached NoResultDone")
+	}
+	if st := e.status("d"); st.NoResult != 0 || st.Queued != 0 || st.InFlight != "" {
+		t.Fatalf("status %+v: all finished", st)
+	}
+	// A later command for the person supersedes an unsent one without a result.
+	e.o.Pause("d")
+	e.enqueueSilent("c4", "d", "p5")
+	e.enqueueSilent("c5", "d", "p5")
+	if x := a.wait(t, "c4"); !errors.Is(x.err, ErrSuperseded) {
+		t.Fatalf("c4: %+v", x)
+	}
+	for _, id := range []string{"c1", "c2", "c3", "c4"} {
+		if x, _ := a.get(id); x.n != 1 {
+			t.Fatalf("%s: NoResultDone called %d times", id, x.n)
+		}
 	}
 }

@@ -43,6 +43,16 @@ type Options struct {
 	Seed uint64
 	// Logger receives failures and recoveries. Default: discard.
 	Logger *slog.Logger
+	// NoResultDone, when set, is told the outcome of each command without a result
+	// (Task.NoResult) that finishes while the outbox runs: its terminal's ack and a nil
+	// error for code 0; the ack and an error wrapping ErrRefused for a refusal; a zero Ack
+	// and an error wrapping ErrNoAnswer (no ack after MaxTries), ErrSuperseded or
+	// ErrExpired otherwise. It is called once per command, after the outbox's lock is
+	// released, in the order the commands finished, on the goroutine that decided the
+	// outcome (as a Query's Done): it must not block, and it may call the outbox. It is
+	// kept in memory only: a command replayed after a restart reports to the hook of the
+	// new process, whose asker may not know its message id (and must ignore it).
+	NoResultDone func(deviceID, messageID string, ack face.Ack, err error)
 
 	// Tests: how the payload file is created, and when it is rewritten (spill.go).
 	createSpill  func(path string) (spillFile, error)
@@ -104,6 +114,8 @@ type Outbox struct {
 	queries   map[string]*query
 	queryDone []queryDone
 
+	noResultDone func(deviceID, messageID string, ack face.Ack, err error) // Options.NoResultDone
+
 	afterSendFailed func() // test hook: runs after a Send error was handled
 	afterRepair     func() // test hooks: Options.afterRepair, afterCompact
 	afterCompact    func(error)
@@ -154,7 +166,8 @@ func Open(dir string, sender Sender, opts *Options) (*Outbox, error) {
 		pending:  map[string]pendingAdd{},
 		resultsC: make(chan struct{}, 1),
 
-		afterRepair: o.afterRepair, afterCompact: o.afterCompact,
+		noResultDone: o.NoResultDone,
+		afterRepair:  o.afterRepair, afterCompact: o.afterCompact,
 	}
 	for id, c := range o.Devices {
 		ob.configs[id] = c
@@ -507,8 +520,15 @@ func (d *device) unfinished() int {
 }
 
 // finishItem makes it terminal and queues its result.
-func (o *Outbox) finishItem(it *item, st Status, reason string) {
+func (o *Outbox) finishItem(it *item, st Status, reason string) { o.finishItemAck(it, st, reason, nil) }
+
+// finishItemAck is finishItem with the terminal's ack that decided it (nil: none, or only
+// its code and message are known), which a command without a result hands to NoResultDone.
+func (o *Outbox) finishItemAck(it *item, st Status, reason string, a *face.Ack) {
 	d := it.dev
+	if o.noResultDone != nil && o.t.noResult(it) {
+		o.noResultOutcome(it, st, reason, a)
+	}
 	if d.live.payItem == it { // done with: only RetryFailed sends it again, reading it anew
 		d.live.payItem, d.live.pay = nil, nil
 	}
@@ -573,11 +593,14 @@ func (o *Outbox) ack(deviceID, messageID string, code int, message string, a *fa
 	}
 	if it := o.t.items.get(messageID); it != nil && it.dev == d && !it.status.Terminal() && o.Err() == nil {
 		// A Scheduled one was acked late, after its ack timeout: it arrived all the same.
+		if a == nil && o.noResultDone != nil && o.t.noResult(it) {
+			a = &face.Ack{MessageID: messageID, Code: code, Message: message}
+		}
 		if code == 0 {
 			d.live.failures, d.live.trips, d.live.breakerUntil = 0, 0, 0
-			o.finishItem(it, Succeeded, "")
+			o.finishItemAck(it, Succeeded, "", a)
 		} else {
-			o.finishItem(it, Failed, fmt.Sprintf("refused by the device: code %d: %s", code, message))
+			o.finishItemAck(it, Failed, fmt.Sprintf("refused by the device: code %d: %s", code, message), a)
 		}
 	}
 	o.pump(d)

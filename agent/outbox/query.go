@@ -204,3 +204,24 @@ func runQueryDone(done []queryDone) {
 		done[i] = queryDone{}
 	}
 }
+
+// noResultOutcome queues NoResultDone's call for it, a command without a result finishing
+// with st (reason: why, a the terminal's ack when one decided it).
+func (o *Outbox) noResultOutcome(it *item, st Status, reason string, a *face.Ack) {
+	var ack face.Ack
+	var err error
+	switch {
+	case a != nil && st == Succeeded:
+		ack = *a
+	case a != nil:
+		ack, err = *a, fmt.Errorf("%w: code %d: %s", ErrRefused, a.Code, a.Message)
+	case st == Superseded:
+		err = fmt.Errorf("%w: %s", ErrSuperseded, reason)
+	case st == Expired:
+		err = fmt.Errorf("%w: %s", ErrExpired, reason)
+	default:
+		err = fmt.Errorf("%w: %s", ErrNoAnswer, reason)
+	}
+	hook, dev, id := o.noResultDone, it.dev.id, it.id()
+	o.queryDone = append(o.queryDone, queryDone{done: func(face.Ack, error) { hook(dev, id, ack, err) }})
+}

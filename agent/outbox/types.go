@@ -172,6 +172,10 @@ type DeviceStatus struct {
 	// Queries waiting or in flight (Query): not in Queued nor InFlight, which are the
 	// tasks' commands, nor in the counters below.
 	Queries int
+	// NoResult is how many of Queued and InFlight are commands without a result
+	// (Task.NoResult: a whitelist sync's corrections); the back office's tasks pending are
+	// Queued, plus one when InFlight is set, less NoResult.
+	NoResult int
 	// Counters since Open.
 	Sent, Succeeded, Failed, Superseded, Expired, Retries uint64
 }

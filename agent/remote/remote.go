@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -23,7 +24,9 @@ import (
 // every device when "device" is empty), drain (refuse new tasks: they are dead-lettered
 // with the reason, queued ones still go out) and undrain. retry-failed skips a failure a
 // later command for the same person has made obsolete: retrying an AddPerson after its
-// DeletePerson would put the person back (outbox.RetryFailed).
+// DeletePerson would put the person back (outbox.RetryFailed). resync (a device, or every
+// device when "device" is empty) reconciles a terminal's whitelist now, whatever its last
+// heartbeat said (Options.Resync; refused when whitelist sync is off).
 type ControlCommand struct {
 	ID      string `json:"id"`
 	Command string `json:"command"`
@@ -75,6 +78,10 @@ type Options struct {
 	// SetDraining executes drain (true) and undrain (false): while draining, intake
 	// dead-letters new tasks.
 	SetDraining func(on bool)
+	// Resync executes resync: a reconciliation of the terminal's whitelist, or of every
+	// configured terminal's for ""; it returns how many were asked. Nil: whitelist sync is
+	// off, and resync is refused.
+	Resync func(deviceID string) int
 }
 
 // MaxDoneIDs is how many executed control ids the done log keeps.
@@ -233,8 +240,16 @@ func (r *Remote) execute(c ControlCommand) (string, error) {
 	case "undrain":
 		r.o.SetDraining(false)
 		return "taking tasks again", nil
+	case "resync":
+		if r.o.Resync == nil {
+			return "", errors.New("resync: whitelist sync is off (whitelist.reconcile)")
+		}
+		if c.Device != "" && !r.o.KnownDevice(c.Device) {
+			return "", fmt.Errorf("unknown device %q", c.Device)
+		}
+		return fmt.Sprintf("%d terminals to reconcile", r.o.Resync(c.Device)), nil
 	}
-	return "", fmt.Errorf("unknown command %q (pause, resume, retry-failed, purge-failed, drain, undrain)", c.Command)
+	return "", fmt.Errorf("unknown command %q (pause, resume, retry-failed, purge-failed, drain, undrain, resync)", c.Command)
 }
 
 // writeFileAtomic writes v as JSON to path through a fsynced temporary file renamed over

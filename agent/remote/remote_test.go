@@ -34,6 +34,8 @@ type fixture struct {
 	draining atomic.Bool
 	mu       sync.Mutex
 	applied  [][]byte // overrides ApplyConfig was given
+	resynced []string // devices Resync was asked for ("": all); nil Resync while noResync
+	noResync bool
 }
 
 func newFixture(t *testing.T, opts *statestore.Options) *fixture {
@@ -76,6 +78,17 @@ func (f *fixture) start(t *testing.T, log *bytes.Buffer) {
 		KnownDevice: func(id string) bool { return id == "r1" || id == "r2" },
 		Outbox:      f.ob,
 		SetDraining: f.draining.Store,
+	}
+	if !f.noResync {
+		o.Resync = func(id string) int {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.resynced = append(f.resynced, id)
+			if id == "" {
+				return 2
+			}
+			return 1
+		}
 	}
 	if log != nil {
 		o.Log = slogTo(log)
@@ -195,6 +208,36 @@ func TestControl(t *testing.T) {
 	}
 	if s, _ := f.ob.DeviceStatus("r1"); s.Paused || f.draining.Load() {
 		t.Fatalf("r1 paused %v, draining %v after resume and undrain", s.Paused, f.draining.Load())
+	}
+}
+
+// resync asks for a reconciliation of one known terminal or of all; an unknown terminal,
+// or whitelist sync off, is refused.
+func TestControlResync(t *testing.T) {
+	f := newFixture(t, nil)
+	f.start(t, nil)
+	ctl, ctlStatus := prefix+"control", prefix+"control/status"
+	if st := f.write(t, ctl, `{"id":"s1","command":"resync","device":"r2"}`, ctlStatus, byID("s1")); !st.OK || st.Result != "1 terminals to reconcile" {
+		t.Fatalf("resync r2: %+v", st)
+	}
+	if st := f.write(t, ctl, `{"id":"s2","command":"resync"}`, ctlStatus, byID("s2")); !st.OK || st.Result != "2 terminals to reconcile" {
+		t.Fatalf("resync all: %+v", st)
+	}
+	if st := f.write(t, ctl, `{"id":"s3","command":"resync","device":"r9"}`, ctlStatus, byID("s3")); st.OK || st.Error != `unknown device "r9"` {
+		t.Fatalf("resync r9: %+v", st)
+	}
+	f.mu.Lock()
+	got := strings.Join(f.resynced, ",")
+	f.mu.Unlock()
+	if got != "r2," {
+		t.Fatalf("Resync got %q, want r2 then all", got)
+	}
+
+	off := newFixture(t, nil)
+	off.noResync = true
+	off.start(t, nil)
+	if st := off.write(t, ctl, `{"id":"s4","command":"resync","device":"r1"}`, ctlStatus, byID("s4")); st.OK || !strings.Contains(st.Error, "whitelist sync is off") {
+		t.Fatalf("resync with sync off: %+v", st)
 	}
 }
 

@@ -10,11 +10,15 @@
 //   - Forwarder: the terminals' acks and heartbeats on faceagent/{gw}/devices/{id}/ack and
 //     …/heartbeat; a write-behind backlog in data_dir/forward, keyed by device, where a
 //     heartbeat replaces the device's older one and the oldest acks give way at the bound.
+//   - SyncReports: whitelist sync reports (started, done, failed) on
+//     faceagent/{gw}/devices/{id}/sync; a durable backlog in data_dir/syncreports, keyed by
+//     device, whose oldest reports give way at the bound (the reconciler's Reporter).
 //
 // What a part needs of others is an interface declared here (Outbox, State, Poster); the
 // topics and bounds come in each part's Options, and each part has its own Metrics
-// (NewDeadLetterMetrics, NewForwardMetrics, NewResultMetrics: the faceagent_deadletter_*,
-// faceagent_forward_*, faceagent_forwarded_total and faceagent_results_total series).
+// (NewDeadLetterMetrics, NewForwardMetrics, NewResultMetrics, NewSyncReportMetrics: the
+// faceagent_deadletter_*, faceagent_forward_*, faceagent_forwarded_total,
+// faceagent_results_total and faceagent_sync_reports_* series).
 //
 // # Tutorial
 //
@@ -43,6 +47,10 @@
 //     and MaxBytes ([reports] max_forwarded and max_forwarded_bytes, by default
 //     MaxForwarded and MaxForwardedBytes); at the bound the oldest acks are dropped, and a heartbeat is
 //     refused only when no ack is left (faceagent_forward_dropped_total{reason}).
+//   - A sync report is journalled (durable) before SyncReport returns, which never waits
+//     for the upstream broker. The backlog holds at most SyncReportOptions' MaxCount and
+//     MaxBytes ([reports] max_sync_reports and max_sync_report_bytes); at the bound the
+//     oldest reports are dropped (faceagent_sync_reports_dropped_total{reason}).
 //
 // # Caveats
 //

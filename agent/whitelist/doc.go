@@ -61,9 +61,12 @@
 //   - Each command has a new messageId (a terminal acks a repeated one without applying it).
 //   - Each correction is judged against the desired list as it is when it is sent: a
 //     correction a task made unnecessary is not sent.
-//   - Extra persons are deleted only from a terminal whose desired list was set whole
-//     (Replace): otherwise they may be wanted, stay, and the terminal's digest is judged
-//     with them (the desired digest XOR theirs).
+//   - Extra persons are deleted from a terminal whose desired list was set whole
+//     (Replace), and, on any terminal, extra persons carrying a rev (records the agent
+//     sent and no longer wants: a delete the terminal refused or missed). Extra persons
+//     without a rev on a terminal whose list was never set whole (there before the agent,
+//     or added at the terminal) may be wanted: they stay, and the terminal's digest is
+//     judged with them (the desired digest XOR theirs).
 //   - A refused AddPerson excludes that record (Exclude), so a refusal never becomes a
 //     repair loop; more than MaxRefusals in one reconciliation, a refused DeletePerson or
 //     ListPersons, codes 21 to 23, a command without a reply (err, or none within

@@ -185,7 +185,6 @@ type Reconciler struct {
 	closed   bool
 	effects  []func()
 	draining bool
-	nInSync  int
 	idSeq    uint64
 	idBase   string
 }
@@ -535,7 +534,6 @@ func (r *Reconciler) stopRetry(t *term) {
 // effects for that caller, so effects never run under the lock nor out of order.
 func (r *Reconciler) unlock() {
 	if r.draining || len(r.effects) == 0 {
-		r.updateInSync()
 		r.mu.Unlock()
 		return
 	}
@@ -550,21 +548,7 @@ func (r *Reconciler) unlock() {
 	}
 	r.effects = nil
 	r.draining = false
-	r.updateInSync()
 	r.mu.Unlock()
-}
-
-func (r *Reconciler) updateInSync() {
-	n := 0
-	for _, t := range r.terms {
-		if t.inSync() {
-			n++
-		}
-	}
-	if n != r.nInSync {
-		r.nInSync = n
-		r.opt.Metrics.inSync(n)
-	}
 }
 
 func (r *Reconciler) newMessageID() string {

@@ -6,11 +6,10 @@ import (
 )
 
 // Metrics are the reconciler's series (faceagent_sync_*). A nil *Metrics, or a nil field,
-// records nothing.
+// records nothing. How many terminals are in sync is the device state's series
+// (faceagent_terminals_in_sync, agent/devstate): judged the same way from the heartbeat and
+// the queue, and kept whether or not reconciliation runs.
 type Metrics struct {
-	// InSync is the number of terminals in sync: the last judged heartbeat matched the
-	// desired list and nothing is queued, in flight or under way for them.
-	InSync *metrics.Gauge
 	// Drift counts drift noticed, by reason (serial, digest, count) and requests
 	// (setWhitelist): once each time a reason becomes pending, not once a heartbeat.
 	Drift *metrics.CounterVec
@@ -28,8 +27,6 @@ var ReconcileBuckets = []float64{0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 144
 // NewMetrics registers the reconciler's series in r.
 func NewMetrics(r *metrics.Registry) *Metrics {
 	return &Metrics{
-		InSync: r.NewGauge("faceagent_sync_terminals_in_sync",
-			"Terminals whose last heartbeat matched their desired whitelist, with nothing queued, in flight or being reconciled."),
 		Drift: r.NewCounterVec("faceagent_sync_drift_total",
 			"Drift noticed (serial, digest, count) and reconciliations requested (setWhitelist), by reason.", "reason"),
 		Reconciliations: r.NewCounterVec("faceagent_sync_reconciliations_total",
@@ -54,11 +51,5 @@ func (m *Metrics) ended(status wire.SyncStatus, seconds float64) {
 	}
 	if m.Seconds != nil {
 		m.Seconds.Observe(seconds)
-	}
-}
-
-func (m *Metrics) inSync(n int) {
-	if m != nil && m.InSync != nil {
-		m.InSync.Set(float64(n))
 	}
 }

@@ -116,9 +116,12 @@ func (r *Reconciler) correction(t *term, c Change) (face.Command, face.Rev, bool
 	rec := t.rec
 	want, desired := r.opt.Store.Get(t.dev, c.ID)
 	if c.Kind == Extra && !desired {
-		if !rec.whole {
-			// The desired list was never set whole: a person it does not name may be
+		if !rec.whole && c.Rev == (face.Rev{}) {
+			// The desired list was never set whole and the person carries no rev of the
+			// agent's (it was there before the agent, or added at the terminal): it may be
 			// wanted all the same. It stays, and the terminal's digest is judged with it.
+			// A person with a rev is a record the agent sent and no longer wants (a
+			// delete the terminal refused or missed): it goes.
 			t.kept.Toggle(c.ID, c.Rev)
 			return face.Command{}, face.Rev{}, false
 		}

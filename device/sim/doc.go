@@ -48,7 +48,8 @@
 // Knobs a test turns while the fleet runs, each on one Terminal: SetProtocol, SetCapacity,
 // FactoryReset (no persons, digest 0, no memory of messageIds, same serial), Replace (the
 // same and a new serial), TamperAdd / TamperDelete / TamperRev (hand edits at the terminal,
-// bypassing the agent), SendHeartbeat (now, not at the next tick).
+// bypassing the agent), RefuseNext (refuse the next command of an op for a person, once),
+// SendHeartbeat (now, not at the next tick).
 //
 // # Strict mode: the one-in-flight rule, precisely
 //

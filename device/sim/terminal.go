@@ -71,6 +71,13 @@ type Terminal struct {
 	results    map[string]int // messageId → the code answered, so a resend gets the same answer
 	stats      Stats
 	violations []error
+	refuseNext []refusal // RefuseNext's: each refuses the first matching new command
+}
+
+// refusal is a command RefuseNext arms the terminal to refuse.
+type refusal struct {
+	op     face.Op
+	person string
 }
 
 func newTerminal(id string, index int, opts *Options, g *group) *Terminal {
@@ -171,6 +178,15 @@ func (t *Terminal) receive(cmd face.Command) {
 	p := &pending{cmd: cmd, epoch: t.epoch,
 		refuse:  t.opts.RefuseRate > 0 && r.Float64() < t.opts.RefuseRate,
 		loseAck: t.opts.AckLoss > 0 && r.Float64() < t.opts.AckLoss}
+	if _, answered := t.results[cmd.MessageID]; !answered && !seen {
+		for i, x := range t.refuseNext {
+			if x.op == cmd.Op && x.person == cmd.Person.ID {
+				p.refuse = true
+				t.refuseNext = append(t.refuseNext[:i], t.refuseNext[i+1:]...)
+				break
+			}
+		}
+	}
 	t.pending = append(t.pending, p)
 	delay := t.opts.AckLatency.Sample(r)
 	t.mu.Unlock()

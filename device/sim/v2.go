@@ -234,6 +234,15 @@ func (t *Terminal) TamperRev(id, rev string) (bool, error) {
 	return true, nil
 }
 
+// RefuseNext makes the terminal refuse (Options.RefuseCode, not applied) the next new
+// command with op for the person id, once; the same messageId sent again is refused again,
+// a later command is not.
+func (t *Terminal) RefuseNext(op face.Op, id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.refuseNext = append(t.refuseNext, refusal{op: op, person: id})
+}
+
 // SendHeartbeat sends a heartbeat now (if online), besides those of HeartbeatInterval: a
 // test that changed the terminal need not wait for the next tick.
 func (t *Terminal) SendHeartbeat() { t.heartbeat() }

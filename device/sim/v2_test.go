@@ -380,3 +380,31 @@ func TestUnknownOpRefusedOverMQTT(t *testing.T) {
 		t.Fatalf("ack %+v", ev.Ack)
 	}
 }
+
+// RefuseNext refuses the next new command of that op for that person once (not applied;
+// the same messageId again gets the same refusal), and no other command.
+func TestRefuseNext(t *testing.T) {
+	v := onMQTT(t, strict(t, Options{}))
+	v.add(t, "a", "A")
+	v.add(t, "b", "B")
+	v.term.RefuseNext(face.DeletePerson, "a")
+	if a := v.do(t, face.Command{Op: face.DeletePerson, Person: face.Person{ID: "b"}}); a.Code != 0 {
+		t.Fatalf("delete b: %+v", a)
+	}
+	del := face.Command{MessageID: "del-a", Op: face.DeletePerson, Person: face.Person{ID: "a"}}
+	if a := v.do(t, del); a.Code != 17 {
+		t.Fatalf("delete a: %+v, want refused", a)
+	}
+	if a := v.do(t, del); a.Code != 17 {
+		t.Fatalf("delete a again (same messageId): %+v, want refused again", a)
+	}
+	if got := v.term.Persons(); len(got) != 1 || got[0].ID != "a" {
+		t.Fatalf("holds %v, want a only", got)
+	}
+	if a := v.do(t, face.Command{Op: face.DeletePerson, Person: face.Person{ID: "a"}}); a.Code != 0 {
+		t.Fatalf("a later delete of a: %+v", a)
+	}
+	if got := v.term.Persons(); len(got) != 0 {
+		t.Fatalf("holds %v, want none", got)
+	}
+}

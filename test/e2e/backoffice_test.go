@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ type backOffice struct {
 	results map[string]wire.Result
 	dead    []wire.DeadLetter
 	acks    int
+	syncs   map[string][]wire.SyncReport // whitelist sync reports by device, in arrival order
 	changed chan struct{}
 	// want is the condition waitFor waits on (nil: nobody waits); the message handler
 	// checks it and wakes the waiter only once it holds, not at every message.
@@ -91,7 +93,7 @@ func connectBackOfficeAs(t testing.TB, addr, gw, clientID string, cleanStart boo
 	if err != nil {
 		t.Fatal(err)
 	}
-	bo := &backOffice{t: t, results: map[string]wire.Result{}, changed: make(chan struct{}, 1)}
+	bo := &backOffice{t: t, results: map[string]wire.Result{}, syncs: map[string][]wire.SyncReport{}, changed: make(chan struct{}, 1)}
 	prefix := "faceagent/" + gw + "/"
 	bo.c = paho.NewClient(paho.ClientConfig{Conn: newBufferedConn(conn), OnPublishReceived: []func(paho.PublishReceived) (bool, error){
 		func(pr paho.PublishReceived) (bool, error) {
@@ -109,6 +111,12 @@ func connectBackOfficeAs(t testing.TB, addr, gw, clientID string, cleanStart boo
 					t.Errorf("bad deadletter %s: %v", pr.Packet.Payload, err)
 				}
 				bo.dead = append(bo.dead, d)
+			case strings.HasPrefix(topic, prefix+"devices/") && strings.HasSuffix(topic, "/sync"):
+				r, err := wire.ParseSyncReport(pr.Packet.Payload)
+				if err != nil {
+					t.Errorf("bad sync report %s: %v", pr.Packet.Payload, err)
+				}
+				bo.syncs[r.DeviceID] = append(bo.syncs[r.DeviceID], r)
 			default:
 				bo.acks++
 			}
@@ -139,6 +147,7 @@ func connectBackOfficeAs(t testing.TB, addr, gw, clientID string, cleanStart boo
 	if cleanStart {
 		if _, err := bo.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{
 			{Topic: prefix + "results", QoS: 1}, {Topic: prefix + "deadletter", QoS: 1}, {Topic: prefix + "devices/+/ack", QoS: 1},
+			{Topic: prefix + "devices/+/sync", QoS: 1},
 		}}); err != nil {
 			t.Fatal(err)
 		}
