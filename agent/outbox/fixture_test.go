@@ -3,6 +3,7 @@ package outbox
 import (
 	"errors"
 	"flag"
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -60,7 +61,7 @@ func fixtureTask(id, dev, person string) Task {
 //     b1 times out once and is in flight with its second try when the process stops, b2
 //     waits.
 func writeFixtureV1(t *testing.T, dir string) {
-	clock := &fakeClock{now: fixtureBase}
+	clock := &fakeClock{testutil.NewFakeClockAt(fixtureBase)}
 	snd := newRecSender()
 	open := func(compactAfter int) *Outbox {
 		t.Helper()
@@ -315,7 +316,7 @@ func TestJournalFixture(t *testing.T) {
 
 	dir := copyFixture(t, fixtureV1)
 	checkFixtureKinds(t, dir)
-	clock := &fakeClock{now: fixtureBase.Add(24 * time.Hour)}
+	clock := &fakeClock{testutil.NewFakeClockAt(fixtureBase.Add(24 * time.Hour))}
 	snd := newRecSender()
 	opts := Options{Clock: clock, Seed: 1, Journal: journal.Options{Sync: journal.SyncNone}}
 	o, err := Open(dir, snd, &opts)

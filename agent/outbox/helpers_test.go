@@ -3,9 +3,9 @@ package outbox
 import (
 	"context"
 	"errors"
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
 	"io/fs"
 	"os"
-	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -22,85 +22,15 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// fakeClock is a Clock whose time moves only in Advance, which runs due timers in the
-// caller's goroutine.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-}
+// fakeClock is the shared fake clock (internal/testutil) as the outbox's Clock.
+type fakeClock struct{ *testutil.FakeClock }
 
-type fakeTimer struct {
-	c    *fakeClock
-	at   time.Time
-	f    func()
-	done bool
-}
+func newFakeClock() *fakeClock { return &fakeClock{testutil.NewFakeClock()} }
 
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTimer{c: c, at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-func (t *fakeTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	was := !t.done
-	t.done = true
-	return was
-}
-
-// Advance moves time forward by d, firing every timer that comes due, in time order.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	end := c.now.Add(d)
-	c.mu.Unlock()
-	for {
-		c.mu.Lock()
-		var next *fakeTimer
-		for _, t := range c.timers {
-			if !t.done && !t.at.After(end) && (next == nil || t.at.Before(next.at)) {
-				next = t
-			}
-		}
-		if next == nil {
-			c.now = end
-			c.timers = slices.DeleteFunc(c.timers, func(t *fakeTimer) bool { return t.done })
-			c.mu.Unlock()
-			return
-		}
-		next.done = true
-		if next.at.After(c.now) {
-			c.now = next.at
-		}
-		c.mu.Unlock()
-		next.f()
-	}
-}
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) Timer { return c.FakeClock.AfterFunc(d, f) }
 
 // armed counts timers that have not fired or been stopped.
-func (c *fakeClock) armed() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, t := range c.timers {
-		if !t.done {
-			n++
-		}
-	}
-	return n
-}
+func (c *fakeClock) armed() int { return c.Armed() }
 
 // recSender records every command it is asked to send.
 type recSender struct {
