@@ -50,7 +50,7 @@ build:
 	$(GO) build $(PKGS)
 
 # vet-arm, test-arm, size and repro-quick cost about 2 minutes together (docs/benchmarks.md).
-test: fmt-check vet vet-arm staticcheck unit unit-norace test-arm size repro-quick
+test: fmt-check vet vet-arm staticcheck rules unit unit-norace test-arm size repro-quick
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -71,6 +71,15 @@ vet-arm:
 
 staticcheck:
 	$(STATICCHECK) $(PKGS)
+
+# rules: the Prometheus alerting rules parse, and each alert fires and stays quiet in its unit
+# tests (configs/prometheus/alerts_test.yml). Needs promtool (Debian: prometheus). That the
+# series they name exist is test/e2e's TestOpsConfigsUseLiveSeries.
+PROMTOOL ?= promtool
+.PHONY: rules
+rules:
+	$(PROMTOOL) check rules configs/prometheus/alerts.yml
+	$(PROMTOOL) test rules configs/prometheus/alerts_test.yml
 
 # The vendored mochi (third_party/mochi) is a module of its own, so ./... leaves out the tests
 # of our patches there; they run by import path. (Upstream's code is not held to our vet and

@@ -70,6 +70,10 @@ type agentMetrics struct {
 	sessionsResets      *metrics.Counter
 	sessionsRefused     *metrics.Counter
 	sessionsCompactions *metrics.Counter
+
+	// limits are the configured bounds the usage series are measured against, by config
+	// key (faceagent_limit), so alerts compare usage with the bound in force.
+	limits *metrics.GaugeVec
 }
 
 func (a *Agent) registerMetrics() {
@@ -154,11 +158,39 @@ func (a *Agent) registerMetrics() {
 			"Snapshots that replaced the embedded broker's sessions journal files."),
 
 		forward: report.NewForwardMetrics(r),
+		limits: r.NewGaugeVec("faceagent_limit",
+			"The configured bound a usage series is measured against, by config key: dispatch.max_queue_total (sum of faceagent_queue_depth), intake.max_deadletters (faceagent_deadletter_backlog), reports.max_forwarded (faceagent_forward_backlog), reports.max_forwarded_bytes (faceagent_forward_backlog_bytes), reports.max_sync_reports (faceagent_sync_reports_backlog), whitelist.max_terminals and whitelist.max_records (faceagent_whitelist_*), and with [broker] broker.store_max_bytes (faceagent_store_bytes), broker.max_queued_bytes and broker.max_retained_bytes (faceagent_broker_*_bytes).", "key"),
 	}
+	r.NewGaugeFunc("faceagent_upstream_configured", "1 when the agent is configured with an external upstream broker ([upstream]); faceagent_upstream_connected means something only then.", func() float64 {
+		cfg := a.Config()
+		return b2f(cfg != nil && cfg.Upstream != nil)
+	})
+	r.OnScrape(a.scrapeLimits)
 	r.OnScrape(a.scrapeOutbox)
 	r.OnScrape(a.scrapeStore)
 	r.OnScrape(a.scrapeJournals)
 	r.OnScrape(a.scrapeBroker)
+}
+
+// scrapeLimits mirrors the bounds in force (a remote override may change [dispatch]).
+func (a *Agent) scrapeLimits() {
+	cfg := a.Config()
+	if cfg == nil {
+		return
+	}
+	l := a.m.limits
+	l.With("dispatch.max_queue_total").Set(float64(cfg.Dispatch.MaxQueueTotal))
+	l.With("intake.max_deadletters").Set(float64(cfg.Intake.MaxDeadLetters))
+	l.With("reports.max_forwarded").Set(float64(cfg.Reports.MaxForwarded))
+	l.With("reports.max_forwarded_bytes").Set(float64(cfg.Reports.MaxForwardedBytes))
+	l.With("reports.max_sync_reports").Set(float64(cfg.Reports.MaxSyncReports))
+	l.With("whitelist.max_terminals").Set(float64(cfg.Whitelist.MaxTerminals))
+	l.With("whitelist.max_records").Set(float64(cfg.Whitelist.MaxRecords))
+	if b := cfg.Broker; b != nil {
+		l.With("broker.store_max_bytes").Set(float64(b.StoreMaxBytes))
+		l.With("broker.max_queued_bytes").Set(float64(b.MaxQueuedBytes))
+		l.With("broker.max_retained_bytes").Set(float64(b.MaxRetainedBytes))
+	}
 }
 
 // scrapeBroker mirrors the embedded broker's bounds counters.

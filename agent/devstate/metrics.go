@@ -15,6 +15,11 @@ type Metrics struct {
 	DesiredPersons *metrics.GaugeVec
 	// InSync is how many terminals their last state said in sync.
 	InSync *metrics.Gauge
+	// TerminalInSync is, by device, 1 while its last state said in sync and 0 while not,
+	// for terminals whose last heartbeat said protocol 2 or later; a protocol 1 terminal
+	// has no series (it cannot say what it holds, so it is never in sync), so an alert on
+	// a 0 fires only for terminals that could be in sync and are not.
+	TerminalInSync *metrics.GaugeVec
 }
 
 // NewMetrics registers the writer's series in r.
@@ -28,5 +33,7 @@ func NewMetrics(r *metrics.Registry) *Metrics {
 			"Persons on the terminal's desired whitelist, as its state last said.", "device"),
 		InSync: r.NewGauge("faceagent_terminals_in_sync",
 			"Terminals whose last heartbeat (protocol 2) carried their desired whitelist's digest, with nothing queued or in flight for them."),
+		TerminalInSync: r.NewGaugeVec("faceagent_terminal_in_sync",
+			"1 while the terminal's last heartbeat carried its desired whitelist's digest with nothing queued or in flight for it, else 0; only for terminals whose last heartbeat said protocol 2 or later.", "device"),
 	}
 }

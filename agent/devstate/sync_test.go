@@ -2,6 +2,7 @@ package devstate
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,6 +69,23 @@ func TestStateSaysWhetherTheTerminalIsInSync(t *testing.T) {
 	if st.InSync {
 		t.Errorf("in sync before any heartbeat: %+v", st)
 	}
+	// faceagent_terminal_in_sync{device="d1"}: absent until a protocol 2 heartbeat says
+	// whether the terminal is in sync, 1 or 0 from then on, absent again after a v1 one.
+	perDevice := func() string {
+		var b strings.Builder
+		if _, err := reg.WriteTo(&b); err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(b.String(), "\n") {
+			if v, ok := strings.CutPrefix(line, `faceagent_terminal_in_sync{device="d1"} `); ok {
+				return v
+			}
+		}
+		return "absent"
+	}
+	if v := perDevice(); v != "absent" {
+		t.Errorf("faceagent_terminal_in_sync{d1} %s before any heartbeat, want absent", v)
+	}
 	desired := wl.Digest("d1").String()
 	hb := face.Heartbeat{DeviceID: "d1", Persons: 2, Protocol: 2, Serial: "S1", Digest: desired}
 	w.Heartbeat("d1", hb)
@@ -78,6 +96,9 @@ func TestStateSaysWhetherTheTerminalIsInSync(t *testing.T) {
 	if v := m.DesiredPersons.With("d1").Value(); v != 2 {
 		t.Errorf("faceagent_desired_persons{d1} %v, want 2", v)
 	}
+	if v := perDevice(); v != "1" {
+		t.Errorf("faceagent_terminal_in_sync{d1} %s in sync, want 1", v)
+	}
 
 	other := hb
 	other.Digest = face.Digest(1).String()
@@ -86,12 +107,18 @@ func TestStateSaysWhetherTheTerminalIsInSync(t *testing.T) {
 	if v := m.InSync.Value(); v != 0 {
 		t.Errorf("faceagent_terminals_in_sync %v, want 0", v)
 	}
+	if v := perDevice(); v != "0" {
+		t.Errorf("faceagent_terminal_in_sync{d1} %s out of sync, want 0", v)
+	}
 	w.Heartbeat("d1", hb)
 	await("in sync again", func(st wire.DeviceState) bool { return st.InSync })
 	v1 := hb
 	v1.Protocol = 0
 	w.Heartbeat("d1", v1)
 	await("out of sync for a v1 heartbeat", func(st wire.DeviceState) bool { return !st.InSync })
+	if v := perDevice(); v != "absent" {
+		t.Errorf("faceagent_terminal_in_sync{d1} %s after a v1 heartbeat, want absent", v)
+	}
 
 	// A command queued for the terminal (offline: it stays queued) will change its list.
 	w.Heartbeat("d1", hb)

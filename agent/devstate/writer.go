@@ -310,6 +310,7 @@ func (w *Writer) writeOne(ctx context.Context, id string, now time.Time) (failed
 		st.InSync = inSync(&d.hb, w.desired.Digest(id), st.QueueDepth, st.InFlight)
 	}
 	d.inSync = st.InSync
+	judged := d.hb.Version() >= 2 // a protocol 1 terminal cannot be in sync
 	prev := d.last
 	d.dirty = false
 	synced := 0
@@ -325,6 +326,13 @@ func (w *Writer) writeOne(ctx context.Context, id string, now time.Time) (failed
 		}
 		if w.m.InSync != nil {
 			w.m.InSync.Set(float64(synced))
+		}
+		if w.m.TerminalInSync != nil {
+			if judged {
+				w.m.TerminalInSync.With(id).Set(b2f(st.InSync))
+			} else {
+				w.m.TerminalInSync.Delete(id)
+			}
 		}
 	}
 
@@ -435,4 +443,11 @@ func minTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

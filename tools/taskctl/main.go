@@ -5,6 +5,7 @@
 //	taskctl submit -generate 10000 -devices 64 [-device-prefix term-]
 //	taskctl submit -set-whitelist PERSONS.jsonl -device 2042253   # a terminal's whole list
 //	taskctl states -config configs/demo.toml   # each terminal's state from the state store
+//	taskctl status -w -config configs/demo.toml  # the gateway's overview, redrawn on every change
 //
 // Tasks go to faceagent/{gw}/tasks with QoS 1 (in messages of -batch tasks, each
 // terminal's tasks in order); results are followed on faceagent/{gw}/results and
@@ -41,6 +42,7 @@ const usage = `usage: taskctl submit [flags] FILE.jsonl | -
        taskctl submit [flags] -generate N -devices M
        taskctl submit [flags] -set-whitelist PERSONS.jsonl -device ID
        taskctl states [-config FILE | -url URL -gateway GW] [DEVICE...]
+       taskctl status [-w] [-config FILE | -url URL -gateway GW] [DEVICE...]
 `
 
 const help = `taskctl — submit whitelist tasks to a faceagent and follow them to their results.
@@ -56,9 +58,12 @@ Commands:
           of persons (one person object per line). Following also shows the whitelist
           sync reports (faceagent/{gw}/devices/+/sync) and each SetWhitelist's counts.
   states  read each terminal's state from the state store (faceagent/{gw}/devices/{id})
-          and print it as a table.
+          and print it as a table of counters.
+  status  the overview of a gateway: per terminal online, whitelist sync, queue, in flight,
+          persons held/desired, last heartbeat, last error; -w keeps it on screen, redrawn
+          on every change.
 
-taskctl submit -h and taskctl states -h list their flags.
+taskctl submit -h, taskctl states -h and taskctl status -h list their flags.
 
 Examples:
   taskctl submit -url mqtt://127.0.0.1:18830 -gateway demo-gw configs/demo-tasks.jsonl
@@ -67,6 +72,7 @@ Examples:
   taskctl submit -gateway gw-01 -set-whitelist site-a.jsonl -device 2042253
   taskctl states -config configs/demo.toml
   taskctl states -url mqtt://127.0.0.1:1883 -gateway gw-01 2042253 2042254
+  taskctl status -w -config /etc/faceagent/agent.toml
 
 A task: {"taskId":"t-1","deviceId":"2042253","op":"AddPerson"|"DeletePerson",
          "person":{"id":"951","name":"…","validFrom":"RFC3339","validTo":"RFC3339"}}
@@ -80,6 +86,9 @@ Exit status: 0 every task has an outcome, 1 following timed out or the broker wa
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, tty bool) int {
 	if len(args) > 0 && args[0] == "states" {
 		return states(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "status" {
+		return statusCmd(ctx, args[1:], stdout, stderr, tty)
 	}
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 		fmt.Fprint(stdout, help)

@@ -46,29 +46,10 @@ Flags:
 		}
 		return 2
 	}
-	ids := fs.Args()
-	if *cfgPath != "" {
-		cfg, err := config.Load(*cfgPath, nil)
-		if err != nil {
-			fmt.Fprintln(stderr, err)
-			return 2
-		}
-		*gw = cfg.Agent.GatewayID
-		if len(ids) == 0 {
-			for _, d := range cfg.Devices {
-				ids = append(ids, d.ID)
-			}
-		}
-		switch {
-		case cfg.Upstream != nil:
-			*url = cfg.Upstream.URL
-		case cfg.Broker != nil:
-			host, port, _ := net.SplitHostPort(cfg.Broker.Listen)
-			if host == "" || host == "0.0.0.0" || host == "::" {
-				host = "127.0.0.1"
-			}
-			*url = "mqtt://" + net.JoinHostPort(host, port)
-		}
+	ids, err := resolveTarget(*cfgPath, url, gw, fs.Args())
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
 	}
 	if len(ids) == 0 {
 		fmt.Fprint(stderr, statesUsage)
@@ -111,6 +92,35 @@ Flags:
 			st.Succeeded, st.Failed, st.Retries, st.Persons, st.Paused, clipText(st.Firmware, 10), seen, clipText(st.LastError, 60))
 	}
 	return code
+}
+
+// resolveTarget applies the agent's config file, when given, to the broker URL and the
+// gateway, and returns the devices: those given, else the config's.
+func resolveTarget(cfgPath string, url, gw *string, ids []string) ([]string, error) {
+	if cfgPath == "" {
+		return ids, nil
+	}
+	cfg, err := config.Load(cfgPath, nil)
+	if err != nil {
+		return nil, err
+	}
+	*gw = cfg.Agent.GatewayID
+	if len(ids) == 0 {
+		for _, d := range cfg.Devices {
+			ids = append(ids, d.ID)
+		}
+	}
+	switch {
+	case cfg.Upstream != nil:
+		*url = cfg.Upstream.URL
+	case cfg.Broker != nil:
+		host, port, _ := net.SplitHostPort(cfg.Broker.Listen)
+		if host == "" || host == "0.0.0.0" || host == "::" {
+			host = "127.0.0.1"
+		}
+		*url = "mqtt://" + net.JoinHostPort(host, port)
+	}
+	return ids, nil
 }
 
 const statesUsage = "usage: taskctl states [-config FILE | -url URL -gateway GW] [DEVICE...]\n"
