@@ -208,6 +208,9 @@ func (t *Taker) Accept(ctx context.Context, payload []byte) error {
 		// payloads it keeps), sized for all of them: one allocation, not one per task.
 		size := 0
 		for i := range batch.Tasks {
+			if batch.Tasks[i].Op == wire.SetWhitelist {
+				continue // kept by the desired whitelists: no command
+			}
 			cmd := batch.Command(i)
 			size += cmd.Msgsize()
 		}
@@ -215,6 +218,12 @@ func (t *Taker) Accept(ctx context.Context, payload []byte) error {
 		for i := range batch.Tasks {
 			task := &batch.Tasks[i]
 			cmd := batch.Command(i) // the id Parse computed: each task is hashed once
+			if task.Op == wire.SetWhitelist {
+				// The desired whitelists keep it (Desired.Apply's ErrKept): it is never
+				// sent as one command, so it has no payload.
+				tasks[i] = outbox.Task{MessageID: cmd.MessageID, TaskID: task.TaskID, DeviceID: task.DeviceID, Op: string(task.Op)}
+				continue
+			}
 			start := len(buf)
 			var err error
 			if buf, err = cmd.AppendMsg(buf); err != nil { // Parse validated the task; this would be a bug in one of them
