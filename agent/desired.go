@@ -19,10 +19,15 @@ const WhitelistDir = "whitelist"
 // desiredLists is the intake's view (intake.Desired) of the desired whitelists: a task's
 // person becomes the store's record (the rev the back office may have sent is ignored: the
 // store computes the agent's own from the record). changed, if set, is told of each
-// terminal whose list a task changed or an undo put back.
+// terminal whose list a task changed or an undo put back; setWhitelist of each terminal
+// whose list a SetWhitelist task replaced (after changed).
+//
+// A SetWhitelist task is kept by the store with the list change, in one journal record,
+// counts and all (ErrKept: it goes to no outbox); the reconciler gives it its result.
 type desiredLists struct {
-	s       *whitelist.Store
-	changed func(dev string)
+	s            *whitelist.Store
+	changed      func(dev string)
+	setWhitelist func(dev string)
 }
 
 var _ intake.Desired = desiredLists{}
@@ -39,14 +44,25 @@ func (d desiredLists) Apply(t *wire.Task) (undo func() error, counts *wire.White
 		undo = d.restorer(dev, t.Person.ID)
 		err = d.s.Delete(dev, t.Person.ID)
 	case wire.SetWhitelist:
-		undo = d.listRestorer(dev)
 		list := make([]whitelist.Record, len(t.Persons))
 		for i := range t.Persons {
 			list[i] = record(&t.Persons[i])
 		}
-		var c whitelist.Counts
-		c, err = d.s.Replace(dev, list)
-		counts = &wire.WhitelistCounts{Added: c.Added, Deleted: c.Deleted, Unchanged: c.Unchanged}
+		// The counts stay with the task: its result carries them.
+		_, err := d.s.ReplaceTask(dev, list, whitelist.SetTask{MessageID: t.MessageID(), TaskID: t.TaskID})
+		switch {
+		case errors.Is(err, whitelist.ErrDuplicateTask):
+			return nil, nil, intake.ErrKept // a redelivery: taken already, once
+		case err != nil:
+			return nil, nil, refusal(dev, err)
+		}
+		if d.changed != nil {
+			d.changed(dev)
+		}
+		if d.setWhitelist != nil {
+			d.setWhitelist(dev)
+		}
+		return nil, nil, intake.ErrKept
 	default:
 		return nil, nil, fmt.Errorf("%w: op %q keeps no desired state", intake.ErrRefused, t.Op)
 	}
@@ -87,32 +103,6 @@ func (d desiredLists) restorer(dev, id string) func() error {
 	}
 }
 
-// listRestorer returns what puts dev's whole desired list back as it is now.
-func (d desiredLists) listRestorer(dev string) func() error {
-	known, _ := d.s.Known(dev)
-	var prev []whitelist.Record
-	var page []whitelist.Entry
-	for after := ""; ; {
-		page = d.s.Page(dev, after, 1024, page[:0])
-		for _, e := range page {
-			if r, ok := d.s.Get(dev, e.ID); ok {
-				prev = append(prev, r)
-			}
-		}
-		if len(page) < 1024 {
-			break
-		}
-		after = page[len(page)-1].ID
-	}
-	return func() error {
-		if !known {
-			return d.s.Forget(dev)
-		}
-		_, err := d.s.Replace(dev, prev)
-		return err
-	}
-}
-
 // refusal words the store's refusals for the deadletter, naming the config key of the
 // bound; other errors (the journal failing, the store closed) pass unchanged.
 func refusal(dev string, err error) error {
@@ -123,6 +113,8 @@ func refusal(dev string, err error) error {
 		return fmt.Errorf("%w: terminal %q: its desired whitelist would hold too many persons (whitelist.max_persons)", intake.ErrRefused, dev)
 	case errors.Is(err, whitelist.ErrTooManyRecords):
 		return fmt.Errorf("%w: too many distinct person records across terminals (whitelist.max_records)", intake.ErrRefused)
+	case errors.Is(err, whitelist.ErrTooManySetTasks):
+		return fmt.Errorf("%w: too many SetWhitelist tasks pending or waiting for their results to be reported (%d)", intake.ErrRefused, whitelist.DefaultMaxSetTasks)
 	case errors.Is(err, whitelist.ErrDuplicateID), errors.Is(err, whitelist.ErrInvalid):
 		return fmt.Errorf("%w: %w", intake.ErrRefused, err)
 	}

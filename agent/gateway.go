@@ -108,7 +108,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	}
 	*stops = append(*stops, func(context.Context) error { a.whitelist.Store(nil); return wl.Close() })
 	a.whitelist.Store(wl)
-	take.OpenDesired(desiredLists{s: wl, changed: ws.desiredChanged})
+	take.OpenDesired(desiredLists{s: wl, changed: ws.desiredChanged, setWhitelist: ws.setWhitelist})
 	take.Open(ob, dead)
 	// From the moment shutdown begins, refuse tasks without acknowledging them.
 	*stops = append(*stops, func(context.Context) error { take.Close(); return nil })
@@ -188,6 +188,12 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	rep := report.NewReporter(ob, ro)
 	rep.Start(rctx, results)
 	*stops = append(*stops, func(context.Context) error { cancel(); rep.Wait(); return nil })
+	// SetWhitelist results, kept by the desired whitelists, on the same topic.
+	sets := &setResults{s: wl}
+	ro.Counts = sets.Counts
+	setRep := report.NewReporter(sets, ro)
+	setRep.Start(rctx, results)
+	*stops = append(*stops, func(context.Context) error { cancel(); setRep.Wait(); return nil })
 	sw.Start(rctx)
 	*stops = append(*stops, func(context.Context) error { cancel(); sw.Wait(); return nil })
 

@@ -13,9 +13,14 @@ func newTaker(cfg *config.Config, m *intake.Metrics, log *slog.Logger) *intake.T
 	for i, d := range cfg.Devices {
 		ids[i] = d.ID
 	}
+	maxWhitelist := cfg.Intake.MaxWhitelist
+	if !cfg.Whitelist.Reconcile {
+		maxWhitelist = 0 // nothing would bring a SetWhitelist to its result
+	}
 	return intake.NewTaker(intake.Options{
 		MaxBatch:       cfg.Intake.MaxBatch,
 		MaxMessageSize: int(cfg.Intake.MaxMessageSize),
+		MaxWhitelist:   maxWhitelist,
 		Devices:        ids,
 		Logger:         log,
 	}, m)

@@ -53,6 +53,7 @@ func reconcileOptions(cfg *config.Config, m *whitelist.Metrics, log *slog.Logger
 		BackoffBase:    cfg.Whitelist.BackoffBase.Duration,
 		BackoffMax:     cfg.Whitelist.BackoffMax.Duration,
 		StepTimeout:    cfg.Whitelist.StepTimeout.Duration,
+		MaxSetFailures: cfg.Dispatch.MaxTries,
 		Metrics:        m,
 		Logger:         log,
 	}
@@ -136,6 +137,13 @@ func (w *whitelistSync) touched(dev string) {
 	}
 }
 
+// setWhitelist feeds a SetWhitelist task that replaced dev's desired list.
+func (w *whitelistSync) setWhitelist(dev string) {
+	if r := w.r.Load(); r != nil {
+		r.SetWhitelist(dev)
+	}
+}
+
 // desiredChanged feeds a change of dev's desired list.
 func (w *whitelistSync) desiredChanged(dev string) {
 	if r := w.r.Load(); r != nil {
@@ -213,6 +221,9 @@ func (a *Agent) startReconciler(cfg *config.Config, ws *whitelistSync, wl *white
 		return err
 	}
 	ws.r.Store(r)
+	for _, dev := range wl.PendingSets() { // taken before a restart, or before r was set
+		r.SetWhitelist(dev)
+	}
 	*stops = append(*stops, func(context.Context) error { ws.r.Store(nil); r.Close(); return nil })
 	return nil
 }

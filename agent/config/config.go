@@ -184,9 +184,12 @@ type Intake struct {
 	// MaxDeadLetters and MaxDeadLetterBytes bound the deadletter backlog: refused tasks'
 	// deadletters journalled and not yet accepted upstream (bytes are their payloads). A
 	// task message whose deadletters do not fit is not acknowledged, so it comes again.
-	MaxDeadLetters     int         `toml:"max_deadletters"`
-	MaxDeadLetterBytes Size        `toml:"max_deadletter_bytes"`
-	HTTP               *IntakeHTTP `toml:"http,omitempty"`
+	MaxDeadLetters     int  `toml:"max_deadletters"`
+	MaxDeadLetterBytes Size `toml:"max_deadletter_bytes"`
+	// MaxWhitelist is the most persons one SetWhitelist task may carry; a larger one is
+	// dead-lettered. 0 refuses SetWhitelist tasks.
+	MaxWhitelist int         `toml:"max_whitelist"`
+	HTTP         *IntakeHTTP `toml:"http,omitempty"`
 }
 
 // IntakeHTTP is [intake.http]: a back office API polled for pages of tasks; results are
@@ -408,6 +411,7 @@ var (
 		MaxMessageSize:     1 << 20,
 		MaxDeadLetters:     4096,
 		MaxDeadLetterBytes: 4 << 20,
+		MaxWhitelist:       8000,
 	}
 	defaultWhitelist = Whitelist{
 		MaxTerminals: 1024,

@@ -40,6 +40,9 @@ func (d *decoder) validate(c *Config) {
 	d.validateIntake(c.Intake)
 	d.validateReports(c.Reports)
 	d.validateWhitelist(c.Whitelist)
+	if c.Intake.MaxWhitelist > c.Whitelist.MaxPersons && c.Whitelist.MaxPersons >= 1 {
+		d.errf("intake.max_whitelist", "%d is more than whitelist.max_persons (%d): such a SetWhitelist could never be kept", c.Intake.MaxWhitelist, c.Whitelist.MaxPersons)
+	}
 	d.positive("store.write_interval", c.Store.WriteInterval)
 	d.positive("store.request_timeout", c.Store.RequestTimeout)
 	d.validateTopics(c.Topics)
@@ -238,6 +241,9 @@ func (d *decoder) validateIntake(in Intake) {
 		d.errf("intake.max_deadletter_bytes", "%d bytes is out of range (max_message_size..1GiB)", in.MaxDeadLetterBytes)
 	case in.MaxDeadLetterBytes < in.MaxMessageSize:
 		d.errf("intake.max_deadletter_bytes", "%d bytes is less than max_message_size (%d): the deadletter of a large message could never be taken", in.MaxDeadLetterBytes, in.MaxMessageSize)
+	}
+	if in.MaxWhitelist < 0 || in.MaxWhitelist > MaxWhitelistPersons {
+		d.errf("intake.max_whitelist", "%d is out of range (0..%d; 0 refuses SetWhitelist tasks)", in.MaxWhitelist, MaxWhitelistPersons)
 	}
 	h := in.HTTP
 	if h == nil {

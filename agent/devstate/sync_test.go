@@ -135,3 +135,57 @@ func TestStateSaysWhetherTheTerminalIsInSync(t *testing.T) {
 		return st.LastSync == at.UnixMilli() && st.SyncStatus == string(wire.SyncDone)
 	})
 }
+
+// A terminal whose desired list the agent never knew says so ("unmanaged"): it is not
+// reconciled, and not in sync with an empty list either, until a task names it.
+func TestStateSaysUnmanaged(t *testing.T) {
+	wl, err := whitelist.Open(t.TempDir(), whitelist.Options{Journal: journal.Options{Sync: journal.SyncNone}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wl.Close()
+	ob, err := outbox.Open(t.TempDir(), outbox.SenderFunc(func(context.Context, string, outbox.Command) error { return nil }),
+		&outbox.Options{Journal: journal.Options{Sync: journal.SyncNone}, Devices: map[string]outbox.DeviceConfig{"d1": {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	states := make(chan wire.DeviceState, 64)
+	set := SetterFunc(func(_ context.Context, _ string, v []byte, _ time.Duration) error {
+		var st wire.DeviceState
+		if _, err := st.UnmarshalMsg(v); err != nil {
+			t.Error(err)
+		}
+		states <- st
+		return nil
+	})
+	w := New(Options{Devices: []string{"d1"}, Store: set, Status: ob, Desired: wl, Prefix: "faceagent/gw/devices/",
+		WriteInterval: time.Millisecond, HeartbeatTimeout: time.Hour, Timeout: time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	w.Start(ctx)
+	defer func() { cancel(); w.Wait() }()
+	next := func() wire.DeviceState {
+		t.Helper()
+		select {
+		case st := <-states:
+			return st
+		case <-time.After(10 * time.Second):
+			t.Fatal("no state write within 10 s")
+		}
+		return wire.DeviceState{}
+	}
+	w.Heartbeat("d1", face.Heartbeat{DeviceID: "d1", Persons: 0, Protocol: 2, Serial: "S1", Digest: face.Digest(0).String()})
+	st := next()
+	for st.LastHeartbeat == 0 {
+		st = next()
+	}
+	if st.SyncStatus != SyncUnmanaged || st.InSync {
+		t.Fatalf("state %+v, want unmanaged and not in sync", st)
+	}
+	if err := wl.Set("d1", whitelist.Record{ID: "951", Name: "Li Lei"}); err != nil {
+		t.Fatal(err)
+	}
+	w.Touch("d1")
+	for st := next(); st.SyncStatus == SyncUnmanaged; st = next() {
+	}
+}

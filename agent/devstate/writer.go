@@ -43,6 +43,16 @@ type DesiredSource interface {
 	Digest(deviceID string) face.Digest
 }
 
+// SyncUnmanaged is a device state's syncStatus for a terminal whose desired whitelist the
+// agent never knew (no task named it): it is not reconciled, whatever it holds.
+const SyncUnmanaged = "unmanaged"
+
+// knownSource is what a DesiredSource may also tell (agent/whitelist's store does):
+// whether the terminal has a desired list at all.
+type knownSource interface {
+	Known(deviceID string) (known, whole bool)
+}
+
 // Options configure a Writer.
 type Options struct {
 	// Devices are the ids whose state is kept; each is written once at start.
@@ -308,6 +318,11 @@ func (w *Writer) writeOne(ctx context.Context, id string, now time.Time) (failed
 	if w.desired != nil {
 		st.DesiredPersons = w.desired.Count(id)
 		st.InSync = inSync(&d.hb, w.desired.Digest(id), st.QueueDepth, st.InFlight)
+		if k, ok := w.desired.(knownSource); ok {
+			if known, _ := k.Known(id); !known {
+				st.SyncStatus, st.InSync = SyncUnmanaged, false
+			}
+		}
 	}
 	d.inSync = st.InSync
 	judged := d.hb.Version() >= 2 // a protocol 1 terminal cannot be in sync

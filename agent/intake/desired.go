@@ -19,7 +19,9 @@ type Desired interface {
 	// memory; Flush makes it durable. undo restores what the task changed; it is called,
 	// in the reverse order of the Apply calls, for the tasks the outbox then refused.
 	// An error wrapping ErrRefused refuses the task (it is dead-lettered with the error's
-	// text); any other error is the store failing (the message is not taken).
+	// text); ErrKept says the desired whitelists keep the task themselves, and its result
+	// (a SetWhitelist: applied now, or taken already and this is a redelivery): it goes to
+	// no outbox; any other error is the store failing (the message is not taken).
 	Apply(task *wire.Task) (undo func() error, counts *wire.WhitelistCounts, err error)
 	// Flush returns once every change applied before it is durable.
 	Flush() error
@@ -28,6 +30,10 @@ type Desired interface {
 // ErrRefused is wrapped by Desired.Apply's errors for a task the desired state does not
 // take (over one of its bounds): the task is dead-lettered.
 var ErrRefused = errors.New("over a bound")
+
+// ErrKept is Desired.Apply's answer for a task the desired whitelists keep, with its
+// result, themselves (SetWhitelist): taken, and not given to the outbox.
+var ErrKept = errors.New("kept by the desired whitelists")
 
 // Known is what the taker asks the outbox before applying a task to the desired
 // whitelists: whether the task's command is stored already (agent/outbox's Known).
@@ -48,13 +54,17 @@ type refusal struct {
 // desired state). A task the outbox holds already (a redelivery after the outbox took it)
 // is not applied again: a later task for the same person may have changed the person
 // since, and the outbox keeps the first copy's place in the order. It returns the tasks
-// (and their indexes and undos) still to be given to the outbox, without those d refused.
+// (and their indexes and undos) still to be given to the outbox, without those d refused
+// or kept (ErrKept: a SetWhitelist, whose list and result the desired whitelists keep;
+// kept counts them). A kept task replaced its terminal's whole list: the undos of the
+// message's earlier tasks for that terminal are dropped, since undoing one of them (the
+// outbox refusing it) would change the list the SetWhitelist set.
 func (t *Taker) applyDesired(d Desired, ob Outbox, parsed []wire.Task, tasks []outbox.Task, order []int) (
-	[]outbox.Task, []int, []func() error, []refusal, error) {
+	[]outbox.Task, []int, []func() error, []refusal, int, error) {
 	known, _ := ob.(Known)
 	undos := make([]func() error, 0, len(tasks))
 	var refused []refusal
-	n := 0
+	n, kept := 0, 0
 	for k := range tasks {
 		i := order[k]
 		var undo func() error
@@ -64,11 +74,19 @@ func (t *Taker) applyDesired(d Desired, ob Outbox, parsed []wire.Task, tasks []o
 			case errors.Is(err, ErrRefused):
 				refused = append(refused, refusal{i, err})
 				continue
+			case errors.Is(err, ErrKept):
+				kept++
+				for j := range n {
+					if tasks[j].DeviceID == tasks[k].DeviceID {
+						undos[j] = nil
+					}
+				}
+				continue
 			case err != nil:
 				if uerr := t.undoDesired(d, undos); uerr != nil {
 					err = errors.Join(err, uerr)
 				}
-				return nil, nil, nil, nil, fmt.Errorf("desired whitelists: %w", err)
+				return nil, nil, nil, nil, 0, fmt.Errorf("desired whitelists: %w", err)
 			}
 			undo = u
 		}
@@ -77,9 +95,9 @@ func (t *Taker) applyDesired(d Desired, ob Outbox, parsed []wire.Task, tasks []o
 		n++
 	}
 	if err := d.Flush(); err != nil {
-		return nil, nil, nil, nil, fmt.Errorf("desired whitelists: %w", err)
+		return nil, nil, nil, nil, 0, fmt.Errorf("desired whitelists: %w", err)
 	}
-	return tasks[:n], order[:n], undos, refused, nil
+	return tasks[:n], order[:n], undos, refused, kept, nil
 }
 
 // undoDesired undoes changes in the reverse order of their Apply calls and flushes. The

@@ -37,6 +37,10 @@ type Options struct {
 	// MaxMessageSize is the largest message taken, in bytes ([intake] max_message_size);
 	// the HTTP pull also reads no more of a page.
 	MaxMessageSize int
+	// MaxWhitelist is the most persons one SetWhitelist task may carry ([intake]
+	// max_whitelist); 0 refuses SetWhitelist tasks. They are taken only with desired
+	// whitelists (OpenDesired), which keep them and their results.
+	MaxWhitelist int
 	// Devices are the configured terminals: a task for another is refused.
 	Devices []string
 	// Logger receives refusals and failures. Default: discard.
@@ -101,6 +105,7 @@ func NewTaker(o Options, m *Metrics) *Taker {
 		limits: wire.Limits{
 			MaxBatch:       o.MaxBatch,
 			MaxMessageSize: o.MaxMessageSize,
+			MaxWhitelist:   o.MaxWhitelist,
 			KnownDevice:    func(id string) bool { return known[id] },
 		},
 		log: log,
@@ -168,7 +173,11 @@ func (t *Taker) Accept(ctx context.Context, payload []byte) error {
 		return ErrNotReady
 	}
 	ob, deadLog := *obp, *t.dead.Load()
-	batch := wire.Parse(payload, t.limits)
+	lim := t.limits
+	if t.desired.Load() == nil {
+		lim.MaxWhitelist = 0 // nothing would keep the list nor give the result
+	}
+	batch := wire.Parse(payload, lim)
 	rejects := batch.Rejects
 	if t.draining.Load() {
 		for _, task := range batch.Tasks {
@@ -199,6 +208,9 @@ func (t *Taker) Accept(ctx context.Context, payload []byte) error {
 		// payloads it keeps), sized for all of them: one allocation, not one per task.
 		size := 0
 		for i := range batch.Tasks {
+			if batch.Tasks[i].Op == wire.SetWhitelist {
+				continue // kept by the desired whitelists: no command
+			}
 			cmd := batch.Command(i)
 			size += cmd.Msgsize()
 		}
@@ -206,6 +218,12 @@ func (t *Taker) Accept(ctx context.Context, payload []byte) error {
 		for i := range batch.Tasks {
 			task := &batch.Tasks[i]
 			cmd := batch.Command(i) // the id Parse computed: each task is hashed once
+			if task.Op == wire.SetWhitelist {
+				// The desired whitelists keep it (Desired.Apply's ErrKept): it is never
+				// sent as one command, so it has no payload.
+				tasks[i] = outbox.Task{MessageID: cmd.MessageID, TaskID: task.TaskID, DeviceID: task.DeviceID, Op: string(task.Op)}
+				continue
+			}
 			start := len(buf)
 			var err error
 			if buf, err = cmd.AppendMsg(buf); err != nil { // Parse validated the task; this would be a bug in one of them
@@ -241,10 +259,12 @@ func (t *Taker) Accept(ctx context.Context, payload []byte) error {
 			releaseTurn = unlock
 			var refused []refusal
 			var err error
-			tasks, order, undos, refused, err = t.applyDesired(desired, ob, batch.Tasks, tasks, order)
+			var kept int
+			tasks, order, undos, refused, kept, err = t.applyDesired(desired, ob, batch.Tasks, tasks, order)
 			if err != nil {
 				return err
 			}
+			t.m.Accepted.Add(uint64(kept))
 			for _, rf := range refused {
 				raw, _ := json.Marshal(batch.Tasks[rf.i])
 				r := wire.NewReject(rf.err.Error(), raw)

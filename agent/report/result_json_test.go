@@ -57,7 +57,7 @@ func TestResultsJSONShareABuffer(t *testing.T) {
 		{TaskID: "t-3", DeviceID: "d3", MessageID: "DeletePerson-3-1", Status: outbox.Expired},
 	}
 	stale := [][]byte{[]byte("kept")}
-	payloads := appendResultsJSON(stale, results)
+	payloads := appendResultsJSON(stale, results, nil)
 	if len(payloads) != 1+len(results) || string(payloads[0]) != "kept" {
 		t.Fatalf("%d payloads, first %q: want the 1 given and %d appended", len(payloads), payloads[0], len(results))
 	}
@@ -105,7 +105,7 @@ func BenchmarkResultJSON(b *testing.B) {
 		b.ReportAllocs()
 		var payloads [][]byte
 		for b.Loop() {
-			payloads = appendResultsJSON(payloads[:0], round)
+			payloads = appendResultsJSON(payloads[:0], round, nil)
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(round)), "ns/result")
 	})

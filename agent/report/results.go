@@ -51,6 +51,9 @@ type ResultOptions struct {
 	State   State  // nil: none
 	Logger  *slog.Logger
 	Metrics *ResultMetrics
+	// Counts, when set, gives a result its SetWhitelist counts (nil for other results):
+	// for a reporter of SetWhitelist results, which the desired whitelists keep.
+	Counts func(r *outbox.Result) *wire.WhitelistCounts
 }
 
 const reportBatch = 256
@@ -120,7 +123,7 @@ func (r *Reporter) Take(batch []backlog.Message, n int) ([]backlog.Message, bool
 	r.results = append(r.results[:0], results...)
 	start := len(batch)
 	var payloads [][]byte
-	payloads = appendResultsJSON(payloads, results)
+	payloads = appendResultsJSON(payloads, results, r.o.Counts)
 	for i, p := range payloads {
 		batch = append(batch, backlog.Message{Topic: r.o.Topic, Payload: p, ID: uint64(start + i)})
 	}
@@ -177,7 +180,7 @@ func resultJSONSize(r *outbox.Result) int {
 // new buffer (a buffer is never reused: a publisher may hold a payload past the round —
 // paho's session until the PUBACK). A result that outgrows the estimate moves on to a
 // larger buffer; the payloads before it keep the old one.
-func appendResultsJSON(payloads [][]byte, results []outbox.Result) [][]byte {
+func appendResultsJSON(payloads [][]byte, results []outbox.Result, counts func(*outbox.Result) *wire.WhitelistCounts) [][]byte {
 	size := 0
 	for i := range results {
 		size += resultJSONSize(&results[i])
@@ -185,6 +188,9 @@ func appendResultsJSON(payloads [][]byte, results []outbox.Result) [][]byte {
 	buf := make([]byte, 0, size)
 	for i := range results {
 		out := upstreamResult(results[i])
+		if counts != nil {
+			out.WhitelistCounts = counts(&results[i])
+		}
 		start := len(buf)
 		buf = appendResultJSON(buf, &out)
 		payloads = append(payloads, buf[start:len(buf):len(buf)])

@@ -12,7 +12,12 @@
 //	defer s.Close()
 //	err = s.Set("2042253", sync.Record{ID: "951", Name: "Li Lei", ValidTo: "2027-01-01T00:00:00Z"})
 //	err = s.Delete("2042253", "952")
-//	counts, err := s.Replace("2042253", list)    // SetWhitelist: Added, Deleted, Unchanged
+//	counts, err := s.Replace("2042253", list)    // the whole list: Added, Deleted, Unchanged
+//	// A SetWhitelist task: the list and the task (its counts) in one journal record; a
+//	// redelivery is ErrDuplicateTask. Its result, durable, then offered until reported.
+//	counts, err = s.ReplaceTask("2042253", list, whitelist.SetTask{MessageID: id, TaskID: "t-9"})
+//	ok, err := s.FinishSet("2042253", id, whitelist.SetSucceeded, 1, "")
+//	res := s.SetResults(100); err = s.MarkSetReported(id) // <-s.SetResultsReady()
 //	// Updates apply at once, in the order they are called; Flush waits until every update
 //	// before it is durable: acknowledge the task message after Flush returned nil.
 //	err = s.Flush()
@@ -61,12 +66,16 @@
 //   - Each command has a new messageId (a terminal acks a repeated one without applying it).
 //   - Each correction is judged against the desired list as it is when it is sent: a
 //     correction a task made unnecessary is not sent.
-//   - Extra persons are deleted from a terminal whose desired list was set whole
-//     (Replace), and, on any terminal, extra persons carrying a rev (records the agent
-//     sent and no longer wants: a delete the terminal refused or missed). Extra persons
-//     without a rev on a terminal whose list was never set whole (there before the agent,
-//     or added at the terminal) may be wanted: they stay, and the terminal's digest is
-//     judged with them (the desired digest XOR theirs).
+//   - Only a terminal with a desired list (Known: a task named it) is judged or
+//     reconciled, even on a Resync: with none there is nothing to compare with, and what
+//     it holds stays. On a terminal with one, every extra person is deleted, whether the
+//     agent sent it (a delete the terminal refused or missed) or it was added by hand.
+//   - SetWhitelist tasks (ReplaceTask) get their result here: on a v2 terminal, succeeded
+//     at the first judged heartbeat in step after the task's own reconciliation; on a v1
+//     terminal, the reconciliation sends DeletePerson for each person the pending tasks
+//     removed and AddPerson for each one they set (SetWork) and succeeds when it ends done;
+//     failed once MaxSetFailures reconciliations in a row failed or did not take (then
+//     reconciliation goes on for drift). FinishSet runs as an effect.
 //   - A refused AddPerson excludes that record (Exclude), so a refusal never becomes a
 //     repair loop; more than MaxRefusals in one reconciliation, a refused DeletePerson or
 //     ListPersons, codes 21 to 23, a command without a reply (err, or none within
@@ -81,7 +90,7 @@
 //     List or Correct is safe.
 //
 // Caveats: a v1 terminal cannot list what it holds, so its extra persons are out of reach
-// (a SetWhitelist that drops persons of a v1 terminal must delete them by task); faces
+// but for those a SetWhitelist removed (SetWork); faces
 // (PutFace) are not sent by a reconciliation; a page's corrections are held until sent
 // (at most the desired persons between two of the terminal's ids, the whole desired list
 // for an empty terminal: about 40 bytes a person).
@@ -131,8 +140,10 @@
 //	version byte  1
 //	kind    byte  'O' an update; 'P' a part of an update, more follow; 'L' its last part
 //	              'r' snapshot records; 't' a snapshot terminal
-//	'O','P','L': flags byte (bit 0: the update replaces the whole list), device id string,
-//	             then operations to the end:
+//	'O','P','L': flags byte (bit 0: the update replaces the whole list; bit 1: a SetWhitelist
+//	             task, only on a whole update's first record), device id string, with bit 1
+//	             the task: message id, task id (strings), taken at (uvarint unix ns), added,
+//	             deleted, unchanged (uvarints); then operations to the end:
 //	  'S' fields             set the person's record
 //	  'R' rev [8]byte        set the record the store held before the update, the only one
 //	                         with this rev (a Replace of a list the store holds costs 9
@@ -143,6 +154,12 @@
 //	  'F'                    forget the terminal (alone in its update)
 //	  An update of more than one operation lists them in increasing id order.
 //	'r': fields, repeated: the snapshot's records, numbered 0, 1, … across 'r' records
+//	'E': a SetWhitelist result: device id, message id, status byte (1 succeeded, 2 failed,
+//	     3 superseded), tries, finished at (uvarint unix ns), error string
+//	'A': SetWhitelist results reported: message id strings
+//	's': snapshot: a kept SetWhitelist task: device id, the task as in an update, status
+//	     byte (0 pending), tries, finished at, error; 'g': a pending task's work: device
+//	     id, gone and touched id lists (uvarint count, strings); 'k': reported task ids
 //	't': flags byte (bit 0: a Replace set the whole list), device id string, digest uint64
 //	     little endian, uvarint member count, then per member in id order the uvarint
 //	     (zigzag(number - previous number) << 1 | excluded), previous starting at -1.

@@ -2,6 +2,7 @@ package whitelist
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -67,6 +68,7 @@ const (
 	DefaultBackoffMax     = 10 * time.Minute
 	DefaultStepTimeout    = 15 * time.Minute
 	DefaultMaxRefusals    = 8
+	DefaultMaxSetFailures = 5
 )
 
 // v1Page is how many desired persons a protocol 1 reconciliation reads from the store at a
@@ -99,6 +101,12 @@ type ReconcileOptions struct {
 	// the refused record from the desired list) before it fails (default 8): a terminal
 	// refusing everything must not empty its desired list in one go.
 	MaxRefusals int
+	// MaxSetFailures is how many reconciliations in a row may fail (or end done without
+	// the terminal coming in step) while a SetWhitelist task is pending before its result
+	// is failed, with the last failure's reason (default 5; the agent passes [dispatch]
+	// max_tries). Reconciliation goes on after that, with backoff, for reason digest
+	// (count for a protocol 1 terminal).
+	MaxSetFailures int
 	// NewMessageID returns a messageId never used before with any terminal (default:
 	// "Sync-", the clock's time at New in base 36, "-", a counter).
 	NewMessageID func() string
@@ -149,15 +157,13 @@ type term struct {
 	tasks     bool // tasks queued or in flight
 	idleBeats int  // heartbeats since the queue last held tasks or a reconciliation ended
 	match     bool // the last judged heartbeat matched the desired list
-	// kept is the digest of the extra persons a reconciliation left on a terminal whose
-	// desired list was not set whole (they may be wanted): the terminal is in step when
-	// its digest is the desired one XOR kept.
-	kept    face.Digest
-	pending reasons
+	pending   reasons
 	// verify: a reconciliation ended done and no heartbeat was judged since; if the next
 	// one shows drift, the reconciliation did not take and counts as a failure.
 	verify    bool
 	failures  int       // reconciliations in a row that failed or did not take
+	lastErr   string    // why the last of them failed
+	setRuns   int       // reconciliations begun since the last SetWhitelist
 	notBefore time.Time // no reconciliation before (backoff)
 	retry     Timer
 	retryGen  uint64
@@ -213,6 +219,9 @@ func NewReconciler(opt ReconcileOptions) (*Reconciler, error) {
 	if opt.MaxRefusals <= 0 {
 		opt.MaxRefusals = DefaultMaxRefusals
 	}
+	if opt.MaxSetFailures <= 0 {
+		opt.MaxSetFailures = DefaultMaxSetFailures
+	}
 	if opt.Clock == nil {
 		opt.Clock = realClock{}
 	}
@@ -247,7 +256,7 @@ func (r *Reconciler) Heartbeat(dev string, h face.Heartbeat) {
 		if h.Serial != "" {
 			if t.serial != "" && h.Serial != t.serial {
 				// A new terminal: what was learnt of the old one does not hold.
-				t.kept, t.failures, t.notBefore, t.verify, t.match = 0, 0, time.Time{}, false, false
+				t.failures, t.notBefore, t.verify, t.match = 0, time.Time{}, false, false
 				r.drifted(t, bySerial)
 			}
 			t.serial = h.Serial
@@ -314,6 +323,9 @@ func (r *Reconciler) request(dev string, why reasons, label wire.SyncReason) {
 	t := r.term(dev)
 	t.pending |= why
 	t.failures, t.notBefore, t.verify = 0, time.Time{}, false
+	if why == bySetWhitelist {
+		t.setRuns = 0
+	}
 	r.opt.Metrics.drift(label)
 	r.advance(t)
 }
@@ -397,7 +409,7 @@ func (r *Reconciler) judge(t *term) {
 	var ok bool
 	var why reasons
 	if t.protocol >= 2 {
-		ok, why = t.digest == s.Digest(t.dev)^t.kept, byDigest
+		ok, why = t.digest == s.Digest(t.dev), byDigest
 	} else {
 		ok, why = t.persons >= s.Count(t.dev), byCount
 	}
@@ -405,11 +417,56 @@ func (r *Reconciler) judge(t *term) {
 		t.match, t.verify, t.failures, t.notBefore = true, false, 0, time.Time{}
 		t.pending &^= drifts
 		r.stopRetry(t)
+		// A v2 terminal whose digest is the desired one holds the list: a SetWhitelist
+		// pending for it succeeded, once its own reconciliation ran (a v1 terminal's count
+		// proves nothing: its task succeeds when that reconciliation ends done).
+		if t.protocol >= 2 && t.pending&bySetWhitelist == 0 {
+			r.finishSet(t, SetSucceeded, "")
+		}
 		return
 	}
 	t.match = false
 	if t.idleBeats >= 2 {
 		r.drifted(t, why)
+	}
+}
+
+// finishSet gives t's pending SetWhitelist task, if any, its result (after the lock is
+// released: it waits for the disk).
+func (r *Reconciler) finishSet(t *term, st SetStatus, why string) {
+	p, ok := r.opt.Store.PendingSet(t.dev)
+	if !ok {
+		return
+	}
+	dev, tries, log := t.dev, max(t.setRuns, 1), r.log
+	r.effects = append(r.effects, func() {
+		done, err := r.opt.Store.FinishSet(dev, p.MessageID, st, tries, why)
+		switch {
+		case err != nil:
+			log.Error("recording a SetWhitelist result failed; it is given again later", "device", dev, "task", p.TaskID, "err", err)
+		case done:
+			log.Info("SetWhitelist task finished", "device", dev, "task", p.TaskID, "status", st, "tries", tries, "err", why)
+		}
+	})
+}
+
+// setFailed fails t's pending SetWhitelist task once MaxSetFailures reconciliations in a
+// row failed; reconciliation goes on for drift.
+func (r *Reconciler) setFailed(t *term) {
+	if t.failures < r.opt.MaxSetFailures {
+		return
+	}
+	if _, ok := r.opt.Store.PendingSet(t.dev); !ok {
+		return
+	}
+	r.finishSet(t, SetFailed, fmt.Sprintf("%d reconciliations in a row failed, the last: %s", t.failures, t.lastErr))
+	if t.pending&bySetWhitelist != 0 {
+		t.pending &^= bySetWhitelist
+		if t.protocol >= 2 {
+			t.pending |= byDigest
+		} else {
+			t.pending |= byCount
+		}
 	}
 }
 
@@ -419,6 +476,7 @@ func (r *Reconciler) judge(t *term) {
 func (r *Reconciler) drifted(t *term, why reasons) {
 	if t.verify {
 		t.verify = false
+		t.lastErr = "the terminal's whitelist still differs after the reconciliation ended done"
 		r.failed(t)
 	}
 	if t.pending&why == 0 {
@@ -437,6 +495,7 @@ func (r *Reconciler) failed(t *term) {
 		d *= 2
 	}
 	t.notBefore = r.opt.Clock.Now().Add(min(d, r.opt.BackoffMax))
+	r.setFailed(t)
 }
 
 // advance moves t on: starts or resumes a reconciliation when one is wanted, the terminal
@@ -449,6 +508,12 @@ func (r *Reconciler) advance(t *term) {
 	rec := t.rec
 	if rec == nil {
 		if t.pending == 0 || !t.seen || t.tasks || t.slot || t.queued {
+			return
+		}
+		if known, _ := r.opt.Store.Known(t.dev); !known {
+			// No desired list, nothing to compare with: a terminal the agent does not
+			// manage keeps what it holds, even on a Resync.
+			t.pending = 0
 			return
 		}
 		if wait := t.notBefore.Sub(r.opt.Clock.Now()); wait > 0 {

@@ -17,7 +17,11 @@ type recon struct {
 	reasons reasons
 	reason  wire.SyncReason
 	v1      bool
-	whole   bool // the desired list was set whole: extra persons are unwanted
+	// setWork: a protocol 1 terminal's reconciliation for a SetWhitelist: it is sent what
+	// the pending task removed (DeletePerson) and set (AddPerson), and the task succeeds
+	// when it ends done; setID is that task's message id.
+	setWork bool
+	setID   string
 	start   time.Time
 	limit   int
 
@@ -53,9 +57,21 @@ func (r *Reconciler) begin(t *term) {
 	rec := &recon{reasons: t.pending, reason: t.pending.first(v1), v1: v1, start: now}
 	t.pending = 0
 	t.match, t.verify = false, false
-	_, rec.whole = r.opt.Store.Known(t.dev)
+	t.setRuns++
 	if v1 {
 		rec.v1Missing = max(0, r.opt.Store.Count(t.dev)-t.persons)
+		if p, ok := r.opt.Store.PendingSet(t.dev); ok && rec.reasons&bySetWhitelist != 0 {
+			rec.setWork, rec.setID = true, p.MessageID
+			gone, touched := r.opt.Store.SetWork(t.dev)
+			for _, id := range gone {
+				rec.todo = append(rec.todo, Change{Kind: Extra, ID: id})
+			}
+			for _, id := range touched {
+				rec.todo = append(rec.todo, Change{Kind: Missing, ID: id})
+			}
+			rec.v1Missing = len(touched)
+			rec.listDone = true
+		}
 	} else {
 		rec.diff = r.opt.Store.Diff(t.dev)
 		rec.limit = face.DefaultListLimit
@@ -65,7 +81,6 @@ func (r *Reconciler) begin(t *term) {
 			}
 		}
 	}
-	t.kept = 0 // what this reconciliation keeps, found afresh
 	t.rec = rec
 	r.log.Info("whitelist reconciliation started", "device", t.dev, "reason", rec.reason, "protocol", t.protocol)
 	r.report(t.dev, rec, wire.SyncStarted, "")
@@ -116,15 +131,9 @@ func (r *Reconciler) correction(t *term, c Change) (face.Command, face.Rev, bool
 	rec := t.rec
 	want, desired := r.opt.Store.Get(t.dev, c.ID)
 	if c.Kind == Extra && !desired {
-		if !rec.whole && c.Rev == (face.Rev{}) {
-			// The desired list was never set whole and the person carries no rev of the
-			// agent's (it was there before the agent, or added at the terminal): it may be
-			// wanted all the same. It stays, and the terminal's digest is judged with it.
-			// A person with a rev is a record the agent sent and no longer wants (a
-			// delete the terminal refused or missed): it goes.
-			t.kept.Toggle(c.ID, c.Rev)
-			return face.Command{}, face.Rev{}, false
-		}
+		// The agent manages this terminal's list (a reconciliation runs only for a
+		// terminal with a desired list): every person it does not want goes, whether the
+		// agent sent it once or it was added at the terminal by hand.
 		return face.Command{Op: face.DeletePerson, Person: face.Person{ID: c.ID}}, face.Rev{}, true
 	}
 	if !desired {
@@ -325,11 +334,18 @@ func (r *Reconciler) finish(t *term, status wire.SyncStatus, why string) {
 	m, x, c := rec.counts()
 	if status == wire.SyncFailed {
 		t.pending |= rec.reasons
+		t.lastErr = why
 		r.failed(t)
 		r.log.Warn("whitelist reconciliation failed", "device", t.dev, "reason", rec.reason, "err", why,
 			"missing", m, "extra", x, "changed", c, "retry_in", t.notBefore.Sub(now))
 	} else {
 		t.verify = true
+		if rec.setWork {
+			// A v1 terminal cannot show its list: every command acked is all there is.
+			if p, ok := r.opt.Store.PendingSet(t.dev); ok && p.MessageID == rec.setID && t.pending&bySetWhitelist == 0 {
+				r.finishSet(t, SetSucceeded, "")
+			}
+		}
 		r.log.Info("whitelist reconciliation done", "device", t.dev, "reason", rec.reason,
 			"missing", m, "extra", x, "changed", c, "refused", rec.refusals)
 	}

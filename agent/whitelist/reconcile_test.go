@@ -406,53 +406,11 @@ func TestReconcileRateLimit(t *testing.T) {
 	}
 }
 
-// TestReconcileKeepsUnknownExtras: persons on a terminal whose desired list was never set
-// whole may be wanted: they stay, the terminal is in sync with them, and later heartbeats
-// send nothing.
-func TestReconcileKeepsUnknownExtras(t *testing.T) {
-	h := newHarness(t, ReconcileOptions{})
-	m := newModelTerminal(2, "SN")
-	h.terms["d"] = m
-	for _, r := range people(5, "p") {
-		if err := h.store.Set("d", r); err != nil {
-			t.Fatal(err)
-		}
-		if r.ID != "p00002" {
-			m.persons[r.ID] = personOf(r, 2)
-		}
-	}
-	m.persons["old"] = face.Person{ID: "old", Name: "before the agent"}
-	for range 5 {
-		h.tick()
-	}
-	if _, ok := m.persons["old"]; !ok || len(m.persons) != 6 || m.deletes != 0 {
-		t.Fatalf("held %v, %d deletes", m.ids(), m.deletes)
-	}
-	if !h.rec.Status("d").InSync {
-		t.Fatalf("status %+v", h.rec.Status("d"))
-	}
-	lists := m.lists
-	for range 20 {
-		h.tick()
-	}
-	if m.lists != lists {
-		t.Fatalf("%d more lists of a terminal in sync with its kept extras", m.lists-lists)
-	}
-	// A SetWhitelist makes the list whole: the extra goes.
-	if _, err := h.store.Replace("d", people(5, "p")); err != nil {
-		t.Fatal(err)
-	}
-	h.rec.SetWhitelist("d")
-	h.converge(5)
-	if got := h.statuses("d"); got[len(got)-1] != "setWhitelist/done" || h.reports[len(h.reports)-1].Extra != 1 {
-		t.Fatalf("reports %+v", h.reportsOf("d"))
-	}
-}
-
-// TestReconcileDeletesAgentExtras: on a terminal whose desired list was built by tasks
-// (never set whole), an extra person carrying a rev — a record the agent sent, whose
-// DeletePerson the terminal refused — is deleted; one without a rev stays.
-func TestReconcileDeletesAgentExtras(t *testing.T) {
+// TestReconcileDeletesEveryExtraOnAManagedTerminal: on a terminal whose desired list the
+// agent manages (tasks built it, never set whole), every extra person goes: one carrying a
+// rev (a record the agent sent, whose DeletePerson the terminal refused) and one without
+// (added at the terminal by hand). The terminal is then in sync and gets nothing more.
+func TestReconcileDeletesEveryExtraOnAManagedTerminal(t *testing.T) {
 	h := newHarness(t, ReconcileOptions{})
 	m := newModelTerminal(2, "SN")
 	h.terms["d"] = m
@@ -465,18 +423,45 @@ func TestReconcileDeletesAgentExtras(t *testing.T) {
 	if err := h.store.Delete("d", "p00003"); err != nil { // the task's delete the terminal refused
 		t.Fatal(err)
 	}
-	m.persons["old"] = face.Person{ID: "old", Name: "before the agent"}
+	m.persons["old"] = face.Person{ID: "old", Name: "added by hand"}
 	for range 5 {
 		h.tick()
 	}
-	if _, ok := m.persons["p00003"]; ok || m.deletes != 1 {
-		t.Fatalf("held %v, %d deletes: the agent's extra should go", m.ids(), m.deletes)
-	}
-	if _, ok := m.persons["old"]; !ok {
-		t.Fatalf("held %v: the extra without a rev should stay", m.ids())
+	_, agents := m.persons["p00003"]
+	_, hand := m.persons["old"]
+	if agents || hand || m.deletes != 2 || len(m.persons) != 4 {
+		t.Fatalf("held %v, %d deletes: both extras should go", m.ids(), m.deletes)
 	}
 	if got := h.reportsOf("d"); len(got) == 0 || got[len(got)-1].Status != wire.SyncDone || got[len(got)-1].Extra != 2 {
 		t.Fatalf("reports %+v", got)
+	}
+	h.converge(5)
+	if !h.rec.Status("d").InSync {
+		t.Fatalf("status %+v", h.rec.Status("d"))
+	}
+	lists := m.lists
+	for range 20 {
+		h.tick()
+	}
+	if m.lists != lists {
+		t.Fatalf("%d more lists of a terminal in sync", m.lists-lists)
+	}
+}
+
+// TestReconcileLeavesUnmanagedTerminal: a terminal whose desired list the agent never knew
+// (no task named it) is not reconciled, whatever it holds: nothing to compare it with.
+func TestReconcileLeavesUnmanagedTerminal(t *testing.T) {
+	h := newHarness(t, ReconcileOptions{})
+	m := newModelTerminal(2, "SN")
+	h.terms["d"] = m
+	m.persons["old"] = face.Person{ID: "old", Name: "there before the agent"}
+	for range 20 {
+		h.tick()
+	}
+	h.rec.Resync("d")
+	h.tick()
+	if m.lists != 0 || m.deletes != 0 || len(m.persons) != 1 || len(h.reportsOf("d")) != 0 {
+		t.Fatalf("%d lists, %d deletes, held %v, reports %+v", m.lists, m.deletes, m.ids(), h.reportsOf("d"))
 	}
 }
 

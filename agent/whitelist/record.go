@@ -168,6 +168,13 @@ const (
 	kindTerminal = 't' // snapshot: one terminal's list
 
 	flagWhole = 1 // the update replaces the terminal's whole list (Replace)
+	flagTask  = 2 // a SetWhitelist task's fields follow the device id (ReplaceTask)
+
+	kindSetEnd      = 'E' // a SetWhitelist task's result
+	kindSetReported = 'A' // SetWhitelist results reported upstream
+	kindSetSnap     = 's' // snapshot: a SetWhitelist task, pending or unreported
+	kindSetWork     = 'g' // snapshot: the ids a pending task removed and set (protocol 1)
+	kindSetRecent   = 'k' // snapshot: the ids of the last reported tasks
 
 	opSet     = 'S' // set a person's record: fields follow
 	opSetRef  = 'R' // set a person's record the store held already: its rev follows
@@ -195,6 +202,7 @@ type rawRecord struct {
 	// kindTerminal
 	digest  face.Digest
 	members []uint64 // zigzag(delta of the snapshot index)<<1 | excluded
+	task    *SetTask // an update's first record with flagTask
 }
 
 func appendUpdateHeader(dst []byte, kind, flags byte, dev string) []byte {
@@ -264,6 +272,8 @@ func parseRecord(b []byte) (rawRecord, error) {
 			return rr, errors.New("snapshot terminal: trailing bytes")
 		}
 		return rr, nil
+	case kindSetEnd, kindSetReported, kindSetSnap, kindSetWork, kindSetRecent:
+		return rr, nil // decoded where they are applied (sets.go)
 	}
 	return rr, fmt.Errorf("record kind %q is unknown", rr.kind)
 }
@@ -274,7 +284,7 @@ func parseUpdate(b []byte, off int, rr rawRecord) (rawRecord, error) {
 	}
 	rr.flags = b[off]
 	off++
-	if rr.flags&^flagWhole != 0 {
+	if rr.flags&^(flagWhole|flagTask) != 0 {
 		return rr, fmt.Errorf("update: unknown flags %#x", rr.flags)
 	}
 	dev, ok := readString(b, &off, MaxIDLen)
@@ -282,6 +292,17 @@ func parseUpdate(b []byte, off int, rr rawRecord) (rawRecord, error) {
 		return rr, errors.New("update: bad device id")
 	}
 	rr.dev = string(dev)
+	if rr.flags&flagTask != 0 {
+		if rr.flags&flagWhole == 0 || rr.kind == kindLast {
+			return rr, fmt.Errorf("update of %q: a task on an update that is not a whole list's first record", rr.dev)
+		}
+		r := &setReader{b: b, off: off}
+		rr.task = r.task(rr.dev)
+		if r.err != nil {
+			return rr, fmt.Errorf("update of %q: task: %v", rr.dev, r.err)
+		}
+		off = r.off
+	}
 	readRev := func(r *face.Rev) bool {
 		if len(b)-off < len(r) {
 			return false

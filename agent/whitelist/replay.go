@@ -23,12 +23,13 @@ func (s *Store) replay() error {
 		active bool
 		dev    string
 		whole  bool
+		task   *SetTask
 		ops    []op
 	}
 	drop := func() {
 		if group.active {
 			s.log.Warn("desired whitelists: an update cut short by a crash is dropped", "device", group.dev)
-			group.active, group.ops = false, nil
+			group.active, group.ops, group.task = false, nil, nil
 			st.endUpdate()
 		}
 	}
@@ -49,11 +50,17 @@ func (s *Store) replay() error {
 		case kindTerminal:
 			inSnap = true
 			return s.loadTerminal(&rr, snapMap)
+		case kindSetSnap, kindSetWork, kindSetRecent:
+			inSnap = true
+			return st.loadSetSnapshot(rr.kind, b)
 		}
 		if inSnap { // the snapshot ended
 			snapMap, inSnap = nil, false
 			st.endUpdate()
 			s.snapBytes, s.logBytes = s.logBytes-int64(len(b)+journal.FrameOverhead), int64(len(b)+journal.FrameOverhead)
+		}
+		if rr.kind == kindSetEnd || rr.kind == kindSetReported {
+			return st.applySetRecord(rr.kind, b)
 		}
 		if rr.kind == kindLast && (!group.active || group.dev != rr.dev) {
 			return fmt.Errorf("the last part of an update of %q without its first", rr.dev)
@@ -62,7 +69,7 @@ func (s *Store) replay() error {
 			drop()
 		}
 		if !group.active {
-			group.active, group.dev, group.whole = true, rr.dev, false
+			group.active, group.dev, group.whole, group.task = true, rr.dev, false, rr.task
 		}
 		group.whole = group.whole || rr.flags&flagWhole != 0
 		for _, ro := range rr.ops {
@@ -79,8 +86,11 @@ func (s *Store) replay() error {
 			return nil
 		}
 		st.apply(group.dev, group.whole, group.ops)
+		if group.task != nil {
+			st.sets.start(group.task, group.ops)
+		}
 		st.endUpdate()
-		group.active, group.ops = false, nil
+		group.active, group.ops, group.task = false, nil, nil
 		return nil
 	})
 	if err != nil {
@@ -188,6 +198,7 @@ func (s *Store) Compact() error {
 			}
 		}
 	}
+	setSnap := st.sets.capture()
 	s.logBytes = 0
 	s.mu.Unlock()
 
@@ -239,7 +250,9 @@ func (s *Store) Compact() error {
 				return err
 			}
 		}
-		return nil
+		var err error
+		buf, err = setSnap.emit(buf, func(b []byte) error { buf = b; return put() })
+		return err
 	})
 	if err != nil {
 		return err

@@ -62,11 +62,12 @@ type state struct {
 	fresh   []uint32 // records interned by the update under way
 	scratch []uint32
 	enc     []byte
+	sets    sets // SetWhitelist tasks (sets.go)
 }
 
 func newState() *state {
 	return &state{seed: maphash.MakeSeed(), mask: chunkMask, byRev: map[face.Rev]uint32{}, chunks: map[uint64]*chunk{},
-		terms: map[string]*terminal{}}
+		terms: map[string]*terminal{}, sets: newSets()}
 }
 
 func (st *state) id(ref uint32) string { return fieldsID(st.recs[ref&^excluded].data) }

@@ -54,7 +54,11 @@ type Options struct {
 	// CompactBytes: a snapshot replaces the journal once the records written since the last
 	// one exceed both CompactBytes and the last snapshot's size (default 4 MiB).
 	CompactBytes int64
-	Logger       *slog.Logger
+	// MaxSetTasks bounds the SetWhitelist tasks kept, pending or finished and not yet
+	// reported (default DefaultMaxSetTasks): a ReplaceTask beyond it is refused with
+	// ErrTooManySetTasks.
+	MaxSetTasks int
+	Logger      *slog.Logger
 
 	// chunkMask, when set, replaces chunkMask: tests cut lists into small chunks.
 	chunkMask uint64
@@ -89,6 +93,8 @@ type Store struct {
 	snapBytes int64       // the last snapshot's size
 	closed    bool
 
+	setReady chan struct{} // SetResultsReady
+
 	compactMu sync.Mutex
 	compactC  chan struct{}
 	quit      chan struct{}
@@ -109,10 +115,13 @@ func Open(dir string, opt Options) (*Store, error) {
 	if opt.CompactBytes <= 0 {
 		opt.CompactBytes = DefaultCompactBytes
 	}
+	if opt.MaxSetTasks <= 0 {
+		opt.MaxSetTasks = DefaultMaxSetTasks
+	}
 	if int64(opt.MaxRecords) >= excluded {
 		return nil, fmt.Errorf("whitelist: Options.MaxRecords %d is over %d", opt.MaxRecords, int64(excluded-1))
 	}
-	s := &Store{opt: opt, log: opt.Logger, st: newState(), compactC: make(chan struct{}, 1),
+	s := &Store{opt: opt, log: opt.Logger, st: newState(), compactC: make(chan struct{}, 1), setReady: make(chan struct{}, 1),
 		quit: make(chan struct{}), done: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -135,6 +144,9 @@ func Open(dir string, opt Options) (*Store, error) {
 	if err := s.replay(); err != nil {
 		j.Close()
 		return nil, fmt.Errorf("whitelist: replaying %s: %w", dir, err)
+	}
+	if len(s.st.sets.done) > 0 {
+		s.signalSets()
 	}
 	go s.runCompactor()
 	return s, nil
@@ -198,7 +210,7 @@ func (s *Store) Set(dev string, r Record) error {
 	if !known {
 		idx = s.st.intern(data, rev)
 	}
-	return s.update(dev, false, []op{{kind: opSet, id: r.ID, ref: idx, short: short}})
+	return s.update(dev, false, nil, []op{{kind: opSet, id: r.ID, ref: idx, short: short}})
 }
 
 // Delete takes the person id off dev's list (a person not there is no change).
@@ -211,7 +223,7 @@ func (s *Store) Delete(dev, id string) error {
 	if _, had := s.st.member(s.st.terms[dev], id); !had {
 		return nil
 	}
-	return s.update(dev, false, []op{{kind: opDelete, id: id}})
+	return s.update(dev, false, nil, []op{{kind: opDelete, id: id}})
 }
 
 // Exclude takes the person id out of dev's desired list if its desired record has rev
@@ -239,7 +251,7 @@ func (s *Store) flag(dev, id string, rev face.Rev, kind byte) (bool, error) {
 	if !had || (old&excluded == 0) != (kind == opExclude) || s.st.recs[old&^excluded].rev != rev {
 		return false, nil
 	}
-	return true, s.update(dev, false, []op{o})
+	return true, s.update(dev, false, nil, []op{o})
 }
 
 // Forget drops dev's list, and the fact that it had one.
@@ -252,7 +264,7 @@ func (s *Store) Forget(dev string) error {
 	if s.st.terms[dev] == nil {
 		return nil
 	}
-	return s.update(dev, false, []op{{kind: opForget}})
+	return s.update(dev, false, nil, []op{{kind: opForget}})
 }
 
 // Replace makes list dev's whole desired list and counts what changed against the
@@ -260,6 +272,11 @@ func (s *Store) Forget(dev string) error {
 // added: they were not desired) and dropped if not. A list that names a person twice is
 // refused (ErrDuplicateID).
 func (s *Store) Replace(dev string, list []Record) (Counts, error) {
+	return s.replace(dev, list, nil)
+}
+
+// replace is Replace, and ReplaceTask with task.
+func (s *Store) replace(dev string, list []Record, task *SetTask) (Counts, error) {
 	var c Counts
 	if err := checkID("device id", dev); err != nil {
 		return c, err
@@ -295,6 +312,11 @@ func (s *Store) Replace(dev string, list []Record) (Counts, error) {
 	defer s.mu.Unlock()
 	if s.closed {
 		return c, ErrClosed
+	}
+	if task != nil {
+		if c, err := s.checkTask(dev, task); err != nil {
+			return c, err
+		}
 	}
 	t := s.st.terms[dev]
 	if t == nil && len(s.st.terms) >= s.opt.MaxTerminals {
@@ -347,22 +369,32 @@ func (s *Store) Replace(dev string, list []Record) (Counts, error) {
 		c.Added++
 		set(items[k])
 	}
-	if len(ops) == 0 && t != nil && t.whole {
+	if task != nil {
+		task.Counts = c
+	} else if len(ops) == 0 && t != nil && t.whole {
 		return c, nil
 	}
-	return c, s.update(dev, true, ops)
+	return c, s.update(dev, true, task, ops)
 }
 
 // update writes an update of dev to the journal and applies it. Called with mu held,
 // after the records it sets were interned; it ends the update (endUpdate) either way.
-func (s *Store) update(dev string, whole bool, ops []op) error {
+func (s *Store) update(dev string, whole bool, task *SetTask, ops []op) error {
 	defer s.st.endUpdate()
 	var flags byte
 	if whole {
 		flags = flagWhole
 	}
 	b := s.st.enc[:0]
-	start := func(kind byte) { b = appendUpdateHeader(b[:0], kind, flags, dev) }
+	first := true
+	start := func(kind byte) {
+		if first && task != nil { // the task rides on the update's first record
+			b = appendTaskHeader(appendUpdateHeader(b[:0], kind, flags|flagTask, dev), task)
+		} else {
+			b = appendUpdateHeader(b[:0], kind, flags, dev)
+		}
+		first = false
+	}
 	var written int64
 	put := func(kind byte) error {
 		b[1] = kind
@@ -419,6 +451,9 @@ func (s *Store) update(dev string, whole bool, ops []op) error {
 		return err
 	}
 	s.st.apply(dev, whole, ops)
+	if task != nil {
+		s.st.sets.start(task, ops)
+	}
 	s.logBytes += written
 	if s.logBytes > max(s.opt.CompactBytes, s.snapBytes) {
 		select {

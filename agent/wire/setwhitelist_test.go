@@ -88,7 +88,7 @@ func TestParseSetWhitelistRefusals(t *testing.T) {
 		reason   string
 	}{
 		{"not taken", task(`{"id":"1"}`), Limits{}, "SetWhitelist: not taken by this gateway"},
-		{"over the bound", task(`{"id":"1"},{"id":"2"},{"id":"3"}`), Limits{MaxWhitelist: 2}, "whitelist too large: 3 persons (max_whitelist 2)"},
+		{"over the bound", task(`{"id":"1"},{"id":"2"},{"id":"3"}`), Limits{MaxWhitelist: 2}, "whitelist too large: 3 persons (intake.max_whitelist 2)"},
 		{"duplicate id", task(`{"id":"1"},{"id":"2"},{"id":"3"},{"id":"2","name":"b"},{"id":"1"}`), whitelistLimits,
 			`invalid task: persons: duplicate person id "2" (persons[1] and persons[3])`},
 		{"bad time", task(`{"id":"1"},{"id":"951","validFrom":"tomorrow"}`), whitelistLimits,

@@ -29,5 +29,5 @@ type DeviceState struct {
 	DesiredPersons int    `msg:"desiredPersons"` // persons on the terminal's desired whitelist
 	InSync         bool   `msg:"inSync"`         // the last heartbeat's digest is the desired list's, nothing queued or in flight
 	LastSync       int64  `msg:"lastSync"`       // when the last reconciliation started or ended (0: never)
-	SyncStatus     string `msg:"syncStatus"`     // that reconciliation's SyncStatus ("" before the first)
+	SyncStatus     string `msg:"syncStatus"`     // that reconciliation's SyncStatus ("" before the first; "unmanaged": no desired list, not reconciled)
 }

@@ -494,7 +494,7 @@ func (lim *Limits) checkWhitelist(t *Task) error {
 	case lim.MaxWhitelist <= 0:
 		return fmt.Errorf("%s: not taken by this gateway", SetWhitelist)
 	case len(t.Persons) > lim.MaxWhitelist:
-		return fmt.Errorf("whitelist too large: %d persons (max_whitelist %d)", len(t.Persons), lim.MaxWhitelist)
+		return fmt.Errorf("whitelist too large: %d persons (intake.max_whitelist %d)", len(t.Persons), lim.MaxWhitelist)
 	}
 	return nil
 }
