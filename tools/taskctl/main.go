@@ -41,6 +41,7 @@ const usage = `usage: taskctl submit [flags] FILE.jsonl | -
        taskctl submit [flags] -generate N -devices M
        taskctl submit [flags] -set-whitelist PERSONS.jsonl -device ID
        taskctl states [-config FILE | -url URL -gateway GW] [DEVICE...]
+       taskctl watch-sync [-url URL -gateway GW] DEVICE
 `
 
 const help = `taskctl — submit whitelist tasks to a faceagent and follow them to their results.
@@ -56,9 +57,11 @@ Commands:
           of persons (one person object per line). Following also shows the whitelist
           sync reports (faceagent/{gw}/devices/+/sync) and each SetWhitelist's counts.
   states  read each terminal's state from the state store (faceagent/{gw}/devices/{id})
-          and print it as a table.
+          and print it as a table, with whether it is in sync.
+  watch-sync  wait for a terminal's next whitelist reconciliation and print its sync
+          reports (started, then done or failed); exit 0 after done.
 
-taskctl submit -h and taskctl states -h list their flags.
+taskctl submit -h, taskctl states -h and taskctl watch-sync -h list their flags.
 
 Examples:
   taskctl submit -url mqtt://127.0.0.1:18830 -gateway demo-gw configs/demo-tasks.jsonl
@@ -80,6 +83,9 @@ Exit status: 0 every task has an outcome, 1 following timed out or the broker wa
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, tty bool) int {
 	if len(args) > 0 && args[0] == "states" {
 		return states(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "watch-sync" {
+		return watchSync(ctx, args[1:], stdout, stderr)
 	}
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 		fmt.Fprint(stdout, help)
