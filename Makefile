@@ -116,6 +116,13 @@ soak:
 bench-abuse:
 	FACEAGENT_ABUSE_LONG=1 $(GO) test -count=1 -run TestAbusiveClients -v -timeout 15m ./tools/bench/abuse/
 
+.PHONY: bench-arm-whitelist
+# bench-arm-whitelist: the 50,000-person digest, diff and reconciliation built for armv7 and
+# run under qemu-arm-static (docs/benchmarks.md); not part of make test.
+bench-arm-whitelist:
+	GOARCH=arm GOARM=7 $(GO) test -c -o /tmp/faceagent-wl.arm ./agent/whitelist/
+	qemu-arm-static /tmp/faceagent-wl.arm -test.run '^$$' -test.bench 'Digest50k|Diff50k|Reconcile50k' -test.benchmem -test.count 3
+
 # Runs every fuzz target for FUZZTIME each. go test accepts one -fuzz target per package
 # invocation, so the targets are discovered and run one at a time.
 fuzz:

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,7 @@ import (
 // every event is dropped.
 type whitelistSync struct {
 	ob      *outbox.Outbox
+	work    *syncWorker // corrections and reports, off the event's goroutine
 	r       atomic.Pointer[whitelist.Reconciler]
 	devices []string
 	log     *slog.Logger
@@ -81,8 +83,19 @@ func (w *whitelistSync) Correct(dev string, cmd face.Command) error {
 	if err != nil {
 		return err
 	}
-	return w.ob.Enqueue(outbox.Task{MessageID: cmd.MessageID, DeviceID: dev, Op: string(cmd.Op),
-		PersonID: cmd.Person.ID, Payload: payload, NoResult: true})
+	t := outbox.Task{MessageID: cmd.MessageID, DeviceID: dev, Op: string(cmd.Op),
+		PersonID: cmd.Person.ID, Payload: payload, NoResult: true}
+	if w.work != nil {
+		return w.work.correct(t)
+	}
+	return w.ob.Enqueue(t)
+}
+
+// notQueued tells the reconciler that the worker could not queue a correction.
+func (w *whitelistSync) notQueued(dev, messageID string, err error) {
+	if r := w.r.Load(); r != nil {
+		r.CorrectionDone(dev, messageID, face.Ack{}, fmt.Errorf("not queued: %w", err))
+	}
 }
 
 // correctionDone is the outbox's NoResultDone. A correction a later task for its person
@@ -215,15 +228,17 @@ func (a *Agent) startReconciler(cfg *config.Config, ws *whitelistSync, wl *white
 		return nil
 	}
 	ro := reconcileOptions(cfg, a.m.reconcile, ws.log)
-	ro.Store, ro.Lister, ro.Corrector, ro.Reporter = wl, ws, ws, reports
+	ro.Store, ro.Lister, ro.Corrector = wl, ws, ws
+	ro.Reporter = ws.startWorker(cfg.Whitelist.MaxReconciling, reports.SyncReport)
 	r, err := whitelist.NewReconciler(ro)
 	if err != nil {
+		ws.work.stop()
 		return err
 	}
 	ws.r.Store(r)
 	for _, dev := range wl.PendingSets() { // taken before a restart, or before r was set
 		r.SetWhitelist(dev)
 	}
-	*stops = append(*stops, func(context.Context) error { ws.r.Store(nil); r.Close(); return nil })
+	*stops = append(*stops, func(context.Context) error { ws.r.Store(nil); r.Close(); ws.work.stop(); return nil })
 	return nil
 }

@@ -67,6 +67,7 @@ type Terminal struct {
 	serial     string
 	generation int // replacements + 1: numbers the default serial
 	capacity   int // 0: no limit
+	ackLatency Latency
 	pending    []*pending
 	results    map[string]int // messageId → the code answered, so a resend gets the same answer
 	stats      Stats
@@ -91,6 +92,7 @@ func newTerminal(id string, index int, opts *Options, g *group) *Terminal {
 		generation: 1,
 		serial:     defaultSerial(id, 1),
 		capacity:   opts.Capacity,
+		ackLatency: opts.AckLatency,
 	}
 }
 
@@ -188,7 +190,7 @@ func (t *Terminal) receive(cmd face.Command) {
 		}
 	}
 	t.pending = append(t.pending, p)
-	delay := t.opts.AckLatency.Sample(r)
+	delay := t.ackLatency.Sample(r)
 	t.mu.Unlock()
 	t.report(violation)
 	if delay <= 0 {

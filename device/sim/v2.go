@@ -160,6 +160,14 @@ func (t *Terminal) SetCapacity(n int) error {
 	return nil
 }
 
+// SetAckLatency changes the terminal's ack latency (Options.AckLatency) for the commands
+// it receives from now on.
+func (t *Terminal) SetAckLatency(l Latency) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.ackLatency = l
+}
+
 // FactoryReset forgets every person (digest 0) and every messageId answered, and drops
 // the commands not yet acked, as a terminal reset to factory settings does. Its serial
 // stays.

@@ -43,6 +43,7 @@ const usage = `usage: taskctl submit [flags] FILE.jsonl | -
        taskctl submit [flags] -set-whitelist PERSONS.jsonl -device ID
        taskctl states [-config FILE | -url URL -gateway GW] [DEVICE...]
        taskctl status [-w] [-config FILE | -url URL -gateway GW] [DEVICE...]
+       taskctl watch-sync [-url URL -gateway GW] DEVICE
 `
 
 const help = `taskctl — submit whitelist tasks to a faceagent and follow them to their results.
@@ -58,12 +59,14 @@ Commands:
           of persons (one person object per line). Following also shows the whitelist
           sync reports (faceagent/{gw}/devices/+/sync) and each SetWhitelist's counts.
   states  read each terminal's state from the state store (faceagent/{gw}/devices/{id})
-          and print it as a table of counters.
+          and print it as a table, with whether it is in sync.
   status  the overview of a gateway: per terminal online, whitelist sync, queue, in flight,
           persons held/desired, last heartbeat, last error; -w keeps it on screen, redrawn
           on every change.
+  watch-sync  wait for a terminal's next whitelist reconciliation and print its sync
+          reports (started, then done or failed); exit 0 after done.
 
-taskctl submit -h, taskctl states -h and taskctl status -h list their flags.
+taskctl submit -h, taskctl states -h, taskctl status -h and taskctl watch-sync -h list their flags.
 
 Examples:
   taskctl submit -url mqtt://127.0.0.1:18830 -gateway demo-gw configs/demo-tasks.jsonl
@@ -89,6 +92,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	if len(args) > 0 && args[0] == "status" {
 		return statusCmd(ctx, args[1:], stdout, stderr, tty)
+	}
+	if len(args) > 0 && args[0] == "watch-sync" {
+		return watchSync(ctx, args[1:], stdout, stderr)
 	}
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 		fmt.Fprint(stdout, help)

@@ -29,7 +29,8 @@ func states(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), statesUsage+`
 Reads faceagent/{gw}/devices/{id} (msgp) for each terminal and prints one row each: online,
-queue (+1: a command in flight), sent, ok, failed, retries, persons, paused, firmware, time
+queue (+1: a command in flight), sent, ok, failed, retries, persons, in sync (its digest is
+the desired list's and nothing is queued), paused, firmware, time
 since last heard of, last error. Without DEVICE arguments the devices are those of -config.
 
 Examples:
@@ -63,8 +64,8 @@ Flags:
 		return 1
 	}
 	defer c.Close()
-	fmt.Fprintf(stdout, "%-12s %-7s %6s %6s %6s %6s %6s %7s %7s %-10s %8s  %s\n",
-		"terminal", "online", "queue", "sent", "ok", "failed", "retry", "persons", "paused", "firmware", "seen", "last error")
+	fmt.Fprintf(stdout, "%-12s %-7s %6s %6s %6s %6s %6s %7s %-7s %7s %-10s %8s  %s\n",
+		"terminal", "online", "queue", "sent", "ok", "failed", "retry", "persons", "in-sync", "paused", "firmware", "seen", "last error")
 	code := 0
 	now := time.Now()
 	for _, id := range ids {
@@ -88,8 +89,8 @@ Flags:
 		if st.InFlight != "" {
 			queue += "+1"
 		}
-		fmt.Fprintf(stdout, "%-12s %-7v %6s %6d %6d %6d %6d %7d %7v %-10s %8s  %s\n", id, st.Online, queue, st.Sent,
-			st.Succeeded, st.Failed, st.Retries, st.Persons, st.Paused, clipText(st.Firmware, 10), seen, clipText(st.LastError, 60))
+		fmt.Fprintf(stdout, "%-12s %-7v %6s %6d %6d %6d %6d %7d %-7v %7v %-10s %8s  %s\n", id, st.Online, queue, st.Sent,
+			st.Succeeded, st.Failed, st.Retries, st.Persons, st.InSync, st.Paused, clipText(st.Firmware, 10), seen, clipText(st.LastError, 60))
 	}
 	return code
 }
