@@ -25,7 +25,8 @@ The overview of a gateway: one row per terminal, from its state in the state sto
              heartbeat timeouts, or it does not know the terminal)
   SYNC       yes: it holds its desired whitelist (protocol 2 heartbeat with the desired
              digest, nothing queued); no; syncing (a reconciliation under way); failed (the
-             last reconciliation failed; the gateway tries again later)
+             last reconciliation failed; the gateway tries again later); unmanaged (no
+             task ever named it: the gateway has no desired list for it and leaves it alone)
   QUEUE      commands waiting for it
   IN FLIGHT  the messageId of the command sent and not yet acked, "-" for none
   PERSONS    persons it said it holds / persons on its desired whitelist
@@ -175,6 +176,8 @@ func (t *statusTable) render(w io.Writer, now time.Time) int {
 			sync = "syncing"
 		case st.SyncStatus == string(wire.SyncFailed):
 			sync = "failed"
+		case st.SyncStatus == "unmanaged": // the device state's value for a terminal no task named
+			sync = "unmanaged"
 		}
 		inFlight := "-"
 		if st.InFlight != "" {

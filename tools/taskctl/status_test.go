@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -129,6 +131,18 @@ func TestStatusWatchesTerminalsGoOffline(t *testing.T) {
 	}
 	defer f2.Close()
 
+	// One task makes t1's desired list the agent's (a managed terminal, judged in sync);
+	// t2 never named by a task stays unmanaged.
+	tasks := filepath.Join(t.TempDir(), "tasks.jsonl")
+	task := `{"taskId":"s-1","deviceId":"t1","op":"AddPerson","person":{"id":"p1","name":"Ann","validFrom":"2026-01-01T00:00:00Z","validTo":"2027-01-01T00:00:00Z"}}` + "\n"
+	if err := os.WriteFile(tasks, []byte(task), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var submitOut, submitErr bytes.Buffer
+	if code := run(context.Background(), []string{"submit", "-url", "mqtt://" + addr, "-gateway", gw, "-timeout", "20s", tasks}, nil, &submitOut, &submitErr, false); code != 0 {
+		t.Fatalf("submit: exit %d: %s%s", code, submitOut.String(), submitErr.String())
+	}
+
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	args := []string{"status", "-w", "-url", "mqtt://" + addr, "-gateway", gw, "t1", "t2"}
@@ -140,10 +154,11 @@ func TestStatusWatchesTerminalsGoOffline(t *testing.T) {
 
 	out.waitFor(t, "table with t1 and t2 online and in sync", 20*time.Second, func(s string) bool {
 		rows := lastTable(s)
-		return len(rows["t1"]) > 1 && rows["t1"][0] == "online" && rows["t1"][1] == "yes" && stateOf(s, "t2") == "online"
+		return len(rows["t1"]) > 1 && rows["t1"][0] == "online" && rows["t1"][1] == "yes" && stateOf(s, "t2") == "online" &&
+			len(rows["t2"]) > 1 && rows["t2"][1] == "unmanaged"
 	})
-	if row := lastTable(out.String())["t1"]; len(row) < 7 || row[2] != "0" || row[3] != "-" || row[4] != "0/0" || row[6] != "ago" {
-		t.Errorf("t1's row %q: want queue 0, nothing in flight, persons 0/0 and a heartbeat age", row)
+	if row := lastTable(out.String())["t1"]; len(row) < 7 || row[2] != "0" || row[3] != "-" || row[4] != "1/1" || row[6] != "ago" {
+		t.Errorf("t1's row %q: want queue 0, nothing in flight, persons 1/1 and a heartbeat age", row)
 	}
 
 	stopped := time.Now()
