@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,6 +70,14 @@ const (
 	DefaultMaxRefusals    = 8
 )
 
+// MessageIDPrefix begins every messageId the default NewMessageID makes. A task's
+// messageId begins with its op (wire.Task.MessageID), so the acks of a reconciliation's
+// own commands are told from those of tasks by it (OwnMessageID).
+const MessageIDPrefix = "Sync-"
+
+// OwnMessageID reports whether id is one the default NewMessageID made.
+func OwnMessageID(id string) bool { return strings.HasPrefix(id, MessageIDPrefix) }
+
 // v1Page is how many desired persons a protocol 1 reconciliation reads from the store at a
 // time (it sends each again).
 const v1Page = 256
@@ -100,7 +109,7 @@ type ReconcileOptions struct {
 	// refusing everything must not empty its desired list in one go.
 	MaxRefusals int
 	// NewMessageID returns a messageId never used before with any terminal (default:
-	// "Sync-", the clock's time at New in base 36, "-", a counter).
+	// MessageIDPrefix, the clock's time at New in base 36, "-", a counter).
 	NewMessageID func() string
 	Clock        Clock
 	Metrics      *Metrics
@@ -220,7 +229,7 @@ func NewReconciler(opt ReconcileOptions) (*Reconciler, error) {
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
-	r.idBase = "Sync-" + strconv.FormatInt(opt.Clock.Now().UnixNano(), 36) + "-"
+	r.idBase = MessageIDPrefix + strconv.FormatInt(opt.Clock.Now().UnixNano(), 36) + "-"
 	return r, nil
 }
 
