@@ -45,6 +45,16 @@ func StartChild(t testing.TB, env ...string) *Child {
 	return c
 }
 
+// Kill sends the child SIGKILL, waits for it, and fails t unless it ended by that signal.
+func (c *Child) Kill() {
+	c.t.Helper()
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	_ = c.cmd.Wait()
+	if st, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || st.Signal() != syscall.SIGKILL {
+		c.t.Fatalf("child ended with %v, not by SIGKILL", c.cmd.ProcessState)
+	}
+}
+
 // WaitLine returns the first line from the child, from now on, that contains substr, and
 // fails t if none comes within timeout or the child ends first.
 func (c *Child) WaitLine(substr string, timeout time.Duration) string {
