@@ -49,11 +49,24 @@ func (s *Store) replay() error {
 		case kindTerminal:
 			inSnap = true
 			return s.loadTerminal(&rr, snapMap)
+		case kindSerials:
+			inSnap = true
+			for _, p := range rr.serials {
+				st.setSerial(p[0], p[1])
+			}
+			return nil
 		}
 		if inSnap { // the snapshot ended
 			snapMap, inSnap = nil, false
 			st.endUpdate()
 			s.snapBytes, s.logBytes = s.logBytes-int64(len(b)+journal.FrameOverhead), int64(len(b)+journal.FrameOverhead)
+		}
+		if rr.kind == kindSerial {
+			// Not part of an update: one cut short by a crash before it is dropped (an
+			// update's parts are written under the lock SetSerial takes too).
+			drop()
+			st.setSerial(rr.dev, rr.serial)
+			return nil
 		}
 		if rr.kind == kindLast && (!group.active || group.dev != rr.dev) {
 			return fmt.Errorf("the last part of an update of %q without its first", rr.dev)
@@ -188,6 +201,7 @@ func (s *Store) Compact() error {
 			}
 		}
 	}
+	serials := st.capturedSerials()
 	s.logBytes = 0
 	s.mu.Unlock()
 
@@ -239,7 +253,12 @@ func (s *Store) Compact() error {
 				return err
 			}
 		}
-		return nil
+		var err error
+		buf, err = appendSerials(buf, serials, func(b []byte) error {
+			size += int64(len(b) + journal.FrameOverhead)
+			return emit(b)
+		})
+		return err
 	})
 	if err != nil {
 		return err

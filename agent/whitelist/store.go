@@ -420,11 +420,17 @@ func (s *Store) update(dev string, whole bool, ops []op) error {
 	}
 	s.st.apply(dev, whole, ops)
 	s.logBytes += written
+	s.compactIfGrown()
+	return nil
+}
+
+// compactIfGrown wakes the compactor once the records written since the last snapshot
+// exceed both CompactBytes and that snapshot's size. Called with mu held.
+func (s *Store) compactIfGrown() {
 	if s.logBytes > max(s.opt.CompactBytes, s.snapBytes) {
 		select {
 		case s.compactC <- struct{}{}:
 		default:
 		}
 	}
-	return nil
 }
