@@ -45,7 +45,8 @@
 //	r.DesiredChanged(dev); r.SetWhitelist(dev); r.Resync(dev); r.Forget(dev)
 //	st := r.Status(dev)                       // in sync, reconciling, last status, backoff
 //
-// Drift is a changed serial (at once), or, once the terminal's queue has held no task for
+// Drift is a changed serial (at once; the serial a terminal reported last is kept in the
+// store, so a replacement while the agent was stopped counts), or, once the terminal's queue has held no task for
 // two heartbeats, a v2 digest other than the desired one or a v1 count below the desired
 // one. A reconciliation then reports started; for v2 it reads ListPersons pages (limit
 // ListLimit), compares each with the desired list (Diff) and sends each page's corrective

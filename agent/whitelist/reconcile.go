@@ -253,13 +253,14 @@ func (r *Reconciler) Heartbeat(dev string, h face.Heartbeat) {
 			r.log.Warn("heartbeat with a bad digest ignored", "device", dev, "err", err)
 			return
 		}
-		if h.Serial != "" {
-			if t.serial != "" && h.Serial != t.serial {
+		if h.Serial != "" && h.Serial != t.serial {
+			if t.serial != "" {
 				// A new terminal: what was learnt of the old one does not hold.
 				t.kept, t.failures, t.notBefore, t.verify, t.match = 0, 0, time.Time{}, false, false
 				r.drifted(t, bySerial)
 			}
 			t.serial = h.Serial
+			r.effects = append(r.effects, func() { r.keepSerial(dev, h.Serial) })
 		}
 	}
 	t.seen, t.protocol, t.digest, t.persons = true, v, d, h.Persons
@@ -389,10 +390,18 @@ func (r *Reconciler) Status(dev string) Status {
 func (r *Reconciler) term(dev string) *term {
 	t := r.terms[dev]
 	if t == nil {
-		t = &term{dev: dev}
+		// The serial seen before a restart: a terminal replaced meanwhile is serial drift.
+		t = &term{dev: dev, serial: r.opt.Store.Serial(dev)}
 		r.terms[dev] = t
 	}
 	return t
+}
+
+// keepSerial records the serial dev reported in the store, for the next start.
+func (r *Reconciler) keepSerial(dev, serial string) {
+	if err := r.opt.Store.SetSerial(dev, serial); err != nil {
+		r.log.Warn("the terminal's serial is not kept for the next start", "device", dev, "err", err)
+	}
 }
 
 // judge compares an idle terminal's heartbeat with its desired list. A terminal without a
