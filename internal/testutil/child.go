@@ -55,6 +55,25 @@ func (c *Child) Kill() {
 	}
 }
 
+// Stop sends the child SIGTERM and waits for it; it fails t unless the child exits with
+// status 0 within timeout (then it is SIGKILLed).
+func (c *Child) Stop(timeout time.Duration) {
+	c.t.Helper()
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- c.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			c.t.Fatalf("child stopped with %v", err)
+		}
+	case <-time.After(timeout):
+		_ = c.cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+		c.t.Fatalf("child did not stop within %v of SIGTERM", timeout)
+	}
+}
+
 // WaitLine returns the first line from the child, from now on, that contains substr, and
 // fails t if none comes within timeout or the child ends first.
 func (c *Child) WaitLine(substr string, timeout time.Duration) string {

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,7 +27,7 @@ import (
 const syncKillChildEnv = "FACEAGENT_SYNC_KILL_CONFIG"
 
 // syncKillChild runs the agent of the config file at path, says "ready" once it is, and
-// runs until SIGKILL.
+// runs until SIGKILL, or until SIGTERM stops it cleanly (exit status 0).
 func syncKillChild(path string) {
 	fail := func(err error) { fmt.Fprintln(os.Stderr, "sync kill child:", err); os.Exit(3) }
 	cfg, err := config.Load(path, nil)
@@ -36,10 +38,20 @@ func syncKillChild(path string) {
 	if err != nil {
 		fail(err)
 	}
-	go func() { fail(a.Run(context.Background())) }()
-	<-a.Ready()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	select {
+	case <-a.Ready():
+	case err := <-done:
+		fail(fmt.Errorf("not ready: %v", err))
+	}
 	fmt.Println("ready")
-	select {}
+	if err := <-done; err != nil {
+		fail(err)
+	}
+	os.Exit(0)
 }
 
 // commandLog records, per terminal, the commands it was sent, in arrival order; wake is
