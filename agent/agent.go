@@ -169,6 +169,12 @@ func (a *Agent) NeedsRestart() error {
 			return fmt.Errorf("deadletter log: %w", err)
 		}
 	}
+	if a.syncReports != nil {
+		if err := a.syncReports.Backlog().Err(); err != nil {
+			// Every later whitelist sync report is lost; a restart reopens the log.
+			return fmt.Errorf("sync report log: %w", err)
+		}
+	}
 	if a.broker != nil {
 		// The embedded broker cannot accept connections (out of file descriptors, say):
 		// terminals and the back office that reconnect are locked out until it can again.

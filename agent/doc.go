@@ -40,10 +40,10 @@
 //   - Stop order is the reverse, within agent.shutdown_timeout: intake refuses new tasks
 //     first, the journals are flushed after the last event was recorded.
 //   - /healthz answers 503 with the reason while a part is unsound: a journal refused a
-//     write (outbox, deadletter log), the embedded broker cannot accept connections, or
-//     its sessions journal refuses writes (a full disk). NeedsRestart is the subset a
-//     restart mends; the systemd watchdog asks it. Warnings (terminals whose state the
-//     store refuses) are listed under "ok".
+//     write (outbox, deadletter log, sync report log), the embedded broker cannot accept
+//     connections, or its sessions journal refuses writes (a full disk). NeedsRestart is
+//     the subset a restart mends; the systemd watchdog asks it. Warnings (terminals whose
+//     state the store refuses) are listed under "ok".
 //   - Reload applies what can change live ([log] level, [dispatch], [store], terminals'
 //     settings) with the remote override laid over it again, and names the sections that
 //     need a restart (ErrNeedsRestart).

@@ -18,6 +18,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/report"
 	"github.com/seed0e69bba5/faceagent/agent/store"
 	"github.com/seed0e69bba5/faceagent/agent/upstream"
+	"github.com/seed0e69bba5/faceagent/agent/whitelist"
 	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/hlc"
 )
@@ -58,7 +59,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	// Forwarded acks and heartbeats: opened before the links, closed after the pumps.
 	fwd, err := report.OpenForwarder(filepath.Join(cfg.Agent.DataDir, report.ForwardDir), report.ForwardOptions{
 		Journal: journalOptions(cfg.Journal), Prefix: t.Devices, Logger: a.log.With("part", "forward"), Metrics: a.m.forward,
-		MaxCount: cfg.Reports.MaxForwarded, MaxBytes: int(cfg.Reports.MaxForwardedBytes)})
+		MaxCount: cfg.Reports.MaxForwarded, MaxBytes: int(cfg.Reports.MaxForwardedBytes), Own: whitelist.OwnMessageID})
 	if err != nil {
 		return fmt.Errorf("forward log: %w", err)
 	}

@@ -55,8 +55,15 @@ type ForwardOptions struct {
 	WriteDelay time.Duration
 	// CompactAfter is how many dead records start a snapshot (0: CompactForwarded).
 	CompactAfter int
-	Logger       *slog.Logger
-	Metrics      *ForwardMetrics
+	// Own, if set, reports whether an ack's messageId is one of the agent's own commands
+	// (a reconciliation's ListPersons and corrections): such acks are not forwarded. They
+	// are no answer to anything the back office sent (the sync reports tell it what a
+	// reconciliation did), and a repair's pages of up to a thousand persons each, or its
+	// thousands of corrections, would otherwise fill the backlog's bounds and drop the
+	// acks of tasks.
+	Own     func(messageID string) bool
+	Logger  *slog.Logger
+	Metrics *ForwardMetrics
 	// Observe is the backlog's hook (backlog.Options.Observe), for tests.
 	Observe func(backlog.Event)
 }
@@ -74,12 +81,16 @@ type ForwardOptions struct {
 //     ForwardWriteDelay and is not yet accepted.
 //   - Heartbeats coalesce: a device's new heartbeat replaces its older one not yet sent,
 //     so after an outage each device's latest heartbeat goes up. Acks never coalesce.
+//   - Acks of the agent's own commands (ForwardOptions.Own: a reconciliation's
+//     ListPersons and corrections) are not forwarded, so no reconciliation takes room
+//     in the backlog.
 //   - The backlog is bounded. When full, the oldest acks not yet sent are dropped to make
 //     room: the results, from the outbox's journal, carry every task's outcome; a
 //     forwarded ack is the terminal's word for it. A message is refused only when no ack
 //     is left to drop.
 type Forwarder struct {
 	b   *backlog.Backlog
+	own func(messageID string) bool
 	log *slog.Logger
 }
 
@@ -115,12 +126,13 @@ func OpenForwarder(dir string, o ForwardOptions) (*Forwarder, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Forwarder{b: b, log: log}, nil
+	return &Forwarder{b: b, own: o.Own, log: log}, nil
 }
 
-// Ack forwards a terminal's ack: journalled (write-behind) and queued for the publisher.
+// Ack forwards a terminal's ack: journalled (write-behind) and queued for the publisher;
+// the ack of one of the agent's own commands (ForwardOptions.Own) is not forwarded.
 func (f *Forwarder) Ack(deviceID string, a face.Ack) {
-	if f == nil {
+	if f == nil || f.own != nil && f.own(a.MessageID) {
 		return
 	}
 	payload, err := a.AppendJSON(make([]byte, 0, 48+len(a.MessageID)+len(a.Message)))

@@ -27,6 +27,9 @@
 //	ok, err = s.Include("2042253", "951", rev)    // it took that record after all
 //	// Reads for reconciliation.
 //	s.Digest("2042253"); s.Count("2042253"); s.Known("2042253")
+//	// The hardware serial a terminal reported last, kept across restarts (a replacement
+//	// while the agent was stopped shows as a changed serial); independent of the lists.
+//	err = s.SetSerial("2042253", "FS-2042253-1"); serial := s.Serial("2042253")
 //	page := s.Page("2042253", after, 100, nil)     // desired entries with id > after
 //	d := s.Diff("2042253")
 //	err = d.Page(held, next, func(c sync.Change) { ... }) // per ListPersons page
@@ -47,7 +50,8 @@
 //	r.DesiredChanged(dev); r.SetWhitelist(dev); r.Resync(dev); r.Forget(dev)
 //	st := r.Status(dev)                       // in sync, reconciling, last status, backoff
 //
-// Drift is a changed serial (at once), or, once the terminal's queue has held no task for
+// Drift is a changed serial (at once; the serial a terminal reported last is kept in the
+// store, so a replacement while the agent was stopped counts), or, once the terminal's queue has held no task for
 // two heartbeats, a v2 digest other than the desired one or a v1 count below the desired
 // one. A reconciliation then reports started; for v2 it reads ListPersons pages (limit
 // ListLimit), compares each with the desired list (Diff) and sends each page's corrective
@@ -125,6 +129,9 @@
 //     before the next is queued, and applied at its last part: a crash between parts
 //     drops the whole update at replay (it was never flushed).
 //   - A record is interned while a chunk refers to it; a chunk while a terminal's list does.
+//   - Serials (SetSerial) are journalled and snapshotted like the lists but independent
+//     of them: a serial makes no terminal Known, Forget keeps it. At most MaxTerminals
+//     terminals have one.
 //   - Bounds: MaxTerminals terminals, MaxPersons members per terminal (excluded ones
 //     included), MaxRecords distinct records. An update that would pass one is refused with
 //     ErrTooManyTerminals, ErrTooManyPersons or ErrTooManyRecords and changes nothing.
@@ -139,7 +146,8 @@
 //
 //	version byte  1
 //	kind    byte  'O' an update; 'P' a part of an update, more follow; 'L' its last part
-//	              'r' snapshot records; 't' a snapshot terminal
+//	              'N' a terminal's serial
+//	              'r' snapshot records; 't' a snapshot terminal; 'n' snapshot serials
 //	'O','P','L': flags byte (bit 0: the update replaces the whole list; bit 1: a SetWhitelist
 //	             task, only on a whole update's first record), device id string, with bit 1
 //	             the task: message id, task id (strings), taken at (uvarint unix ns), added,
@@ -153,6 +161,8 @@
 //	  'I' id, rev [8]byte    include, if rev is the excluded record's
 //	  'F'                    forget the terminal (alone in its update)
 //	  An update of more than one operation lists them in increasing id order.
+//	'N': device id string, serial string: the serial the terminal reported last ("": none)
+//	'n': (device id string, serial string), repeated: the snapshot's serials
 //	'r': fields, repeated: the snapshot's records, numbered 0, 1, … across 'r' records
 //	'E': a SetWhitelist result: device id, message id, status byte (1 succeeded, 2 failed,
 //	     3 superseded), tries, finished at (uvarint unix ns), error string
@@ -164,7 +174,7 @@
 //	     little endian, uvarint member count, then per member in id order the uvarint
 //	     (zigzag(number - previous number) << 1 | excluded), previous starting at -1.
 //
-// A snapshot ('r' records, then 't' records) is written after a journal checkpoint taken
+// A snapshot ('r' records, then 't' records, then 'n' records) is written after a journal checkpoint taken
 // under the store's lock, when the records written since the last snapshot exceed both
 // Options.CompactBytes and that snapshot's size; the files then stay within about twice
 // the snapshot plus CompactBytes, plus the open segment's reserved blocks (SegmentSize).

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -71,6 +72,14 @@ const (
 	DefaultMaxSetFailures = 5
 )
 
+// MessageIDPrefix begins every messageId the default NewMessageID makes. A task's
+// messageId begins with its op (wire.Task.MessageID), so the acks of a reconciliation's
+// own commands are told from those of tasks by it (OwnMessageID).
+const MessageIDPrefix = "Sync-"
+
+// OwnMessageID reports whether id is one the default NewMessageID made.
+func OwnMessageID(id string) bool { return strings.HasPrefix(id, MessageIDPrefix) }
+
 // v1Page is how many desired persons a protocol 1 reconciliation reads from the store at a
 // time (it sends each again).
 const v1Page = 256
@@ -108,7 +117,7 @@ type ReconcileOptions struct {
 	// (count for a protocol 1 terminal).
 	MaxSetFailures int
 	// NewMessageID returns a messageId never used before with any terminal (default:
-	// "Sync-", the clock's time at New in base 36, "-", a counter).
+	// MessageIDPrefix, the clock's time at New in base 36, "-", a counter).
 	NewMessageID func() string
 	Clock        Clock
 	Metrics      *Metrics
@@ -229,7 +238,7 @@ func NewReconciler(opt ReconcileOptions) (*Reconciler, error) {
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
-	r.idBase = "Sync-" + strconv.FormatInt(opt.Clock.Now().UnixNano(), 36) + "-"
+	r.idBase = MessageIDPrefix + strconv.FormatInt(opt.Clock.Now().UnixNano(), 36) + "-"
 	return r, nil
 }
 
@@ -253,13 +262,14 @@ func (r *Reconciler) Heartbeat(dev string, h face.Heartbeat) {
 			r.log.Warn("heartbeat with a bad digest ignored", "device", dev, "err", err)
 			return
 		}
-		if h.Serial != "" {
-			if t.serial != "" && h.Serial != t.serial {
+		if h.Serial != "" && h.Serial != t.serial {
+			if t.serial != "" {
 				// A new terminal: what was learnt of the old one does not hold.
 				t.failures, t.notBefore, t.verify, t.match = 0, time.Time{}, false, false
 				r.drifted(t, bySerial)
 			}
 			t.serial = h.Serial
+			r.effects = append(r.effects, func() { r.keepSerial(dev, h.Serial) })
 		}
 	}
 	t.seen, t.protocol, t.digest, t.persons = true, v, d, h.Persons
@@ -392,10 +402,18 @@ func (r *Reconciler) Status(dev string) Status {
 func (r *Reconciler) term(dev string) *term {
 	t := r.terms[dev]
 	if t == nil {
-		t = &term{dev: dev}
+		// The serial seen before a restart: a terminal replaced meanwhile is serial drift.
+		t = &term{dev: dev, serial: r.opt.Store.Serial(dev)}
 		r.terms[dev] = t
 	}
 	return t
+}
+
+// keepSerial records the serial dev reported in the store, for the next start.
+func (r *Reconciler) keepSerial(dev, serial string) {
+	if err := r.opt.Store.SetSerial(dev, serial); err != nil {
+		r.log.Warn("the terminal's serial is not kept for the next start", "device", dev, "err", err)
+	}
 }
 
 // judge compares an idle terminal's heartbeat with its desired list. A terminal without a

@@ -166,6 +166,8 @@ const (
 	kindLast     = 'L' // the last part of an update
 	kindRecords  = 'r' // snapshot: records in full form, numbered in order
 	kindTerminal = 't' // snapshot: one terminal's list
+	kindSerial   = 'N' // a terminal's serial: device id, serial ("" forgets it)
+	kindSerials  = 'n' // snapshot: (device id, serial) pairs
 
 	flagWhole = 1 // the update replaces the terminal's whole list (Replace)
 	flagTask  = 2 // a SetWhitelist task's fields follow the device id (ReplaceTask)
@@ -201,8 +203,10 @@ type rawRecord struct {
 	recs  []Record // kindRecords
 	// kindTerminal
 	digest  face.Digest
-	members []uint64 // zigzag(delta of the snapshot index)<<1 | excluded
-	task    *SetTask // an update's first record with flagTask
+	members []uint64    // zigzag(delta of the snapshot index)<<1 | excluded
+	task    *SetTask    // an update's first record with flagTask
+	serial  string      // kindSerial
+	serials [][2]string // kindSerials: (device id, serial)
 }
 
 func appendUpdateHeader(dst []byte, kind, flags byte, dev string) []byte {
@@ -236,6 +240,33 @@ func parseRecord(b []byte) (rawRecord, error) {
 		}
 		if len(rr.recs) == 0 {
 			return rr, errors.New("snapshot records: none")
+		}
+		return rr, nil
+	case kindSerial:
+		dev, ok := readString(b, &off, MaxIDLen)
+		if !ok || len(dev) == 0 {
+			return rr, errors.New("serial: bad device id")
+		}
+		serial, ok := readString(b, &off, MaxIDLen)
+		if !ok || off != len(b) {
+			return rr, fmt.Errorf("serial of %q: bad serial", dev)
+		}
+		rr.dev, rr.serial = string(dev), string(serial)
+		return rr, nil
+	case kindSerials:
+		for off < len(b) {
+			dev, ok := readString(b, &off, MaxIDLen)
+			if !ok || len(dev) == 0 {
+				return rr, errors.New("snapshot serials: bad device id")
+			}
+			serial, ok := readString(b, &off, MaxIDLen)
+			if !ok || len(serial) == 0 {
+				return rr, fmt.Errorf("snapshot serials: bad serial of %q", dev)
+			}
+			rr.serials = append(rr.serials, [2]string{string(dev), string(serial)})
+		}
+		if len(rr.serials) == 0 {
+			return rr, errors.New("snapshot serials: none")
 		}
 		return rr, nil
 	case kindTerminal:

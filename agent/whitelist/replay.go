@@ -53,6 +53,12 @@ func (s *Store) replay() error {
 		case kindSetSnap, kindSetWork, kindSetRecent:
 			inSnap = true
 			return st.loadSetSnapshot(rr.kind, b)
+		case kindSerials:
+			inSnap = true
+			for _, p := range rr.serials {
+				st.setSerial(p[0], p[1])
+			}
+			return nil
 		}
 		if inSnap { // the snapshot ended
 			snapMap, inSnap = nil, false
@@ -61,6 +67,13 @@ func (s *Store) replay() error {
 		}
 		if rr.kind == kindSetEnd || rr.kind == kindSetReported {
 			return st.applySetRecord(rr.kind, b)
+		}
+		if rr.kind == kindSerial {
+			// Not part of an update: one cut short by a crash before it is dropped (an
+			// update's parts are written under the lock SetSerial takes too).
+			drop()
+			st.setSerial(rr.dev, rr.serial)
+			return nil
 		}
 		if rr.kind == kindLast && (!group.active || group.dev != rr.dev) {
 			return fmt.Errorf("the last part of an update of %q without its first", rr.dev)
@@ -199,6 +212,7 @@ func (s *Store) Compact() error {
 		}
 	}
 	setSnap := st.sets.capture()
+	serials := st.capturedSerials()
 	s.logBytes = 0
 	s.mu.Unlock()
 
@@ -252,6 +266,13 @@ func (s *Store) Compact() error {
 		}
 		var err error
 		buf, err = setSnap.emit(buf, func(b []byte) error { buf = b; return put() })
+		if err != nil {
+			return err
+		}
+		buf, err = appendSerials(buf, serials, func(b []byte) error {
+			size += int64(len(b) + journal.FrameOverhead)
+			return emit(b)
+		})
 		return err
 	})
 	if err != nil {

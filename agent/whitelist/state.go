@@ -59,7 +59,8 @@ type state struct {
 	chunks  map[uint64]*chunk
 	nchunks int
 	terms   map[string]*terminal
-	fresh   []uint32 // records interned by the update under way
+	serials map[string]string // device → the serial it reported last (serial.go)
+	fresh   []uint32          // records interned by the update under way
 	scratch []uint32
 	enc     []byte
 	sets    sets // SetWhitelist tasks (sets.go)
@@ -67,7 +68,7 @@ type state struct {
 
 func newState() *state {
 	return &state{seed: maphash.MakeSeed(), mask: chunkMask, byRev: map[face.Rev]uint32{}, chunks: map[uint64]*chunk{},
-		terms: map[string]*terminal{}, sets: newSets()}
+		terms: map[string]*terminal{}, serials: map[string]string{}, sets: newSets()}
 }
 
 func (st *state) id(ref uint32) string { return fieldsID(st.recs[ref&^excluded].data) }

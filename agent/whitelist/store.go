@@ -455,11 +455,17 @@ func (s *Store) update(dev string, whole bool, task *SetTask, ops []op) error {
 		s.st.sets.start(task, ops)
 	}
 	s.logBytes += written
+	s.compactIfGrown()
+	return nil
+}
+
+// compactIfGrown wakes the compactor once the records written since the last snapshot
+// exceed both CompactBytes and that snapshot's size. Called with mu held.
+func (s *Store) compactIfGrown() {
 	if s.logBytes > max(s.opt.CompactBytes, s.snapBytes) {
 		select {
 		case s.compactC <- struct{}{}:
 		default:
 		}
 	}
-	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+
+	"github.com/seed0e69bba5/faceagent/device/face"
 )
 
 // Options are the knobs of every simulated terminal of a fleet. The zero value is a
@@ -56,6 +58,12 @@ type Options struct {
 	// OnViolation, if set, is called (from the terminal's goroutine) for every strict-mode
 	// violation, besides recording it; tests may t.Error from it.
 	OnViolation func(deviceID string, err error)
+
+	// OnCommand, if set, is called with every command the transport delivers to a
+	// terminal, in arrival order, before the terminal handles it (also while it is
+	// offline and drops it), from the terminal's goroutine: tests follow what a terminal
+	// was sent. It must not block for long.
+	OnCommand func(deviceID string, cmd face.Command)
 
 	// MQTT topic templates with "{id}"; defaults as in device/mqttlink.
 	CommandTopic, AckTopic, HeartbeatTopic string

@@ -129,6 +129,9 @@ func (t *Terminal) Violations() []error {
 
 // receive is called by the transport for every command that arrives, in arrival order.
 func (t *Terminal) receive(cmd face.Command) {
+	if t.opts.OnCommand != nil {
+		t.opts.OnCommand(t.id, cmd)
+	}
 	t.mu.Lock()
 	if !t.online {
 		t.stats.Dropped++

@@ -45,6 +45,35 @@ func StartChild(t testing.TB, env ...string) *Child {
 	return c
 }
 
+// Kill sends the child SIGKILL, waits for it, and fails t unless it ended by that signal.
+func (c *Child) Kill() {
+	c.t.Helper()
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	_ = c.cmd.Wait()
+	if st, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || st.Signal() != syscall.SIGKILL {
+		c.t.Fatalf("child ended with %v, not by SIGKILL", c.cmd.ProcessState)
+	}
+}
+
+// Stop sends the child SIGTERM and waits for it; it fails t unless the child exits with
+// status 0 within timeout (then it is SIGKILLed).
+func (c *Child) Stop(timeout time.Duration) {
+	c.t.Helper()
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- c.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			c.t.Fatalf("child stopped with %v", err)
+		}
+	case <-time.After(timeout):
+		_ = c.cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+		c.t.Fatalf("child did not stop within %v of SIGTERM", timeout)
+	}
+}
+
 // WaitLine returns the first line from the child, from now on, that contains substr, and
 // fails t if none comes within timeout or the child ends first.
 func (c *Child) WaitLine(substr string, timeout time.Duration) string {

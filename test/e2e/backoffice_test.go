@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"net"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/seed0e69bba5/faceagent/agent/wire"
+	"github.com/seed0e69bba5/faceagent/device/face"
 )
 
 // backOffice is a paho client playing the back office: it publishes task messages with
@@ -23,6 +25,7 @@ type backOffice struct {
 	results map[string]wire.Result
 	dead    []wire.DeadLetter
 	acks    int
+	ackIDs  []string                     // the messageIds of the forwarded acks, in arrival order
 	syncs   map[string][]wire.SyncReport // whitelist sync reports by device, in arrival order
 	changed chan struct{}
 	// want is the condition waitFor waits on (nil: nobody waits); the message handler
@@ -119,6 +122,13 @@ func connectBackOfficeAs(t testing.TB, addr, gw, clientID string, cleanStart boo
 				bo.syncs[r.DeviceID] = append(bo.syncs[r.DeviceID], r)
 			default:
 				bo.acks++
+				if strings.HasSuffix(topic, "/ack") {
+					var a face.Ack
+					if err := json.Unmarshal(pr.Packet.Payload, &a); err != nil {
+						t.Errorf("bad forwarded ack %s: %v", pr.Packet.Payload, err)
+					}
+					bo.ackIDs = append(bo.ackIDs, a.MessageID)
+				}
 			}
 			wake := bo.want != nil && bo.want()
 			if wake {

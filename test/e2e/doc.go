@@ -22,6 +22,10 @@
 //     announces a change, on a metric polled with a deadline; never a bare sleep.
 //   - The crash tests run the agent in a child process (internal/testutil) killed with
 //     SIGKILL, on real files with real fsync.
+//   - TestWhitelistSyncProperty draws tasks, terminal faults and agent restarts from a
+//     seed and checks the terminals against a model of the tasks; a failure prints the
+//     seed and its steps, `-args -wlprop.seed=N` (or FACEAGENT_WLPROP_SEED) replays it,
+//     FACEAGENT_SOAK=1 (`make soak`) runs many more and longer seeds.
 //
 // # Caveats
 //

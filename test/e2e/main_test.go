@@ -16,6 +16,10 @@ func TestMain(m *testing.M) {
 		whitelistChild(dir) // tasks into an agent, until SIGKILL
 		return
 	}
+	if path := os.Getenv(syncKillChildEnv); path != "" {
+		syncKillChild(path) // an agent repairing whitelists, until SIGKILL
+		return
+	}
 	if dir := os.Getenv(healthChildEnv); dir != "" {
 		healthChild(dir) // an agent short of file descriptors, until SIGKILL
 		return
