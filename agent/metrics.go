@@ -91,7 +91,7 @@ func (a *Agent) registerMetrics() {
 	})
 	metrics.RegisterProcess(r)
 	a.intakeM = intake.NewMetrics(r)
-	if a.cfg.UI.Listen != "" {
+	if a.cfg != nil && a.cfg.UI.Listen != "" {
 		a.uiM = ui.NewMetrics(r)
 	}
 	a.m = &agentMetrics{

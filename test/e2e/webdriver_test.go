@@ -45,10 +45,9 @@ func browserPaths(t *testing.T) (chromium, driver string) {
 
 // webDriver is one chromedriver process and one headless browser session.
 type webDriver struct {
-	t       *testing.T
-	base    string // http://127.0.0.1:port/session/id
-	client  *http.Client
-	timeout time.Duration
+	t      *testing.T
+	base   string // http://127.0.0.1:port/session/id
+	client *http.Client
 }
 
 // startBrowser runs chromedriver on a free loopback port and opens a headless session; both
