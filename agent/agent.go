@@ -20,7 +20,9 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/agent/remote"
 	"github.com/seed0e69bba5/faceagent/agent/report"
+	"github.com/seed0e69bba5/faceagent/agent/ui"
 	"github.com/seed0e69bba5/faceagent/agent/whitelist"
 	"github.com/seed0e69bba5/faceagent/agent/wire"
 )
@@ -71,6 +73,12 @@ type Agent struct {
 	intakeM     *intake.Metrics
 	httpServer  *metrics.Server
 	httpAddr    string
+
+	// The operator's page (page.go): nil without [ui] listen.
+	ui     *ui.UI
+	uiM    *ui.Metrics
+	uiAddr string                        // its own address; "" when served with /metrics
+	remote atomic.Pointer[remote.Remote] // its actions' code path (set by startGateway)
 }
 
 // ErrAlreadyStarted is returned by a second call to Run.
@@ -233,6 +241,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.brokerStats.Store(b)
 		stops = append(stops, func(context.Context) error { return b.Close() })
 	}
+	if err := a.newUI(runCtx, cfg, &stops); err != nil {
+		return fail(err)
+	}
 	if !cfg.BrokerOnly() {
 		if err := a.startGateway(runCtx, cfg, b, &stops); err != nil {
 			return fail(err)
@@ -248,9 +259,15 @@ func (a *Agent) Run(ctx context.Context) error {
 			return fail(err)
 		}
 		stops = append(stops, a.httpServer.Shutdown)
+		if a.ui != nil && cfg.UI.Listen == cfg.Metrics.Listen {
+			stops = append(stops, func(context.Context) error { a.ui.Close(); return nil }) // before Shutdown
+		}
+	}
+	if err := a.startUI(cfg, &stops); err != nil {
+		return fail(err)
 	}
 	a.running.Store(true)
-	a.log.Info("faceagent running", "version", a.version, "broker", a.BrokerAddr(), "metrics", a.httpAddr,
+	a.log.Info("faceagent running", "version", a.version, "broker", a.BrokerAddr(), "metrics", a.httpAddr, "ui", a.UIAddr(),
 		"gateway", cfg.Agent.GatewayID, "devices", len(cfg.Devices))
 	close(a.ready)
 
@@ -325,6 +342,9 @@ func (a *Agent) startHTTP(m config.Metrics) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", a.registry.Handler())
+	if a.ui != nil && a.Config().UI.Listen == m.Listen {
+		mux.Handle("/", a.ui.Handler()) // the operator's page shares this server
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := a.Healthy(); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
@@ -363,6 +383,7 @@ func (a *Agent) Reload(next *config.Config) error {
 		"[broker]":    {prev.Broker, next.Broker},
 		"[upstream]":  {prev.Upstream, next.Upstream},
 		"[metrics]":   {prev.Metrics, next.Metrics},
+		"[ui]":        {prev.UI, next.UI},
 		"[journal]":   {prev.Journal, next.Journal},
 		"[topics]":    {prev.Topics, next.Topics},
 		"[intake]":    {prev.Intake, next.Intake},

@@ -29,6 +29,8 @@
 //     published in order (agent/publish) through the broker or agent/upstream.
 //   - agent/devstate and agent/remote: terminal state, remote config and control in the
 //     state store, through agent/kv.
+//   - agent/ui: the operator's page ([ui] listen): the state page.go builds from the parts,
+//     live over server-sent events, its actions through remote's Execute.
 //
 // # What holds
 //

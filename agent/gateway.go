@@ -110,7 +110,11 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	*stops = append(*stops, func(context.Context) error { a.whitelist.Store(nil); return wl.Close() })
 	a.whitelist.Store(wl)
 	take.OpenDesired(desiredLists{s: wl, changed: ws.desiredChanged, setWhitelist: ws.setWhitelist})
-	take.Open(ob, dead)
+	if a.ui != nil {
+		take.Open(ob, pageDeadLetters{DeadLetters: dead, page: a.ui})
+	} else {
+		take.Open(ob, dead)
+	}
 	// From the moment shutdown begins, refuse tasks without acknowledging them.
 	*stops = append(*stops, func(context.Context) error { take.Close(); return nil })
 
@@ -162,9 +166,13 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	for i, d := range cfg.Devices {
 		ids[i] = d.ID
 	}
-	sw := devstate.New(devstate.Options{Devices: ids, Store: keys, Status: ob, Desired: wl, Prefix: t.Devices,
+	so := devstate.Options{Devices: ids, Store: keys, Status: ob, Desired: wl, Prefix: t.Devices,
 		WriteInterval: cfg.Store.WriteInterval.Duration, HeartbeatTimeout: cfg.Dispatch.HeartbeatTimeout.Duration,
-		Timeout: cfg.Store.RequestTimeout.Duration, Log: a.log.With("part", "state"), Metrics: a.m.state})
+		Timeout: cfg.Store.RequestTimeout.Duration, Log: a.log.With("part", "state"), Metrics: a.m.state}
+	if a.ui != nil {
+		so.Changed = a.ui.Notify // the operator's page follows every terminal event
+	}
+	sw := devstate.New(so)
 	a.state = sw
 	if err := a.startReconciler(cfg, ws, wl, syncReporter{log: syncReports, sw: sw}, stops); err != nil {
 		cancel()
@@ -200,6 +208,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 
 	// Remote management: faceagent/{gw}/config and …/control, watched with KEYNOTIFY.
 	rem := a.newRemote(cfg, keys, ob, take, ws)
+	a.remote.Store(rem)
 	rem.Start(rctx)
 	*stops = append(*stops, func(context.Context) error { cancel(); rem.Wait(); return nil })
 	return nil

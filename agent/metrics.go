@@ -9,6 +9,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/agent/report"
+	"github.com/seed0e69bba5/faceagent/agent/ui"
 	"github.com/seed0e69bba5/faceagent/agent/upstream"
 	"github.com/seed0e69bba5/faceagent/agent/whitelist"
 )
@@ -94,6 +95,9 @@ func (a *Agent) registerMetrics() {
 	})
 	metrics.RegisterProcess(r)
 	a.intakeM = intake.NewMetrics(r)
+	if a.cfg != nil && a.cfg.UI.Listen != "" {
+		a.uiM = ui.NewMetrics(r)
+	}
 	a.m = &agentMetrics{
 		reports:     report.NewResultMetrics(r),
 		syncReports: report.NewSyncReportMetrics(r),

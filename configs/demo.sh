@@ -28,8 +28,12 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-echo "== starting faceagent -config configs/demo.toml (log: $DEMO/faceagent.log)"
-"$DEMO/bin/faceagent" -config configs/demo.toml 2>"$DEMO/faceagent.log" &
+# The operator's page acts with a token: a fresh one in $DEMO/ui-token, named in a copy of
+# the config.
+od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >"$DEMO/ui-token"
+sed "s|^\[ui\]\$|[ui]\ntoken_file = \"$DEMO/ui-token\"|" configs/demo.toml >"$DEMO/agent.toml"
+echo "== starting faceagent -config $DEMO/agent.toml (configs/demo.toml with a page token; log: $DEMO/faceagent.log)"
+"$DEMO/bin/faceagent" -config "$DEMO/agent.toml" 2>"$DEMO/faceagent.log" &
 pids="$pids $!"
 # Wait for the broker to listen (the agent logs its address when it is ready).
 i=0
@@ -38,6 +42,8 @@ until grep -q '"faceagent running"\|msg="faceagent running"' "$DEMO/faceagent.lo
 	if [ $i -gt 300 ]; then echo "faceagent did not start:"; cat "$DEMO/faceagent.log"; exit 1; fi
 	sleep 0.1
 done
+
+echo "== operator's page: http://127.0.0.1:19108/ while the demo runs (token: $(cat "$DEMO/ui-token"))"
 
 echo "== starting 8 simulated terminals (log: $DEMO/facesim-*.log)"
 sim() { # name, devices, flags...; standard input from $DEMO/ctl-NAME when that FIFO exists
@@ -96,4 +102,4 @@ done
 echo "   taskctl states -config configs/demo.toml term-01:"
 "$DEMO/bin/taskctl" states -config configs/demo.toml term-01 | sed 's/^/     /'
 echo
-echo "metrics: http://127.0.0.1:19108/metrics while the agent runs; logs in $DEMO"
+echo "metrics: http://127.0.0.1:19108/metrics and the operator's page http://127.0.0.1:19108/ while the agent runs; logs in $DEMO"

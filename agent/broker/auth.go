@@ -195,14 +195,20 @@ func (h *authHook) authenticate(pk packets.Packet) bool {
 	if len(name) == 0 {
 		return h.allowAnonymous && len(pk.Connect.Password) == 0
 	}
-	u := h.users[string(name)]
+	return h.checkPassword(string(name), pk.Connect.Password)
+}
+
+// checkPassword reports whether password is the password of the user name; an unknown
+// name takes as long as a wrong password.
+func (h *authHook) checkPassword(name string, password []byte) bool {
+	u := h.users[name]
 	if u == nil {
 		// Spend the time a real check takes, so that probing names is no
 		// faster than probing passwords.
-		_ = bcrypt.CompareHashAndPassword(h.dummyHash(), pk.Connect.Password)
+		_ = bcrypt.CompareHashAndPassword(h.dummyHash(), password)
 		return false
 	}
-	return bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), pk.Connect.Password) == nil
+	return bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), password) == nil
 }
 
 // dummyHash returns a bcrypt hash at the cost of the configured users'

@@ -113,6 +113,22 @@ func TestAuthentication(t *testing.T) {
 	}
 }
 
+// CheckPassword is the CONNECT's password check, for the operator's page.
+func TestCheckPassword(t *testing.T) {
+	b := startBroker(t, Options{UsersFile: writeUsersFile(t)})
+	if !b.HasUsers() || !b.CheckPassword("agent", "agent-secret") {
+		t.Fatal("the right password refused")
+	}
+	for _, c := range [][2]string{{"agent", "wrong"}, {"nobody", "agent-secret"}, {"", ""}, {"agent", ""}} {
+		if b.CheckPassword(c[0], c[1]) {
+			t.Errorf("%q:%q accepted", c[0], c[1])
+		}
+	}
+	if startBroker(t, Options{AllowAnonymous: true}).HasUsers() {
+		t.Error("no users file: HasUsers")
+	}
+}
+
 func TestAuthorization(t *testing.T) {
 	b := startBroker(t, Options{UsersFile: writeUsersFile(t)})
 	dev := dial(t, b.Addr(), "2042253", dialOptions{user: "device", password: "device-secret"})

@@ -555,3 +555,13 @@ func (t TLSOptions) config() (*tls.Config, error) {
 	}
 	return c, nil
 }
+
+// HasUsers reports whether the broker has users (a users file or Options.Users).
+func (b *Broker) HasUsers() bool { return len(b.auth.users) > 0 }
+
+// CheckPassword reports whether password is user's in the broker's users, with the check
+// a CONNECT gets (bcrypt; an unknown user takes as long as a wrong password). The
+// operator's page lets these users act.
+func (b *Broker) CheckPassword(user, password string) bool {
+	return user != "" && b.auth.checkPassword(user, []byte(password))
+}

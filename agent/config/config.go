@@ -24,6 +24,7 @@ type Config struct {
 	Topics    Topics    `toml:"topics"`
 	Log       Log       `toml:"log"`
 	Metrics   Metrics   `toml:"metrics"`
+	UI        UI        `toml:"ui"`
 	Devices   []Device  `toml:"devices"`
 
 	// File is the path the configuration was loaded from ("" for in-memory input).
@@ -297,6 +298,19 @@ type Metrics struct {
 	IdleTimeout       Duration `toml:"idle_timeout"`
 	MaxHeaderBytes    Size     `toml:"max_header_bytes"`
 	MaxConnections    int      `toml:"max_connections"`
+}
+
+// UI is the [ui] section: the operator's page (package agent/ui).
+type UI struct {
+	// Listen serves the page, /api/state and /api/events; "" switches it off. The same
+	// address as [metrics] listen serves it from that server, under "/".
+	Listen string `toml:"listen"`
+	// TokenFile holds the token that actions (pause, retry, …) need, sent as
+	// "Authorization: Bearer <token>"; "" without one. The users of [broker] users_file may
+	// act too (Basic authentication).
+	TokenFile string `toml:"token_file"`
+	// Token is read from TokenFile by Load; it is never printed.
+	Token string `toml:"-"`
 }
 
 // Device is one [[devices]] entry.

@@ -218,6 +218,9 @@ password_file = "` + pw + `"
 [intake.http]
 url = "http://127.0.0.1:1/tasks"
 auth_value_env = "TOKEN"
+[ui]
+listen = "127.0.0.1:0"
+token_file = "` + pw + `"
 `
 	env := func(k string) (string, bool) {
 		if k == "TOKEN" {
@@ -229,8 +232,8 @@ auth_value_env = "TOKEN"
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Upstream.Password != "s3cret" || c.Intake.HTTP.AuthValue != "Bearer abc" {
-		t.Fatalf("secrets = %q %q", c.Upstream.Password, c.Intake.HTTP.AuthValue)
+	if c.Upstream.Password != "s3cret" || c.Intake.HTTP.AuthValue != "Bearer abc" || c.UI.Token != "s3cret" {
+		t.Fatalf("secrets = %q %q %q", c.Upstream.Password, c.Intake.HTTP.AuthValue, c.UI.Token)
 	}
 	var out bytes.Buffer
 	if err := c.WriteTOML(&out); err != nil {

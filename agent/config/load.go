@@ -367,6 +367,9 @@ func (d *decoder) resolveSecrets(cfg *Config, o Options) {
 	if h := cfg.Intake.HTTP; h != nil {
 		h.AuthValue = d.secret("intake.http.auth_value_file", h.AuthValueFile, "intake.http.auth_value_env", h.AuthValueEnv, o)
 	}
+	if cfg.UI.Listen != "" { // validateUI refuses a token file for a page that is off
+		cfg.UI.Token = d.secret("ui.token_file", cfg.UI.TokenFile, "", "", o)
+	}
 }
 
 func (d *decoder) secret(fileKey, file, envKey, env string, o Options) string {

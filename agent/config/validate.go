@@ -49,6 +49,7 @@ func (d *decoder) validate(c *Config) {
 	d.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	d.oneOf("log.format", c.Log.Format, "text", "json")
 	d.validateMetrics(c.Metrics)
+	d.validateUI(c)
 	d.validateDevices(c)
 }
 
@@ -132,6 +133,21 @@ func (d *decoder) validateMetrics(m Metrics) {
 		d.errf("metrics.max_header_bytes", "%d bytes is out of range (1KiB..1MiB)", m.MaxHeaderBytes)
 	}
 	d.atLeast("metrics.max_connections", m.MaxConnections, 1)
+}
+
+// validateUI checks [ui]. Actions need credentials: a token file or the broker's users; a
+// page without either is read-only, which is allowed.
+func (d *decoder) validateUI(c *Config) {
+	if c.UI.Listen == "" {
+		if c.UI.TokenFile != "" {
+			d.errf("ui.token_file", "set, but ui.listen is empty: the page is off")
+		}
+		return
+	}
+	d.hostPort("ui.listen", c.UI.Listen)
+	if c.BrokerOnly() {
+		d.errf("ui.listen", "the page shows the gateway's terminals: a config with only [broker] has none")
+	}
 }
 
 // validateBrokerBounds checks the bounds of what clients can make the broker hold. Each

@@ -187,6 +187,14 @@ func TestValidationErrors(t *testing.T) {
 		{"metrics header bytes tiny", base + "[metrics]\nmax_header_bytes = 100\n", "f.toml:6: metrics.max_header_bytes: 100 bytes is out of range (1KiB..1MiB)"},
 		{"metrics no connections", base + "[metrics]\nmax_connections = 0\n", "f.toml:6: metrics.max_connections: 0 is less than 1"},
 
+		// [ui]
+		{"ui listen", base + "[ui]\nlisten = \"8080\"\n", `f.toml:6: ui.listen: "8080": want host:port (address 8080: missing port in address)`},
+		{"ui token without page", base + "[ui]\ntoken_file = \"/nonexistent/t\"\n", "f.toml:6: ui.token_file: set, but ui.listen is empty: the page is off"},
+		{"ui token file missing", base + "[ui]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"/nonexistent/t\"\n",
+			"f.toml:7: ui.token_file: open /nonexistent/t: no such file or directory"},
+		{"ui on a broker alone", "[broker]\n[ui]\nlisten = \"127.0.0.1:0\"\n",
+			"f.toml:3: ui.listen: the page shows the gateway's terminals: a config with only [broker] has none"},
+
 		// [[devices]]
 		{"device id missing", base + "[[devices]]\ntransport = \"mqtt\"\n", "f.toml:5: devices[0].id: required"},
 		{"device id bad", base + "[[devices]]\nid = \"a#b\"\n", `f.toml:6: devices[0].id: "a#b": use 1 to 64 of A-Z a-z 0-9 . _ - (it becomes a topic level)`},

@@ -21,6 +21,7 @@
 //	w.Result(res)          // a finished command: its error is the device's last error
 //	w.Synced(id, wire.SyncDone, time.Now()) // a reconciliation started or ended
 //	healthz := w.RefusedWarnings()
+//	page := w.States() // every device's state as of now, as it would be written
 //
 // # Invariants
 //
@@ -31,6 +32,8 @@
 //     expiry (PX) of three HeartbeatTimeouts: the key lapses only when the gateway is
 //     gone. A state unchanged apart from its timestamp is not written before its refresh.
 //   - Every device is written once at start.
+//   - Options.Changed hears of every change (Touch, Heartbeat, Result, Synced), also of a
+//     device already waiting for its write; States reads them without writing.
 //   - A device is in sync when its last heartbeat says protocol 2 or later with the
 //     desired whitelist's digest and the outbox holds nothing queued or in flight for it
 //     (those commands change what it will hold). It is judged at each write of its state:

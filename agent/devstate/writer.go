@@ -79,6 +79,10 @@ type Options struct {
 	Log *slog.Logger
 	// Metrics, when not nil, counts the writes.
 	Metrics *Metrics
+	// Changed, when set, is called on every change a device's state sees (Touch,
+	// Heartbeat, Result, Synced), on the caller's goroutine, after the change is recorded:
+	// a watcher (the operator's page) reads States then. It must not block.
+	Changed func()
 }
 
 // refusalWarnEvery bounds the warnings of refused state writes: one a minute, with the
@@ -97,6 +101,7 @@ type Writer struct {
 	timeout  time.Duration
 	log      *slog.Logger
 	m        *Metrics
+	changed  func()
 
 	mu      sync.Mutex
 	devs    map[string]*devState
@@ -137,7 +142,7 @@ func New(o Options) *Writer {
 	}
 	w := &Writer{
 		store: o.Store, status: o.Status, desired: o.Desired, prefix: o.Prefix, interval: o.WriteInterval,
-		refresh: o.HeartbeatTimeout, px: 3 * o.HeartbeatTimeout, timeout: o.Timeout, log: log, m: o.Metrics,
+		refresh: o.HeartbeatTimeout, px: 3 * o.HeartbeatTimeout, timeout: o.Timeout, log: log, m: o.Metrics, changed: o.Changed,
 		devs: map[string]*devState{}, wake: make(chan struct{}, 1),
 	}
 	for _, id := range o.Devices {
@@ -159,9 +164,7 @@ func (w *Writer) Touch(id string) {
 	w.mu.Lock()
 	wake := markDirty(w.devs[id])
 	w.mu.Unlock()
-	if wake {
-		w.poke()
-	}
+	w.didChange(wake)
 }
 
 // markDirty marks d dirty and reports whether it was clean (the writer must be woken).
@@ -186,9 +189,7 @@ func (w *Writer) Heartbeat(id string, hb face.Heartbeat) {
 	}
 	wake := markDirty(d)
 	w.mu.Unlock()
-	if wake {
-		w.poke()
-	}
+	w.didChange(wake)
 }
 
 // Result records a finished command (the error of a failed or expired one is the
@@ -204,9 +205,7 @@ func (w *Writer) Result(r outbox.Result) {
 	}
 	wake := markDirty(d)
 	w.mu.Unlock()
-	if wake {
-		w.poke()
-	}
+	w.didChange(wake)
 }
 
 // Synced records a reconciliation of the device starting or ending (status: one of
@@ -222,9 +221,7 @@ func (w *Writer) Synced(id string, status wire.SyncStatus, at time.Time) {
 	}
 	wake := markDirty(d)
 	w.mu.Unlock()
-	if wake {
-		w.poke()
-	}
+	w.didChange(wake)
 }
 
 // inSync reports whether a terminal holds its desired list: its last heartbeat is protocol
@@ -236,6 +233,17 @@ func inSync(hb *face.Heartbeat, desired face.Digest, queued int, inFlight string
 	}
 	d, err := face.ParseDigest(hb.Digest)
 	return err == nil && d == desired
+}
+
+// didChange tells Options.Changed of a change, and wakes the writer when the device
+// turned dirty (wake).
+func (w *Writer) didChange(wake bool) {
+	if w.changed != nil {
+		w.changed()
+	}
+	if wake {
+		w.poke()
+	}
 }
 
 func (w *Writer) poke() {
@@ -304,26 +312,10 @@ func (w *Writer) writeDue(ctx context.Context) time.Time {
 // writeOne writes one device's state; it reports whether the write failed (the device is
 // dirty again and due after write_interval).
 func (w *Writer) writeOne(ctx context.Context, id string, now time.Time) (failed bool) {
-	st := wire.DeviceState{DeviceID: id, UpdatedAt: now.UnixMilli()}
-	if s, ok := w.status.DeviceStatus(id); ok {
-		st.Online, st.Paused, st.QueueDepth, st.InFlight = s.Online, s.Paused, s.Queued, s.InFlight
-		st.Sent, st.Succeeded, st.Failed, st.Retries = s.Sent, s.Succeeded, s.Failed, s.Retries
-		st.LastAck = unixMilli(s.LastAck)
-	}
+	s, ok := w.status.DeviceStatus(id) // the outbox's lock is never taken inside mu
 	w.mu.Lock()
 	d := w.devs[id]
-	st.LastHeartbeat = unixMilli(d.hbAt)
-	st.Firmware, st.Persons, st.LastError = d.hb.Firmware, d.hb.Persons, d.lastErr
-	st.LastSync, st.SyncStatus = unixMilli(d.syncAt), d.syncStatus
-	if w.desired != nil {
-		st.DesiredPersons = w.desired.Count(id)
-		st.InSync = inSync(&d.hb, w.desired.Digest(id), st.QueueDepth, st.InFlight)
-		if k, ok := w.desired.(knownSource); ok {
-			if known, _ := k.Known(id); !known {
-				st.SyncStatus, st.InSync = SyncUnmanaged, false
-			}
-		}
-	}
+	st := w.stateLocked(id, d, s, ok, now)
 	d.inSync = st.InSync
 	judged := d.hb.Version() >= 2 // a protocol 1 terminal cannot be in sync
 	prev := d.last
@@ -410,6 +402,59 @@ func (w *Writer) writeOne(ctx context.Context, id string, now time.Time) (failed
 		w.log.Debug("device state not written", "device", id, "err", err)
 	}
 	return err != nil
+}
+
+// stateLocked builds device id's state as of now from its queue's status s (ok: known to
+// the outbox). Called with mu held.
+func (w *Writer) stateLocked(id string, d *devState, s outbox.DeviceStatus, ok bool, now time.Time) wire.DeviceState {
+	st := wire.DeviceState{DeviceID: id, UpdatedAt: now.UnixMilli()}
+	if ok {
+		st.Online, st.Paused, st.QueueDepth, st.InFlight = s.Online, s.Paused, s.Queued, s.InFlight
+		st.Sent, st.Succeeded, st.Failed, st.Retries = s.Sent, s.Succeeded, s.Failed, s.Retries
+		st.LastAck = unixMilli(s.LastAck)
+	}
+	st.LastHeartbeat = unixMilli(d.hbAt)
+	st.Firmware, st.Persons, st.LastError = d.hb.Firmware, d.hb.Persons, d.lastErr
+	st.LastSync, st.SyncStatus = unixMilli(d.syncAt), d.syncStatus
+	if w.desired != nil {
+		st.DesiredPersons = w.desired.Count(id)
+		st.InSync = inSync(&d.hb, w.desired.Digest(id), st.QueueDepth, st.InFlight)
+		if k, ok := w.desired.(knownSource); ok {
+			if known, _ := k.Known(id); !known {
+				st.SyncStatus, st.InSync = SyncUnmanaged, false
+			}
+		}
+	}
+	return st
+}
+
+// States returns every device's state as of now, as it would be written, sorted by id: what
+// the operator's page shows. It writes nothing.
+func (w *Writer) States() []wire.DeviceState {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	ids := make([]string, 0, len(w.devs))
+	for id := range w.devs {
+		ids = append(ids, id)
+	}
+	w.mu.Unlock()
+	slices.Sort(ids)
+	// The queues' status first, without mu: the outbox's lock is never taken inside it.
+	status := make([]outbox.DeviceStatus, len(ids))
+	known := make([]bool, len(ids))
+	for i, id := range ids {
+		status[i], known[i] = w.status.DeviceStatus(id)
+	}
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]wire.DeviceState, 0, len(ids))
+	for i, id := range ids {
+		out = append(out, w.stateLocked(id, w.devs[id], status[i], known[i], now))
+	}
+	return out
 }
 
 // RefusedWarnings describes the devices whose last state write the store refused, for

@@ -340,6 +340,9 @@ func (o *Outbox) status(d *device, now int64) DeviceStatus {
 	if d.live.breakerUntil > now {
 		st.BreakerOpenUntil = ts(d.live.breakerUntil)
 	}
+	if st.Online && !d.live.cfg.NoHeartbeat {
+		st.OnlineUntil = ts(d.live.lastSeen + int64(o.settingsFor(d).HeartbeatTimeout))
+	}
 	if it := d.inflight; it != nil {
 		st.InFlight, st.InFlightTries = it.id(), int(it.tries)
 	}
@@ -354,6 +357,38 @@ func (o *Outbox) status(d *device, now int64) DeviceStatus {
 		st.Queries++
 	}
 	return st
+}
+
+// Failures returns the failed commands held for RetryFailed (reported or not), the most
+// recently failed first, at most n of them, and how many are held in all. It walks the
+// commands that carry an error (failed, retried, superseded), not the whole table: for a
+// watcher's page, not for a hot path.
+func (o *Outbox) Failures(n int) (list []Result, held int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, d := range o.t.devices {
+		held += d.failed
+	}
+	if held == 0 || n <= 0 {
+		return nil, held
+	}
+	var failed []*item
+	for it := range o.t.errs {
+		if it.status == Failed {
+			failed = append(failed, it)
+		}
+	}
+	// Latest finish first; among equal times, the later added (the clock may be coarse).
+	sort.Slice(failed, func(i, j int) bool {
+		a, b := failed[i], failed[j]
+		return a.next > b.next || (a.next == b.next && a.ord > b.ord)
+	})
+	for _, it := range failed[:min(n, len(failed))] {
+		list = append(list, Result{MessageID: strings.Clone(it.id()), TaskID: strings.Clone(it.task()), DeviceID: it.dev.id,
+			Status: it.status, Tries: int(it.tries), Err: strings.Clone(o.t.lastErr(it)),
+			AddedAt: time.Unix(0, it.added), FinishedAt: time.Unix(0, it.next)})
+	}
+	return list, held
 }
 
 // Unfinished is how many commands are scheduled or in flight: Stats().Queued without the

@@ -159,14 +159,18 @@ func (c DeviceConfig) over(s Settings) Settings {
 
 // DeviceStatus is a device's dispatch state, for metrics, the control keys and the tools.
 type DeviceStatus struct {
-	DeviceID         string
-	Online           bool
-	Paused           bool
-	Queued           int    // waiting, not counting the one in flight
-	InFlight         string // message id, "" when none
-	InFlightTries    int
-	LastAck          time.Time
-	LastSeen         time.Time
+	DeviceID      string
+	Online        bool
+	Paused        bool
+	Queued        int    // waiting, not counting the one in flight
+	InFlight      string // message id, "" when none
+	InFlightTries int
+	LastAck       time.Time
+	LastSeen      time.Time
+	// OnlineUntil is when an online device goes offline unless it is heard from again
+	// (its last heartbeat or ack plus its heartbeat timeout); zero when it is offline or
+	// needs no heartbeats. Nothing announces that moment: a watcher arms a timer for it.
+	OnlineUntil      time.Time
 	BreakerOpenUntil time.Time // zero when closed
 	FailedHeld       int       // failed commands kept for RetryFailed
 	// Queries waiting or in flight (Query): not in Queued nor InFlight, which are the

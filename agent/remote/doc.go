@@ -38,7 +38,9 @@
 //     are kept in Options.DoneLog, written atomically before the status, so neither a
 //     rewrite of the key with the same id nor a restart executes it again. A command that
 //     failed is not executed again either: the back office sends a new id.
-//   - Everything runs on one goroutine: config and control never interleave.
+//   - Everything runs on one goroutine: config and control never interleave. Execute (the
+//     operator's page) runs a command on the caller's goroutine, one at a time with the
+//     control key's.
 //
 // # Caveats
 //

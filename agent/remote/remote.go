@@ -89,10 +89,12 @@ const MaxDoneIDs = 256
 
 // Remote applies faceagent/{gw}/config and executes faceagent/{gw}/control.
 type Remote struct {
-	o    Options
-	log  *slog.Logger
-	done []string // executed control ids, oldest first; the loop's own
-	wg   sync.WaitGroup
+	o   Options
+	log *slog.Logger
+	// execMu makes commands run one at a time, from the control key and from Execute.
+	execMu sync.Mutex
+	done   []string // executed control ids, oldest first; the loop's own
+	wg     sync.WaitGroup
 }
 
 // New prepares remote management; Start runs it.
@@ -193,7 +195,7 @@ func (r *Remote) control(ctx context.Context) {
 	if slices.Contains(r.done, c.ID) {
 		return // executed already: idempotent by id
 	}
-	result, err := r.execute(c)
+	result, err := r.Execute(c)
 	st := Status{ID: c.ID, OK: err == nil, Result: result}
 	if err != nil {
 		st.Error = err.Error()
@@ -209,7 +211,12 @@ func (r *Remote) control(ctx context.Context) {
 	r.status(ctx, r.o.Prefix+"control/status", st)
 }
 
-func (r *Remote) execute(c ControlCommand) (string, error) {
+// Execute runs one control command now, as the control key would (its ID is not used:
+// the caller logs and answers it), and returns its result text. The operator's page calls
+// it; commands run one at a time whoever sends them.
+func (r *Remote) Execute(c ControlCommand) (string, error) {
+	r.execMu.Lock()
+	defer r.execMu.Unlock()
 	needDevice := func() error {
 		if c.Device == "" {
 			return fmt.Errorf("%s needs a device", c.Command)

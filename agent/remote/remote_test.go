@@ -36,6 +36,7 @@ type fixture struct {
 	applied  [][]byte // overrides ApplyConfig was given
 	resynced []string // devices Resync was asked for ("": all); nil Resync while noResync
 	noResync bool
+	r        *Remote // set by start
 }
 
 func newFixture(t *testing.T, opts *statestore.Options) *fixture {
@@ -97,6 +98,7 @@ func (f *fixture) start(t *testing.T, log *bytes.Buffer) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r.Start(ctx)
 	t.Cleanup(func() { cancel(); r.Wait() })
+	f.r = r
 }
 
 // write sets key as the back office does (no owner) and waits for statusKey to hold a
@@ -305,5 +307,27 @@ func TestWatchRetried(t *testing.T) {
 	defer logMu.Unlock()
 	if !strings.Contains(log.String(), "remote config and control unavailable; retrying") {
 		t.Fatalf("no warning logged:\n%s", log.String())
+	}
+}
+
+// Execute runs a command as the control key does (the operator's page calls it), without
+// an id and without a status key.
+func TestExecute(t *testing.T) {
+	f := newFixture(t, nil)
+	f.start(t, nil)
+	if res, err := f.r.Execute(ControlCommand{Command: "pause", Device: "r2"}); err != nil || res != "paused" {
+		t.Fatalf("pause: %q %v", res, err)
+	}
+	if s, _ := f.ob.DeviceStatus("r2"); !s.Paused {
+		t.Fatal("r2 not paused")
+	}
+	if _, err := f.r.Execute(ControlCommand{Command: "pause", Device: "nope"}); err == nil || err.Error() != `unknown device "nope"` {
+		t.Fatalf("unknown device: %v", err)
+	}
+	if res, err := f.r.Execute(ControlCommand{Command: "retry-failed"}); err != nil || res != "0 commands scheduled again" {
+		t.Fatalf("retry-failed: %q %v", res, err)
+	}
+	if v, _, _ := f.st.Get(prefix + "control/status"); v != nil {
+		t.Fatal("Execute must not write the control status key")
 	}
 }

@@ -59,6 +59,7 @@ var rules = []rule{
 	{from: "agent/remote", to: "agent/...", why: "remote control reaches the store through one small key-value interface"},
 	{from: "agent/whitelist", to: "agent/...", why: "the desired whitelists are a store of their own; what they need of the others is an interface of their own"},
 	{from: "agent/kv", to: "agent/...", why: "the key-value interface adapts the store client and the embedded engine"},
+	{from: "agent/ui", to: "agent/...", why: "the operator's page shows the State the root builds and acts through the functions it is given; what it needs of the others is an interface of its own"},
 }
 
 // allowed lists, per importer, the module packages a rule above would forbid but that
@@ -78,6 +79,7 @@ var allowed = map[string][]string{
 	"agent/kv":        {"agent/store", "agent/broker/statestore"},
 	"agent/wire":      {},
 	"agent/whitelist": {"agent/journal", "agent/metrics", "agent/wire"},
+	"agent/ui":        {"agent/metrics"},
 }
 
 func TestImportRules(t *testing.T) {
@@ -125,6 +127,8 @@ func TestRulesCatchABreach(t *testing.T) {
 		{"agent/journal", module + "/agent/outbox", true},
 		{"tools/taskctl", module + "/agent", false},
 		{"agent/report", module + "/agent", true},
+		{"agent/ui", module + "/agent/outbox", true},
+		{"agent/ui", module + "/agent/metrics", false},
 	}
 	for _, c := range cases {
 		broken := false

@@ -152,5 +152,15 @@ func report(w io.Writer, mods map[string]string, binary string) error {
 	for _, p := range pkgs[:min(topPackages, len(pkgs))] {
 		fmt.Fprintf(w, "| %s | %d |\n", p, byPkg[p])
 	}
+
+	// Every package of the main module: what each part of the program costs (the operator's
+	// page, agent/ui, with its embedded page among them).
+	main := mods["main"]
+	fmt.Fprintf(w, "\n| %s packages | bytes |\n|---|---:|\n", main)
+	for _, p := range pkgs {
+		if p != "main" && mods[p] == main {
+			fmt.Fprintf(w, "| %s | %d |\n", strings.TrimPrefix(p, main+"/"), byPkg[p])
+		}
+	}
 	return nil
 }
