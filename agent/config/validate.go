@@ -40,6 +40,9 @@ func (d *decoder) validate(c *Config) {
 	d.validateIntake(c.Intake)
 	d.validateReports(c.Reports)
 	d.validateWhitelist(c.Whitelist)
+	if m := c.Faces.MaxBytes; m < MinFacesBytes || m > MaxFacesBytes {
+		d.errf("faces.max_bytes", "%d bytes is out of range (1MiB..1TiB)", m)
+	}
 	d.positive("store.write_interval", c.Store.WriteInterval)
 	d.positive("store.request_timeout", c.Store.RequestTimeout)
 	d.validateTopics(c.Topics)
@@ -290,6 +293,12 @@ const (
 	// (the terminal protocol's most persons on one ListPersons page).
 	MaxReconciling = 1024
 	MaxListLimit   = 1000
+)
+
+// Bounds of faces.max_bytes.
+const (
+	MinFacesBytes = 1 << 20
+	MaxFacesBytes = 1 << 40
 )
 
 func (d *decoder) validateWhitelist(w Whitelist) {
