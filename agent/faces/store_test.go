@@ -30,7 +30,7 @@ func face(seed, n int) ([]byte, Sum) {
 func open(t testing.TB, dir string, opts Options) *Store {
 	t.Helper()
 	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
+		opts.Logger = quietLogger()
 	}
 	s, err := Open(dir, opts)
 	if err != nil {
@@ -39,6 +39,8 @@ func open(t testing.TB, dir string, opts Options) *Store {
 	t.Cleanup(func() { s.Close() })
 	return s
 }
+
+func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // files lists the directory's names but the lock file.
 func files(t testing.TB, dir string) []string {
