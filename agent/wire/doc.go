@@ -46,8 +46,8 @@
 //     neither "template" nor "photo", naming the person and the field
 //     ("persons[2] (id \"c\"): face.data: hashes to …"). A DeletePerson's face is ignored.
 //     The face's sha256 is part of the task's MessageID; a task without faces keeps its id.
-//     A task with a 100 KiB face costs about 105 KiB of transient memory beyond its message
-//     (docs/benchmarks.md, "Faces in tasks").
+//     A task with a 100 KiB face costs about 105 KiB of transient memory beyond its message,
+//     3.5 times the face in a message with a reject (docs/benchmarks.md, "Faces in tasks").
 //   - Unknown JSON fields are ignored, so the back office can add fields without breaking
 //     older gateways; required fields catch misspelt ones.
 //   - Parse never fails as a whole: the caller acknowledges every message and

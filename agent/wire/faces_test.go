@@ -172,5 +172,16 @@ func BenchmarkParseFace(b *testing.B) {
 				}
 			})
 		}
+		// A batch with a reject takes the element-wise path.
+		msg := []byte("[" + string(addWithFace(`{"sha256":"`+sum+`","data":"`+b64+`"}`)) + `,{"taskId":"x"}]`)
+		b.Run(fmt.Sprintf("%dKiB/batch-with-reject", size>>10), func(b *testing.B) {
+			b.SetBytes(int64(len(msg)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if got := Parse(msg, Limits{KnownDevice: known}); len(got.Tasks) != 1 || len(got.Rejects) != 1 {
+					b.Fatalf("%+v", got.Rejects)
+				}
+			}
+		})
 	}
 }
