@@ -63,6 +63,10 @@ type Profile struct {
 	// ones than the defaults (which are sized for a 256 MiB soft memory limit); zero
 	// fields keep the defaults.
 	Broker BrokerBounds
+
+	// FacesMaxBytes is [faces] max_bytes, the disk the face store may take, for a board
+	// whose storage needs a smaller budget than the default; 0 keeps the default.
+	FacesMaxBytes int64
 }
 
 // BrokerBounds are a board's [broker] bounds (configs/agent.toml documents each); 0 keeps
@@ -190,6 +194,9 @@ type fileSchema struct {
 		MaxInboundBytes      byteSize `toml:"max_inbound_bytes"`
 		StoreMaxBytes        byteSize `toml:"store_max_bytes"`
 	} `toml:"broker"` // optional, each key too
+	Faces struct {
+		MaxBytes byteSize `toml:"max_bytes"`
+	} `toml:"faces"` // optional
 }
 
 type byteSize struct {
@@ -265,6 +272,7 @@ func Parse(name string, data []byte) (Profile, error) {
 			MaxInboundBytes:      raw.Broker.MaxInboundBytes.n,
 			StoreMaxBytes:        raw.Broker.StoreMaxBytes.n,
 		},
+		FacesMaxBytes: raw.Faces.MaxBytes.n,
 	}
 	if raw.JournalBatchWindow != nil {
 		p.JournalBatchWindow = time.Duration(*raw.JournalBatchWindow)
@@ -296,6 +304,9 @@ const minMemLimit = 32 << 20
 
 // Smallest state store bound a profile may set (agent/config's own floor).
 const minStoreBytes = 64 << 10
+
+// Smallest face store budget a profile may set (agent/config's own floor).
+const minFacesBytes = 1 << 20
 
 var knownArch = map[string]bool{"arm": true, "arm64": true, "amd64": true, "riscv64": true}
 
@@ -330,6 +341,8 @@ func validate(p *Profile, md toml.MetaData) (key, msg string) {
 	case md.IsDefined("broker", "store_max_bytes") && (p.Broker.StoreMaxBytes < minStoreBytes || p.Broker.StoreMaxBytes > p.GOMEMLIMIT/4):
 		return "store_max_bytes", fmt.Sprintf("broker.store_max_bytes %d must be at least %d KiB and at most a quarter of gomemlimit "+
 			"(the store's keys and, as much again, its queued notifications live in that heap)", p.Broker.StoreMaxBytes, minStoreBytes>>10)
+	case md.IsDefined("faces", "max_bytes") && p.FacesMaxBytes < minFacesBytes:
+		return "max_bytes", fmt.Sprintf("faces.max_bytes %d must be at least %d MiB", p.FacesMaxBytes, minFacesBytes>>20)
 	}
 	for _, k := range []struct {
 		key string

@@ -135,6 +135,10 @@ func TestParseGood(t *testing.T) {
 	if err != nil || p.Broker.StoreMaxBytes != 16<<20 {
 		t.Fatalf("store_max_bytes: %+v, %v", p, err)
 	}
+	p, err = Parse("t", []byte(good+"[faces]\nmax_bytes = \"256MiB\"\n"))
+	if err != nil || p.FacesMaxBytes != 256<<20 {
+		t.Fatalf("faces max_bytes: %+v, %v", p, err)
+	}
 }
 
 // Each case edits one line of the good profile; the error must name the line and the problem.
@@ -170,6 +174,7 @@ func TestParseBad(t *testing.T) {
 		{"bad cpu", `qemu_cpu = "cortex-a7"`, `qemu_cpu = "Cortex A7"`, 5, "qemu_cpu"},
 		{"store bytes big", `data_dir = "/var/lib/faceagent"`, "data_dir = \"/var/lib/faceagent\"\n[broker]\nstore_max_bytes = \"64MiB\"", 13, "quarter of gomemlimit"},
 		{"store bytes small", `data_dir = "/var/lib/faceagent"`, "data_dir = \"/var/lib/faceagent\"\n[broker]\nstore_max_bytes = 1000", 13, "at least 64 KiB"},
+		{"faces bytes small", `data_dir = "/var/lib/faceagent"`, "data_dir = \"/var/lib/faceagent\"\n[faces]\nmax_bytes = \"64KiB\"", 13, "at least 1 MiB"},
 		{"empty description", `description = "test board"`, `description = " "`, 1, "description"},
 	}
 	for _, c := range cases {

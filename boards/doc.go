@@ -18,7 +18,7 @@
 //
 // # Profile file format
 //
-// TOML, flat but for an optional [broker] table; every key is required except goarm (required with goarch = "arm" only),
+// TOML, flat but for the optional [broker] and [faces] tables; every key is required except goarm (required with goarch = "arm" only),
 // serial_ports (may be empty) and journal_batch_window (required with journal_sync = "batch"
 // only). Unknown keys are errors.
 //
@@ -42,6 +42,9 @@
 //	max_queued_bytes        = "4MiB"        # config's [broker] keys of the same names win
 //	max_retained_bytes      = "1MiB"
 //	max_inbound_bytes       = "4MiB"
+//
+//	[faces]                                 # optional: the face store's disk budget for a
+//	max_bytes = "256MiB"                    # board with little storage; at least 1 MiB
 //
 // # Choosing a journal sync policy
 //

@@ -17,6 +17,7 @@ import (
 //	[journal] sync, batch_window
 //	[broker]  the bounds a small board needs smaller (boards.BrokerBounds), when it sets them
 //	          (the table does not switch the broker on)
+//	[faces]   max_bytes, when it sets it
 //
 // and its serial ports fill in serial devices without a port (assignBoardPorts).
 //
@@ -48,6 +49,9 @@ func profileTOML(p boards.Profile) []byte {
 				b = fmt.Appendf(b, "%s = %d\n", k.key, k.v)
 			}
 		}
+	}
+	if p.FacesMaxBytes > 0 {
+		b = fmt.Appendf(b, "[faces]\nmax_bytes = %d\n", p.FacesMaxBytes)
 	}
 	return b
 }

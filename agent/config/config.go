@@ -20,6 +20,7 @@ type Config struct {
 	Intake    Intake    `toml:"intake"`
 	Reports   Reports   `toml:"reports"`
 	Whitelist Whitelist `toml:"whitelist"`
+	Faces     Faces     `toml:"faces"`
 	Store     Store     `toml:"store"`
 	Topics    Topics    `toml:"topics"`
 	Log       Log       `toml:"log"`
@@ -253,6 +254,14 @@ type Whitelist struct {
 	ListLimit int `toml:"list_limit"`
 }
 
+// Faces is the [faces] section: the face store in data_dir/faces, each face the tasks
+// bring kept once per gateway (agent/faces).
+type Faces struct {
+	// MaxBytes bounds the disk the faces take, each counted as its size rounded up to
+	// 4 KiB; a task whose face would pass it is dead-lettered with a reason naming the key.
+	MaxBytes Size `toml:"max_bytes"`
+}
+
 // Store is the [store] section: device state written to the state store.
 type Store struct {
 	// WriteInterval is the least time between two writes of one device's state.
@@ -439,6 +448,7 @@ var (
 		StepTimeout:    D(15 * time.Minute),
 		ListLimit:      100,
 	}
+	defaultFaces   = Faces{MaxBytes: 1 << 30}
 	defaultReports = Reports{
 		MaxForwarded:       8192,
 		MaxForwardedBytes:  1 << 20,
@@ -488,6 +498,7 @@ func Default() *Config {
 		Intake:    defaultIntake,
 		Reports:   defaultReports,
 		Whitelist: defaultWhitelist,
+		Faces:     defaultFaces,
 		Store:     defaultStore,
 		Topics:    defaultTopics,
 		Log:       defaultLog,

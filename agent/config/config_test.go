@@ -329,6 +329,23 @@ func TestBoardStoreMaxBytes(t *testing.T) {
 	}
 }
 
+// A board with little storage sets a smaller face store budget; the file's value wins.
+func TestBoardFacesMaxBytes(t *testing.T) {
+	p, err := boards.Lookup("rpi0-armv6")
+	if err != nil || p.FacesMaxBytes == 0 || p.FacesMaxBytes >= int64(defaultFaces.MaxBytes) {
+		t.Fatalf("rpi0-armv6 should set a faces max_bytes below the default: %+v %v", p, err)
+	}
+	base := "[agent]\ngateway_id = \"g\"\nboard = \"rpi0-armv6\"\n[broker]\n"
+	c, err := Parse("f.toml", []byte(base), testOpts)
+	if err != nil || int64(c.Faces.MaxBytes) != p.FacesMaxBytes {
+		t.Fatalf("board faces max_bytes not applied: %+v %v", c.Faces, err)
+	}
+	c, err = Parse("f.toml", []byte(base+"[faces]\nmax_bytes = \"2GiB\"\n"), testOpts)
+	if err != nil || c.Faces.MaxBytes != 2<<30 {
+		t.Fatalf("explicit faces max_bytes must win: %+v %v", c.Faces, err)
+	}
+}
+
 func TestEffectiveConfigRoundTrips(t *testing.T) {
 	for _, f := range []string{"testdata/minimal.toml", "testdata/broker-only.toml", "testdata/serial.toml", "../../configs/agent.toml"} {
 		c, err := Load(f, testOpts)

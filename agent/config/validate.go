@@ -43,6 +43,9 @@ func (d *decoder) validate(c *Config) {
 	if c.Intake.MaxWhitelist > c.Whitelist.MaxPersons && c.Whitelist.MaxPersons >= 1 {
 		d.errf("intake.max_whitelist", "%d is more than whitelist.max_persons (%d): such a SetWhitelist could never be kept", c.Intake.MaxWhitelist, c.Whitelist.MaxPersons)
 	}
+	if m := c.Faces.MaxBytes; m < MinFacesBytes || m > MaxFacesBytes {
+		d.errf("faces.max_bytes", "%d bytes is out of range (1MiB..1TiB)", m)
+	}
 	d.positive("store.write_interval", c.Store.WriteInterval)
 	d.positive("store.request_timeout", c.Store.RequestTimeout)
 	d.validateTopics(c.Topics)
@@ -312,6 +315,12 @@ const (
 	// (the terminal protocol's most persons on one ListPersons page).
 	MaxReconciling = 1024
 	MaxListLimit   = 1000
+)
+
+// Bounds of faces.max_bytes.
+const (
+	MinFacesBytes = 1 << 20
+	MaxFacesBytes = 1 << 40
 )
 
 func (d *decoder) validateWhitelist(w Whitelist) {

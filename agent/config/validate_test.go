@@ -151,7 +151,10 @@ func TestValidationErrors(t *testing.T) {
 		{"auth header with colon", base + "[intake.http]\nurl = \"http://h/x\"\nauth_header = \"Authorization: Bearer\"\n",
 			`f.toml:7: intake.http.auth_header: "Authorization: Bearer" is not a header name`},
 
-		// [reports]
+		// [faces]
+		{"faces budget small", base + "[faces]\nmax_bytes = \"512KiB\"\n", "f.toml:6: faces.max_bytes: 524288 bytes is out of range (1MiB..1TiB)"},
+		{"faces budget not a size", base + "[faces]\nmax_bytes = \"lots\"\n", `f.toml:6: faces.max_bytes: invalid size "lots" (write e.g. "64MiB" or a number of bytes)`},
+		// [whitelist]
 		{"whitelist terminals zero", base + "[whitelist]\nmax_terminals = 0\n", "f.toml:6: whitelist.max_terminals: 0 is out of range (1..65536)"},
 		{"whitelist persons huge", base + "[whitelist]\nmax_persons = 10000001\n", "f.toml:6: whitelist.max_persons: 10000001 is out of range (1..10000000)"},
 		{"whitelist records negative", base + "[whitelist]\nmax_records = -1\n", "f.toml:6: whitelist.max_records: -1 is out of range (1..100000000)"},

@@ -36,6 +36,18 @@
 //     an AddPerson's person, no id twice; [] clears the list). A SetWhitelist's command is
 //     no terminal command: it stands for the task in the outbox until its result, which
 //     counts the persons added, deleted and unchanged (Result.WhitelistCounts).
+//   - A person of AddPerson or SetWhitelist may carry a face,
+//     "face":{"sha256","kind","size","data"}: Task.Faces lists them with their person's
+//     index. "data" (standard padded base64) may be left out when the gateway holds the
+//     face already (the intake checks: no store is known here). Parse decodes the base64
+//     once, straight from the message into one buffer (a string with escapes such as "\/"
+//     a chunk at a time), and refuses a face whose data does not hash to its sha256, whose
+//     stated size differs, whose sha256 is not 64 lower-case hex digits or whose kind is
+//     neither "template" nor "photo", naming the person and the field
+//     ("persons[2] (id \"c\"): face.data: hashes to …"). A DeletePerson's face is ignored.
+//     The face's sha256 is part of the task's MessageID; a task without faces keeps its id.
+//     A task with a 100 KiB face costs about 105 KiB of transient memory beyond its message,
+//     3.5 times the face in a message with a reject (docs/benchmarks.md, "Faces in tasks").
 //   - Unknown JSON fields are ignored, so the back office can add fields without breaking
 //     older gateways; required fields catch misspelt ones.
 //   - Parse never fails as a whole: the caller acknowledges every message and

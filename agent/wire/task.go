@@ -42,12 +42,17 @@ const DefaultMaxWhitelist = 50000
 // whole desired list, empty to clear it; nil only when the message had no "persons").
 // Parse decodes each person once, into Persons: the rest of the agent takes that slice as
 // it is and must not modify it.
+//
+// A person of AddPerson or SetWhitelist may carry a face ("face":{"sha256","kind","data"}):
+// Faces holds them in the order of the persons, each with the person's index (0 for
+// Person). A DeletePerson's face is ignored (Parse leaves Faces nil).
 type Task struct {
 	TaskID   string        `json:"taskId"`
 	DeviceID string        `json:"deviceId"`
 	Op       face.Op       `json:"op"`
 	Person   face.Person   `json:"person"`
 	Persons  []face.Person `json:"persons"`
+	Faces    []PersonFace  `json:"-"`
 }
 
 // MarshalJSON writes the task as the back office writes it: "person" for AddPerson and
@@ -61,11 +66,53 @@ func (t Task) MarshalJSON() ([]byte, error) {
 		Person   *face.Person   `json:"person,omitempty"`
 		Persons  *[]face.Person `json:"persons,omitempty"`
 	}{TaskID: t.TaskID, DeviceID: t.DeviceID, Op: t.Op}
+	if len(t.Faces) > 0 {
+		return t.marshalWithFaces()
+	}
 	if t.Persons != nil {
 		w.Persons = &t.Persons
 	}
 	if t.Persons == nil || t.Person != (face.Person{}) {
 		w.Person = &t.Person
+	}
+	return json.Marshal(w)
+}
+
+// personOut is a person as MarshalJSON writes it with its face.
+type personOut struct {
+	face.Person
+	Face *faceOut `json:"face,omitempty"`
+}
+
+// marshalWithFaces is MarshalJSON for a task whose persons carry faces.
+func (t Task) marshalWithFaces() ([]byte, error) {
+	w := struct {
+		TaskID   string       `json:"taskId"`
+		DeviceID string       `json:"deviceId"`
+		Op       face.Op      `json:"op"`
+		Person   *personOut   `json:"person,omitempty"`
+		Persons  *[]personOut `json:"persons,omitempty"`
+	}{TaskID: t.TaskID, DeviceID: t.DeviceID, Op: t.Op}
+	out := func(f *PersonFace) *faceOut {
+		return &faceOut{SHA256: f.SHA256, Kind: f.Kind, Size: f.Size, Data: f.Data}
+	}
+	faces := t.Faces
+	if t.Persons != nil {
+		persons := make([]personOut, len(t.Persons))
+		for i := range t.Persons {
+			persons[i].Person = t.Persons[i]
+			if len(faces) > 0 && faces[0].Person == i {
+				persons[i].Face = out(&faces[0])
+				faces = faces[1:]
+			}
+		}
+		w.Persons = &persons
+	}
+	if t.Persons == nil || t.Person != (face.Person{}) {
+		w.Person = &personOut{Person: t.Person}
+		if t.Persons == nil && len(faces) > 0 && faces[0].Person == 0 {
+			w.Person.Face = out(&faces[0])
+		}
 	}
 	return json.Marshal(w)
 }
@@ -85,6 +132,10 @@ func (t Task) MarshalJSON() ([]byte, error) {
 // A SetWhitelist task's id is "SetWhitelist-<n>", n hashing taskId, deviceId, op and then
 // every person's fields in order (messageIDSetWhitelist): it names the task in its result
 // and in the outbox, and no terminal ever sees it.
+//
+// A task whose persons carry faces hashes each face's sha256 too (after the fields above,
+// with its person's index for SetWhitelist), so a task that only changes a face gets a new
+// id; a task without faces keeps the id it always had.
 func (t *Task) MessageID() string {
 	if t.Op == SetWhitelist {
 		return t.messageIDSetWhitelist()
@@ -97,6 +148,11 @@ func (t *Task) MessageID() string {
 	for _, f := range [...]string{t.TaskID, t.DeviceID, string(t.Op), t.Person.ID, t.Person.Name, t.Person.ValidFrom, t.Person.ValidTo} {
 		buf = binary.BigEndian.AppendUint32(buf, uint32(len(f)))
 		buf = append(buf, f...)
+	}
+	for _, f := range t.Faces {
+		// At most one, checked by validation; a sha256 is 64 bytes: it fits the stack buffer.
+		buf = binary.BigEndian.AppendUint32(buf, uint32(len(f.SHA256)))
+		buf = append(buf, f.SHA256...)
 	}
 	sum := sha256.Sum256(buf)
 	v := binary.BigEndian.Uint64(sum[:8]) >> 1
@@ -140,6 +196,14 @@ func (t *Task) messageIDSetWhitelist() string {
 		field(p.Name)
 		field(p.ValidFrom)
 		field(p.ValidTo)
+	}
+	for _, f := range t.Faces {
+		if len(b)+8 > len(buf) {
+			h.Write(b)
+			b = buf[:0]
+		}
+		b = binary.BigEndian.AppendUint64(b, uint64(f.Person))
+		field(f.SHA256)
 	}
 	h.Write(b)
 	var sum [sha256.Size]byte
@@ -206,9 +270,15 @@ func (t *Task) validateFields() error {
 		if t.Persons != nil {
 			return fmt.Errorf("persons: only %s carries persons (%s takes one person)", SetWhitelist, t.Op)
 		}
-		return checkPerson("person.", &t.Person)
+		if err := checkPerson("person.", &t.Person); err != nil {
+			return err
+		}
+		return t.checkFaces()
 	case SetWhitelist:
-		return t.validatePersons()
+		if err := t.validatePersons(); err != nil {
+			return err
+		}
+		return t.checkFaces()
 	case "":
 		return fmt.Errorf("op: missing (want %q, %q or %q)", face.AddPerson, face.DeletePerson, SetWhitelist)
 	default:

@@ -22,8 +22,16 @@ const maxSharedMessage = 256 << 10
 // decodes with encoding/json, which gives that input the same answer as before
 // (FuzzParsePlainTasks). A batch of 64 tasks was 64 reflective decodes and about 400
 // string allocations; here it is one copy of the message.
+//
+// Face data is decoded from the message into one buffer per face (plainFace); a message
+// that carries any gets a copy per string instead of one shared copy, which would hold
+// the base64 a second time.
 func parsePlainTasks(msg []byte) (tasks []Task, ok bool) {
-	p := jsonplain.NewScanner(msg, maxSharedMessage)
+	share := maxSharedMessage
+	if bytes.Contains(msg, []byte(`"data"`)) {
+		share = 0
+	}
+	p := jsonplain.NewScanner(msg, share)
 	p.Space()
 	if !p.Byte('[') {
 		var t Task
@@ -56,10 +64,11 @@ func parsePlainTasks(msg []byte) (tasks []Task, ok bool) {
 	return tasks, true
 }
 
-// plainTask reads one task object into t.
+// plainTask reads one task object into t, the persons' faces into t.Faces.
 func plainTask(p *jsonplain.Scanner, t *Task) bool {
 	persons := false
-	return p.Object(func(key []byte) bool {
+	var personFace *Face
+	ok := p.Object(func(key []byte) bool {
 		switch string(key) { // compared without a copy
 		case "taskId":
 			return p.Str(&t.TaskID)
@@ -68,7 +77,7 @@ func plainTask(p *jsonplain.Scanner, t *Task) bool {
 		case "op":
 			return face.ScanPlainOp(p, &t.Op)
 		case "person":
-			return face.ScanPlainPerson(p, &t.Person)
+			return plainPerson(p, &t.Person, &personFace)
 		case "persons":
 			// A repeated "persons" is left to encoding/json, which decodes the second
 			// list over the first one's elements.
@@ -76,15 +85,27 @@ func plainTask(p *jsonplain.Scanner, t *Task) bool {
 				return false
 			}
 			persons = true
-			return plainPersons(p, &t.Persons)
+			return plainPersons(p, &t.Persons, &t.Faces)
 		}
 		return false
 	})
+	if !ok {
+		return false
+	}
+	if personFace != nil {
+		// encoding/json gives "person"'s face first, then those of "persons".
+		t.Faces = append([]PersonFace{{Person: 0, Face: *personFace}}, t.Faces...)
+	}
+	if t.Op == face.DeletePerson {
+		t.Faces = nil // ignored, as Task.UnmarshalJSON ignores it
+	}
+	return true
 }
 
-// plainPersons reads an array of person objects into *dst: an empty array gives an empty
-// slice that is not nil, as with encoding/json (nil means "persons" was absent).
-func plainPersons(p *jsonplain.Scanner, dst *[]face.Person) bool {
+// plainPersons reads an array of person objects into *dst, their faces into *faces: an
+// empty array gives an empty slice that is not nil, as with encoding/json (nil means
+// "persons" was absent).
+func plainPersons(p *jsonplain.Scanner, dst *[]face.Person, faces *[]PersonFace) bool {
 	p.Space()
 	if !p.Byte('[') {
 		return false
@@ -97,8 +118,12 @@ func plainPersons(p *jsonplain.Scanner, dst *[]face.Person) bool {
 	}
 	for {
 		persons = append(persons, face.Person{})
-		if !face.ScanPlainPerson(p, &persons[len(persons)-1]) {
+		var f *Face
+		if !plainPerson(p, &persons[len(persons)-1], &f) {
 			return false
+		}
+		if f != nil {
+			*faces = append(*faces, PersonFace{Person: len(persons) - 1, Face: *f})
 		}
 		p.Space()
 		if p.Byte(']') {

@@ -20,7 +20,7 @@
 //	...
 //	return p.End()             // only white space left
 //
-// Caveats: Key's name aliases the input. Str's strings share one copy of the whole input
+// Caveats: Key's name and Raw's contents alias the input. Str's strings share one copy of the whole input
 // when it is at most shareUpTo bytes (one allocation a message instead of one a field); a
 // larger input gets a copy per string, so that padding cannot keep a big buffer alive.
 package jsonplain
@@ -103,6 +103,15 @@ func (p *Scanner) Str(dst *string) bool {
 		*dst = string(p.b[start:end])
 	}
 	return true
+}
+
+// Raw reads a plain string and returns its contents without a copy: they alias the input.
+func (p *Scanner) Raw() ([]byte, bool) {
+	start, end, ok := p.raw()
+	if !ok {
+		return nil, false
+	}
+	return p.b[start:end], true
 }
 
 // raw finds a plain string's contents, b[start:end].

@@ -60,6 +60,7 @@ var rules = []rule{
 	{from: "agent/whitelist", to: "agent/...", why: "the desired whitelists are a store of their own; what they need of the others is an interface of their own"},
 	{from: "agent/kv", to: "agent/...", why: "the key-value interface adapts the store client and the embedded engine"},
 	{from: "agent/ui", to: "agent/...", why: "the operator's page shows the State the root builds and acts through the functions it is given; what it needs of the others is an interface of its own"},
+	{from: "agent/faces", to: "agent/...", why: "the face store keeps faces by their hash; who refers to them (the desired lists) reaches it as a predicate from the root"},
 }
 
 // allowed lists, per importer, the module packages a rule above would forbid but that
@@ -80,6 +81,7 @@ var allowed = map[string][]string{
 	"agent/wire":      {},
 	"agent/whitelist": {"agent/journal", "agent/metrics", "agent/wire"},
 	"agent/ui":        {"agent/metrics"},
+	"agent/faces":     {"agent/metrics"},
 }
 
 func TestImportRules(t *testing.T) {
@@ -129,6 +131,8 @@ func TestRulesCatchABreach(t *testing.T) {
 		{"agent/report", module + "/agent", true},
 		{"agent/ui", module + "/agent/outbox", true},
 		{"agent/ui", module + "/agent/metrics", false},
+		{"agent/faces", module + "/agent/whitelist", true},
+		{"agent/faces", module + "/agent/metrics", false},
 	}
 	for _, c := range cases {
 		broken := false
