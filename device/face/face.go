@@ -65,7 +65,7 @@ type Ack struct {
 	MessageID string      `json:"messageId" msg:"messageId"`
 	Code      int         `json:"code" msg:"code"`
 	Message   string      `json:"message" msg:"message"`
-	Persons   []PersonRev `json:"persons,omitzero" msg:"persons,omitempty"`
+	Persons   []PersonRev `json:"persons,omitzero" msg:"persons,omitempty,limit=1000"` // limit: MaxListLimit
 	Next      string      `json:"next,omitempty" msg:"next,omitempty"`
 }
 

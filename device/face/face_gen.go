@@ -49,6 +49,10 @@ func (z *Ack) DecodeMsg(dc *msgp.Reader) (err error) {
 				err = msgp.WrapError(err, "Persons")
 				return
 			}
+			if zb0002 > 1000 {
+				err = msgp.ErrLimitExceeded
+				return
+			}
 			if cap(z.Persons) >= int(zb0002) {
 				z.Persons = (z.Persons)[:zb0002]
 			} else {
@@ -59,6 +63,10 @@ func (z *Ack) DecodeMsg(dc *msgp.Reader) (err error) {
 				zb0003, err = dc.ReadMapHeader()
 				if err != nil {
 					err = msgp.WrapError(err, "Persons", za0001)
+					return
+				}
+				if zb0003 > 1000 {
+					err = msgp.ErrLimitExceeded
 					return
 				}
 				for zb0003 > 0 {
@@ -305,6 +313,10 @@ func (z *Ack) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				err = msgp.WrapError(err, "Persons")
 				return
 			}
+			if zb0002 > 1000 {
+				err = msgp.ErrLimitExceeded
+				return
+			}
 			if cap(z.Persons) >= int(zb0002) {
 				z.Persons = (z.Persons)[:zb0002]
 			} else {
@@ -315,6 +327,10 @@ func (z *Ack) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				zb0003, bts, err = msgp.ReadMapHeaderBytes(bts)
 				if err != nil {
 					err = msgp.WrapError(err, "Persons", za0001)
+					return
+				}
+				if zb0003 > 1000 {
+					err = msgp.ErrLimitExceeded
 					return
 				}
 				for zb0003 > 0 {
