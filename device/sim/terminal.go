@@ -153,7 +153,7 @@ func (t *Terminal) receive(cmd face.Command) {
 			if _, answered := t.results[p.cmd.MessageID]; answered {
 				continue // a late copy of an answered messageId: its first ack went out
 			}
-			if p.cmd != cmd {
+			if !p.cmd.Equal(&cmd) {
 				violation = fmt.Errorf("strict: %s received %s (%s person %s) while %s is unacked",
 					t.id, cmd.MessageID, cmd.Op, cmd.Person.ID, p.cmd.MessageID)
 				t.stats.Violations++

@@ -105,6 +105,16 @@ func (p *Scanner) Str(dst *string) bool {
 	return true
 }
 
+// RawStr reads a plain string and returns its contents, aliasing the input: for a value
+// the caller decodes further (base64, say) without a copy of the text.
+func (p *Scanner) RawStr() ([]byte, bool) {
+	start, end, ok := p.raw()
+	if !ok {
+		return nil, false
+	}
+	return p.b[start:end], true
+}
+
 // raw finds a plain string's contents, b[start:end].
 func (p *Scanner) raw() (start, end int, ok bool) {
 	if !p.Byte('"') {
