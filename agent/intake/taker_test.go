@@ -104,7 +104,7 @@ func TestTakerStoresEachTaskCommand(t *testing.T) {
 		if string(c.Payload) != string(alone) {
 			t.Errorf("%s: payload %x, want %x", task.TaskID, c.Payload, alone)
 		}
-		if back, err := face.ParseCommandMsg(c.Payload); err != nil || back != cmd {
+		if back, err := face.ParseCommandMsg(c.Payload); err != nil || !back.Equal(&cmd) {
 			t.Errorf("%s: command %+v (%v), want %+v", task.TaskID, back, err, cmd)
 		}
 	}

@@ -107,7 +107,7 @@ func FuzzParseCleanSameAsElementwise(f *testing.F) {
 			if !reflect.DeepEqual(clean.Tasks[i], whole.Tasks[i]) || clean.ids[i] != whole.ids[i] {
 				t.Fatalf("task %d: %+v %s against %+v %s", i, clean.Tasks[i], clean.ids[i], whole.Tasks[i], whole.ids[i])
 			}
-			if clean.Command(i) != clean.Tasks[i].Command() {
+			if bc, tc := clean.Command(i), clean.Tasks[i].Command(); !bc.Equal(&tc) {
 				t.Fatalf("Batch.Command(%d) = %+v, Task.Command = %+v", i, clean.Command(i), clean.Tasks[i].Command())
 			}
 		}

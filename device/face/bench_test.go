@@ -1,6 +1,9 @@
 package face
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 var benchCommand = Command{
 	MessageID: "EditPerson-951-1494527067538440192",
@@ -81,4 +84,69 @@ func BenchmarkTerminalJSON(b *testing.B) {
 	run("parse-heartbeat/encoding-json", len(hb), func() error { _, err := refParseHeartbeatJSON(hb); return err })
 	run("parse-command/plain", len(cmd), func() error { _, err := ParseCommandJSON(cmd); return err })
 	run("parse-command/encoding-json", len(cmd), func() error { _, err := refParseCommandJSON(cmd); return err })
+}
+
+// BenchmarkFaces: a PutFace carrying a 4 KiB chunk (serial's chunk size) and an AddPersons
+// of 30 persons, each with a rev and a face, encoded and decoded in both codecs.
+func BenchmarkFaces(b *testing.B) {
+	data := testFace()[:4096]
+	put := Command{MessageID: "PutFace-2042253-1494527067538440192", Op: PutFace,
+		Face: FaceChunk{SHA256: testFaceSHA, Size: 4105, Offset: 0, Data: data}}
+	batch := Command{MessageID: "AddPersons-2042253-1494527067538440192", Op: AddPersons}
+	for i := range 30 {
+		p := Person{ID: fmt.Sprint(1000 + i), Name: "Li Lei", ValidFrom: "2026-01-01T00:00:00Z", ValidTo: "2027-01-01T00:00:00Z",
+			Face: FaceRef{SHA256: testFaceSHA, Size: 4105, Kind: FaceTemplate}}
+		p.Rev = PersonRecordRev(&p).String()
+		batch.Persons = append(batch.Persons, p)
+	}
+	buf := make([]byte, 0, 16<<10)
+	for _, c := range []struct {
+		name string
+		cmd  *Command
+	}{{"putface-4KiB", &put}, {"addpersons-30", &batch}} {
+		j, _ := c.cmd.AppendJSON(nil)
+		m, _ := c.cmd.AppendMsg(nil)
+		for _, r := range []struct {
+			name string
+			size int
+			f    func() error
+		}{
+			{"json-encode", len(j), func() error { _, err := c.cmd.AppendJSON(buf[:0]); return err }},
+			{"json-decode", len(j), func() error { _, err := ParseCommandJSON(j); return err }},
+			{"msgp-encode", len(m), func() error { _, err := c.cmd.AppendMsg(buf[:0]); return err }},
+			{"msgp-decode", len(m), func() error { _, err := ParseCommandMsg(m); return err }},
+		} {
+			b.Run(c.name+"/"+r.name, func(b *testing.B) {
+				b.SetBytes(int64(r.size))
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := r.f(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+	results := Ack{MessageID: batch.MessageID}
+	for _, p := range batch.Persons {
+		results.Results = append(results.Results, Result{ID: p.ID})
+	}
+	ackJ, _ := results.AppendJSON(nil)
+	ackM, _ := results.AppendMsg(nil)
+	b.Run("addpersons-30-ack/json-decode", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := ParseAckJSON(ackJ); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("addpersons-30-ack/msgp-decode", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := ParseAckMsg(ackM); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

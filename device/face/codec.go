@@ -1,8 +1,10 @@
 package face
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"math"
 )
 
 // JSON is the protocol on MQTT (jsonplain.go writes and reads it without reflection,
@@ -119,11 +121,14 @@ func decodeAckJSON(b []byte) (a Ack, hasCode bool, err error) {
 		Message   string      `json:"message"`
 		Persons   []PersonRev `json:"persons"`
 		Next      string      `json:"next"`
+		Have      int         `json:"have"`
+		Results   []Result    `json:"results"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return Ack{}, false, malformed("ack", err)
 	}
-	a = Ack{MessageID: raw.MessageID, Message: raw.Message, Persons: raw.Persons, Next: raw.Next}
+	a = Ack{MessageID: raw.MessageID, Message: raw.Message, Persons: raw.Persons, Next: raw.Next,
+		Have: raw.Have, Results: raw.Results}
 	if raw.Code != nil {
 		a.Code = *raw.Code
 	}
@@ -225,4 +230,28 @@ const (
 // most MaxListLimit.
 func ListLimitFor(maxBytes int) int {
 	return min(max((maxBytes-listAckFixedMsgSize)/listEntryMsgSize, 1), MaxListLimit)
+}
+
+// putFaceFixedMsgSize is the worst-case msgp size of a PutFace without its data's bin
+// header and bytes: a map of three fields (messageId at MaxIDLen, op, face) and the face's
+// map of four (sha256, size and offset up to MaxFaceSize, each an int32, the "data" key).
+const putFaceFixedMsgSize = 1 + (1 + 9) + (2 + MaxIDLen) + (1 + 2) + (1 + 7) + (1 + 4) +
+	1 + (1 + 6) + (2 + 2*sha256.Size) + (1 + 4) + 5 + (1 + 6) + 5 + (1 + 4)
+
+// ChunkLimitFor returns the largest PutFace chunk (data bytes) whose command, in msgp,
+// fits in maxBytes whatever its messageId (every field at its bound): the chunk size to
+// use on a serial line whose frames carry at most maxBytes. It is at most MaxChunkSize,
+// and 0 when not even an empty chunk fits.
+func ChunkLimitFor(maxBytes int) int {
+	room := maxBytes - putFaceFixedMsgSize
+	n := 0
+	switch { // the data's bin header: 2 bytes up to 255, 3 up to 65535, 5 beyond
+	case room-5 > math.MaxUint16:
+		n = room - 5
+	case room-3 > math.MaxUint8:
+		n = min(room-3, math.MaxUint16)
+	case room-2 >= 0:
+		n = min(room-2, math.MaxUint8)
+	}
+	return min(n, MaxChunkSize)
 }

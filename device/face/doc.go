@@ -10,6 +10,13 @@
 // field v2 adds is left out of both encodings when empty, so v1 messages keep their bytes
 // (TestV1BytesUnchanged), and a heartbeat without "protocol" is v1's (Heartbeat.Version).
 //
+// Faces and batches (v2): a person may carry a Face (FaceRef: the SHA-256 of the face's
+// bytes, its size and kind), which is part of its Rev (PersonRecordRev). The agent sends
+// the face's bytes first with PutFace, one FaceChunk per command, and the terminal's ack
+// says in Have how much of the face it holds; AddPersons carries up to
+// Heartbeat.BatchSize() persons and its ack one Result per person. CodeFaceMissing (21),
+// CodeFaceHash (22) and CodeCapacity (23) are the codes v2 gives a meaning.
+//
 // Every decoder validates: it returns a usable message or an *Error that names the message,
 // the field and the problem, wrapping ErrMalformed (not JSON / not msgp / wrong types /
 // trailing bytes) or ErrInvalid (missing messageId, unknown op, bad time, over a bound).
@@ -35,12 +42,32 @@
 //	for _, p := range ack.Persons { rev, _ := face.ParseRev(p.Rev); d.Toggle(p.ID, rev) }
 //	if ack.Next == "" { /* the list ended */ } else { after = ack.Next }
 //
+// Sending a face over serial, chunk by chunk from what the terminal holds:
+//
+//	chunk := face.ChunkLimitFor(maxPayload) // 4,347 for the default frame: 4 KiB chunks fit
+//	have := 0
+//	for {
+//		end := min(have+4096, len(data))
+//		cmd := face.Command{MessageID: newID(), Op: face.PutFace, Face: face.FaceChunk{
+//			SHA256: face.FaceSHA256(data), Size: len(data), Offset: have, Data: data[have:end]}}
+//		... ack, err := face.ParseAckMsg(frame.Payload)
+//		if ack.Code == face.CodeFaceHash { /* discarded: start again, once */ }
+//		if have = ack.Have; have == len(data) { break } // checked and stored
+//	}
+//
 // # Invariants
 //
 //   - A valid ListPersons page has at most MaxListLimit persons, ids strictly increasing
 //     bytewise, every rev in its wire form, and Next "" or the page's last id.
 //   - A v2 heartbeat (Protocol >= 2) carries a Digest in its wire form.
-//   - Command stays comparable with ==; Ack, holding a page, is not.
+//   - A valid AddPersons carries 1 to MaxBatch persons, each valid as AddPerson's; a valid
+//     PutFace a sha256 in its wire form, a size from 1 to MaxFaceSize, an offset up to
+//     MaxFaceSize and at most MaxChunkSize bytes. A chunk running past its size is valid:
+//     it must reach the terminal, whose answer is CodeFaceHash.
+//   - msgp arrays (persons, results, a page) are refused before allocation when their
+//     header says more than the protocol's bound.
+//   - Command and Ack are not comparable with == (they hold slices): Command.Equal tells a
+//     resend of the same command.
 //
 // # Caveats
 //
@@ -54,6 +81,13 @@
 //     JSON's []; both mean the same. A repeated "persons" member is decoded as
 //     encoding/json decodes it (into the elements the first one left).
 //   - The person "rev" is read and written as text; ParseRev gives the Rev.
+//   - Ack.Have 0 is left out of both encodings: an absent have means 0. A PutFace chunk's
+//     Data is standard padded base64 in JSON and msgp bin in frames; empty Data is a probe
+//     (left out), answered with the terminal's have.
+//   - AddPersons persons are not checked for repeated ids: a terminal applies them in
+//     order, so the later record wins.
+//   - Serial frames carry one message each: a batch or a chunk must fit one (ChunkLimitFor;
+//     for a batch, encode it and compare, or use Msgsize's upper bound).
 //   - The JSON codec is hand-written (jsonplain.go): AppendJSON writes json.Marshal's bytes,
 //     and the Parse…JSON functions read the plain form terminals send (exact keys, no
 //     escapes, plain integers) without reflection. Any other JSON — escapes, keys in another

@@ -49,6 +49,10 @@ func (z *Ack) DecodeMsg(dc *msgp.Reader) (err error) {
 				err = msgp.WrapError(err, "Persons")
 				return
 			}
+			if zb0002 > 1000 {
+				err = msgp.ErrLimitExceeded
+				return
+			}
 			if cap(z.Persons) >= int(zb0002) {
 				z.Persons = (z.Persons)[:zb0002]
 			} else {
@@ -59,6 +63,10 @@ func (z *Ack) DecodeMsg(dc *msgp.Reader) (err error) {
 				zb0003, err = dc.ReadMapHeader()
 				if err != nil {
 					err = msgp.WrapError(err, "Persons", za0001)
+					return
+				}
+				if zb0003 > 1000 {
+					err = msgp.ErrLimitExceeded
 					return
 				}
 				for zb0003 > 0 {
@@ -96,6 +104,68 @@ func (z *Ack) DecodeMsg(dc *msgp.Reader) (err error) {
 				err = msgp.WrapError(err, "Next")
 				return
 			}
+		case "have":
+			z.Have, err = dc.ReadInt()
+			if err != nil {
+				err = msgp.WrapError(err, "Have")
+				return
+			}
+		case "results":
+			var zb0004 uint32
+			zb0004, err = dc.ReadArrayHeader()
+			if err != nil {
+				err = msgp.WrapError(err, "Results")
+				return
+			}
+			if zb0004 > 1000 {
+				err = msgp.ErrLimitExceeded
+				return
+			}
+			if cap(z.Results) >= int(zb0004) {
+				z.Results = (z.Results)[:zb0004]
+			} else {
+				z.Results = make([]Result, zb0004)
+			}
+			for za0002 := range z.Results {
+				var zb0005 uint32
+				zb0005, err = dc.ReadMapHeader()
+				if err != nil {
+					err = msgp.WrapError(err, "Results", za0002)
+					return
+				}
+				if zb0005 > 1000 {
+					err = msgp.ErrLimitExceeded
+					return
+				}
+				for zb0005 > 0 {
+					zb0005--
+					field, err = dc.ReadMapKeyPtr()
+					if err != nil {
+						err = msgp.WrapError(err, "Results", za0002)
+						return
+					}
+					switch msgp.UnsafeString(field) {
+					case "id":
+						z.Results[za0002].ID, err = dc.ReadString()
+						if err != nil {
+							err = msgp.WrapError(err, "Results", za0002, "ID")
+							return
+						}
+					case "code":
+						z.Results[za0002].Code, err = dc.ReadInt()
+						if err != nil {
+							err = msgp.WrapError(err, "Results", za0002, "Code")
+							return
+						}
+					default:
+						err = dc.Skip()
+						if err != nil {
+							err = msgp.WrapError(err, "Results", za0002)
+							return
+						}
+					}
+				}
+			}
 		default:
 			err = dc.Skip()
 			if err != nil {
@@ -110,8 +180,8 @@ func (z *Ack) DecodeMsg(dc *msgp.Reader) (err error) {
 // EncodeMsg implements msgp.Encodable
 func (z *Ack) EncodeMsg(en *msgp.Writer) (err error) {
 	// check for omitted fields
-	zb0001Len := uint32(5)
-	var zb0001Mask uint8 /* 5 bits */
+	zb0001Len := uint32(7)
+	var zb0001Mask uint8 /* 7 bits */
 	_ = zb0001Mask
 	if z.Persons == nil {
 		zb0001Len--
@@ -120,6 +190,14 @@ func (z *Ack) EncodeMsg(en *msgp.Writer) (err error) {
 	if z.Next == "" {
 		zb0001Len--
 		zb0001Mask |= 0x10
+	}
+	if z.Have == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x20
+	}
+	if z.Results == nil {
+		zb0001Len--
+		zb0001Mask |= 0x40
 	}
 	// variable map header, size zb0001Len
 	err = en.Append(0x80 | uint8(zb0001Len))
@@ -206,6 +284,53 @@ func (z *Ack) EncodeMsg(en *msgp.Writer) (err error) {
 				return
 			}
 		}
+		if (zb0001Mask & 0x20) == 0 { // if not omitted
+			// write "have"
+			err = en.Append(0xa4, 0x68, 0x61, 0x76, 0x65)
+			if err != nil {
+				return
+			}
+			err = en.WriteInt(z.Have)
+			if err != nil {
+				err = msgp.WrapError(err, "Have")
+				return
+			}
+		}
+		if (zb0001Mask & 0x40) == 0 { // if not omitted
+			// write "results"
+			err = en.Append(0xa7, 0x72, 0x65, 0x73, 0x75, 0x6c, 0x74, 0x73)
+			if err != nil {
+				return
+			}
+			err = en.WriteArrayHeader(uint32(len(z.Results)))
+			if err != nil {
+				err = msgp.WrapError(err, "Results")
+				return
+			}
+			for za0002 := range z.Results {
+				// map header, size 2
+				// write "id"
+				err = en.Append(0x82, 0xa2, 0x69, 0x64)
+				if err != nil {
+					return
+				}
+				err = en.WriteString(z.Results[za0002].ID)
+				if err != nil {
+					err = msgp.WrapError(err, "Results", za0002, "ID")
+					return
+				}
+				// write "code"
+				err = en.Append(0xa4, 0x63, 0x6f, 0x64, 0x65)
+				if err != nil {
+					return
+				}
+				err = en.WriteInt(z.Results[za0002].Code)
+				if err != nil {
+					err = msgp.WrapError(err, "Results", za0002, "Code")
+					return
+				}
+			}
+		}
 	}
 	return
 }
@@ -214,8 +339,8 @@ func (z *Ack) EncodeMsg(en *msgp.Writer) (err error) {
 func (z *Ack) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(5)
-	var zb0001Mask uint8 /* 5 bits */
+	zb0001Len := uint32(7)
+	var zb0001Mask uint8 /* 7 bits */
 	_ = zb0001Mask
 	if z.Persons == nil {
 		zb0001Len--
@@ -224,6 +349,14 @@ func (z *Ack) MarshalMsg(b []byte) (o []byte, err error) {
 	if z.Next == "" {
 		zb0001Len--
 		zb0001Mask |= 0x10
+	}
+	if z.Have == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x20
+	}
+	if z.Results == nil {
+		zb0001Len--
+		zb0001Mask |= 0x40
 	}
 	// variable map header, size zb0001Len
 	o = append(o, 0x80|uint8(zb0001Len))
@@ -257,6 +390,25 @@ func (z *Ack) MarshalMsg(b []byte) (o []byte, err error) {
 			// string "next"
 			o = append(o, 0xa4, 0x6e, 0x65, 0x78, 0x74)
 			o = msgp.AppendString(o, z.Next)
+		}
+		if (zb0001Mask & 0x20) == 0 { // if not omitted
+			// string "have"
+			o = append(o, 0xa4, 0x68, 0x61, 0x76, 0x65)
+			o = msgp.AppendInt(o, z.Have)
+		}
+		if (zb0001Mask & 0x40) == 0 { // if not omitted
+			// string "results"
+			o = append(o, 0xa7, 0x72, 0x65, 0x73, 0x75, 0x6c, 0x74, 0x73)
+			o = msgp.AppendArrayHeader(o, uint32(len(z.Results)))
+			for za0002 := range z.Results {
+				// map header, size 2
+				// string "id"
+				o = append(o, 0x82, 0xa2, 0x69, 0x64)
+				o = msgp.AppendString(o, z.Results[za0002].ID)
+				// string "code"
+				o = append(o, 0xa4, 0x63, 0x6f, 0x64, 0x65)
+				o = msgp.AppendInt(o, z.Results[za0002].Code)
+			}
 		}
 	}
 	return
@@ -305,6 +457,10 @@ func (z *Ack) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				err = msgp.WrapError(err, "Persons")
 				return
 			}
+			if zb0002 > 1000 {
+				err = msgp.ErrLimitExceeded
+				return
+			}
 			if cap(z.Persons) >= int(zb0002) {
 				z.Persons = (z.Persons)[:zb0002]
 			} else {
@@ -315,6 +471,10 @@ func (z *Ack) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				zb0003, bts, err = msgp.ReadMapHeaderBytes(bts)
 				if err != nil {
 					err = msgp.WrapError(err, "Persons", za0001)
+					return
+				}
+				if zb0003 > 1000 {
+					err = msgp.ErrLimitExceeded
 					return
 				}
 				for zb0003 > 0 {
@@ -352,6 +512,68 @@ func (z *Ack) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				err = msgp.WrapError(err, "Next")
 				return
 			}
+		case "have":
+			z.Have, bts, err = msgp.ReadIntBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Have")
+				return
+			}
+		case "results":
+			var zb0004 uint32
+			zb0004, bts, err = msgp.ReadArrayHeaderBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Results")
+				return
+			}
+			if zb0004 > 1000 {
+				err = msgp.ErrLimitExceeded
+				return
+			}
+			if cap(z.Results) >= int(zb0004) {
+				z.Results = (z.Results)[:zb0004]
+			} else {
+				z.Results = make([]Result, zb0004)
+			}
+			for za0002 := range z.Results {
+				var zb0005 uint32
+				zb0005, bts, err = msgp.ReadMapHeaderBytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Results", za0002)
+					return
+				}
+				if zb0005 > 1000 {
+					err = msgp.ErrLimitExceeded
+					return
+				}
+				for zb0005 > 0 {
+					zb0005--
+					field, bts, err = msgp.ReadMapKeyZC(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "Results", za0002)
+						return
+					}
+					switch msgp.UnsafeString(field) {
+					case "id":
+						z.Results[za0002].ID, bts, err = msgp.ReadStringBytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Results", za0002, "ID")
+							return
+						}
+					case "code":
+						z.Results[za0002].Code, bts, err = msgp.ReadIntBytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Results", za0002, "Code")
+							return
+						}
+					default:
+						bts, err = msgp.Skip(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Results", za0002)
+							return
+						}
+					}
+				}
+			}
 		default:
 			bts, err = msgp.Skip(bts)
 			if err != nil {
@@ -370,7 +592,10 @@ func (z *Ack) Msgsize() (s int) {
 	for za0001 := range z.Persons {
 		s += 1 + 3 + msgp.StringPrefixSize + len(z.Persons[za0001].ID) + 4 + msgp.StringPrefixSize + len(z.Persons[za0001].Rev)
 	}
-	s += 5 + msgp.StringPrefixSize + len(z.Next)
+	s += 5 + msgp.StringPrefixSize + len(z.Next) + 5 + msgp.IntSize + 8 + msgp.ArrayHeaderSize
+	for za0002 := range z.Results {
+		s += 1 + 3 + msgp.StringPrefixSize + len(z.Results[za0002].ID) + 5 + msgp.IntSize
+	}
 	return
 }
 
@@ -426,6 +651,35 @@ func (z *Command) DecodeMsg(dc *msgp.Reader) (err error) {
 				err = msgp.WrapError(err, "Limit")
 				return
 			}
+		case "face":
+			err = z.Face.DecodeMsg(dc)
+			if err != nil {
+				err = msgp.WrapError(err, "Face")
+				return
+			}
+		case "persons":
+			var zb0003 uint32
+			zb0003, err = dc.ReadArrayHeader()
+			if err != nil {
+				err = msgp.WrapError(err, "Persons")
+				return
+			}
+			if zb0003 > 1000 {
+				err = msgp.ErrLimitExceeded
+				return
+			}
+			if cap(z.Persons) >= int(zb0003) {
+				z.Persons = (z.Persons)[:zb0003]
+			} else {
+				z.Persons = make([]Person, zb0003)
+			}
+			for za0001 := range z.Persons {
+				err = z.Persons[za0001].DecodeMsg(dc)
+				if err != nil {
+					err = msgp.WrapError(err, "Persons", za0001)
+					return
+				}
+			}
 		default:
 			err = dc.Skip()
 			if err != nil {
@@ -440,8 +694,8 @@ func (z *Command) DecodeMsg(dc *msgp.Reader) (err error) {
 // EncodeMsg implements msgp.Encodable
 func (z *Command) EncodeMsg(en *msgp.Writer) (err error) {
 	// check for omitted fields
-	zb0001Len := uint32(5)
-	var zb0001Mask uint8 /* 5 bits */
+	zb0001Len := uint32(7)
+	var zb0001Mask uint8 /* 7 bits */
 	_ = zb0001Mask
 	if z.Person.IsZero() {
 		zb0001Len--
@@ -454,6 +708,14 @@ func (z *Command) EncodeMsg(en *msgp.Writer) (err error) {
 	if z.Limit == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x10
+	}
+	if z.Face.IsZero() {
+		zb0001Len--
+		zb0001Mask |= 0x20
+	}
+	if z.Persons == nil {
+		zb0001Len--
+		zb0001Mask |= 0x40
 	}
 	// variable map header, size zb0001Len
 	err = en.Append(0x80 | uint8(zb0001Len))
@@ -519,6 +781,37 @@ func (z *Command) EncodeMsg(en *msgp.Writer) (err error) {
 				return
 			}
 		}
+		if (zb0001Mask & 0x20) == 0 { // if not omitted
+			// write "face"
+			err = en.Append(0xa4, 0x66, 0x61, 0x63, 0x65)
+			if err != nil {
+				return
+			}
+			err = z.Face.EncodeMsg(en)
+			if err != nil {
+				err = msgp.WrapError(err, "Face")
+				return
+			}
+		}
+		if (zb0001Mask & 0x40) == 0 { // if not omitted
+			// write "persons"
+			err = en.Append(0xa7, 0x70, 0x65, 0x72, 0x73, 0x6f, 0x6e, 0x73)
+			if err != nil {
+				return
+			}
+			err = en.WriteArrayHeader(uint32(len(z.Persons)))
+			if err != nil {
+				err = msgp.WrapError(err, "Persons")
+				return
+			}
+			for za0001 := range z.Persons {
+				err = z.Persons[za0001].EncodeMsg(en)
+				if err != nil {
+					err = msgp.WrapError(err, "Persons", za0001)
+					return
+				}
+			}
+		}
 	}
 	return
 }
@@ -527,8 +820,8 @@ func (z *Command) EncodeMsg(en *msgp.Writer) (err error) {
 func (z *Command) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(5)
-	var zb0001Mask uint8 /* 5 bits */
+	zb0001Len := uint32(7)
+	var zb0001Mask uint8 /* 7 bits */
 	_ = zb0001Mask
 	if z.Person.IsZero() {
 		zb0001Len--
@@ -541,6 +834,14 @@ func (z *Command) MarshalMsg(b []byte) (o []byte, err error) {
 	if z.Limit == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x10
+	}
+	if z.Face.IsZero() {
+		zb0001Len--
+		zb0001Mask |= 0x20
+	}
+	if z.Persons == nil {
+		zb0001Len--
+		zb0001Mask |= 0x40
 	}
 	// variable map header, size zb0001Len
 	o = append(o, 0x80|uint8(zb0001Len))
@@ -571,6 +872,27 @@ func (z *Command) MarshalMsg(b []byte) (o []byte, err error) {
 			// string "limit"
 			o = append(o, 0xa5, 0x6c, 0x69, 0x6d, 0x69, 0x74)
 			o = msgp.AppendInt(o, z.Limit)
+		}
+		if (zb0001Mask & 0x20) == 0 { // if not omitted
+			// string "face"
+			o = append(o, 0xa4, 0x66, 0x61, 0x63, 0x65)
+			o, err = z.Face.MarshalMsg(o)
+			if err != nil {
+				err = msgp.WrapError(err, "Face")
+				return
+			}
+		}
+		if (zb0001Mask & 0x40) == 0 { // if not omitted
+			// string "persons"
+			o = append(o, 0xa7, 0x70, 0x65, 0x72, 0x73, 0x6f, 0x6e, 0x73)
+			o = msgp.AppendArrayHeader(o, uint32(len(z.Persons)))
+			for za0001 := range z.Persons {
+				o, err = z.Persons[za0001].MarshalMsg(o)
+				if err != nil {
+					err = msgp.WrapError(err, "Persons", za0001)
+					return
+				}
+			}
 		}
 	}
 	return
@@ -628,6 +950,35 @@ func (z *Command) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				err = msgp.WrapError(err, "Limit")
 				return
 			}
+		case "face":
+			bts, err = z.Face.UnmarshalMsg(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Face")
+				return
+			}
+		case "persons":
+			var zb0003 uint32
+			zb0003, bts, err = msgp.ReadArrayHeaderBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Persons")
+				return
+			}
+			if zb0003 > 1000 {
+				err = msgp.ErrLimitExceeded
+				return
+			}
+			if cap(z.Persons) >= int(zb0003) {
+				z.Persons = (z.Persons)[:zb0003]
+			} else {
+				z.Persons = make([]Person, zb0003)
+			}
+			for za0001 := range z.Persons {
+				bts, err = z.Persons[za0001].UnmarshalMsg(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Persons", za0001)
+					return
+				}
+			}
 		default:
 			bts, err = msgp.Skip(bts)
 			if err != nil {
@@ -642,7 +993,498 @@ func (z *Command) UnmarshalMsg(bts []byte) (o []byte, err error) {
 
 // Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
 func (z *Command) Msgsize() (s int) {
-	s = 1 + 10 + msgp.StringPrefixSize + len(z.MessageID) + 3 + msgp.StringPrefixSize + len(string(z.Op)) + 7 + z.Person.Msgsize() + 6 + msgp.StringPrefixSize + len(z.After) + 6 + msgp.IntSize
+	s = 1 + 10 + msgp.StringPrefixSize + len(z.MessageID) + 3 + msgp.StringPrefixSize + len(string(z.Op)) + 7 + z.Person.Msgsize() + 6 + msgp.StringPrefixSize + len(z.After) + 6 + msgp.IntSize + 5 + z.Face.Msgsize() + 8 + msgp.ArrayHeaderSize
+	for za0001 := range z.Persons {
+		s += z.Persons[za0001].Msgsize()
+	}
+	return
+}
+
+// DecodeMsg implements msgp.Decodable
+func (z *FaceChunk) DecodeMsg(dc *msgp.Reader) (err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, err = dc.ReadMapHeader()
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, err = dc.ReadMapKeyPtr()
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "sha256":
+			z.SHA256, err = dc.ReadString()
+			if err != nil {
+				err = msgp.WrapError(err, "SHA256")
+				return
+			}
+		case "size":
+			z.Size, err = dc.ReadInt()
+			if err != nil {
+				err = msgp.WrapError(err, "Size")
+				return
+			}
+		case "offset":
+			z.Offset, err = dc.ReadInt()
+			if err != nil {
+				err = msgp.WrapError(err, "Offset")
+				return
+			}
+		case "data":
+			z.Data, err = dc.ReadBytesLimit(z.Data, 65536)
+			if err == nil && z.Data == nil {
+				z.Data = []byte{}
+			}
+			if err != nil {
+				err = msgp.WrapError(err, "Data")
+				return
+			}
+		default:
+			err = dc.Skip()
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	return
+}
+
+// EncodeMsg implements msgp.Encodable
+func (z *FaceChunk) EncodeMsg(en *msgp.Writer) (err error) {
+	// check for omitted fields
+	zb0001Len := uint32(4)
+	var zb0001Mask uint8 /* 4 bits */
+	_ = zb0001Mask
+	if z.Data == nil {
+		zb0001Len--
+		zb0001Mask |= 0x8
+	}
+	// variable map header, size zb0001Len
+	err = en.Append(0x80 | uint8(zb0001Len))
+	if err != nil {
+		return
+	}
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// write "sha256"
+		err = en.Append(0xa6, 0x73, 0x68, 0x61, 0x32, 0x35, 0x36)
+		if err != nil {
+			return
+		}
+		err = en.WriteString(z.SHA256)
+		if err != nil {
+			err = msgp.WrapError(err, "SHA256")
+			return
+		}
+		// write "size"
+		err = en.Append(0xa4, 0x73, 0x69, 0x7a, 0x65)
+		if err != nil {
+			return
+		}
+		err = en.WriteInt(z.Size)
+		if err != nil {
+			err = msgp.WrapError(err, "Size")
+			return
+		}
+		// write "offset"
+		err = en.Append(0xa6, 0x6f, 0x66, 0x66, 0x73, 0x65, 0x74)
+		if err != nil {
+			return
+		}
+		err = en.WriteInt(z.Offset)
+		if err != nil {
+			err = msgp.WrapError(err, "Offset")
+			return
+		}
+		if (zb0001Mask & 0x8) == 0 { // if not omitted
+			// write "data"
+			err = en.Append(0xa4, 0x64, 0x61, 0x74, 0x61)
+			if err != nil {
+				return
+			}
+			err = en.WriteBytes(z.Data)
+			if err != nil {
+				err = msgp.WrapError(err, "Data")
+				return
+			}
+		}
+	}
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
+func (z *FaceChunk) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// check for omitted fields
+	zb0001Len := uint32(4)
+	var zb0001Mask uint8 /* 4 bits */
+	_ = zb0001Mask
+	if z.Data == nil {
+		zb0001Len--
+		zb0001Mask |= 0x8
+	}
+	// variable map header, size zb0001Len
+	o = append(o, 0x80|uint8(zb0001Len))
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// string "sha256"
+		o = append(o, 0xa6, 0x73, 0x68, 0x61, 0x32, 0x35, 0x36)
+		o = msgp.AppendString(o, z.SHA256)
+		// string "size"
+		o = append(o, 0xa4, 0x73, 0x69, 0x7a, 0x65)
+		o = msgp.AppendInt(o, z.Size)
+		// string "offset"
+		o = append(o, 0xa6, 0x6f, 0x66, 0x66, 0x73, 0x65, 0x74)
+		o = msgp.AppendInt(o, z.Offset)
+		if (zb0001Mask & 0x8) == 0 { // if not omitted
+			// string "data"
+			o = append(o, 0xa4, 0x64, 0x61, 0x74, 0x61)
+			o = msgp.AppendBytes(o, z.Data)
+		}
+	}
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *FaceChunk) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "sha256":
+			z.SHA256, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "SHA256")
+				return
+			}
+		case "size":
+			z.Size, bts, err = msgp.ReadIntBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Size")
+				return
+			}
+		case "offset":
+			z.Offset, bts, err = msgp.ReadIntBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Offset")
+				return
+			}
+		case "data":
+			var zb0002 uint32
+			zb0002, bts, err = msgp.ReadBytesHeader(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Data")
+				return
+			}
+			if zb0002 > 65536 {
+				err = msgp.ErrLimitExceeded
+				return
+			}
+			if z.Data == nil || uint32(cap(z.Data)) < zb0002 {
+				z.Data = make([]byte, zb0002)
+			} else {
+				z.Data = z.Data[:zb0002]
+			}
+			if uint32(len(bts)) < zb0002 {
+				err = msgp.ErrShortBytes
+				return
+			}
+			copy(z.Data, bts[:zb0002])
+			bts = bts[zb0002:]
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z *FaceChunk) Msgsize() (s int) {
+	s = 1 + 7 + msgp.StringPrefixSize + len(z.SHA256) + 5 + msgp.IntSize + 7 + msgp.IntSize + 5 + msgp.BytesPrefixSize + len(z.Data)
+	return
+}
+
+// DecodeMsg implements msgp.Decodable
+func (z *FaceKind) DecodeMsg(dc *msgp.Reader) (err error) {
+	{
+		var zb0001 string
+		zb0001, err = dc.ReadString()
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		(*z) = FaceKind(zb0001)
+	}
+	return
+}
+
+// EncodeMsg implements msgp.Encodable
+func (z FaceKind) EncodeMsg(en *msgp.Writer) (err error) {
+	err = en.WriteString(string(z))
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
+func (z FaceKind) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	o = msgp.AppendString(o, string(z))
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *FaceKind) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	{
+		var zb0001 string
+		zb0001, bts, err = msgp.ReadStringBytes(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		(*z) = FaceKind(zb0001)
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z FaceKind) Msgsize() (s int) {
+	s = msgp.StringPrefixSize + len(string(z))
+	return
+}
+
+// DecodeMsg implements msgp.Decodable
+func (z *FaceRef) DecodeMsg(dc *msgp.Reader) (err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, err = dc.ReadMapHeader()
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, err = dc.ReadMapKeyPtr()
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "sha256":
+			z.SHA256, err = dc.ReadString()
+			if err != nil {
+				err = msgp.WrapError(err, "SHA256")
+				return
+			}
+		case "size":
+			z.Size, err = dc.ReadInt()
+			if err != nil {
+				err = msgp.WrapError(err, "Size")
+				return
+			}
+		case "kind":
+			{
+				var zb0002 string
+				zb0002, err = dc.ReadString()
+				if err != nil {
+					err = msgp.WrapError(err, "Kind")
+					return
+				}
+				z.Kind = FaceKind(zb0002)
+			}
+		default:
+			err = dc.Skip()
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	return
+}
+
+// EncodeMsg implements msgp.Encodable
+func (z FaceRef) EncodeMsg(en *msgp.Writer) (err error) {
+	// check for omitted fields
+	zb0001Len := uint32(3)
+	var zb0001Mask uint8 /* 3 bits */
+	_ = zb0001Mask
+	if z.Size == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x2
+	}
+	if z.Kind == "" {
+		zb0001Len--
+		zb0001Mask |= 0x4
+	}
+	// variable map header, size zb0001Len
+	err = en.Append(0x80 | uint8(zb0001Len))
+	if err != nil {
+		return
+	}
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// write "sha256"
+		err = en.Append(0xa6, 0x73, 0x68, 0x61, 0x32, 0x35, 0x36)
+		if err != nil {
+			return
+		}
+		err = en.WriteString(z.SHA256)
+		if err != nil {
+			err = msgp.WrapError(err, "SHA256")
+			return
+		}
+		if (zb0001Mask & 0x2) == 0 { // if not omitted
+			// write "size"
+			err = en.Append(0xa4, 0x73, 0x69, 0x7a, 0x65)
+			if err != nil {
+				return
+			}
+			err = en.WriteInt(z.Size)
+			if err != nil {
+				err = msgp.WrapError(err, "Size")
+				return
+			}
+		}
+		if (zb0001Mask & 0x4) == 0 { // if not omitted
+			// write "kind"
+			err = en.Append(0xa4, 0x6b, 0x69, 0x6e, 0x64)
+			if err != nil {
+				return
+			}
+			err = en.WriteString(string(z.Kind))
+			if err != nil {
+				err = msgp.WrapError(err, "Kind")
+				return
+			}
+		}
+	}
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
+func (z FaceRef) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// check for omitted fields
+	zb0001Len := uint32(3)
+	var zb0001Mask uint8 /* 3 bits */
+	_ = zb0001Mask
+	if z.Size == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x2
+	}
+	if z.Kind == "" {
+		zb0001Len--
+		zb0001Mask |= 0x4
+	}
+	// variable map header, size zb0001Len
+	o = append(o, 0x80|uint8(zb0001Len))
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// string "sha256"
+		o = append(o, 0xa6, 0x73, 0x68, 0x61, 0x32, 0x35, 0x36)
+		o = msgp.AppendString(o, z.SHA256)
+		if (zb0001Mask & 0x2) == 0 { // if not omitted
+			// string "size"
+			o = append(o, 0xa4, 0x73, 0x69, 0x7a, 0x65)
+			o = msgp.AppendInt(o, z.Size)
+		}
+		if (zb0001Mask & 0x4) == 0 { // if not omitted
+			// string "kind"
+			o = append(o, 0xa4, 0x6b, 0x69, 0x6e, 0x64)
+			o = msgp.AppendString(o, string(z.Kind))
+		}
+	}
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *FaceRef) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "sha256":
+			z.SHA256, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "SHA256")
+				return
+			}
+		case "size":
+			z.Size, bts, err = msgp.ReadIntBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Size")
+				return
+			}
+		case "kind":
+			{
+				var zb0002 string
+				zb0002, bts, err = msgp.ReadStringBytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Kind")
+					return
+				}
+				z.Kind = FaceKind(zb0002)
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z FaceRef) Msgsize() (s int) {
+	s = 1 + 7 + msgp.StringPrefixSize + len(z.SHA256) + 5 + msgp.IntSize + 5 + msgp.StringPrefixSize + len(string(z.Kind))
 	return
 }
 
@@ -1130,6 +1972,12 @@ func (z *Person) DecodeMsg(dc *msgp.Reader) (err error) {
 				err = msgp.WrapError(err, "Rev")
 				return
 			}
+		case "face":
+			err = z.Face.DecodeMsg(dc)
+			if err != nil {
+				err = msgp.WrapError(err, "Face")
+				return
+			}
 		default:
 			err = dc.Skip()
 			if err != nil {
@@ -1144,12 +1992,16 @@ func (z *Person) DecodeMsg(dc *msgp.Reader) (err error) {
 // EncodeMsg implements msgp.Encodable
 func (z *Person) EncodeMsg(en *msgp.Writer) (err error) {
 	// check for omitted fields
-	zb0001Len := uint32(5)
-	var zb0001Mask uint8 /* 5 bits */
+	zb0001Len := uint32(6)
+	var zb0001Mask uint8 /* 6 bits */
 	_ = zb0001Mask
 	if z.Rev == "" {
 		zb0001Len--
 		zb0001Mask |= 0x10
+	}
+	if z.Face.IsZero() {
+		zb0001Len--
+		zb0001Mask |= 0x20
 	}
 	// variable map header, size zb0001Len
 	err = en.Append(0x80 | uint8(zb0001Len))
@@ -1211,6 +2063,18 @@ func (z *Person) EncodeMsg(en *msgp.Writer) (err error) {
 				return
 			}
 		}
+		if (zb0001Mask & 0x20) == 0 { // if not omitted
+			// write "face"
+			err = en.Append(0xa4, 0x66, 0x61, 0x63, 0x65)
+			if err != nil {
+				return
+			}
+			err = z.Face.EncodeMsg(en)
+			if err != nil {
+				err = msgp.WrapError(err, "Face")
+				return
+			}
+		}
 	}
 	return
 }
@@ -1219,12 +2083,16 @@ func (z *Person) EncodeMsg(en *msgp.Writer) (err error) {
 func (z *Person) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(5)
-	var zb0001Mask uint8 /* 5 bits */
+	zb0001Len := uint32(6)
+	var zb0001Mask uint8 /* 6 bits */
 	_ = zb0001Mask
 	if z.Rev == "" {
 		zb0001Len--
 		zb0001Mask |= 0x10
+	}
+	if z.Face.IsZero() {
+		zb0001Len--
+		zb0001Mask |= 0x20
 	}
 	// variable map header, size zb0001Len
 	o = append(o, 0x80|uint8(zb0001Len))
@@ -1247,6 +2115,15 @@ func (z *Person) MarshalMsg(b []byte) (o []byte, err error) {
 			// string "rev"
 			o = append(o, 0xa3, 0x72, 0x65, 0x76)
 			o = msgp.AppendString(o, z.Rev)
+		}
+		if (zb0001Mask & 0x20) == 0 { // if not omitted
+			// string "face"
+			o = append(o, 0xa4, 0x66, 0x61, 0x63, 0x65)
+			o, err = z.Face.MarshalMsg(o)
+			if err != nil {
+				err = msgp.WrapError(err, "Face")
+				return
+			}
 		}
 	}
 	return
@@ -1300,6 +2177,12 @@ func (z *Person) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				err = msgp.WrapError(err, "Rev")
 				return
 			}
+		case "face":
+			bts, err = z.Face.UnmarshalMsg(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Face")
+				return
+			}
 		default:
 			bts, err = msgp.Skip(bts)
 			if err != nil {
@@ -1314,7 +2197,7 @@ func (z *Person) UnmarshalMsg(bts []byte) (o []byte, err error) {
 
 // Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
 func (z *Person) Msgsize() (s int) {
-	s = 1 + 3 + msgp.StringPrefixSize + len(z.ID) + 5 + msgp.StringPrefixSize + len(z.Name) + 10 + msgp.StringPrefixSize + len(z.ValidFrom) + 8 + msgp.StringPrefixSize + len(z.ValidTo) + 4 + msgp.StringPrefixSize + len(z.Rev)
+	s = 1 + 3 + msgp.StringPrefixSize + len(z.ID) + 5 + msgp.StringPrefixSize + len(z.Name) + 10 + msgp.StringPrefixSize + len(z.ValidFrom) + 8 + msgp.StringPrefixSize + len(z.ValidTo) + 4 + msgp.StringPrefixSize + len(z.Rev) + 5 + z.Face.Msgsize()
 	return
 }
 
@@ -1443,5 +2326,133 @@ func (z *PersonRev) UnmarshalMsg(bts []byte) (o []byte, err error) {
 // Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
 func (z PersonRev) Msgsize() (s int) {
 	s = 1 + 3 + msgp.StringPrefixSize + len(z.ID) + 4 + msgp.StringPrefixSize + len(z.Rev)
+	return
+}
+
+// DecodeMsg implements msgp.Decodable
+func (z *Result) DecodeMsg(dc *msgp.Reader) (err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, err = dc.ReadMapHeader()
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, err = dc.ReadMapKeyPtr()
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "id":
+			z.ID, err = dc.ReadString()
+			if err != nil {
+				err = msgp.WrapError(err, "ID")
+				return
+			}
+		case "code":
+			z.Code, err = dc.ReadInt()
+			if err != nil {
+				err = msgp.WrapError(err, "Code")
+				return
+			}
+		default:
+			err = dc.Skip()
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	return
+}
+
+// EncodeMsg implements msgp.Encodable
+func (z Result) EncodeMsg(en *msgp.Writer) (err error) {
+	// map header, size 2
+	// write "id"
+	err = en.Append(0x82, 0xa2, 0x69, 0x64)
+	if err != nil {
+		return
+	}
+	err = en.WriteString(z.ID)
+	if err != nil {
+		err = msgp.WrapError(err, "ID")
+		return
+	}
+	// write "code"
+	err = en.Append(0xa4, 0x63, 0x6f, 0x64, 0x65)
+	if err != nil {
+		return
+	}
+	err = en.WriteInt(z.Code)
+	if err != nil {
+		err = msgp.WrapError(err, "Code")
+		return
+	}
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
+func (z Result) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// map header, size 2
+	// string "id"
+	o = append(o, 0x82, 0xa2, 0x69, 0x64)
+	o = msgp.AppendString(o, z.ID)
+	// string "code"
+	o = append(o, 0xa4, 0x63, 0x6f, 0x64, 0x65)
+	o = msgp.AppendInt(o, z.Code)
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *Result) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "id":
+			z.ID, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "ID")
+				return
+			}
+		case "code":
+			z.Code, bts, err = msgp.ReadIntBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Code")
+				return
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z Result) Msgsize() (s int) {
+	s = 1 + 3 + msgp.StringPrefixSize + len(z.ID) + 5 + msgp.IntSize
 	return
 }

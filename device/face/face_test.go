@@ -69,7 +69,7 @@ func TestCommandJSONKeepsFieldsAndTimesVerbatim(t *testing.T) {
 	}
 	want := Command{MessageID: "EditPerson-951-1494527067538440192", Op: AddPerson,
 		Person: Person{ID: "951", Name: "李雷", ValidFrom: "2026-01-01T00:00:00+08:00", ValidTo: "2027-01-01T00:00:00Z"}}
-	if c != want {
+	if !c.Equal(&want) {
 		t.Fatalf("got %+v\nwant %+v", c, want)
 	}
 	out, err := c.AppendJSON(nil)
@@ -77,7 +77,7 @@ func TestCommandJSONKeepsFieldsAndTimesVerbatim(t *testing.T) {
 		t.Fatal(err)
 	}
 	back, err := ParseCommandJSON(out)
-	if err != nil || back != want {
+	if err != nil || !back.Equal(&want) {
 		t.Fatalf("round trip: %+v, %v", back, err)
 	}
 }
@@ -88,7 +88,7 @@ func TestMsgRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := ParseCommandMsg(b); err != nil || got != c {
+	if got, err := ParseCommandMsg(b); err != nil || !got.Equal(&c) {
 		t.Fatalf("command: %+v %v", got, err)
 	}
 	if _, err := ParseCommandMsg(append(b, 0xc0)); !errors.Is(err, ErrMalformed) {
@@ -154,7 +154,7 @@ func FuzzParseJSON(f *testing.F) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if back, err := ParseCommandJSON(out); err != nil || back != c {
+			if back, err := ParseCommandJSON(out); err != nil || !back.Equal(&c) {
 				t.Fatalf("re-encoding changed the command: %+v %v", back, err)
 			}
 		} else {
@@ -188,7 +188,7 @@ func FuzzParseMsg(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if c, err := ParseCommandMsg(b); err == nil {
 			out, _ := c.AppendMsg(nil)
-			if back, err := ParseCommandMsg(out); err != nil || back != c {
+			if back, err := ParseCommandMsg(out); err != nil || !back.Equal(&c) {
 				t.Fatalf("re-encoding changed the command: %+v %v", back, err)
 			}
 		} else {

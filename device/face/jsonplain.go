@@ -1,6 +1,7 @@
 package face
 
 import (
+	"encoding/base64"
 	"strconv"
 	"unicode/utf8"
 
@@ -20,9 +21,12 @@ import (
 
 // appendCommandJSON appends c as json.Marshal writes it; c must be valid.
 //
-//	{"messageId":S,"op":S[,"person":P][,"after":S][,"limit":N]}
+//	{"messageId":S,"op":S[,"person":P][,"after":S][,"limit":N][,"face":F][,"persons":[P,…]]}
 //
-// with the person left out when it is the zero Person (omitzero).
+// with the person left out when it is the zero Person and the face when it is the zero
+// FaceChunk (omitzero), where F is
+//
+//	{"sha256":S,"size":N,"offset":N[,"data":"<standard padded base64>"]}
 func appendCommandJSON(dst []byte, c *Command) []byte {
 	dst = append(dst, `{"messageId":`...)
 	dst = AppendJSONString(dst, c.MessageID)
@@ -40,12 +44,37 @@ func appendCommandJSON(dst []byte, c *Command) []byte {
 		dst = append(dst, `,"limit":`...)
 		dst = strconv.AppendInt(dst, int64(c.Limit), 10)
 	}
+	if !c.Face.IsZero() {
+		f := &c.Face
+		dst = append(dst, `,"face":{"sha256":`...)
+		dst = AppendJSONString(dst, f.SHA256)
+		dst = append(dst, `,"size":`...)
+		dst = strconv.AppendInt(dst, int64(f.Size), 10)
+		dst = append(dst, `,"offset":`...)
+		dst = strconv.AppendInt(dst, int64(f.Offset), 10)
+		if len(f.Data) != 0 {
+			dst = append(dst, `,"data":"`...)
+			dst = base64.StdEncoding.AppendEncode(dst, f.Data)
+			dst = append(dst, '"')
+		}
+		dst = append(dst, '}')
+	}
+	if len(c.Persons) != 0 {
+		dst = append(dst, `,"persons":[`...)
+		for i := range c.Persons {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendPersonJSON(dst, &c.Persons[i])
+		}
+		dst = append(dst, ']')
+	}
 	return append(dst, '}')
 }
 
 // appendPersonJSON appends p as json.Marshal writes it:
 //
-//	{"id":S[,"name":S][,"validFrom":S][,"validTo":S][,"rev":S]}
+//	{"id":S[,"name":S][,"validFrom":S][,"validTo":S][,"rev":S][,"face":{"sha256":S[,"size":N][,"kind":S]}]}
 func appendPersonJSON(dst []byte, p *Person) []byte {
 	dst = append(dst, `{"id":`...)
 	dst = AppendJSONString(dst, p.ID)
@@ -65,12 +94,25 @@ func appendPersonJSON(dst []byte, p *Person) []byte {
 		dst = append(dst, `,"rev":`...)
 		dst = AppendJSONString(dst, p.Rev)
 	}
+	if !p.Face.IsZero() {
+		dst = append(dst, `,"face":{"sha256":`...)
+		dst = AppendJSONString(dst, p.Face.SHA256)
+		if p.Face.Size != 0 {
+			dst = append(dst, `,"size":`...)
+			dst = strconv.AppendInt(dst, int64(p.Face.Size), 10)
+		}
+		if p.Face.Kind != "" {
+			dst = append(dst, `,"kind":`...)
+			dst = AppendJSONString(dst, string(p.Face.Kind))
+		}
+		dst = append(dst, '}')
+	}
 	return append(dst, '}')
 }
 
 // appendAckJSON appends a as json.Marshal writes it:
 //
-//	{"messageId":S,"code":N,"message":S[,"persons":[{"id":S,"rev":S},…]][,"next":S]}
+//	{"messageId":S,"code":N,"message":S[,"persons":[{"id":S,"rev":S},…]][,"next":S][,"have":N][,"results":[{"id":S,"code":N},…]]}
 //
 // with persons left out when nil (omitzero) and written as [] when empty.
 func appendAckJSON(dst []byte, a *Ack) []byte {
@@ -97,6 +139,24 @@ func appendAckJSON(dst []byte, a *Ack) []byte {
 	if a.Next != "" {
 		dst = append(dst, `,"next":`...)
 		dst = AppendJSONString(dst, a.Next)
+	}
+	if a.Have != 0 {
+		dst = append(dst, `,"have":`...)
+		dst = strconv.AppendInt(dst, int64(a.Have), 10)
+	}
+	if len(a.Results) != 0 {
+		dst = append(dst, `,"results":[`...)
+		for i := range a.Results {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, `{"id":`...)
+			dst = AppendJSONString(dst, a.Results[i].ID)
+			dst = append(dst, `,"code":`...)
+			dst = strconv.AppendInt(dst, int64(a.Results[i].Code), 10)
+			dst = append(dst, '}')
+		}
+		dst = append(dst, ']')
 	}
 	return append(dst, '}')
 }
@@ -220,6 +280,15 @@ func parsePlainCommand(b []byte) (c Command, ok bool) {
 			return p.Str(&c.After)
 		case "limit":
 			return p.Int(&c.Limit)
+		case "face":
+			return scanPlainFaceChunk(&p, &c.Face)
+		case "persons":
+			// A repeated "persons" makes encoding/json decode into the elements the first
+			// one left (merging them); that rare shape is left to it.
+			if c.Persons != nil {
+				return false
+			}
+			return scanPlainPersons(&p, &c.Persons)
 		}
 		return false
 	})
@@ -251,6 +320,13 @@ func parsePlainAck(b []byte) (a Ack, hasCode, ok bool) {
 			return scanPlainPersonRevs(&p, &a.Persons)
 		case "next":
 			return p.Str(&a.Next)
+		case "have":
+			return p.Int(&a.Have)
+		case "results":
+			if a.Results != nil { // repeated: as "persons"
+				return false
+			}
+			return scanPlainResults(&p, &a.Results)
 		}
 		return false
 	})
@@ -317,9 +393,119 @@ func ScanPlainPerson(p *jsonplain.Scanner, pr *Person) bool {
 			return p.Str(&pr.ValidTo)
 		case "rev":
 			return p.Str(&pr.Rev)
+		case "face":
+			return p.Object(func(key []byte) bool {
+				switch string(key) {
+				case "sha256":
+					return p.Str(&pr.Face.SHA256)
+				case "size":
+					return p.Int(&pr.Face.Size)
+				case "kind":
+					var kind string
+					ok := p.Str(&kind)
+					pr.Face.Kind = FaceKind(kind)
+					return ok
+				}
+				return false
+			})
 		}
 		return false
 	})
+}
+
+// scanPlainFaceChunk reads PutFace's face object into f from the plain JSON p is at, data
+// decoded from standard padded base64 as encoding/json decodes a []byte. Data that is not
+// such base64 is left to encoding/json, which says why.
+func scanPlainFaceChunk(p *jsonplain.Scanner, f *FaceChunk) bool {
+	return p.Object(func(key []byte) bool {
+		switch string(key) {
+		case "sha256":
+			return p.Str(&f.SHA256)
+		case "size":
+			return p.Int(&f.Size)
+		case "offset":
+			return p.Int(&f.Offset)
+		case "data":
+			raw, ok := p.Raw()
+			if !ok || base64.StdEncoding.DecodedLen(len(raw)) > MaxChunkSize+2 {
+				return false // over the bound: encoding/json decodes it, Validate refuses it
+			}
+			data := make([]byte, base64.StdEncoding.DecodedLen(len(raw)))
+			n, err := base64.StdEncoding.Decode(data, raw)
+			if err != nil {
+				return false
+			}
+			f.Data = data[:n]
+			return true
+		}
+		return false
+	})
+}
+
+// scanPlainPersons reads AddPersons' persons, an array of person objects, into a new
+// slice (empty, not nil, for []), as encoding/json does into a nil slice. It gives up past
+// MaxBatch entries: Validate refuses such a batch, and encoding/json finds the same.
+func scanPlainPersons(p *jsonplain.Scanner, dst *[]Person) bool {
+	out := []Person{}
+	ok := scanPlainArray(p, MaxBatch, func() bool {
+		out = append(out, Person{})
+		return ScanPlainPerson(p, &out[len(out)-1])
+	})
+	if ok {
+		*dst = out
+	}
+	return ok
+}
+
+// scanPlainResults reads an AddPersons ack's results, an array of {"id","code"} objects,
+// as scanPlainPersons reads persons.
+func scanPlainResults(p *jsonplain.Scanner, dst *[]Result) bool {
+	out := []Result{}
+	ok := scanPlainArray(p, MaxBatch, func() bool {
+		var r Result
+		ok := p.Object(func(key []byte) bool {
+			switch string(key) {
+			case "id":
+				return p.Str(&r.ID)
+			case "code":
+				return p.Int(&r.Code)
+			}
+			return false
+		})
+		out = append(out, r)
+		return ok
+	})
+	if ok {
+		*dst = out
+	}
+	return ok
+}
+
+// scanPlainArray reads a JSON array from p, calling elem at each element; false on
+// anything but a plain array of at most limit elements elem accepts.
+func scanPlainArray(p *jsonplain.Scanner, limit int, elem func() bool) bool {
+	p.Space()
+	if !p.Byte('[') {
+		return false
+	}
+	p.Space()
+	if p.Byte(']') {
+		return true
+	}
+	for n := 0; n < limit; n++ {
+		if !elem() {
+			return false
+		}
+		p.Space()
+		if p.Byte(']') {
+			return true
+		}
+		if !p.Byte(',') {
+			return false
+		}
+		p.Space()
+	}
+	return false
 }
 
 // scanPlainPersonRevs reads a ListPersons page, an array of {"id","rev"} objects, into a

@@ -28,6 +28,12 @@ func RecordRev(id, name, validFrom, validTo, faceSHA256 string) Rev {
 	return Rev(sum[:8])
 }
 
+// PersonRecordRev returns the Rev of p's record: its id, name, validity bounds and face
+// hash (the face's size and kind are not part of it).
+func PersonRecordRev(p *Person) Rev {
+	return RecordRev(p.ID, p.Name, p.ValidFrom, p.ValidTo, p.Face.SHA256)
+}
+
 // String is the wire form: 16 lower-case hex digits.
 func (r Rev) String() string { return hex.EncodeToString(r[:]) }
 

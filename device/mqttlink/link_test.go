@@ -281,7 +281,7 @@ func TestCommandsArriveWithQoS1(t *testing.T) {
 		if pr.Packet.Topic != "site/7/2042253/cmd" || pr.Packet.QoS != 1 {
 			t.Fatalf("topic %s qos %d", pr.Packet.Topic, pr.Packet.QoS)
 		}
-		if c, err := face.ParseCommandJSON(pr.Packet.Payload); err != nil || c != cmd {
+		if c, err := face.ParseCommandJSON(pr.Packet.Payload); err != nil || !c.Equal(&cmd) {
 			t.Fatalf("payload %s: %v", pr.Packet.Payload, err)
 		}
 	case <-ctx.Done():
@@ -496,7 +496,7 @@ func TestInlineHoldsACommandUntilItsTerminalSubscribes(t *testing.T) {
 	}
 	select {
 	case pr := <-got:
-		if c, err := face.ParseCommandJSON(pr.Packet.Payload); err != nil || c != cmd || pr.Packet.Topic != "dev/face/t1" {
+		if c, err := face.ParseCommandJSON(pr.Packet.Payload); err != nil || !c.Equal(&cmd) || pr.Packet.Topic != "dev/face/t1" {
 			t.Fatalf("got %s on %s: %v", pr.Packet.Payload, pr.Packet.Topic, err)
 		}
 	case <-ctx.Done():
@@ -509,7 +509,7 @@ func TestInlineHoldsACommandUntilItsTerminalSubscribes(t *testing.T) {
 	}
 	select {
 	case pr := <-got:
-		if c, err := face.ParseCommandJSON(pr.Packet.Payload); err != nil || c != next {
+		if c, err := face.ParseCommandJSON(pr.Packet.Payload); err != nil || !c.Equal(&next) {
 			t.Fatalf("got %s: %v", pr.Packet.Payload, err)
 		}
 	case <-ctx.Done():

@@ -6,7 +6,7 @@
 //	off  size  field
 //	0    2     SOF 0xFA 0xCE
 //	2    1     kind: 0x11 command, 0x12 ack, 0x13 heartbeat (version 1 in the high nibble)
-//	3    2     payload length n, big endian, at most MaxPayload (default 4096)
+//	3    2     payload length n, big endian, at most MaxPayload (default 4608)
 //	5    1     header check: low byte of CRC-32C over bytes 2..4
 //	6    n     payload: one msgp-encoded face.Command, face.Ack or face.Heartbeat
 //	6+n  4     CRC-32C over bytes 2..6+n-1, big endian

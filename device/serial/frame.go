@@ -25,8 +25,10 @@ const (
 	Overhead       = headerLen + trailerLen // bytes a frame adds to its payload
 	MaxPayloadWire = 0xFFFF                 // what the length field can say
 	// DefaultMaxPayload bounds a frame's payload unless configured otherwise: a command
-	// with every field at its bound (face.MaxIDLen, face.MaxTextLen) fits.
-	DefaultMaxPayload = 4096
+	// with every field at its bound (face.MaxIDLen, face.MaxTextLen) fits, and so does a
+	// PutFace carrying 4,096 bytes of face with every other field at its bound
+	// (face.ChunkLimitFor(4608) is 4,347).
+	DefaultMaxPayload = 4608
 )
 
 var sof = []byte{sof0, sof1}

@@ -138,7 +138,7 @@ func TestRoundTrip(t *testing.T) {
 	if err := l.Send(ctx, "2042253", typicalCommand); err != nil {
 		t.Fatal(err)
 	}
-	if got := tm.nextCommand(); got != typicalCommand {
+	if got := tm.nextCommand(); !got.Equal(&typicalCommand) {
 		t.Fatalf("terminal got %+v", got)
 	}
 	tm.write(tm.ackFrame(typicalCommand.MessageID, 0))

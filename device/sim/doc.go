@@ -45,7 +45,35 @@
 // sends v1 heartbeats, keeps no rev and refuses ListPersons with UnknownOpCode, as it
 // refuses any op it does not know; a full terminal refuses a new person with CapacityCode.
 //
+// # Faces and batches
+//
+// A v2 terminal keeps the faces it was sent by SHA-256 and receives one face at a time,
+// by the resume rule: a PutFace whose offset is the terminal's have for that face adds its
+// bytes; any other offset is ignored (ack code 0 with the have as it is); a face held
+// answers have = its size; a chunk past the size, or a complete face whose bytes hash to
+// something else, is FaceHashCode (22) and the face is discarded (have 0). A chunk at
+// offset 0 of another face starts that one and drops the face being received. A repeated
+// messageId is answered with the have of that moment. Terminal.Face gives a face's bytes,
+// exactly as received.
+//
+// AddPerson and AddPersons take a person whose face the terminal holds, and refuse one
+// whose face it does not with FaceMissingCode (21); a new person on a full terminal is
+// CapacityCode (23). AddPersons needs Options.Batch > 0 (announced as "batch" in the
+// heartbeat; otherwise it is an unknown op) and at most that many persons (otherwise
+// BatchTooLargeCode, the whole batch); its ack carries one result per person, in order,
+// and a repeat of its messageId the same results. Options.PersonTime adds the time one
+// person takes to the ack's latency, per person.
+//
+// Options.CutFace (or Terminal.SetCutFace) cuts the first transfer of each face once the
+// terminal holds that many bytes of it: it keeps the chunk up to there and crashes before
+// acking, so the agent's resend learns the have it kept and resumes there.
+//
+// Options.Baud paces a serial terminal to baud/10 bytes a second each way, in pieces of
+// 64 bytes: a write returns once its bytes would have crossed the line, and bytes the
+// other side wrote at once reach the terminal at the line's speed. A pty does not pace.
+//
 // Knobs a test turns while the fleet runs, each on one Terminal: SetProtocol, SetCapacity,
+// SetBatch, SetCutFace, DeleteFace, TamperFace,
 // FactoryReset (no persons, digest 0, no memory of messageIds, same serial), Replace (the
 // same and a new serial), TamperAdd / TamperDelete / TamperRev (hand edits at the terminal,
 // bypassing the agent), RefuseNext (refuse the next command of an op for a person, once),
@@ -83,7 +111,9 @@
 //     client certificate for mutual TLS goes there); Options.Username and Password for a
 //     broker with a users file. No websockets.
 //   - Commands are read and acks written with device/face's codec, the agent's own.
-//   - Over serial a ListPersons page must fit one frame (4,096 bytes by default): the
+//   - Faces are kept in memory, until a factory reset or a replacement; the simulator is a
+//     test tool, not bounded by a flash size.
+//   - Over serial a ListPersons page must fit one frame (4,608 bytes by default): the
 //     terminal answers exactly the page asked for, and an ack too large for a frame is not
 //     sent; face.ListLimitFor gives a limit that always fits.
 package sim

@@ -36,6 +36,19 @@ type Options struct {
 	// heartbeats; an AddPerson of a new person beyond it is refused with CapacityCode.
 	Capacity int
 
+	// Batch is the most persons one AddPersons may carry (0: no batches; AddPersons is
+	// refused as an unknown op), reported in v2 heartbeats; at most face.MaxBatch.
+	Batch int
+	// PersonTime is what storing one person takes, on top of AckLatency: an AddPerson
+	// acks PersonTime later, an AddPersons of n persons n×PersonTime later.
+	PersonTime time.Duration
+	// CutFace, when positive, cuts the first transfer of every face once the terminal
+	// holds CutFace bytes of it (Terminal.SetCutFace): a test of the agent's resumption.
+	CutFace int
+	// Baud, when positive, paces a serial terminal's reads and writes to Baud/10 bytes a
+	// second, as a UART does (a pty does not). 0: as fast as the port goes.
+	Baud int
+
 	HeartbeatInterval time.Duration // 0: no heartbeats
 	Firmware          string        // reported in heartbeats; default "facesim-1"
 

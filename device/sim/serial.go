@@ -112,7 +112,11 @@ func StartSerial(ports []SerialPort, opts Options) (*Fleet, error) {
 		return nil, err
 	}
 	for i, t := range f.terms {
-		s := &serialTerm{t: t, port: ports[i].Port}
+		port := ports[i].Port
+		if opts.Baud > 0 {
+			port = newPacedPort(port, opts.Baud)
+		}
+		s := &serialTerm{t: t, port: port}
 		t.tr = s
 		if !f.g.run(s.read) {
 			return nil, fmt.Errorf("sim: fleet closed")
@@ -120,4 +124,74 @@ func StartSerial(ports []SerialPort, opts Options) (*Fleet, error) {
 	}
 	f.start()
 	return f, nil
+}
+
+// pacedPort paces a port to a UART's speed: baud/10 bytes a second each way (a start bit,
+// eight data bits, a stop bit), which a pty does not. A write returns once its last byte
+// would have left the line; a read returns its bytes once they would have arrived, so
+// that what the other side wrote at once reaches the terminal at the line's speed. Bytes
+// move in pieces of paceChunk, so that a long frame trickles as on a real line.
+type pacedPort struct {
+	io.ReadWriteCloser
+	read, write pacer
+	wmu         sync.Mutex // one write at a time: they share the line
+}
+
+const paceChunk = 64
+
+func newPacedPort(p io.ReadWriteCloser, baud int) *pacedPort {
+	return &pacedPort{ReadWriteCloser: p, read: pacer{baud: int64(baud)}, write: pacer{baud: int64(baud)}}
+}
+
+func (p *pacedPort) Read(b []byte) (int, error) {
+	n, err := p.ReadWriteCloser.Read(b[:min(len(b), paceChunk)])
+	if n > 0 {
+		time.Sleep(p.read.take(n))
+	}
+	return n, err
+}
+
+func (p *pacedPort) Write(b []byte) (int, error) {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	written := 0
+	for len(b) > 0 {
+		n := min(len(b), paceChunk)
+		time.Sleep(p.write.take(n)) // the piece is on the line until then
+		m, err := p.ReadWriteCloser.Write(b[:n])
+		written += m
+		if err != nil {
+			return written, err
+		}
+		b = b[n:]
+	}
+	return written, nil
+}
+
+// pacer is one direction of a line. Its busy period began at start and has carried
+// bytes since: the line is free again at start + bytes×10 s/baud, rounded up, so that
+// pieces add up to the exact time of the whole.
+type pacer struct {
+	baud  int64
+	mu    sync.Mutex
+	start time.Time
+	bytes int64
+}
+
+// take books n bytes on the line from when it is free (or now) and returns how long
+// until they have crossed it.
+func (p *pacer) take(n int) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	if p.free().Before(now) {
+		p.start, p.bytes = now, 0
+	}
+	p.bytes += int64(n)
+	return p.free().Sub(now)
+}
+
+func (p *pacer) free() time.Time {
+	ns := (p.bytes*10*int64(time.Second) + p.baud - 1) / p.baud
+	return p.start.Add(time.Duration(ns))
 }

@@ -13,21 +13,27 @@ import (
 
 // Stats counts what one terminal saw and did.
 type Stats struct {
-	DeviceID   string
-	Online     bool
-	Persons    int
-	Received   int // commands that reached the terminal while online
-	Duplicates int // of those, resends of a messageId already seen
-	Acked      int // acks sent (success or refusal)
-	Refused    int // acks sent with a non-zero code
-	AcksLost   int // acks the terminal "sent" into the void
-	Crashes    int
-	Offline    int // offline periods (crashes included)
-	Dropped    int // commands that arrived while offline
-	Garbage    int // garbage messages or byte runs sent
-	Heartbeats int
-	Violations int // strict mode
-	Lists      int // ListPersons commands answered with a page (repeats not counted)
+	DeviceID    string
+	Online      bool
+	Persons     int
+	Received    int // commands that reached the terminal while online
+	Duplicates  int // of those, resends of a messageId already seen
+	Acked       int // acks sent (success or refusal)
+	Refused     int // acks sent with a non-zero code
+	AcksLost    int // acks the terminal "sent" into the void
+	Crashes     int
+	Offline     int // offline periods (crashes included)
+	Dropped     int // commands that arrived while offline
+	Garbage     int // garbage messages or byte runs sent
+	Heartbeats  int
+	Violations  int // strict mode
+	Lists       int // ListPersons commands answered with a page (repeats not counted)
+	Faces       int // faces held (complete and checked)
+	FaceBytes   int // their bytes
+	FaceChunks  int // PutFace commands applied (repeats not counted)
+	FaceRejects int // PutFace answered FaceHashCode: past the size or a hash mismatch
+	FaceCuts    int // face transfers cut short (SetCutFace)
+	Batches     int // AddPersons commands applied (repeats not counted)
 }
 
 // link is what a terminal needs from its transport.
@@ -73,6 +79,13 @@ type Terminal struct {
 	stats      Stats
 	violations []error
 	refuseNext []refusal // RefuseNext's: each refuses the first matching new command
+
+	batch        int                      // AddPersons' most persons; 0: no batches
+	batchResults map[string][]face.Result // AddPersons messageId → its results, for repeats
+	faces        map[string][]byte        // the faces held, by sha256
+	receiving    receiving                // the face being received
+	cutFace      int                      // SetCutFace's n; 0: no cut
+	cut          map[string]bool          // the faces whose transfer was cut already
 }
 
 // refusal is a command RefuseNext arms the terminal to refuse.
@@ -93,6 +106,12 @@ func newTerminal(id string, index int, opts *Options, g *group) *Terminal {
 		serial:     defaultSerial(id, 1),
 		capacity:   opts.Capacity,
 		ackLatency: opts.AckLatency,
+
+		batch:        min(opts.Batch, face.MaxBatch),
+		batchResults: make(map[string][]face.Result),
+		faces:        make(map[string][]byte),
+		cutFace:      opts.CutFace,
+		cut:          make(map[string]bool),
 	}
 }
 
@@ -117,6 +136,10 @@ func (t *Terminal) Stats() Stats {
 	defer t.mu.Unlock()
 	s := t.stats
 	s.DeviceID, s.Online, s.Persons = t.id, t.online, len(t.persons)
+	s.Faces = len(t.faces)
+	for _, f := range t.faces {
+		s.FaceBytes += len(f)
+	}
 	return s
 }
 
@@ -158,7 +181,7 @@ func (t *Terminal) receive(cmd face.Command) {
 			if _, answered := t.results[p.cmd.MessageID]; answered {
 				continue // a late copy of an answered messageId: its first ack went out
 			}
-			if p.cmd != cmd {
+			if !p.cmd.Equal(&cmd) {
 				violation = fmt.Errorf("strict: %s received %s (%s person %s) while %s is unacked",
 					t.id, cmd.MessageID, cmd.Op, cmd.Person.ID, p.cmd.MessageID)
 				t.stats.Violations++
@@ -172,7 +195,7 @@ func (t *Terminal) receive(cmd face.Command) {
 		_, answered := t.results[cmd.MessageID]
 		applied := r.IntN(2) == 0 && !answered // a duplicate is never executed again
 		if applied {
-			t.execute(cmd)
+			t.execute(&cmd, &face.Ack{})
 		}
 		t.mu.Unlock()
 		t.opts.Logger.Info("terminal crashed mid-command", "device", t.id, "messageId", cmd.MessageID, "applied", applied)
@@ -194,6 +217,12 @@ func (t *Terminal) receive(cmd face.Command) {
 	}
 	t.pending = append(t.pending, p)
 	delay := t.ackLatency.Sample(r)
+	switch cmd.Op {
+	case face.AddPerson:
+		delay += t.opts.PersonTime
+	case face.AddPersons:
+		delay += time.Duration(len(cmd.Persons)) * t.opts.PersonTime
+	}
 	t.mu.Unlock()
 	t.report(violation)
 	if delay <= 0 {
@@ -230,16 +259,27 @@ func (t *Terminal) answer(p *pending) {
 		t.mu.Unlock() // crashed or went offline since: the command is forgotten
 		return
 	}
+	ack := face.Ack{MessageID: p.cmd.MessageID}
 	code, answered := t.results[p.cmd.MessageID]
-	if !answered {
+	if answered {
+		t.reanswer(&p.cmd, code, &ack)
+	} else {
 		if p.refuse {
 			code = t.opts.RefuseCode
 		} else {
-			code = t.execute(p.cmd)
+			code = t.execute(&p.cmd, &ack)
+		}
+		if code == cutCode {
+			// Cut mid-face: it kept part of the chunk and dies before answering; the
+			// messageId stays unanswered, so a resend is answered with the have it kept.
+			t.mu.Unlock()
+			t.opts.Logger.Info("terminal cut a face transfer", "device", t.id, "messageId", p.cmd.MessageID, "have", ack.Have)
+			t.crashNow()
+			return
 		}
 		t.results[p.cmd.MessageID] = code
 	}
-	ack := face.Ack{MessageID: p.cmd.MessageID, Code: code}
+	ack.Code = code
 	if code == 0 && p.cmd.Op == face.ListPersons {
 		// A repeat reads the list again: reading has nothing to apply twice.
 		t.page(p.cmd, &ack)
@@ -270,6 +310,12 @@ func (t *Terminal) answer(p *pending) {
 		ack.Message = fmt.Sprintf("unknown op %.64q", string(p.cmd.Op))
 	case CapacityCode:
 		ack.Message = "capacity exceeded"
+	case FaceMissingCode:
+		ack.Message = "face missing"
+	case FaceHashCode:
+		ack.Message = "face discarded: past its size or hash mismatch"
+	case BatchTooLargeCode:
+		ack.Message = "batch too large"
 	default:
 		ack.Message = "refused by facesim"
 	}
@@ -300,7 +346,7 @@ func (t *Terminal) heartbeat() {
 	h := face.Heartbeat{DeviceID: t.id, Time: time.Now().UTC().Format(time.RFC3339),
 		Firmware: t.opts.Firmware, Persons: len(t.persons)}
 	if t.protocol >= 2 {
-		h.Protocol, h.Serial, h.Digest, h.Capacity = 2, t.serial, t.digest.String(), t.capacity
+		h.Protocol, h.Serial, h.Digest, h.Capacity, h.Batch = 2, t.serial, t.digest.String(), t.capacity, t.batch
 	}
 	t.mu.Unlock()
 	t.send("heartbeat", t.tr.sendHeartbeat(&h))

@@ -19,7 +19,7 @@ const (
 	UnknownOpCode = 1
 	// CapacityCode refuses an AddPerson of a new person on a full terminal (protocol v2's
 	// "capacity exceeded").
-	CapacityCode = 23
+	CapacityCode = face.CodeCapacity
 )
 
 // noRev is what a person stored without a rev (sent by a v1 AddPerson, or added at the
@@ -69,19 +69,11 @@ func (t *Terminal) remove(id string) bool {
 }
 
 // execute carries cmd out, the first time its messageId is answered, and returns the
-// ack's code. Called with mu held.
-func (t *Terminal) execute(cmd face.Command) int {
+// ack's code; PutFace's have and AddPersons' results go into a. Called with mu held.
+func (t *Terminal) execute(cmd *face.Command, a *face.Ack) int {
 	switch cmd.Op {
 	case face.AddPerson:
-		_, held := t.persons[cmd.Person.ID]
-		if !held && t.capacity > 0 && len(t.persons) >= t.capacity {
-			return CapacityCode
-		}
-		p := cmd.Person
-		if t.protocol < 2 {
-			p.Rev = "" // a v1 terminal knows no rev
-		}
-		t.put(p)
+		return t.addPerson(cmd.Person)
 	case face.DeletePerson:
 		t.remove(cmd.Person.ID)
 	case face.ListPersons:
@@ -89,10 +81,39 @@ func (t *Terminal) execute(cmd face.Command) int {
 			return UnknownOpCode
 		}
 		t.stats.Lists++
+	case face.PutFace:
+		if t.protocol < 2 {
+			return UnknownOpCode
+		}
+		code, have := t.putFace(&cmd.Face)
+		a.Have = have
+		return code
+	case face.AddPersons:
+		switch {
+		case t.protocol < 2 || t.batch == 0:
+			return UnknownOpCode
+		case len(cmd.Persons) > t.batch:
+			return BatchTooLargeCode
+		}
+		a.Results = t.addPersons(cmd.Persons)
+		t.batchResults[cmd.MessageID] = a.Results
 	default:
 		return UnknownOpCode
 	}
 	return 0
+}
+
+// reanswer fills a, the ack of a repeated messageId answered code before, without
+// applying anything again: a PutFace says what the terminal holds of the face now, an
+// AddPersons the results of its first answer. Called with mu held.
+func (t *Terminal) reanswer(cmd *face.Command, code int, a *face.Ack) {
+	switch {
+	case code != 0:
+	case cmd.Op == face.PutFace:
+		a.Have = t.faceHave(cmd.Face.SHA256)
+	case cmd.Op == face.AddPersons:
+		a.Results = t.batchResults[cmd.MessageID]
+	}
 }
 
 // page fills a's ListPersons page for cmd from the persons held now: the ids after
@@ -168,7 +189,7 @@ func (t *Terminal) SetAckLatency(l Latency) {
 	t.ackLatency = l
 }
 
-// FactoryReset forgets every person (digest 0) and every messageId answered, and drops
+// FactoryReset forgets every person (digest 0), every face and every messageId answered, and drops
 // the commands not yet acked, as a terminal reset to factory settings does. Its serial
 // stays.
 func (t *Terminal) FactoryReset() {
@@ -201,6 +222,10 @@ func (t *Terminal) wipe() {
 	t.ids = t.ids[:0]
 	t.digest = 0
 	clear(t.results)
+	clear(t.batchResults)
+	clear(t.faces)
+	clear(t.cut)
+	t.receiving = receiving{}
 	t.pending = nil
 	t.epoch++ // acks due for commands received before are not sent
 }

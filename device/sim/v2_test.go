@@ -374,9 +374,9 @@ func TestUnknownOpRefusedOverMQTT(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	must(t, f.WaitReady(ctx))
-	must(t, srv.PublishDeferred("dev/face/d", []byte(`{"messageId":"pf-1","op":"PutFace","face":{"sha256":"e3b0","size":0}}`), 1))
+	must(t, srv.PublishDeferred("dev/face/d", []byte(`{"messageId":"pf-1","op":"SetDoorMode","door":{"mode":"open"}}`), 1))
 	ev := waitKind(t, l, device.Ack)
-	if ev.Ack.MessageID != "pf-1" || ev.Ack.Code != UnknownOpCode || ev.Ack.Message != `unknown op "PutFace"` {
+	if ev.Ack.MessageID != "pf-1" || ev.Ack.Code != UnknownOpCode || ev.Ack.Message != `unknown op "SetDoorMode"` {
 		t.Fatalf("ack %+v", ev.Ack)
 	}
 }

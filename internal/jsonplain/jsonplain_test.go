@@ -93,3 +93,19 @@ func TestStrSharesSmallInputs(t *testing.T) {
 		t.Errorf("%v allocations when not shared: want a copy per string", n)
 	}
 }
+
+// RawStr gives a plain string's contents without a copy, and refuses what Str refuses.
+func TestRawStr(t *testing.T) {
+	b := []byte(`"aGVsbG8="`)
+	p := NewScanner(b, 0)
+	raw, ok := p.Raw()
+	if !ok || string(raw) != "aGVsbG8=" || !p.End() || &raw[0] != &b[1] {
+		t.Fatalf("RawStr: %q %v", raw, ok)
+	}
+	for _, bad := range []string{`"a\nb"`, `"cut`, `7`, `"\xff"`} {
+		p := NewScanner([]byte(bad), 0)
+		if raw, ok := p.Raw(); ok {
+			t.Errorf("RawStr(%q) = %q", bad, raw)
+		}
+	}
+}

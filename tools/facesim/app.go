@@ -14,6 +14,7 @@ import (
 
 	bugserial "go.bug.st/serial"
 
+	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/serial"
 	"github.com/seed0e69bba5/faceagent/device/sim"
 )
@@ -41,7 +42,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 type config struct {
 	transport, url, listen, devices, prefix, ports, linkDir, logLevel string
 	n, baud                                                           int
-	stdin                                                             bool
+	stdin, pace                                                       bool
 	summary, duration                                                 time.Duration
 	latency                                                           string
 	opts                                                              sim.Options
@@ -64,7 +65,8 @@ func newFlags(stderr io.Writer, c *config) *flag.FlagSet {
 	fs.StringVar(&c.prefix, "prefix", "sim-", "device id prefix when -devices is empty: sim-1, sim-2, …")
 	fs.StringVar(&c.ports, "ports", "", "serial: comma-separated serial `ports`, one per device, opened with go.bug.st/serial (default: a new pseudo-terminal per device, its path printed)")
 	fs.StringVar(&c.linkDir, "link-dir", "", "serial: also create `dir`/<device id> symlinks to the pseudo-terminals, stable names for the agent's config")
-	fs.IntVar(&c.baud, "baud", 115200, "serial: baud rate of -ports (8N1)")
+	fs.IntVar(&c.baud, "baud", 115200, "serial: baud rate of -ports (8N1), and of the pacing of -pace")
+	fs.BoolVar(&c.pace, "pace", false, "serial: pace each terminal to -baud/10 bytes a second each way, as a UART does; pseudo-terminals do not")
 	fs.Uint64Var(&o.Seed, "seed", 1, "random seed: the same seed and command order give the same fates")
 	fs.StringVar(&c.latency, "ack-latency", "0s", "ack `latency`: 50ms (fixed), uniform:10ms-200ms, exp:50ms (mean), normal:100ms,20ms (mean,stddev)")
 	fs.Float64Var(&o.AckLoss, "ack-loss", 0, "probability an ack is never sent although the command was applied")
@@ -72,6 +74,9 @@ func newFlags(stderr io.Writer, c *config) *flag.FlagSet {
 	fs.IntVar(&o.RefuseCode, "refuse-code", 17, "ack code of a refusal (non-zero)")
 	fs.IntVar(&o.Protocol, "protocol", 2, "protocol `version` the terminals speak: 2 (persons with revs, digest and serial in heartbeats, ListPersons) or 1")
 	fs.IntVar(&o.Capacity, "capacity", 0, "most persons a terminal holds, reported in v2 heartbeats; a new person beyond it is refused with code 23 (0: no limit)")
+	fs.IntVar(&o.Batch, "batch", 0, "most persons one AddPersons may carry, reported in v2 heartbeats (0: no batches, AddPersons refused as an unknown op)")
+	fs.DurationVar(&o.PersonTime, "person-time", 0, "time one person takes to store, added to the ack latency: an AddPersons of n persons acks n times later")
+	fs.IntVar(&o.CutFace, "cut-face", 0, "cut the first transfer of each face once the terminal holds this many `bytes` of it: it crashes before acking, and resumes from there (0: never)")
 	fs.BoolVar(&c.stdin, "stdin", false, "read control commands from standard input while running (reset, replace, hand edits…; listed below)")
 	fs.DurationVar(&o.HeartbeatInterval, "heartbeat", 5*time.Second, "heartbeat interval (0: none)")
 	fs.StringVar(&o.Firmware, "firmware", "facesim-1", "firmware string in heartbeats")
@@ -101,6 +106,9 @@ Usage: facesim [flags]
       two terminals on new pseudo-terminals, linked as /tmp/faceports/sim-1 and sim-2
   facesim -n 2 -protocol 1
       two terminals of the first generation: no digest, no ListPersons
+  facesim -transport serial -n 1 -pace -baud 115200 -batch 20 -person-time 5ms -cut-face 6000
+      one terminal on a line as slow as a real one, taking batches of 20, cutting each
+      face's first transfer after 6,000 bytes
   facesim -n 3 -capacity 1000 -stdin
       then type "reset sim-1", "replace sim-2", "delete sim-3 951": drift for the agent to repair
 
@@ -108,9 +116,10 @@ Flags:
 `
 
 const usageFooter = `
-Summary columns: online, persons (whitelist size), recv (commands received), dup (resends
-of a known messageId), acked, refused, lost (acks lost), crash, off (offline periods), drop
-(commands arriving while offline), junk (garbage sent), hb (heartbeats), viol (strict-mode
+Summary columns: online, persons (whitelist size), faces (faces held), recv (commands
+received), dup (resends of a known messageId), acked, refused, lost (acks lost), crash, off
+(offline periods), drop (commands arriving while offline), junk (garbage sent), hb
+(heartbeats), batch (AddPersons applied), cut (face transfers cut), viol (strict-mode
 violations).
 
 Exit status: 0 clean stop, 1 runtime failure, 2 bad usage, 3 strict-mode violations.
@@ -253,6 +262,21 @@ func checkRates(c *config) error {
 	}
 	if c.opts.Capacity < 0 {
 		return fmt.Errorf("-capacity %d: want 0 or more", c.opts.Capacity)
+	}
+	if c.opts.Batch < 0 || c.opts.Batch > face.MaxBatch {
+		return fmt.Errorf("-batch %d: want 0 to %d", c.opts.Batch, face.MaxBatch)
+	}
+	if c.opts.PersonTime < 0 {
+		return fmt.Errorf("-person-time %v: want 0 or more", c.opts.PersonTime)
+	}
+	if c.opts.CutFace < 0 {
+		return fmt.Errorf("-cut-face %d: want 0 or more", c.opts.CutFace)
+	}
+	if c.baud <= 0 {
+		return fmt.Errorf("-baud %d: want a positive rate", c.baud)
+	}
+	if c.pace {
+		c.opts.Baud = c.baud
 	}
 	if c.n < 1 && c.devices == "" {
 		return errors.New("-n must be at least 1")

@@ -14,7 +14,7 @@ import (
 // Control commands (-stdin): one a line, each naming a terminal, so that a demo or a test
 // can cause the drift whitelist sync repairs while the terminals run.
 const controlHelp = `Commands on standard input (-stdin), one a line; ID is a device id, or all where said:
-  status [ID]              protocol, serial, digest, persons and capacity of one or every terminal
+  status [ID]              protocol, serial, digest, persons, capacity and faces held of one or every terminal
   persons ID               the persons a terminal holds: id, rev, name
   heartbeat ID|all         send a heartbeat now
   protocol ID|all 1|2      speak protocol v1 or v2 from now on
@@ -88,8 +88,8 @@ func controlErr(fleet *sim.Fleet, f []string, out io.Writer) error {
 		}
 		for _, t := range ts {
 			s := t.Stats()
-			fmt.Fprintf(out, "%s protocol=%d serial=%s digest=%s persons=%d capacity=%d\n",
-				t.ID(), t.Protocol(), t.Serial(), t.Digest(), s.Persons, t.Capacity())
+			fmt.Fprintf(out, "%s protocol=%d serial=%s digest=%s persons=%d capacity=%d faces=%d\n",
+				t.ID(), t.Protocol(), t.Serial(), t.Digest(), s.Persons, t.Capacity(), s.Faces)
 		}
 		return nil
 	case "persons":

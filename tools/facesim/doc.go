@@ -21,6 +21,14 @@
 //	mkdir -p /tmp/faceports
 //	facesim -transport serial -n 2 -link-dir /tmp/faceports -garbage-rate 0.1 -crash-rate 0.01
 //
+// Faces and batches: with -batch the terminals take AddPersons of that many persons,
+// -person-time makes each person take its time, and -cut-face cuts each face's first
+// transfer (PutFace) after that many bytes, so that the agent must resume it. The summary
+// counts the faces each terminal holds. On pseudo-terminals, -pace makes the line as slow
+// as -baud says:
+//
+//	facesim -transport serial -n 1 -link-dir /tmp/faceports -pace -baud 115200 -batch 20 -cut-face 6000
+//
 // The terminals speak protocol v2 (revs, digest and serial in heartbeats, ListPersons);
 // -protocol 1 makes them first-generation ones. With -stdin, commands typed while they run
 // cause the drift whitelist sync repairs:
@@ -39,7 +47,7 @@
 //
 //   - The embedded broker admits every client to every topic; it is for a laptop, not a
 //     gateway.
-//   - A pseudo-terminal does not enforce -baud; real ports do.
+//   - A pseudo-terminal does not enforce -baud; real ports do. -pace paces in software.
 //   - -stdin reads standard input: do not combine it with running facesim in the
 //     background of an interactive shell (a background job reading the terminal is stopped).
 //   - The summary goes to stdout every -summary interval as a plain table (no screen

@@ -45,6 +45,7 @@ func TestBadUsage(t *testing.T) {
 		{"-ack-loss", "2"}, {"-transport", "carrier-pigeon"}, {"-ack-latency", "soon"},
 		{"-refuse-code", "0"}, {"-log", "loud"}, {"stray"}, {"-no-such-flag"},
 		{"-protocol", "3"}, {"-protocol", "0"}, {"-capacity", "-1"},
+		{"-batch", "-1"}, {"-batch", "1001"}, {"-person-time", "-1s"}, {"-cut-face", "-1"}, {"-baud", "0"},
 	} {
 		var errb bytes.Buffer
 		if code := Run(context.Background(), args, nil, io.Discard, &errb); code != exitUsage {
@@ -168,5 +169,79 @@ func TestSerialStrictViolationExitsThree(t *testing.T) {
 	}
 	if _, err := os.Lstat(path); !os.IsNotExist(err) {
 		t.Fatalf("symlink left behind: %v", err)
+	}
+}
+
+// The face and batch knobs reach the terminals: a paced serial terminal announces its
+// batch, cuts a face's first transfer where told, takes the resend from there, and the
+// summary counts the face it holds.
+func TestFaceKnobs(t *testing.T) {
+	dir := t.TempDir()
+	r, cancel, done, stdout, _ := start(t, "-transport", "serial", "-n", "1", "-link-dir", dir, "-strict",
+		"-pace", "-baud", "115200", "-batch", "2", "-person-time", "1ms", "-cut-face", "100",
+		"-crash-downtime", "50ms", "-summary", "0", "-heartbeat", "0")
+	l, err := serial.New(serial.Config{Port: r.Ports["sim-1"], DeviceID: "sim-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	waitEvent(t, l, device.Up)
+	r.Fleet.Terminal("sim-1").SendHeartbeat()
+	if ev := waitEvent(t, l, device.Heartbeat); ev.Heartbeat.Batch != 2 {
+		t.Fatalf("heartbeat %+v", ev.Heartbeat)
+	}
+	data := bytes.Repeat([]byte("face"), 75)
+	sha := face.FaceSHA256(data)
+	put := face.Command{MessageID: "p-1", Op: face.PutFace, Face: face.FaceChunk{SHA256: sha, Size: len(data), Data: data}}
+	ctx := context.Background()
+	if err := l.Send(ctx, "sim-1", put); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, l, device.Heartbeat) // back from the cut
+	if err := l.Send(ctx, "sim-1", put); err != nil {
+		t.Fatal(err)
+	}
+	if ev := waitAck(t, l, "p-1"); ev.Ack.Code != 0 || ev.Ack.Have != 100 {
+		t.Fatalf("after the cut: %+v", ev.Ack)
+	}
+	rest := face.Command{MessageID: "p-2", Op: face.PutFace, Face: face.FaceChunk{SHA256: sha, Size: len(data), Offset: 100, Data: data[100:]}}
+	if err := l.Send(ctx, "sim-1", rest); err != nil {
+		t.Fatal(err)
+	}
+	if ev := waitAck(t, l, "p-2"); ev.Ack.Have != len(data) {
+		t.Fatalf("the rest: %+v", ev.Ack)
+	}
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+	// The summary at exit: faces 1, cut 1.
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	head, row := strings.Fields(lines[len(lines)-2]), strings.Fields(lines[len(lines)-1])
+	col := func(name string) string {
+		for i, h := range head {
+			if h == name {
+				return row[i-1] // the time heads the header only
+			}
+		}
+		return ""
+	}
+	if col("faces") != "1" || col("cut") != "1" {
+		t.Fatalf("summary:\n%s", stdout.String())
+	}
+}
+
+func waitEvent(t *testing.T, l device.Link, kind device.EventKind) device.Event {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case ev := <-l.Events():
+			if ev.Kind == kind {
+				return ev
+			}
+		case <-timeout:
+			t.Fatalf("no %s event", kind)
+		}
 	}
 }
