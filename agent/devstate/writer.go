@@ -317,7 +317,9 @@ func (w *Writer) writeOne(ctx context.Context, id string, now time.Time) (failed
 	d := w.devs[id]
 	st := w.stateLocked(id, d, s, ok, now)
 	d.inSync = st.InSync
-	judged := d.hb.Version() >= 2 // a protocol 1 terminal cannot be in sync
+	// A protocol 1 terminal cannot be in sync, and an unmanaged one has no desired list to
+	// be in sync with: neither has the series, so no alert fires for it.
+	judged := d.hb.Version() >= 2 && st.SyncStatus != SyncUnmanaged
 	prev := d.last
 	d.dirty = false
 	synced := 0

@@ -336,7 +336,13 @@ func plainPerson(p *jsonplain.Scanner, pr *face.Person, fc **Face) bool {
 				return false
 			}
 			*fc = new(Face)
-			return plainFace(p, *fc)
+			if !plainFace(p, *fc) {
+				return false
+			}
+			// The person's face reference, as encoding/json fills face.Person.Face.
+			f := *fc
+			pr.Face = face.FaceRef{SHA256: f.SHA256, Size: int(f.Size), Kind: face.FaceKind(f.Kind)}
+			return true
 		}
 		return false
 	})

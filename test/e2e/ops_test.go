@@ -113,16 +113,19 @@ func TestOpsConfigsUseLiveSeries(t *testing.T) {
 	root := filepath.Join("..", "..")
 	dir := t.TempDir()
 	cfg := parse(t, fmt.Sprintf("[agent]\ngateway_id = \"ops\"\ndata_dir = %q\n[broker]\nlisten = \"127.0.0.1:0\"\n"+
-		"[dispatch]\nheartbeat_timeout = \"2s\"\n[[devices]]\nid = \"t1\"\n[[devices]]\nid = \"t2\"\n", dir))
+		"[dispatch]\nheartbeat_timeout = \"2s\"\n[[devices]]\nid = \"t1\"\n[[devices]]\nid = \"t2\"\n[[devices]]\nid = \"t3\"\n", dir))
 	addr, a, stop := startAgentFull(t, cfg)
 	defer stop()
-	fleet, err := sim.StartMQTT("mqtt://"+addr, []string{"t1"}, sim.Options{Seed: 1, HeartbeatInterval: 50 * time.Millisecond})
+	fleet, err := sim.StartMQTT("mqtt://"+addr, []string{"t1", "t2"}, sim.Options{Seed: 1, HeartbeatInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fleet.Close()
 
-	// Wait for the terminal's state to be judged (it holds its empty desired list).
+	// One task makes t1's desired list the agent's; then its state is judged. t2 gets no
+	// task: unmanaged, it must not have the series (an alert would fire for it forever).
+	bo := connectBackOffice(t, addr, "ops")
+	bo.publish("faceagent/ops/tasks", []byte(`{"taskId":"o-1","deviceId":"t1","op":"AddPerson","person":{"id":"p1","name":"Ann"}}`))
 	var body string
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -136,7 +139,10 @@ func TestOpsConfigsUseLiveSeries(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if _, ok := seriesValue(body, `faceagent_terminal_in_sync{device="t2"}`); ok {
-		t.Error("faceagent_terminal_in_sync has a series for t2, which never sent a heartbeat")
+		t.Error("faceagent_terminal_in_sync has a series for t2, which no task named (unmanaged)")
+	}
+	if _, ok := seriesValue(body, `faceagent_terminal_in_sync{device="t3"}`); ok {
+		t.Error("faceagent_terminal_in_sync has a series for t3, which never sent a heartbeat")
 	}
 	for series, want := range map[string]float64{
 		`faceagent_limit{key="dispatch.max_queue_total"}`: float64(cfg.Dispatch.MaxQueueTotal),
