@@ -71,24 +71,42 @@ list_limit = 3
 	opts := sim.Options{Seed: 17, AckLatency: sim.Latency{Kind: sim.Fixed, A: time.Millisecond},
 		HeartbeatInterval: 100 * time.Millisecond, Strict: true,
 		OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) }}
-	var fleet *sim.Fleet
+	// The v1 terminal speaks protocol 1 from its first heartbeat: switched later, the agent
+	// would first take it for a v2 terminal and try ListPersons on it once.
+	v1opts := opts
+	v1opts.Protocol = 1
+	start := func(ids []string, ports []sim.SerialPort, o sim.Options) *sim.Fleet {
+		var f *sim.Fleet
+		var err error
+		if overSerial {
+			f, err = sim.StartSerial(ports, o)
+		} else {
+			f, err = sim.StartMQTT("mqtt://"+addr, ids, o)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	var fleet, fleet1 *sim.Fleet
 	if overSerial {
-		fleet, err = sim.StartSerial(ports, opts)
+		fleet, fleet1 = start(nil, []sim.SerialPort{ports[0], ports[2]}, opts), start(nil, ports[1:2], v1opts)
 	} else {
-		fleet, err = sim.StartMQTT("mqtt://"+addr, ids, opts)
+		fleet, fleet1 = start([]string{"v2", "free"}, nil, opts), start([]string{"v1"}, nil, v1opts)
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fleet.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := fleet.WaitReady(ctx); err != nil {
-		t.Fatal(err)
+	for _, f := range []*sim.Fleet{fleet, fleet1} {
+		if err := f.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
-	term := fleet.Terminal
-	if err := term("v1").SetProtocol(1); err != nil {
-		t.Fatal(err)
+	term := func(id string) *sim.Terminal {
+		if id == "v1" {
+			return fleet1.Terminal(id)
+		}
+		return fleet.Terminal(id)
 	}
 	// The unmanaged terminal holds a person from before the agent.
 	if err := term("free").TamperAdd(face.Person{ID: "old", Name: "before the agent"}); err != nil {
@@ -195,7 +213,9 @@ list_limit = 3
 	if n != len(tasks)+2 {
 		t.Errorf("%d results, want %d", n, len(tasks)+2)
 	}
-	if err := fleet.Violations(); err != nil {
-		t.Error(err)
+	for _, f := range []*sim.Fleet{fleet, fleet1} {
+		if err := f.Violations(); err != nil {
+			t.Error(err)
+		}
 	}
 }
