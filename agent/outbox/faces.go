@@ -63,7 +63,6 @@ type deviceFaces struct {
 	missItem *item
 	missN    int
 	alias    string
-	seq      uint64 // chunk message ids
 }
 
 // faceXfer is the face being sent to the device, as far as the agent knows it.
@@ -241,8 +240,10 @@ func (o *Outbox) sendChunk(d *device, fs *deviceFaces, it *item, ref face.FaceRe
 		chunk.Data = data
 	}
 	x.probe = false
-	fs.seq++
-	id := "PutFace-" + o.faceIDPrefix + "-" + strconv.FormatUint(fs.seq, 36)
+	// Unique among the pending queries of every device (o.queries is keyed by it), and
+	// across restarts (the prefix): a terminal answers a repeated id from its memory.
+	o.faceSeq++
+	id := "PutFace-" + o.faceIDPrefix + "-" + strconv.FormatUint(o.faceSeq, 36)
 	payload, err := (&face.Command{MessageID: id, Op: face.PutFace, Face: chunk}).AppendMsg(nil)
 	if err != nil { // cannot happen with these fields
 		o.finishItem(it, Failed, fmt.Sprintf("face %s: encoding a chunk: %v", shortSum(x.sha), err))

@@ -129,6 +129,7 @@ type Outbox struct {
 	faces        FaceSource // Options.Faces: nil, no face step
 	faceChunk    int
 	faceIDPrefix string // makes the chunks' message ids unique across restarts
+	faceSeq      uint64 // and this among the chunks of every device
 
 	afterSendFailed func() // test hook: runs after a Send error was handled
 	afterRepair     func() // test hooks: Options.afterRepair, afterCompact
