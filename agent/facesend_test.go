@@ -2,7 +2,6 @@ package agent
 
 import (
 	"bytes"
-	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -22,7 +21,7 @@ import (
 // the outbox with its face step, the links (the embedded broker, or serial lines over
 // pseudo-terminals), and simulated v2 terminals in strict mode.
 type faceRig struct {
-	t     *testing.T
+	t     testing.TB
 	ob    *outbox.Outbox
 	st    *faces.Store
 	fleet *sim.Fleet
@@ -40,7 +39,7 @@ type nopState struct{}
 func (nopState) Touch(string)                     {}
 func (nopState) Heartbeat(string, face.Heartbeat) {}
 
-func newFaceRig(t *testing.T, transport string, ids []string, opts sim.Options, settings outbox.Settings, chunk int) *faceRig {
+func newFaceRig(t testing.TB, transport string, ids []string, opts sim.Options, settings outbox.Settings, chunk int) *faceRig {
 	t.Helper()
 	r := &faceRig{t: t, data: map[string]int{}}
 	st, err := faces.Open(t.TempDir(), faces.Options{MaxBytes: 1 << 30, Logger: quietLog})
@@ -51,7 +50,11 @@ func newFaceRig(t *testing.T, transport string, ids []string, opts sim.Options, 
 	r.st = st
 	opts.Protocol, opts.Strict = 2, true
 	opts.OnViolation = func(id string, err error) { t.Errorf("terminal %s: %v", id, err) }
+	also := opts.OnCommand
 	opts.OnCommand = func(id string, c face.Command) {
+		if also != nil {
+			also(id, c)
+		}
 		r.mu.Lock()
 		r.data[id] += len(c.Face.Data)
 		r.mu.Unlock()
@@ -132,7 +135,7 @@ func (r *faceRig) putFace(n int, seed uint64) (string, []byte) {
 	return sha, b
 }
 
-func (r *faceRig) addPerson(dev, id, person, sha string, size int) {
+func (r *faceRig) addPerson(dev, id, person, sha string, size int) face.Person {
 	r.t.Helper()
 	p := face.Person{ID: person, Name: "N " + person, Face: face.FaceRef{SHA256: sha, Size: size, Kind: face.FacePhoto}}
 	p.Rev = face.RecordRev(p.ID, p.Name, p.ValidFrom, p.ValidTo, sha).String()
@@ -144,13 +147,14 @@ func (r *faceRig) addPerson(dev, id, person, sha string, size int) {
 		PersonID: person, Payload: payload}); err != nil {
 		r.t.Fatal(err)
 	}
+	return p
 }
 
 // results waits for the results of ids and returns them by message id.
 func (r *faceRig) results(ids ...string) map[string]outbox.Result {
 	r.t.Helper()
 	got := map[string]outbox.Result{}
-	deadline := time.After(30 * time.Second)
+	deadline := time.After(10 * time.Minute)
 	for {
 		res, err := r.ob.Results(1000)
 		if err != nil {
@@ -174,7 +178,7 @@ func (r *faceRig) results(ids ...string) map[string]outbox.Result {
 		select {
 		case <-r.ob.ResultsReady():
 		case <-deadline:
-			r.t.Fatalf("%d of %d results missing after 30s: %v", missing, len(ids), got)
+			r.t.Fatalf("%d of %d results missing after 10 minutes: %v", missing, len(ids), got)
 		}
 	}
 }
@@ -284,5 +288,3 @@ func TestFaceMissingOnTheTerminal(t *testing.T) {
 		}
 	})
 }
-
-var _ = fmt.Sprint

@@ -243,7 +243,7 @@ func (o *Outbox) sendChunk(d *device, fs *deviceFaces, it *item, ref face.FaceRe
 	// Unique among the pending queries of every device (o.queries is keyed by it), and
 	// across restarts (the prefix): a terminal answers a repeated id from its memory.
 	o.faceSeq++
-	id := "PutFace-" + o.faceIDPrefix + "-" + strconv.FormatUint(o.faceSeq, 36)
+	id := "pf" + o.faceIDPrefix + "." + strconv.FormatUint(o.faceSeq, 36) // short: the ack echoes it
 	payload, err := (&face.Command{MessageID: id, Op: face.PutFace, Face: chunk}).AppendMsg(nil)
 	if err != nil { // cannot happen with these fields
 		o.finishItem(it, Failed, fmt.Sprintf("face %s: encoding a chunk: %v", shortSum(x.sha), err))

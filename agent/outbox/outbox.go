@@ -183,12 +183,12 @@ func Open(dir string, sender Sender, opts *Options) (*Outbox, error) {
 
 		noResultDone: o.NoResultDone,
 		afterRepair:  o.afterRepair, afterCompact: o.afterCompact,
-		faces:        o.Faces, faceChunk: o.FaceChunk,
+		faces: o.Faces, faceChunk: o.FaceChunk,
 	}
 	if ob.faceChunk <= 0 {
 		ob.faceChunk = DefaultFaceChunk
 	}
-	ob.faceIDPrefix = strconv.FormatUint(ob.rng.Uint64(), 36)
+	ob.faceIDPrefix = strconv.FormatUint(uint64(ob.rng.Uint32()), 36)
 	for id, c := range o.Devices {
 		ob.configs[id] = c
 	}
