@@ -50,11 +50,15 @@ func openLinks(cfg *config.Config, bus mqttlink.Bus, brokerURL string, log *slog
 // is the device links, they get the outbox's journal as it opens (before the outbox's
 // first Send: Open resends what was in flight), to write it out before each send.
 // noResultDone is told the outcome of the whitelist sync's corrections (may be nil).
+// fs, when not nil, gives the faces the commands' persons carry: each goes to a terminal
+// before the first command that needs it (outbox's face step), in [faces] chunks.
 func openOutbox(cfg *config.Config, sender outbox.Sender, log *slog.Logger,
-	noResultDone func(dev, messageID string, ack face.Ack, err error)) (*outbox.Outbox, error) {
+	noResultDone func(dev, messageID string, ack face.Ack, err error), fs outbox.FaceSource) (*outbox.Outbox, error) {
 	devs := map[string]outbox.DeviceConfig{}
 	for i := range cfg.Devices {
-		devs[cfg.Devices[i].ID] = deviceConfig(&cfg.Devices[i])
+		dc := deviceConfig(&cfg.Devices[i])
+		dc.FaceChunk = faceChunk(cfg, &cfg.Devices[i])
+		devs[cfg.Devices[i].ID] = dc
 	}
 	jo := syncOptions(cfg.Journal)
 	return outbox.Open(filepath.Join(cfg.Agent.DataDir, OutboxDir), sender, &outbox.Options{
@@ -65,6 +69,8 @@ func openOutbox(cfg *config.Config, sender outbox.Sender, log *slog.Logger,
 		MaxQueued:          cfg.Dispatch.MaxQueueTotal,
 		Logger:             log.With("part", "outbox"),
 		NoResultDone:       noResultDone,
+		Faces:              fs,
+		FaceChunk:          int(cfg.Faces.ChunkMQTT),
 	})
 }
 

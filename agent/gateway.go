@@ -79,8 +79,13 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		stopWithin(sctx, l.Wait)
 		return nil
 	})
+	fst, err := openFaces(cfg)
+	if err != nil {
+		return fmt.Errorf("face store: %w", err)
+	}
+	*stops = append(*stops, func(context.Context) error { return fst.Close() })
 	ws := &whitelistSync{}
-	ob, err := openOutbox(cfg, l, a.log, ws.correctionDone)
+	ob, err := openOutbox(cfg, l, a.log, ws.correctionDone, storeFaces{fst})
 	if err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}

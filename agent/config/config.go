@@ -260,6 +260,10 @@ type Faces struct {
 	// MaxBytes bounds the disk the faces take, each counted as its size rounded up to
 	// 4 KiB; a task whose face would pass it is dead-lettered with a reason naming the key.
 	MaxBytes Size `toml:"max_bytes"`
+	// ChunkSerial and ChunkMQTT are the PutFace chunk sizes (face bytes in one command)
+	// sent to serial and MQTT terminals. A serial chunk must fit one frame.
+	ChunkSerial Size `toml:"chunk_serial"`
+	ChunkMQTT   Size `toml:"chunk_mqtt"`
 }
 
 // Store is the [store] section: device state written to the state store.
@@ -448,7 +452,7 @@ var (
 		StepTimeout:    D(15 * time.Minute),
 		ListLimit:      100,
 	}
-	defaultFaces   = Faces{MaxBytes: 1 << 30}
+	defaultFaces   = Faces{MaxBytes: 1 << 30, ChunkSerial: 4 << 10, ChunkMQTT: 64 << 10}
 	defaultReports = Reports{
 		MaxForwarded:       8192,
 		MaxForwardedBytes:  1 << 20,

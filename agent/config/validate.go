@@ -9,6 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/seed0e69bba5/faceagent/device/face"
+	"github.com/seed0e69bba5/faceagent/device/serial"
 )
 
 // Limits checked by validation.
@@ -45,6 +48,12 @@ func (d *decoder) validate(c *Config) {
 	}
 	if m := c.Faces.MaxBytes; m < MinFacesBytes || m > MaxFacesBytes {
 		d.errf("faces.max_bytes", "%d bytes is out of range (1MiB..1TiB)", m)
+	}
+	if n, most := c.Faces.ChunkSerial, face.ChunkLimitFor(serial.DefaultMaxPayload); n < 1 || n > Size(most) {
+		d.errf("faces.chunk_serial", "%d bytes is out of range (1..%d: a chunk must fit one serial frame)", n, most)
+	}
+	if n := c.Faces.ChunkMQTT; n < 1 || n > face.MaxChunkSize {
+		d.errf("faces.chunk_mqtt", "%d bytes is out of range (1..%d)", n, face.MaxChunkSize)
 	}
 	d.positive("store.write_interval", c.Store.WriteInterval)
 	d.positive("store.request_timeout", c.Store.RequestTimeout)

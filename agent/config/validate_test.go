@@ -153,6 +153,8 @@ func TestValidationErrors(t *testing.T) {
 
 		// [faces]
 		{"faces budget small", base + "[faces]\nmax_bytes = \"512KiB\"\n", "f.toml:6: faces.max_bytes: 524288 bytes is out of range (1MiB..1TiB)"},
+		{"serial chunk past a frame", base + "[faces]\nchunk_serial = \"8KiB\"\n", "f.toml:6: faces.chunk_serial: 8192 bytes is out of range (1..4347: a chunk must fit one serial frame)"},
+		{"mqtt chunk zero", base + "[faces]\nchunk_mqtt = 0\n", "f.toml:6: faces.chunk_mqtt: 0 bytes is out of range (1..65536)"},
 		{"faces budget not a size", base + "[faces]\nmax_bytes = \"lots\"\n", `f.toml:6: faces.max_bytes: invalid size "lots" (write e.g. "64MiB" or a number of bytes)`},
 		// [whitelist]
 		{"whitelist terminals zero", base + "[whitelist]\nmax_terminals = 0\n", "f.toml:6: whitelist.max_terminals: 0 is out of range (1..65536)"},

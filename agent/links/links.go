@@ -145,9 +145,11 @@ func (l *Links) deliver(ev device.Event) bool {
 	return true
 }
 
-// Send implements outbox.Sender: the stored payload is the face.Command in msgp. Every
-// command to a terminal, over MQTT or serial, first and on a retry alike, passes here (the
-// outbox has written its journal out before: see outbox's Sender).
+// Send implements outbox.Sender: the stored payload is the face.Command in msgp, sent
+// under cmd.MessageID (the outbox sends a command again under a new id after the terminal
+// answered code 21: its face was missing). Every command to a terminal, over MQTT or
+// serial, first and on a retry alike, passes here (the outbox has written its journal out
+// before: see outbox's Sender).
 func (l *Links) Send(ctx context.Context, deviceID string, cmd outbox.Command) error {
 	link := l.byDevice[deviceID]
 	if link == nil {
@@ -156,6 +158,9 @@ func (l *Links) Send(ctx context.Context, deviceID string, cmd outbox.Command) e
 	fc, err := face.ParseCommandMsg(cmd.Payload)
 	if err != nil {
 		return fmt.Errorf("device %s: stored command: %w", deviceID, err)
+	}
+	if cmd.MessageID != "" {
+		fc.MessageID = cmd.MessageID
 	}
 	return link.Send(ctx, deviceID, fc)
 }

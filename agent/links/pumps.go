@@ -14,7 +14,9 @@ type Outbox interface {
 	// (ListPersons) carries the answer (its page) that the dispatcher hands to the query's
 	// asker. The ack is passed by value: an ordinary ack costs no allocation on the way.
 	AckMessage(deviceID string, a face.Ack)
-	Heartbeat(deviceID string)
+	// TerminalHeartbeat takes a terminal's heartbeat whole: its protocol version, serial
+	// and persons tell the face step what the terminal speaks and when it was reset.
+	TerminalHeartbeat(deviceID string, h face.Heartbeat)
 	LinkUp(deviceID string)
 	LinkDown(deviceID string)
 }
@@ -79,7 +81,7 @@ func handleEvent(ev device.Event, ids []string, s Sinks, log *slog.Logger) {
 		s.Forwarder.Ack(ev.DeviceID, ev.Ack)
 		s.State.Touch(ev.DeviceID)
 	case device.Heartbeat:
-		s.Outbox.Heartbeat(ev.DeviceID)
+		s.Outbox.TerminalHeartbeat(ev.DeviceID, ev.Heartbeat)
 		s.Forwarder.Heartbeat(ev.DeviceID, ev.Heartbeat)
 		s.State.Heartbeat(ev.DeviceID, ev.Heartbeat)
 	case device.Up:

@@ -29,6 +29,8 @@ type deviceLive struct {
 	// Queries (query.go): the one in flight, and those waiting, in the order queued.
 	query   *query
 	queries []*query
+	// What the device holds of faces, and the face being sent (faces.go); nil until needed.
+	faces *deviceFaces
 }
 
 type counters struct {
@@ -92,6 +94,14 @@ func (o *Outbox) pump(d *device) {
 		if !ok {
 			return
 		}
+		if o.faces != nil {
+			switch o.faceFirst(d, it, payload, now) {
+			case faceSent:
+				return
+			case faceFailed:
+				continue
+			}
+		}
 		ackTimeout := o.settingsFor(d).RetryInterval
 		o.emit(&record{Kind: kindSend, ID: it.id(), Tries: uint32(it.tries) + 1, Next: now + int64(ackTimeout)})
 		if it.status != InFlight { // the journal refused the record
@@ -102,7 +112,7 @@ func (o *Outbox) pump(d *device) {
 			d.live.c.retries++
 		}
 		o.sends = append(o.sends, sendJob{dev: d.id, timeout: ackTimeout, cmd: Command{
-			MessageID: it.id(), TaskID: it.task(), DeviceID: d.id, Op: o.t.opOf(it), PersonID: it.person(),
+			MessageID: o.wireID(d, it), TaskID: it.task(), DeviceID: d.id, Op: o.t.opOf(it), PersonID: it.person(),
 			Payload: payload, Try: int(it.tries),
 		}, nonBlocking: o.nonBlock != nil && o.nonBlock.SendsWithoutBlocking(d.id)})
 		return

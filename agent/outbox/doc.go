@@ -59,6 +59,10 @@
 //	err := ob.Query(outbox.Query{MessageID: id, DeviceID: dev, Op: "ListPersons", Payload: cmdMsgp,
 //		Done: func(ack face.Ack, err error) { ... ack.Persons, ack.Next; or ErrRefused, ErrNoAnswer, ErrClosed ... }})
 //
+// Terminals' heartbeats whole (protocol version, serial, persons) for the face step:
+//
+//	ob.TerminalHeartbeat(ev.DeviceID, ev.Heartbeat)                  // instead of Heartbeat
+//
 // Remote control and config: Pause, Resume, RetryFailed, PurgeFailed, SetSettings,
 // SetDevice; metrics and tools: Status, DeviceStatus, Stats.
 //
@@ -133,6 +137,54 @@
 //
 // Dedupe: a message id already in the table, being stored, or among the last 8192 that left
 // it is refused with ErrDuplicate.
+//
+// # Faces (protocol v2)
+//
+// With Options.Faces set, a command whose person carries a face (AddPerson, or any person
+// of an AddPersons) that its v2 terminal is not known to hold is preceded by that face:
+// pump's pre-send step (faces.go) sends PutFace chunks through the device's one in-flight
+// slot, each a command of its own (not journalled, like a Query, and counted in
+// DeviceStatus.Queries), each from the have of the ack before, so a cut transfer resumes
+// and a chunk sent twice does no harm. The command itself goes once every face it needs
+// is held; nothing of the device is sent meanwhile, and never a chunk while a command that
+// needs the face is in flight. Chunks are DeviceConfig.FaceChunk bytes (the agent: [faces]
+// chunk_serial, 4 KiB, at most what one serial frame carries; chunk_mqtt, 64 KiB).
+//
+//   - A chunk not acked in time is sent again, same message id and bytes, like any command;
+//     after MaxTries the command it was for fails with a reason naming the face. A chunk in
+//     flight when the device goes offline is dropped instead (it counts as never sent); once
+//     the device is back the transfer goes on with a probe (an empty chunk) that learns the
+//     terminal's have, so an outage costs the part of the chunk the terminal lost, not a
+//     resend.
+//   - Code 22: the face is sent again from 0, once; a second 22 fails the command ("face
+//     <first 16 hex digits>: failed the terminal's hash check 2 times"). Code 23 to a chunk
+//     or a command fails it with reason "capacity". Another refusal of a chunk fails the
+//     command, naming the face. A face the gateway does not hold fails the command at once.
+//     A terminal that acks chunks without taking their bytes (have does not grow) three
+//     times in a row fails the command.
+//   - Code 21 to a command (the terminal lacks a face the agent thought it held): the faces
+//     the command needs are forgotten, and the command goes back to the head of its queue
+//     without spending the try; its faces go, then the command again under a new message id,
+//     "<id>~f<n>" (the terminal answered its own id already, and answers a repeat the same;
+//     a digest of the id when that would pass the protocol's 128 bytes). Its result keeps
+//     its own id. After 3 such rounds it fails ("still missing on the terminal"). An ack of
+//     an id the command no longer goes by is ignored.
+//   - What a terminal holds, as far as the agent knows, is learned from PutFace acks
+//     (have = size) and forgotten on a 21 for that face, and all of it when
+//     TerminalHeartbeat shows a replacement (the serial changed) or a factory reset (persons
+//     down to 0 from more): up to 4,096 faces per device, by the first 8 bytes of their
+//     SHA-256, in memory only. That is sound because every error it can make is repaired by
+//     the protocol: a face wrongly thought held (a collision, a reset between heartbeats, a
+//     flash that lost it) is answered 21, which sends it; a face forgotten (a restart, the
+//     bound, a reset seen wrongly) costs one chunk that the terminal answers with have =
+//     size. Journalling it would buy neither correctness nor much: a restart costs one
+//     chunk per face.
+//   - A terminal's protocol comes from TerminalHeartbeat (or a 21: only v2 terminals
+//     answer it); a v1 terminal, or one never heard from, gets no face step.
+//   - The face step needs the payloads to be face.Command in msgp (as the agent stores
+//     them) and a Sender that sends each command under Command.MessageID. It is separable:
+//     pump calls faceFirst before a task's send, ack calls faceMissing on a 21, and the
+//     query paths route chunks' acks, timeouts and requeues to faces.go.
 //
 // # On-disk format
 //

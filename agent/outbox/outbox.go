@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -53,6 +54,15 @@ type Options struct {
 	// kept in memory only: a command replayed after a restart reports to the hook of the
 	// new process, whose asker may not know its message id (and must ignore it).
 	NoResultDone func(deviceID, messageID string, ack face.Ack, err error)
+	// Faces, when set, turns on the face step (protocol v2; "Faces" in the package
+	// documentation): a command whose person carries a face the terminal is not known to
+	// hold is preceded by that face, in PutFace chunks read from Faces. Task payloads must
+	// then be face.Command in msgp, and the Sender must send each command under
+	// Command.MessageID (a command sent again after a code 21 gets a new one).
+	Faces FaceSource
+	// FaceChunk is the chunk size for devices whose DeviceConfig sets none. Default
+	// DefaultFaceChunk (64 KiB); at most face.MaxChunkSize.
+	FaceChunk int
 
 	// Tests: how the payload file is created, and when it is rewritten (spill.go).
 	createSpill  func(path string) (spillFile, error)
@@ -116,6 +126,11 @@ type Outbox struct {
 
 	noResultDone func(deviceID, messageID string, ack face.Ack, err error) // Options.NoResultDone
 
+	faces        FaceSource // Options.Faces: nil, no face step
+	faceChunk    int
+	faceIDPrefix string // makes the chunks' message ids unique across restarts
+	faceSeq      uint64 // and this among the chunks of every device
+
 	afterSendFailed func() // test hook: runs after a Send error was handled
 	afterRepair     func() // test hooks: Options.afterRepair, afterCompact
 	afterCompact    func(error)
@@ -168,7 +183,12 @@ func Open(dir string, sender Sender, opts *Options) (*Outbox, error) {
 
 		noResultDone: o.NoResultDone,
 		afterRepair:  o.afterRepair, afterCompact: o.afterCompact,
+		faces: o.Faces, faceChunk: o.FaceChunk,
 	}
+	if ob.faceChunk <= 0 {
+		ob.faceChunk = DefaultFaceChunk
+	}
+	ob.faceIDPrefix = strconv.FormatUint(uint64(ob.rng.Uint32()), 36)
 	for id, c := range o.Devices {
 		ob.configs[id] = c
 	}
@@ -591,15 +611,30 @@ func (o *Outbox) ack(deviceID, messageID string, code int, message string, a *fa
 			o.ackQuery(q, a)
 		}
 	}
-	if it := o.t.items.get(messageID); it != nil && it.dev == d && !it.status.Terminal() && o.Err() == nil {
+	it := o.t.items.get(messageID)
+	if o.faces != nil {
+		it = o.faceAckItem(d, it, messageID)
+	}
+	if it != nil && it.dev == d && !it.status.Terminal() && o.Err() == nil {
 		// A Scheduled one was acked late, after its ack timeout: it arrived all the same.
 		if a == nil && o.noResultDone != nil && o.t.noResult(it) {
 			a = &face.Ack{MessageID: messageID, Code: code, Message: message}
 		}
-		if code == 0 {
+		switch again, reason := false, ""; {
+		case code == 0:
 			d.live.failures, d.live.trips, d.live.breakerUntil = 0, 0, 0
 			o.finishItemAck(it, Succeeded, "", a)
-		} else {
+		case code == face.CodeFaceMissing && o.faces != nil:
+			// protocol v2: the face first, then the command again, without spending the try.
+			if again, reason = o.faceMissing(d, it); !again {
+				if reason == "" {
+					reason = fmt.Sprintf("refused by the device: code %d: %s", code, message)
+				}
+				o.finishItemAck(it, Failed, reason, a)
+			}
+		case code == face.CodeCapacity:
+			o.finishItemAck(it, Failed, "capacity", a)
+		default:
 			o.finishItemAck(it, Failed, fmt.Sprintf("refused by the device: code %d: %s", code, message), a)
 		}
 	}

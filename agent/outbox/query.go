@@ -41,6 +41,9 @@ type query struct {
 	done    func(face.Ack, error)
 	tries   int
 	next    int64 // waiting: earliest next send (after a failed try); in flight: ack deadline
+	// step: a chunk of the face step (faces.go), not a caller's query: its ack goes to
+	// faceChunkAcked under the lock, and it has no Done.
+	step bool
 }
 
 // queryDone is a finished query's call of Done, made by unlock once the lock is released.
@@ -108,7 +111,7 @@ func (d *device) queryDue() *query {
 	if len(d.live.queries) == 0 {
 		return nil
 	}
-	if q := d.live.queries[0]; q.tries > 0 || len(d.queue) == 0 {
+	if q := d.live.queries[0]; q.tries > 0 || q.step || len(d.queue) == 0 {
 		return q
 	}
 	return nil
@@ -142,6 +145,9 @@ func (o *Outbox) queryTryFailed(q *query, reason string, now int64) {
 	s := o.settingsFor(d)
 	d.live.query = nil
 	if q.tries >= s.MaxTries {
+		if q.step {
+			o.faceChunkFailed(q, reason)
+		}
 		o.finishQuery(q, face.Ack{}, fmt.Errorf("%w: %s (after %d tries)", ErrNoAnswer, reason, q.tries))
 	} else {
 		q.next = now + int64(o.backoff(s, q.tries))
@@ -155,6 +161,10 @@ func (o *Outbox) queryTryFailed(q *query, reason string, now int64) {
 func (o *Outbox) requeueQuery(q *query) {
 	d := q.dev
 	d.live.query = nil
+	if q.step {
+		o.faceChunkRequeued(q)
+		return
+	}
 	q.tries = max(q.tries, 1) - 1
 	q.next = 0
 	d.live.queries = slices.Insert(d.live.queries, 0, q)
@@ -176,6 +186,9 @@ func (o *Outbox) ackQuery(q *query, a *face.Ack) {
 	} else {
 		err = fmt.Errorf("%w: code %d: %s", ErrRefused, a.Code, a.Message)
 	}
+	if q.step {
+		o.faceChunkAcked(q, a)
+	}
 	o.finishQuery(q, *a, err)
 }
 
@@ -183,7 +196,9 @@ func (o *Outbox) ackQuery(q *query, a *face.Ack) {
 // has unlock call its Done.
 func (o *Outbox) finishQuery(q *query, a face.Ack, err error) {
 	delete(o.queries, q.id)
-	o.queryDone = append(o.queryDone, queryDone{done: q.done, ack: a, err: err})
+	if q.done != nil { // a face chunk has none
+		o.queryDone = append(o.queryDone, queryDone{done: q.done, ack: a, err: err})
+	}
 	q.done, q.payload = nil, nil
 }
 

@@ -157,6 +157,11 @@ func (o *Outbox) sendFailedLocked(deviceID, messageID string, try int, err error
 		o.queryTryFailed(q, "send: "+err.Error(), o.now())
 	} else {
 		it := o.t.items.get(messageID)
+		if it == nil && o.faces != nil {
+			if d, ok := o.t.devices[deviceID]; ok {
+				it = o.faceAlias(d, messageID)
+			}
+		}
 		if it == nil || it.status != InFlight || int(it.tries) != try || it.dev.id != deviceID {
 			return
 		}

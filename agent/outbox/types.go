@@ -141,6 +141,9 @@ type DeviceConfig struct {
 	MaxTries int
 	// HeartbeatTimeout overrides Settings.HeartbeatTimeout for this device.
 	HeartbeatTimeout time.Duration
+	// FaceChunk is the size of the face chunks sent to this device (Options.Faces); 0:
+	// Options.FaceChunk. A serial terminal's chunk must fit its frame (face.ChunkLimitFor).
+	FaceChunk int
 }
 
 // over returns s with c's overrides applied: the settings in force for the device.

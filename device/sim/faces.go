@@ -60,8 +60,15 @@ func (t *Terminal) putFace(c *face.FaceChunk) (code, have int) {
 		t.stats.FaceRejects++
 		return FaceHashCode, 0
 	}
-	if cut := t.cutFace; cut > 0 && !t.cut[c.SHA256] && have < cut && have+len(c.Data) > cut {
-		r.data = append(r.data, c.Data[:cut-have]...)
+	cut, past := t.cutFace, have+len(c.Data) > t.cutFace && !t.cut[c.SHA256]
+	if t.cutEvery > 0 {
+		// The next multiple past what it holds; a chunk ending on it is cut too (kept
+		// whole, not acked), so chunks aligned to the multiple are cut as well.
+		cut = (have/t.cutEvery + 1) * t.cutEvery
+		past = have+len(c.Data) >= cut && have+len(c.Data) < r.size
+	}
+	if cut > 0 && past && have < cut {
+		r.data = append(r.data, c.Data[:min(cut-have, len(c.Data))]...)
 		t.cut[c.SHA256] = true
 		t.stats.FaceCuts++
 		return cutCode, len(r.data)
@@ -180,6 +187,14 @@ func (t *Terminal) SetCutFace(n int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.cutFace = max(n, 0)
+}
+
+// SetCutFaceEvery makes the terminal cut every face transfer each time it would pass a
+// multiple of n bytes (0: never), as SetCutFace does once: a line that keeps breaking.
+func (t *Terminal) SetCutFaceEvery(n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.cutEvery = max(n, 0)
 }
 
 // SetBatch sets the most persons one AddPersons may carry (0: no batches, AddPersons is

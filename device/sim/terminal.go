@@ -85,6 +85,7 @@ type Terminal struct {
 	faces        map[string][]byte        // the faces held, by sha256
 	receiving    receiving                // the face being received
 	cutFace      int                      // SetCutFace's n; 0: no cut
+	cutEvery     int                      // SetCutFaceEvery's n; 0: no cuts
 	cut          map[string]bool          // the faces whose transfer was cut already
 }
 

@@ -1,0 +1,126 @@
+package agent
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seed0e69bba5/faceagent/agent/outbox"
+	"github.com/seed0e69bba5/faceagent/device/face"
+	"github.com/seed0e69bba5/faceagent/device/serial"
+	"github.com/seed0e69bba5/faceagent/device/sim"
+)
+
+// wireBytes counts what crossed a serial line for the commands a terminal received: each
+// command's frame, and the frame of the ack it got (rebuilt: code 0, no message, the have
+// of a PutFace), at 10 bits a byte (8N1).
+type wireBytes struct {
+	mu                  sync.Mutex
+	cmds, acks, data    int
+	putFaces, addPerson int
+}
+
+func (w *wireBytes) command(c face.Command, have int) {
+	p, _ := c.AppendMsg(nil)
+	a := face.Ack{MessageID: c.MessageID, Have: have}
+	ap, _ := a.AppendMsg(nil)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.cmds += len(p) + serial.Overhead
+	w.acks += len(ap) + serial.Overhead
+	w.data += len(c.Face.Data)
+	switch c.Op {
+	case face.PutFace:
+		w.putFaces++
+	case face.AddPerson:
+		w.addPerson++
+	}
+}
+
+func (w *wireBytes) seconds(baud int) float64 { return float64(w.cmds+w.acks) * 10 / float64(baud) }
+
+// BenchmarkFacesSerialWireBound: 1,000 persons, each with its own 1 KiB template, to one
+// terminal on a serial line paced to 115,200 baud (the simulator's Baud): the face of each
+// goes first (one PutFace), then the person. Reported beside the wire-bound time of the
+// same run: every command frame and every ack frame at 10 bits a byte, one after another.
+// Run once: go test -run '^$' -bench BenchmarkFacesSerialWireBound -benchtime 1x ./agent/
+func BenchmarkFacesSerialWireBound(b *testing.B) {
+	const persons, size, baud = 1000, 1 << 10, 115200
+	for range b.N {
+		var w wireBytes
+		r := newFaceRig(b, "serial", []string{"t1"}, sim.Options{Seed: 5, Baud: baud, HeartbeatInterval: 2 * time.Second,
+			OnCommand: func(_ string, c face.Command) {
+				have := 0
+				if c.Op == face.PutFace {
+					have = c.Face.Offset + len(c.Face.Data)
+				}
+				w.command(c, have)
+			}}, outbox.Settings{RetryInterval: 5 * time.Second, HeartbeatTimeout: 10 * time.Second}, 4<<10)
+		var ids []string
+		var personBytes int
+		shas := make([]string, persons)
+		for i := range persons {
+			shas[i], _ = r.putFace(size, uint64(1000+i))
+		}
+		b.ResetTimer()
+		start := time.Now()
+		for i := range persons {
+			id := fmt.Sprintf("m%04d", i)
+			p := r.addPerson("t1", id, fmt.Sprintf("p%04d", i), shas[i], size)
+			personBytes += size + len(p.ID) + len(p.Name) + len(p.ValidFrom) + len(p.ValidTo) + len(p.Rev) +
+				len(p.Face.SHA256) + len(p.Face.Kind) + len(fmt.Sprint(p.Face.Size))
+			ids = append(ids, id)
+		}
+		res := r.results(ids...)
+		el := time.Since(start)
+		b.StopTimer()
+		for id, x := range res {
+			if x.Status != outbox.Succeeded {
+				b.Fatalf("%s: %+v", id, x)
+			}
+		}
+		w.mu.Lock()
+		bound := w.seconds(baud)
+		wire := w.cmds + w.acks
+		b.ReportMetric(el.Seconds(), "s/run")
+		b.ReportMetric(bound, "wirebound-s/run")
+		b.ReportMetric(el.Seconds()/bound, "x-wirebound")
+		b.ReportMetric(float64(wire)/persons, "wire-B/person")
+		b.ReportMetric(float64(personBytes)/persons, "person-B/person")
+		b.ReportMetric(100*float64(wire-personBytes)/float64(personBytes), "overhead-%")
+		b.ReportMetric(float64(w.putFaces), "putfaces")
+		w.mu.Unlock()
+	}
+}
+
+// BenchmarkFacePhotoSerialCut: a 100 KiB photo to a terminal on a 115,200-baud serial line
+// that breaks the transfer each time it would pass a multiple of 32 KiB (it keeps the
+// chunk up to there and is down for 3 s); reported: face bytes and all wire bytes sent
+// against the photo's size.
+// Run: go test -run '^$' -bench BenchmarkFacePhotoSerialCut -benchtime 1x ./agent/
+func BenchmarkFacePhotoSerialCut(b *testing.B) {
+	const size, baud, every = 100 << 10, 115200, 32 << 10
+	for range b.N {
+		var w wireBytes
+		r := newFaceRig(b, "serial", []string{"t1"}, sim.Options{Seed: 6, Baud: baud, HeartbeatInterval: 500 * time.Millisecond,
+			CrashDowntime: 3 * time.Second,
+			OnCommand: func(_ string, c face.Command) {
+				w.command(c, c.Face.Offset+len(c.Face.Data))
+			}}, outbox.Settings{RetryInterval: 2 * time.Second, HeartbeatTimeout: 1500 * time.Millisecond}, 4<<10)
+		r.fleet.Terminal("t1").SetCutFaceEvery(every)
+		sha, _ := r.putFace(size, 77)
+		b.ResetTimer()
+		r.addPerson("t1", "m1", "p1", sha, size)
+		if x := r.results("m1")["m1"]; x.Status != outbox.Succeeded {
+			b.Fatalf("m1: %+v", x)
+		}
+		b.StopTimer()
+		cuts := r.fleet.Terminal("t1").Stats().FaceCuts
+		w.mu.Lock()
+		b.ReportMetric(float64(cuts), "cuts")
+		b.ReportMetric(float64(w.data)/size, "x-photo-data")
+		b.ReportMetric(float64(w.cmds)/size, "x-photo-wire")
+		w.mu.Unlock()
+	}
+}
