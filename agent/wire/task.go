@@ -220,14 +220,19 @@ func (t *Task) Command() face.Command {
 	return t.commandWithID(t.MessageID())
 }
 
-// An AddPerson command carries the agent's rev of the record (face.RecordRev), whatever
-// rev the back office sent: the terminal stores it and a reconciliation compares it with
-// the desired record's, which the agent computes the same way. Other commands carry none.
+// An AddPerson command carries the person's face ref (FaceRef: sha256, size, kind; the
+// data goes to the terminal on its own, with PutFace) and the agent's rev of the record
+// with that face (face.PersonRecordRev), whatever rev the back office sent: the terminal
+// stores it and a reconciliation compares it with the desired record's, which the agent
+// computes the same way. Other commands carry neither.
 func (t *Task) commandWithID(id string) face.Command {
 	p := t.Person
-	p.Rev = ""
+	p.Rev, p.Face = "", face.FaceRef{}
 	if t.Op == face.AddPerson {
-		p.Rev = face.RecordRev(p.ID, p.Name, p.ValidFrom, p.ValidTo, "").String()
+		if len(t.Faces) > 0 {
+			p.Face = t.Faces[0].Ref()
+		}
+		p.Rev = face.PersonRecordRev(&p).String()
 	}
 	return face.Command{MessageID: id, Op: t.Op, Person: p}
 }
