@@ -405,6 +405,27 @@ func (b *Batch) Command(i int) face.Command {
 	return b.Tasks[i].Command()
 }
 
+// Filter keeps, in order, the tasks for which keep is true (i is the task's index before
+// the call), with the ids Parse computed for them.
+func (b *Batch) Filter(keep func(i int, t *Task) bool) {
+	n := 0
+	for i := range b.Tasks {
+		if !keep(i, &b.Tasks[i]) {
+			continue
+		}
+		b.Tasks[n] = b.Tasks[i]
+		if i < len(b.ids) && n < len(b.ids) {
+			b.ids[n] = b.ids[i]
+		}
+		n++
+	}
+	clear(b.Tasks[n:]) // the refused tasks' faces are not kept alive by the slice
+	b.Tasks = b.Tasks[:n]
+	if len(b.ids) > n {
+		b.ids = b.ids[:n]
+	}
+}
+
 // Parse reads one upstream task message: a task object or a JSON array of them. It never
 // fails as a whole: what cannot be accepted comes back as Rejects, so the caller can
 // acknowledge the message (it is not redelivered forever) and dead-letter the rejects. In a
