@@ -109,7 +109,15 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	}
 	*stops = append(*stops, func(context.Context) error { a.whitelist.Store(nil); return wl.Close() })
 	a.whitelist.Store(wl)
-	take.OpenDesired(desiredLists{s: wl, changed: ws.desiredChanged, setWhitelist: ws.setWhitelist})
+	// The faces tasks bring: held by the intake until their desired records are durable,
+	// swept once no desired record refers to them.
+	fs, sweeper, err := openFaces(ctx, cfg, a.m.faces, a.log.With("part", "faces"), take, wl, stops)
+	if err != nil {
+		return fmt.Errorf("face store: %w", err)
+	}
+	a.faces = fs
+	changed := func(dev string) { ws.desiredChanged(dev); sweeper.Changed() }
+	take.OpenDesired(desiredLists{s: wl, changed: changed, setWhitelist: ws.setWhitelist})
 	if a.ui != nil {
 		take.Open(ob, pageDeadLetters{DeadLetters: dead, page: a.ui})
 	} else {
