@@ -7,6 +7,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,9 +18,12 @@ import (
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent"
+	"github.com/seed0e69bba5/faceagent/agent/faces"
+	"github.com/seed0e69bba5/faceagent/agent/whitelist"
 	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/sim"
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
 // testFaceData is n bytes of a face and its sha256 in wire form.
@@ -199,4 +205,116 @@ id = "d2"
 	if v := metric(t, a, "faceagent_faces"); v != 1 {
 		t.Errorf("faceagent_faces %v, want 1", v)
 	}
+}
+
+// SIGKILL between desired-list changes and the face sweeps they call for: an agent in a
+// child takes messages that add persons with faces (always with their data) and delete
+// persons, on two terminals, so that faces keep leaving and entering the desired lists;
+// it is killed after a varying number of acknowledged messages, at once or a moment
+// later (with a sweep due or under way). After each kill, every face the durable desired
+// lists refer to is in data_dir/faces, whole (hashed again); an agent started at the end
+// sweeps at start, leaving exactly the faces referred to.
+func TestFacesSurviveSIGKILLBetweenChangeAndSweep(t *testing.T) {
+	dir, addr := t.TempDir(), freeLoopbackAddr(t)
+	src := fmt.Sprintf(`[agent]
+gateway_id = "gw-fk"
+data_dir = %q
+[broker]
+listen = %q
+[[devices]]
+id = "d1"
+[[devices]]
+id = "d2"
+`, dir, addr)
+	cfgPath := filepath.Join(t.TempDir(), "agent.toml")
+	if err := os.WriteFile(cfgPath, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	type faceOf struct {
+		data []byte
+		sum  string
+	}
+	var fs []faceOf
+	for i := range 12 {
+		d, s := testFaceData(10+i, 2048+i)
+		fs = append(fs, faceOf{d, s})
+	}
+	rng := rand.New(rand.NewPCG(7, 7))
+	model := map[string]string{} // "dev/person" → the face of its desired record
+	referred := func() map[[32]byte]struct{} {
+		set := map[[32]byte]struct{}{}
+		for _, sum := range model {
+			var b [32]byte
+			hex.Decode(b[:], []byte(sum))
+			set[b] = struct{}{}
+		}
+		return set
+	}
+	check := func(when string, exact bool) {
+		t.Helper()
+		wl, err := whitelist.Open(filepath.Join(dir, agent.WhitelistDir), whitelist.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inUse, err := wl.Faces()
+		wl.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := faces.Open(filepath.Join(dir, agent.FacesDir), faces.Options{VerifyOnOpen: true, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		if r := st.Recovery(); len(r.Damaged) > 0 {
+			t.Fatalf("%s: damaged faces %v", when, r.Damaged)
+		}
+		if want := referred(); !maps.Equal(inUse, want) {
+			t.Fatalf("%s: the durable desired lists refer to %d faces, the acknowledged tasks to %d", when, len(inUse), len(want))
+		}
+		for sum := range inUse {
+			if !st.Has(faces.Sum(sum)) {
+				t.Fatalf("%s: the desired lists refer to face %x, which the store lost", when, sum)
+			}
+		}
+		if exact && st.Stats().Faces != len(inUse) {
+			t.Fatalf("%s: the store holds %d faces, the desired lists refer to %d", when, st.Stats().Faces, len(inUse))
+		}
+	}
+	for round, acked := range []int{3, 8, 5, 12} {
+		child := testutil.StartChild(t, syncKillChildEnv+"="+cfgPath)
+		child.WaitLine("ready", 30*time.Second)
+		bo := connectBackOfficeAs(t, addr, "gw-fk", fmt.Sprintf("bo-%d", round), true, 0)
+		for m := range acked {
+			var tasks []string
+			for k := range 3 {
+				dev := []string{"d1", "d2"}[rng.IntN(2)]
+				p := fmt.Sprintf("p%d", rng.IntN(6))
+				id := fmt.Sprintf("r%d-m%d-%d", round, m, k)
+				// The round's later messages mostly delete: faces stay referred to by
+				// the persons they leave, brought by no message of this agent's run.
+				if rng.IntN(3) == 0 || (m > acked/2 && rng.IntN(4) > 0) {
+					tasks = append(tasks, fmt.Sprintf(`{"taskId":%q,"deviceId":%q,"op":"DeletePerson","person":{"id":%q}}`, id, dev, p))
+					delete(model, dev+"/"+p)
+					continue
+				}
+				f := fs[rng.IntN(len(fs))]
+				tasks = append(tasks, faceTask(id, dev, p, f.sum, f.data))
+				model[dev+"/"+p] = f.sum
+			}
+			bo.publish("faceagent/gw-fk/tasks", []byte("["+strings.Join(tasks, ",")+"]"))
+		}
+		// The kill point: at once (the sweep these changes call for not run yet), or
+		// 0.8 to 2 s later (its delay is 1 s: the sweep due, under way or done).
+		if round%2 == 1 {
+			time.Sleep(time.Duration(800+rng.IntN(1200)) * time.Millisecond)
+		}
+		child.Kill()
+		check(fmt.Sprintf("after kill %d", round), false)
+	}
+	_, _, stop := startAgentFull(t, parse(t, src))
+	// The sweep at start leaves only the faces referred to.
+	pollUntil(t, "the sweep at start", func() bool { return len(faceFiles(t, dir)) == len(referred()) })
+	stop()
+	check("after a clean restart", true)
 }
