@@ -17,6 +17,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/broker"
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/devstate"
+	"github.com/seed0e69bba5/faceagent/agent/faces"
 	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
@@ -63,6 +64,7 @@ type Agent struct {
 	outbox atomic.Pointer[outbox.Outbox]
 	// whitelist is the terminals' desired whitelists (set by startGateway, nil once closed).
 	whitelist atomic.Pointer[whitelist.Store]
+	faces     *faces.Store // the face store in data_dir/faces (set by startGateway)
 	state     *devstate.Writer
 	dead      *report.DeadLetters // the taker's deadletter log (set by startGateway)
 	// brokerStats is the embedded broker, for /metrics (set once it is made).

@@ -39,7 +39,11 @@ func (d desiredLists) Apply(t *wire.Task) (undo func() error, counts *wire.White
 	switch t.Op {
 	case face.AddPerson:
 		undo = d.restorer(dev, t.Person.ID)
-		err = d.s.Set(dev, record(&t.Person))
+		r := record(&t.Person)
+		if len(t.Faces) > 0 {
+			r.Face = t.Faces[0].Ref()
+		}
+		err = d.s.Set(dev, r)
 	case face.DeletePerson:
 		undo = d.restorer(dev, t.Person.ID)
 		err = d.s.Delete(dev, t.Person.ID)
@@ -47,6 +51,9 @@ func (d desiredLists) Apply(t *wire.Task) (undo func() error, counts *wire.White
 		list := make([]whitelist.Record, len(t.Persons))
 		for i := range t.Persons {
 			list[i] = record(&t.Persons[i])
+		}
+		for _, f := range t.Faces {
+			list[f.Person].Face = f.Ref()
 		}
 		// The counts stay with the task: its result carries them.
 		_, err := d.s.ReplaceTask(dev, list, whitelist.SetTask{MessageID: t.MessageID(), TaskID: t.TaskID})
@@ -81,7 +88,8 @@ func (d desiredLists) Apply(t *wire.Task) (undo func() error, counts *wire.White
 	return undo, counts, nil
 }
 
-// record is the store's record of a task's person.
+// record is the store's record of a task's person, without its face (Task.Faces holds
+// it; the intake filled in the size of a face sent without data).
 func record(p *face.Person) whitelist.Record {
 	return whitelist.Record{ID: p.ID, Name: p.Name, ValidFrom: p.ValidFrom, ValidTo: p.ValidTo}
 }

@@ -29,6 +29,9 @@
 //     published in order (agent/publish) through the broker or agent/upstream.
 //   - agent/devstate and agent/remote: terminal state, remote config and control in the
 //     state store, through agent/kv.
+//   - agent/whitelist and agent/faces: the terminals' desired whitelists, and the faces
+//     their persons carry (data_dir/faces), each held by the intake until its record is
+//     durable and swept once no desired record refers to it (facestore.go).
 //   - agent/ui: the operator's page ([ui] listen): the state page.go builds from the parts,
 //     live over server-sent events, its actions through remote's Execute.
 //

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/faces"
@@ -12,14 +11,6 @@ import (
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/serial"
 )
-
-// FacesDir is the face store's directory inside agent.data_dir.
-const FacesDir = "faces"
-
-// openFaces opens the gateway's face store ([faces]).
-func openFaces(cfg *config.Config) (*faces.Store, error) {
-	return faces.Open(filepath.Join(cfg.Agent.DataDir, FacesDir), faces.Options{MaxBytes: int64(cfg.Faces.MaxBytes)})
-}
 
 // storeFaces is the face store as the outbox's FaceSource: the face step reads each chunk
 // from it.

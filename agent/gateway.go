@@ -79,11 +79,12 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		stopWithin(sctx, l.Wait)
 		return nil
 	})
-	fst, err := openFaces(cfg)
+	fst, err := openFaces(cfg, a.m.faces, a.log.With("part", "faces"))
 	if err != nil {
 		return fmt.Errorf("face store: %w", err)
 	}
 	*stops = append(*stops, func(context.Context) error { return fst.Close() })
+	a.faces = fst
 	ws := &whitelistSync{}
 	ob, err := openOutbox(cfg, l, a.log, ws.correctionDone, storeFaces{fst})
 	if err != nil {
@@ -114,7 +115,11 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	}
 	*stops = append(*stops, func(context.Context) error { a.whitelist.Store(nil); return wl.Close() })
 	a.whitelist.Store(wl)
-	take.OpenDesired(desiredLists{s: wl, changed: ws.desiredChanged, setWhitelist: ws.setWhitelist})
+	// The faces tasks bring: held by the intake until their desired records are durable,
+	// swept once no desired record refers to them.
+	sweeper := startFaceSweeper(ctx, fst, a.log.With("part", "faces"), take, wl, stops)
+	changed := func(dev string) { ws.desiredChanged(dev); sweeper.Changed() }
+	take.OpenDesired(desiredLists{s: wl, changed: changed, setWhitelist: ws.setWhitelist})
 	if a.ui != nil {
 		take.Open(ob, pageDeadLetters{DeadLetters: dead, page: a.ui})
 	} else {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/seed0e69bba5/faceagent/agent/broker/statestore"
 	"github.com/seed0e69bba5/faceagent/agent/devstate"
+	"github.com/seed0e69bba5/faceagent/agent/faces"
 	"github.com/seed0e69bba5/faceagent/agent/intake"
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/agent/report"
@@ -49,6 +50,8 @@ type agentMetrics struct {
 	syncReports *report.SyncReportMetrics
 	// The whitelist reconciler's series (faceagent_sync_*).
 	reconcile *whitelist.Metrics
+	// The face store's series (faceagent_faces_*).
+	faces *faces.Metrics
 	// The embedded broker's bounds (agent/broker bounds.go): messages dropped for one
 	// subscriber, held in a session, packets refused, by reason; bytes held.
 	brokerDropped  *metrics.CounterVec
@@ -102,6 +105,7 @@ func (a *Agent) registerMetrics() {
 		reports:     report.NewResultMetrics(r),
 		syncReports: report.NewSyncReportMetrics(r),
 		reconcile:   whitelist.NewMetrics(r),
+		faces:       faces.NewMetrics(r),
 		queued:      r.NewGaugeVec("faceagent_queue_depth", "Commands waiting per terminal (not counting the one in flight).", "device"),
 		inFlight:    r.NewGaugeVec("faceagent_in_flight", "1 while a command is in flight to the terminal.", "device"),
 		online:      r.NewGaugeVec("faceagent_device_online", "1 while the terminal is online.", "device"),

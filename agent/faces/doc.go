@@ -24,6 +24,9 @@
 //	m := st.Mark()                                  // first
 //	inUse := desired.FaceSums()                     // then read what the desired persons refer to
 //	removed, err := st.Sweep(m, func(s faces.Sum) bool { _, ok := inUse[s]; return ok })
+//	// Or a Sweeper: one sweep at start, one per burst of changes.
+//	sw := faces.NewSweeper(st, faces.SweeperOptions{InUse: readDesiredFaces})
+//	sw.Start(ctx); sw.Changed() /* after each desired-state change */; sw.Wait()
 //
 // # Writing a face
 //
@@ -60,7 +63,10 @@
 //
 // A face the desired state stops referring to stays until a sweep after that change; a
 // crash in between leaves it for the next sweep. The caller sweeps after desired-state
-// changes that drop faces and once after start.
+// changes that drop faces and once after start: a Sweeper does that, one sweep at start
+// and one per burst of changes (Changed, coalesced for SweeperOptions.Delay), sleeping in
+// between; a sweep whose reading of the desired state fails removes nothing and is tried
+// again on the next change, or a minute later.
 //
 // # Budget
 //

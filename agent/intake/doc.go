@@ -14,6 +14,7 @@
 //	take := intake.NewTaker(intake.Options{MaxBatch: 1000, MaxMessageSize: 1 << 20,
 //		Devices: []string{"d1", "d2"}, Logger: log}, m)
 //	take.OpenDesired(desired)           // the desired whitelists (optional; before Open)
+//	take.OpenFaces(faceStore)           // the face store (optional; before Open)
 //	take.Open(ob, deadLetters)           // *outbox.Outbox; the deadletter log
 //	err := broker.Intercept(tasksTopic, take.Intercepted)
 //	...
@@ -46,6 +47,14 @@
 //     the outbox keeps the first copy's place. A task the desired whitelists refuse (over
 //     one of their bounds) is dead-lettered; one the outbox refuses over its bound has its
 //     change undone before the message is taken.
+//   - With a face store (OpenFaces), a message's faces are stored (a face with data, its
+//     hash checked) or held (a face sent without data) in the message's order, before
+//     anything else of it is stored, and held until its desired-state change is durable
+//     (Accept's return), so that a face sweep (which reads the desired whitelists inside
+//     Quiet) never removes a face a task is bringing. A face sent without data that the
+//     gateway does not hold, or one the store refuses (over [faces] max_bytes), dead-
+//     letters its task alone, with a reason naming the face's sha256 and the person. The
+//     face's bytes are written from the parsed task's buffer: no copy.
 //   - Accept keeps nothing of payload after it returns: the embedded broker hands it the
 //     packet's own buffer.
 //

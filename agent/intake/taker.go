@@ -83,6 +83,8 @@ type Taker struct {
 	// the messages take turns from their first change there to the outbox's answer.
 	desired atomic.Pointer[Desired]
 	mu      sync.Mutex
+	// faces, when set, stores the faces the tasks bring (OpenFaces).
+	faces atomic.Pointer[Faces]
 }
 
 // NewTaker returns a Taker that takes nothing until Open.
@@ -185,6 +187,17 @@ func (t *Taker) Accept(ctx context.Context, payload []byte) error {
 			rejects = append(rejects, wire.NewReject("gateway draining: not taking new tasks", raw))
 		}
 		batch.Tasks = nil
+	}
+	if fp := t.faces.Load(); fp != nil && len(batch.Tasks) > 0 {
+		// Held until the message's changes to the desired whitelists are durable (this
+		// function's end), so that no face sweep removes them in between.
+		hold := (*fp).Hold()
+		defer hold.Release()
+		refused, err := takeFaces(hold, &batch)
+		if err != nil {
+			return err
+		}
+		rejects = append(rejects, refused...)
 	}
 	// The deadletters known before anything is stored must fit in the backlog, or none of
 	// the message is taken: it is not acknowledged and comes again later, when the

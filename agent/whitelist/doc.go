@@ -31,6 +31,7 @@
 //	// while the agent was stopped shows as a changed serial); independent of the lists.
 //	err = s.SetSerial("2042253", "FS-2042253-1"); serial := s.Serial("2042253")
 //	page := s.Page("2042253", after, 100, nil)     // desired entries with id > after
+//	inUse, err := s.Faces()                        // every face a record refers to, durable
 //	d := s.Diff("2042253")
 //	err = d.Page(held, next, func(c sync.Change) { ... }) // per ListPersons page
 //
@@ -93,6 +94,9 @@
 //     after it is released, in the order decided; an event method called back from
 //     List or Correct is safe.
 //
+// A correction's AddPerson carries the record as the intake's AddPerson does: its rev
+// and face (Record.Person); a v1 terminal's carries neither.
+//
 // Caveats: a v1 terminal cannot list what it holds, so its extra persons are out of reach
 // but for those a SetWhitelist removed (SetWork); faces
 // (PutFace) are not sent by a reconciliation; a page's corrections are held until sent
@@ -141,8 +145,12 @@
 //
 // Each record is one journal record (agent/journal frames and checksums it). Strings are
 // a uvarint length (shortest form) and bytes; a record in full form ("fields") is id
-// (1..128 bytes), name, validFrom, validTo (0..512 bytes each), then the face: byte 0, or
-// byte 1 and the 32 raw bytes of its SHA-256. The same bytes are the record in memory.
+// (1..128 bytes), name, validFrom, validTo (0..512 bytes each), then the face in one of
+// three forms, named by its first byte: 0, no face; 1, the 32 raw bytes of its SHA-256
+// (a face whose size and kind are not known, and every face of journals written before
+// they were kept: such journals replay as they are); 2, the 32 raw bytes, the size
+// (uvarint, at most face.MaxFaceSize) and the kind (string, at most 16 bytes), used when
+// either is known. The same bytes are the record in memory.
 //
 //	version byte  1
 //	kind    byte  'O' an update; 'P' a part of an update, more follow; 'L' its last part

@@ -3,13 +3,15 @@ package whitelist
 import (
 	"bytes"
 	"testing"
+
+	"github.com/seed0e69bba5/faceagent/device/face"
 )
 
 // FuzzParseRecord feeds arbitrary bytes to the record decoder: it never panics, and a
 // record it accepts encodes back to the same bytes (for updates) — what replay believes
 // is what was written.
 func FuzzParseRecord(f *testing.F) {
-	r := Record{ID: "951", Name: "Li Lei", ValidTo: "2027-01-01T00:00:00Z", Face: "0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a"}
+	r := Record{ID: "951", Name: "Li Lei", ValidTo: "2027-01-01T00:00:00Z", Face: face.FaceRef{SHA256: "0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a"}}
 	upd := appendUpdateHeader(nil, kindOps, flagWhole, "2042253")
 	upd = append(upd, opSet)
 	upd = appendFields(upd, &r)

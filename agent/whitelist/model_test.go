@@ -1,6 +1,7 @@
 package whitelist
 
 import (
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -69,7 +70,12 @@ func genRecord(rng *rand.Rand, ids int) Record {
 		r.ValidTo = "2027-01-01T00:00:00Z"
 	}
 	if rng.IntN(4) == 0 {
-		r.Face = strings.Repeat(string("0a"[rng.IntN(2)]), 64)
+		r.Face.SHA256 = strings.Repeat(string("0a"[rng.IntN(2)]), 64)
+		// Records differing only in the face's size or kind share a rev.
+		if rng.IntN(2) == 0 {
+			r.Face.Size = 1 + rng.IntN(2)
+			r.Face.Kind = []face.FaceKind{"", face.FaceTemplate, face.FacePhoto}[rng.IntN(3)]
+		}
 	}
 	return r
 }
@@ -247,6 +253,20 @@ func checkAgainst(t testing.TB, s *Store, m model) {
 		if known, whole := s.Known(dev); !known || whole != mt.whole {
 			t.Fatalf("%s: known %v whole %v, model whole %v", dev, known, whole, mt.whole)
 		}
+	}
+	// The face set is the faces of every person's record, excluded ones included.
+	wantFaces := map[[32]byte]struct{}{}
+	for _, mt := range m {
+		for _, p := range mt.persons {
+			if p.rec.Face.SHA256 != "" {
+				var sum [32]byte
+				hex.Decode(sum[:], []byte(p.rec.Face.SHA256))
+				wantFaces[sum] = struct{}{}
+			}
+		}
+	}
+	if got, err := s.Faces(); err != nil || !maps.Equal(got, wantFaces) {
+		t.Fatalf("faces %d %v, model %d", len(got), err, len(wantFaces))
 	}
 	// Every record in use is referred to; none is kept for nothing.
 	s.mu.Lock()

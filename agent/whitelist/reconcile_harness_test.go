@@ -345,7 +345,11 @@ func (h *harness) held(dev string) []Entry {
 		p := m.persons[id]
 		rev, _ := face.ParseRev(listedRev(p))
 		if m.protocol < 2 {
-			rev = Record{ID: p.ID, Name: p.Name, ValidFrom: p.ValidFrom, ValidTo: p.ValidTo}.Rev()
+			r := Record{ID: p.ID, Name: p.Name, ValidFrom: p.ValidFrom, ValidTo: p.ValidTo}
+			if want, ok := h.store.Get(dev, id); ok {
+				r.Face = want.Face // a v1 terminal holds no face: the rest must match
+			}
+			rev = r.Rev()
 		}
 		out = append(out, Entry{ID: id, Rev: rev})
 	}
@@ -419,7 +423,7 @@ func (h *harness) addTerminal(dev string, protocol int, list []Record) *modelTer
 func personOf(r Record, protocol int) face.Person {
 	p := face.Person{ID: r.ID, Name: r.Name, ValidFrom: r.ValidFrom, ValidTo: r.ValidTo}
 	if protocol >= 2 {
-		p.Rev = r.Rev().String()
+		p.Rev, p.Face = r.Rev().String(), r.Face
 	}
 	return p
 }

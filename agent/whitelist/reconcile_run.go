@@ -143,9 +143,11 @@ func (r *Reconciler) correction(t *term, c Change) (face.Command, face.Rev, bool
 	if c.Kind == Extra && rev == c.Rev {
 		return face.Command{}, face.Rev{}, false // desired as held since the page was compared
 	}
-	p := face.Person{ID: want.ID, Name: want.Name, ValidFrom: want.ValidFrom, ValidTo: want.ValidTo}
-	if !rec.v1 {
-		p.Rev = rev.String()
+	// The person as the intake's AddPerson carries it: the record's rev and face. A v1
+	// terminal knows neither.
+	p := want.Person()
+	if rec.v1 {
+		p.Rev, p.Face = "", face.FaceRef{}
 	}
 	return face.Command{Op: face.AddPerson, Person: p}, rev, true
 }

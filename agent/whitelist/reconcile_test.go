@@ -548,3 +548,31 @@ func TestReconcileForget(t *testing.T) {
 	clear(m2.persons)
 	h.converge(5)
 }
+
+// TestReconcileCorrectionCarriesFace: a correction carries the person's face and the rev
+// with the face's hash, as the intake's AddPerson does, so the repaired terminal is in
+// step; a v1 terminal gets neither.
+func TestReconcileCorrectionCarriesFace(t *testing.T) {
+	for _, protocol := range []int{1, 2} {
+		h := newHarness(t, ReconcileOptions{})
+		list := people(4, "p")
+		for i := range list {
+			list[i].Face = face.FaceRef{SHA256: face.FaceSHA256([]byte{byte(i % 2)}), Size: 1, Kind: face.FaceTemplate}
+		}
+		m := h.addTerminal("d", protocol, list)
+		h.tick()
+		clear(m.persons)
+		h.beatNow("d")
+		h.converge(10)
+		for _, r := range list {
+			p := m.persons[r.ID]
+			want := personOf(r, protocol)
+			if p != want {
+				t.Fatalf("protocol %d: terminal holds %+v, want %+v", protocol, p, want)
+			}
+			if protocol == 2 && p.Rev != face.PersonRecordRev(&p).String() {
+				t.Fatalf("rev %s is not the record's with its face", p.Rev)
+			}
+		}
+	}
+}

@@ -10,19 +10,26 @@ import (
 )
 
 // Record is one person's desired record on a terminal: what an AddPerson carries.
-// ValidFrom and ValidTo are kept as text, byte for byte; Face is the SHA-256 of the
-// person's face in 64 lower-case hex digits, or "" without a face.
+// ValidFrom and ValidTo are kept as text, byte for byte; Face is the person's face: its
+// SHA-256 in 64 lower-case hex digits, its size in bytes and kind (zero without a face;
+// size 0 and kind "" when not known).
 type Record struct {
 	ID        string
 	Name      string
 	ValidFrom string
 	ValidTo   string
-	Face      string
+	Face      face.FaceRef
 }
 
-// Rev is the record's revision as protocol v2 defines it (face.RecordRev).
+// Rev is the record's revision as protocol v2 defines it (face.RecordRev): the face's
+// hash is part of it, its size and kind are not.
 func (r Record) Rev() face.Rev {
-	return face.RecordRev(r.ID, r.Name, r.ValidFrom, r.ValidTo, r.Face)
+	return face.RecordRev(r.ID, r.Name, r.ValidFrom, r.ValidTo, r.Face.SHA256)
+}
+
+// Person is the record as a terminal command carries it, with its rev.
+func (r Record) Person() face.Person {
+	return face.Person{ID: r.ID, Name: r.Name, ValidFrom: r.ValidFrom, ValidTo: r.ValidTo, Rev: r.Rev().String(), Face: r.Face}
 }
 
 // Bounds of a record's fields: a record the store accepts is one a terminal command can
@@ -31,6 +38,14 @@ const (
 	MaxIDLen   = face.MaxIDLen   // person id and device id, bytes
 	MaxTextLen = face.MaxTextLen // name, validFrom, validTo, bytes
 	faceLen    = 32              // a face's SHA-256, raw
+	maxKindLen = 16              // a face's kind, bytes
+)
+
+// The forms of a record's face in its full form (the byte after validTo).
+const (
+	faceNone = 0 // no face
+	faceHash = 1 // the SHA-256 alone (records written before sizes and kinds were kept)
+	faceFull = 2 // the SHA-256, the size (uvarint) and the kind (string)
 )
 
 // ErrInvalid is wrapped by the errors of records and device ids the store refuses.
@@ -45,8 +60,15 @@ func checkRecord(r *Record) error {
 			return fmt.Errorf("%w: person %q: %s longer than %d bytes", ErrInvalid, r.ID, f.name, MaxTextLen)
 		}
 	}
-	if r.Face != "" && !isFaceHex(r.Face) {
+	f := &r.Face
+	switch {
+	case f.IsZero():
+	case !isFaceHex(f.SHA256):
 		return fmt.Errorf("%w: person %q: face must be 64 lower-case hex digits", ErrInvalid, r.ID)
+	case f.Size < 0 || f.Size > face.MaxFaceSize:
+		return fmt.Errorf("%w: person %q: face size %d out of range (0..%d)", ErrInvalid, r.ID, f.Size, face.MaxFaceSize)
+	case len(f.Kind) > maxKindLen:
+		return fmt.Errorf("%w: person %q: face kind longer than %d bytes", ErrInvalid, r.ID, maxKindLen)
 	}
 	return nil
 }
@@ -74,18 +96,30 @@ func isFaceHex(s string) bool {
 }
 
 // appendFields encodes a checked record in its full form (the record format's "fields"):
-// id, name, validFrom, validTo as uvarint length and bytes, then the face as one byte
-// (0: none, 1: 32 raw bytes follow). The same bytes are a record's form in memory.
+// id, name, validFrom, validTo as uvarint length and bytes, then the face: faceNone; or
+// faceHash and its 32 raw bytes when neither size nor kind is known; or faceFull, the 32
+// raw bytes, the size (uvarint) and the kind (string). A record without a size or kind
+// keeps the bytes it had before they were kept. The same bytes are a record's form in
+// memory.
 func appendFields(dst []byte, r *Record) []byte {
 	for _, f := range [...]string{r.ID, r.Name, r.ValidFrom, r.ValidTo} {
 		dst = binary.AppendUvarint(dst, uint64(len(f)))
 		dst = append(dst, f...)
 	}
-	if r.Face == "" {
-		return append(dst, 0)
+	f := &r.Face
+	if f.IsZero() {
+		return append(dst, faceNone)
 	}
-	dst = append(dst, 1)
-	dst, _ = hex.AppendDecode(dst, []byte(r.Face)) // checkRecord made sure it is hex
+	form := byte(faceHash)
+	if f.Size != 0 || f.Kind != "" {
+		form = faceFull
+	}
+	dst = append(dst, form)
+	dst, _ = hex.AppendDecode(dst, []byte(f.SHA256)) // checkRecord made sure it is hex
+	if form == faceFull {
+		dst = binary.AppendUvarint(dst, uint64(f.Size))
+		dst = appendString(dst, string(f.Kind))
+	}
 	return dst
 }
 
@@ -120,6 +154,25 @@ func readString[T string | []byte](b T, off *int, limit int) (T, bool) {
 	return b[i : i+int(n)], true
 }
 
+// readUvarint reads one uvarint in its shortest form from b at *off.
+func readUvarint[T string | []byte](b T, off *int) (uint64, bool) {
+	var n uint64
+	var shift uint
+	for i := *off; i < len(b) && shift <= 63; i++ {
+		c := b[i]
+		n |= uint64(c&0x7f) << shift
+		if c < 0x80 {
+			if c == 0 && i > *off {
+				return 0, false
+			}
+			*off = i + 1
+			return n, true
+		}
+		shift += 7
+	}
+	return 0, false
+}
+
 // fieldsID returns the id of a record in full form; data is one the store encoded.
 func fieldsID(data string) string {
 	off := 0
@@ -142,17 +195,33 @@ func parseFields[T string | []byte](b T, off *int) (Record, error) {
 	if *off >= len(b) {
 		return r, errors.New("face flag missing")
 	}
-	switch b[*off] {
-	case 0:
+	form := b[*off]
+	switch form {
+	case faceNone:
 		*off++
-	case 1:
+	case faceHash, faceFull:
 		if len(b)-*off-1 < faceLen {
 			return r, errors.New("face cut short")
 		}
-		r.Face = hex.EncodeToString([]byte(b[*off+1 : *off+1+faceLen]))
+		r.Face.SHA256 = hex.EncodeToString([]byte(b[*off+1 : *off+1+faceLen]))
 		*off += 1 + faceLen
+		if form == faceHash {
+			break
+		}
+		size, ok := readUvarint(b, off)
+		if !ok || size > face.MaxFaceSize {
+			return r, errors.New("bad face size")
+		}
+		kind, ok := readString(b, off, maxKindLen)
+		if !ok {
+			return r, errors.New("bad face kind")
+		}
+		if size == 0 && len(kind) == 0 { // written as faceHash: one record, one encoding
+			return r, errors.New("face without size or kind in the full form")
+		}
+		r.Face.Size, r.Face.Kind = int(size), face.FaceKind(kind)
 	default:
-		return r, fmt.Errorf("face flag %d", b[*off])
+		return r, fmt.Errorf("face flag %d", form)
 	}
 	return r, checkRecord(&r)
 }
@@ -378,4 +447,20 @@ func parseUpdate(b []byte, off int, rr rawRecord) (rawRecord, error) {
 		return rr, fmt.Errorf("update of %q: no operations", rr.dev)
 	}
 	return rr, nil
+}
+
+// fieldsFace returns the SHA-256 of the face of a record in full form, raw, and whether
+// it has one; data is one the store encoded.
+func fieldsFace(data string) (sum [faceLen]byte, ok bool) {
+	off := 0
+	for i := 0; i < 4; i++ {
+		if _, ok := readString(data, &off, len(data)); !ok {
+			return sum, false
+		}
+	}
+	if off >= len(data) || data[off] == faceNone || len(data)-off-1 < faceLen {
+		return sum, false
+	}
+	copy(sum[:], data[off+1:])
+	return sum, true
 }

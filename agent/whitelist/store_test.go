@@ -1,6 +1,7 @@
 package whitelist
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"testing"
@@ -137,7 +138,7 @@ func TestBounds(t *testing.T) {
 	if err := s.Set("b", Record{ID: "z"}); !errors.Is(err, ErrTooManyRecords) {
 		t.Fatalf("sixth record: %v", err)
 	}
-	for _, r := range []Record{{}, {ID: string(make([]byte, 129))}, {ID: "1", Face: "AB"}, {ID: "1", Name: string(make([]byte, 513))}} {
+	for _, r := range []Record{{}, {ID: string(make([]byte, 129))}, {ID: "1", Face: face.FaceRef{SHA256: "AB"}}, {ID: "1", Name: string(make([]byte, 513))}} {
 		if err := s.Set("a", r); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("record %+v: %v", r, err)
 		}
@@ -214,5 +215,56 @@ func TestDiff(t *testing.T) {
 	}
 	if err := s.Diff("d").Page([]Entry{{ID: "b"}, {ID: "a"}}, "", func(Change) {}); !errors.Is(err, ErrBadPage) {
 		t.Fatalf("a page out of order: %v", err)
+	}
+}
+
+// A record's face keeps its size and kind through the journal and a snapshot, and a
+// journal written when records kept the face's hash alone replays (the hash, no size).
+func TestRecordFaceKept(t *testing.T) {
+	const sha = "0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a"
+	full := Record{ID: "1", Name: "Ann", Face: face.FaceRef{SHA256: sha, Size: 1024, Kind: face.FaceTemplate}}
+	hashOnly := Record{ID: "2", Name: "Bo", Face: face.FaceRef{SHA256: sha}}
+	// The bytes the store wrote before it kept sizes and kinds: face form 1 and the hash.
+	old := []byte{recordVersion, kindOps, 0, 1, 'd', opSet, 1, '3', 2, 'C', 'y', 0, 0, 1}
+	for range 32 {
+		old = append(old, 0x0a)
+	}
+	if got := appendFields(nil, &hashOnly); !bytes.Equal(got[len(got)-33:], old[len(old)-33:]) {
+		t.Fatalf("a record without size or kind changed its bytes: %x", got)
+	}
+	dir := t.TempDir()
+	s := openTest(t, dir, Options{})
+	if err := s.Set("d", full); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Set("d", hashOnly); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.j.Append(old); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	cy := Record{ID: "3", Name: "Cy", Face: face.FaceRef{SHA256: sha}}
+	check := func(s *Store, when string) {
+		t.Helper()
+		for _, want := range []Record{full, hashOnly, cy} {
+			if got, ok := s.Get("d", want.ID); !ok || got != want {
+				t.Fatalf("%s: %+v %v, want %+v", when, got, ok, want)
+			}
+			if p := want.Person(); p.Rev != want.Rev().String() || p.Face != want.Face || p.Rev != face.PersonRecordRev(&p).String() {
+				t.Fatalf("%s: person %+v", when, p)
+			}
+		}
+	}
+	s = openTest(t, dir, Options{})
+	check(s, "replayed")
+	if err := s.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = openTest(t, dir, Options{})
+	check(s, "from the snapshot")
+	if set, err := s.Faces(); err != nil || len(set) != 1 {
+		t.Fatalf("faces %v %v", set, err)
 	}
 }

@@ -46,6 +46,9 @@
 //     neither "template" nor "photo", naming the person and the field
 //     ("persons[2] (id \"c\"): face.data: hashes to …"). A DeletePerson's face is ignored.
 //     The face's sha256 is part of the task's MessageID; a task without faces keeps its id.
+//     An AddPerson's command carries the face's ref (sha256, size, kind; no data) and the
+//     rev of the record with the face's hash (face.PersonRecordRev), as the desired record
+//     does; the persons in Person and Persons carry no face (Faces has them).
 //     A task with a 100 KiB face costs about 105 KiB of transient memory beyond its message,
 //     3.5 times the face in a message with a reject (docs/benchmarks.md, "Faces in tasks").
 //   - Unknown JSON fields are ignored, so the back office can add fields without breaking

@@ -45,6 +45,12 @@ func (f *Face) Len() int64 {
 	return f.Size
 }
 
+// Ref is the face as a terminal command and a desired record carry it: its sha256, its
+// size (Len: 0 when neither data nor a size came) and its kind.
+func (f *Face) Ref() face.FaceRef {
+	return face.FaceRef{SHA256: f.SHA256, Size: int(f.Len()), Kind: face.FaceKind(f.Kind)}
+}
+
 // PersonFace is a Face and the person carrying it: 0 for an AddPerson's person, the
 // index in Persons for a SetWhitelist's.
 type PersonFace struct {
@@ -192,6 +198,12 @@ func (t *Task) UnmarshalJSON(raw []byte) error {
 	if err := json.Unmarshal(raw, (*taskFields)(t)); err != nil {
 		return err
 	}
+	// face.Person reads "face" as a FaceRef; a task's faces are Faces (with their data),
+	// and the persons carry none, as the plain path reads them.
+	t.Person.Face = face.FaceRef{}
+	for i := range t.Persons {
+		t.Persons[i].Face = face.FaceRef{}
+	}
 	t.Faces = nil
 	if !mayNameFace(raw) {
 		return nil
@@ -336,13 +348,7 @@ func plainPerson(p *jsonplain.Scanner, pr *face.Person, fc **Face) bool {
 				return false
 			}
 			*fc = new(Face)
-			if !plainFace(p, *fc) {
-				return false
-			}
-			// The person's face reference, as encoding/json fills face.Person.Face.
-			f := *fc
-			pr.Face = face.FaceRef{SHA256: f.SHA256, Size: int(f.Size), Kind: face.FaceKind(f.Kind)}
-			return true
+			return plainFace(p, *fc)
 		}
 		return false
 	})

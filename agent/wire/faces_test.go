@@ -185,3 +185,35 @@ func BenchmarkParseFace(b *testing.B) {
 		})
 	}
 }
+
+// An AddPerson's command carries the person's face ref and the rev of the record with the
+// face: what the desired record holds, so a terminal that took it is judged in step. The
+// face's size is the data's, or the size the task states without data.
+func TestCommandCarriesFace(t *testing.T) {
+	_, sum, b64 := testFace(3, 1024)
+	for name, msg := range map[string][]byte{
+		"with data":    addWithFace(`{"sha256":"` + sum + `","kind":"template","data":"` + b64 + `"}`),
+		"without data": addWithFace(`{"sha256":"` + sum + `","kind":"template","size":1024}`),
+	} {
+		b := Parse(msg, Limits{})
+		if len(b.Tasks) != 1 {
+			t.Fatalf("%s: %+v", name, b.Rejects)
+		}
+		cmd := b.Command(0)
+		want := face.FaceRef{SHA256: sum, Size: 1024, Kind: face.FaceTemplate}
+		if cmd.Person.Face != want {
+			t.Fatalf("%s: command's face %+v, want %+v", name, cmd.Person.Face, want)
+		}
+		if cmd.Person.Rev != face.RecordRev("951", "Li Lei", "", "", sum).String() {
+			t.Fatalf("%s: rev %s is not the record's with its face", name, cmd.Person.Rev)
+		}
+		if err := cmd.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A DeletePerson carries no face (its face is ignored) and no rev.
+	del := Parse([]byte(`{"taskId":"t-d","deviceId":"2042253","op":"DeletePerson","person":{"id":"951","face":{"sha256":"`+sum+`"}}}`), Limits{})
+	if c := del.Command(0); !c.Person.Face.IsZero() || c.Person.Rev != "" {
+		t.Fatalf("DeletePerson command %+v", c)
+	}
+}

@@ -220,14 +220,19 @@ func (t *Task) Command() face.Command {
 	return t.commandWithID(t.MessageID())
 }
 
-// An AddPerson command carries the agent's rev of the record (face.RecordRev), whatever
-// rev the back office sent: the terminal stores it and a reconciliation compares it with
-// the desired record's, which the agent computes the same way. Other commands carry none.
+// An AddPerson command carries the person's face ref (FaceRef: sha256, size, kind; the
+// data goes to the terminal on its own, with PutFace) and the agent's rev of the record
+// with that face (face.PersonRecordRev), whatever rev the back office sent: the terminal
+// stores it and a reconciliation compares it with the desired record's, which the agent
+// computes the same way. Other commands carry neither.
 func (t *Task) commandWithID(id string) face.Command {
 	p := t.Person
-	p.Rev = ""
+	p.Rev, p.Face = "", face.FaceRef{}
 	if t.Op == face.AddPerson {
-		p.Rev = face.RecordRev(p.ID, p.Name, p.ValidFrom, p.ValidTo, "").String()
+		if len(t.Faces) > 0 {
+			p.Face = t.Faces[0].Ref()
+		}
+		p.Rev = face.PersonRecordRev(&p).String()
 	}
 	return face.Command{MessageID: id, Op: t.Op, Person: p}
 }
@@ -398,6 +403,27 @@ func (b *Batch) Command(i int) face.Command {
 		return b.Tasks[i].commandWithID(b.ids[i])
 	}
 	return b.Tasks[i].Command()
+}
+
+// Filter keeps, in order, the tasks for which keep is true (i is the task's index before
+// the call), with the ids Parse computed for them.
+func (b *Batch) Filter(keep func(i int, t *Task) bool) {
+	n := 0
+	for i := range b.Tasks {
+		if !keep(i, &b.Tasks[i]) {
+			continue
+		}
+		b.Tasks[n] = b.Tasks[i]
+		if i < len(b.ids) && n < len(b.ids) {
+			b.ids[n] = b.ids[i]
+		}
+		n++
+	}
+	clear(b.Tasks[n:]) // the refused tasks' faces are not kept alive by the slice
+	b.Tasks = b.Tasks[:n]
+	if len(b.ids) > n {
+		b.ids = b.ids[:n]
+	}
 }
 
 // Parse reads one upstream task message: a task object or a JSON array of them. It never
