@@ -180,6 +180,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	}
 	state := syncedState{sw: sw, ws: ws}
 	take.OnTouched(state.Touch)
+	ob.OnChanged(state.Touch) // pause, resume, retry and purge of failed commands
 	l.Start(links.Sinks{Outbox: ob, Forwarder: fwd, State: state})
 
 	ro := report.ResultOptions{Topic: t.Results, State: sw, Logger: a.log.With("part", "report"), Metrics: a.m.reports}

@@ -115,6 +115,7 @@ type Outbox struct {
 	queryDone []queryDone
 
 	noResultDone func(deviceID, messageID string, ack face.Ack, err error) // Options.NoResultDone
+	changed      atomic.Pointer[func(deviceID string)]                     // OnChanged's
 
 	afterSendFailed func() // test hook: runs after a Send error was handled
 	afterRepair     func() // test hooks: Options.afterRepair, afterCompact
