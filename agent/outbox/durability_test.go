@@ -102,9 +102,13 @@ func TestRetryAndPurgeFailed(t *testing.T) {
 	}
 }
 
+// A full disk: intake is refused, the table kept for the next Open, and the journal's
+// OnFailure of Options (the health checks' event) is told once, when Err already says it.
 func TestDiskFullRefusesIntakeKeepsTable(t *testing.T) {
 	ffs := &faultFS{budget: -1}
-	e := newEnv(t, Options{Journal: journal.Options{FS: ffs}})
+	told := make(chan error, 4)
+	var e *env
+	e = newEnv(t, Options{Journal: journal.Options{FS: ffs, OnFailure: func(error) { told <- e.o.Err() }}})
 	e.enqueue("m1", "d", "p")
 	ffs.mu.Lock()
 	ffs.budget = 0
@@ -118,6 +122,14 @@ func TestDiskFullRefusesIntakeKeepsTable(t *testing.T) {
 	}
 	if !errors.Is(e.o.Err(), journal.ErrNoSpace) {
 		t.Fatalf("Err: %v", e.o.Err())
+	}
+	select {
+	case err := <-told:
+		if !errors.Is(err, ErrJournal) || len(told) != 0 {
+			t.Fatalf("OnFailure saw Err %v, %d more calls", err, len(told))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("OnFailure was not called")
 	}
 	ffs.mu.Lock()
 	ffs.budget = -1
