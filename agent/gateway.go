@@ -86,14 +86,14 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	*stops = append(*stops, func(context.Context) error { return fst.Close() })
 	a.faces = fst
 	ws := &whitelistSync{}
-	ob, err := openOutbox(cfg, l, a.log, ws.correctionDone, storeFaces{fst})
+	ob, err := openOutbox(cfg, l, a.log, ws.correctionDone, a.journalFailed, storeFaces{fst})
 	if err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
 	ws.ob = ob
 	*stops = append(*stops, func(context.Context) error { a.outbox.Store(nil); return ob.Close() })
 	dead, err := report.OpenDeadLetters(filepath.Join(cfg.Agent.DataDir, report.DeadLetterDir), report.DeadLetterOptions{
-		Journal: journalOptions(cfg.Journal), Topic: t.DeadLetter, Logger: a.log.With("part", "deadletter"), Metrics: a.m.deadLetters,
+		Journal: a.healthJournal(journalOptions(cfg.Journal)), Topic: t.DeadLetter, Logger: a.log.With("part", "deadletter"), Metrics: a.m.deadLetters,
 		MaxCount: cfg.Intake.MaxDeadLetters, MaxBytes: int(cfg.Intake.MaxDeadLetterBytes)})
 	if err != nil {
 		return fmt.Errorf("deadletter log: %w", err)
@@ -101,7 +101,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	*stops = append(*stops, func(context.Context) error { return dead.Close() })
 	a.dead = dead
 	syncReports, err := report.OpenSyncReports(filepath.Join(cfg.Agent.DataDir, report.SyncReportDir), report.SyncReportOptions{
-		Journal: journalOptions(cfg.Journal), Prefix: t.Devices, Logger: a.log.With("part", "syncreport"), Metrics: a.m.syncReports,
+		Journal: a.healthJournal(journalOptions(cfg.Journal)), Prefix: t.Devices, Logger: a.log.With("part", "syncreport"), Metrics: a.m.syncReports,
 		MaxCount: cfg.Reports.MaxSyncReports, MaxBytes: int(cfg.Reports.MaxSyncReportBytes)})
 	if err != nil {
 		return fmt.Errorf("sync report log: %w", err)
@@ -190,6 +190,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	}
 	state := syncedState{sw: sw, ws: ws}
 	take.OnTouched(state.Touch)
+	ob.OnChanged(state.Touch) // pause, resume, retry and purge of failed commands
 	l.Start(links.Sinks{Outbox: ob, Forwarder: fwd, State: state})
 
 	ro := report.ResultOptions{Topic: t.Results, State: sw, Logger: a.log.With("part", "report"), Metrics: a.m.reports}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/journal"
 	"github.com/seed0e69bba5/faceagent/agent/metrics"
 	"github.com/seed0e69bba5/faceagent/agent/remote"
 	"github.com/seed0e69bba5/faceagent/agent/report"
@@ -38,9 +39,37 @@ func (a *Agent) newUI(ctx context.Context, cfg *config.Config, stops *[]func(con
 	}
 	a.ui = u
 	u.Start(ctx)
-	*stops = append(*stops, func(context.Context) error { u.Close(); u.Wait(); return nil })
+	// Health and the upstream link change without a terminal event: their own events
+	// notify the page (the broker's accept loop and sessions journal, every journal's
+	// failure through healthJournal, the upstream connection's Events).
+	if a.broker != nil {
+		a.broker.OnHealthChanged(u.Notify)
+	}
+	followed := make(chan struct{})
+	go func() {
+		defer close(followed)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-a.upstreamEvent:
+				u.Notify()
+			}
+		}
+	}()
+	*stops = append(*stops, func(context.Context) error { u.Close(); u.Wait(); <-followed; return nil })
 	return nil
 }
+
+// healthJournal is [journal]'s options for a journal whose failure /healthz reports: the
+// page hears of the failure when it happens.
+func (a *Agent) healthJournal(jo journal.Options) journal.Options {
+	jo.OnFailure = a.journalFailed
+	return jo
+}
+
+// journalFailed tells the page that a journal refuses writes (/healthz says so now).
+func (a *Agent) journalFailed(error) { a.ui.Notify() }
 
 // startUI serves the page on [ui] listen when that is not [metrics] listen (startHTTP
 // serves it then), with [metrics]'s bounds. The page's streams are ended first (stops run

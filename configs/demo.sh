@@ -7,7 +7,9 @@
 # store with sscli (faceagent/demo-gw/devices/{id}, msgp, decoded to JSON). Then it
 # factory-resets term-01 (facesim -stdin, through a FIFO) and shows the agent noticing the
 # drift and repairing it: the sync reports (taskctl watch-sync), the agent's log lines, and
-# the terminal in sync again (taskctl states). Logs stay in /tmp/faceagent-demo.
+# the terminal in sync again (taskctl states). Logs stay in /tmp/faceagent-demo. The agent and
+# the terminals keep running for the operator's page until Enter (on a terminal) or for
+# DEMO_HOLD seconds (otherwise; default 0: the demo ends at once).
 set -eu
 GO=${GO:-go}
 DEMO=/tmp/faceagent-demo
@@ -43,7 +45,7 @@ until grep -q '"faceagent running"\|msg="faceagent running"' "$DEMO/faceagent.lo
 	sleep 0.1
 done
 
-echo "== operator's page: http://127.0.0.1:19108/ while the demo runs (token: $(cat "$DEMO/ui-token"))"
+echo "== operator's page: http://127.0.0.1:19108/ (token: $(cat "$DEMO/ui-token"); it stays up at the end until you press Enter)"
 
 echo "== starting 8 simulated terminals (log: $DEMO/facesim-*.log)"
 sim() { # name, devices, flags...; standard input from $DEMO/ctl-NAME when that FIFO exists
@@ -103,3 +105,10 @@ echo "   taskctl states -config configs/demo.toml term-01:"
 "$DEMO/bin/taskctl" states -config configs/demo.toml term-01 | sed 's/^/     /'
 echo
 echo "metrics: http://127.0.0.1:19108/metrics and the operator's page http://127.0.0.1:19108/ while the agent runs; logs in $DEMO"
+if [ -t 0 ]; then
+	echo "the agent and the terminals keep running for the page (token: $(cat "$DEMO/ui-token")): press Enter to stop them"
+	read -r _ || true
+elif [ "${DEMO_HOLD:-0}" -gt 0 ]; then
+	echo "the agent and the terminals keep running for the page for ${DEMO_HOLD}s (DEMO_HOLD)"
+	sleep "$DEMO_HOLD"
+fi

@@ -15,8 +15,9 @@ import (
 )
 
 // The child of TestAcceptSurvivesDescriptorExhaustion: a broker in a process with few file
-// descriptors to spare, logging to stdout, which also says each change of Healthy ("health:
-// ok" or "health: " and the error). init, not TestMain: the package's TestMain is goleak's.
+// descriptors to spare, logging to stdout, which also says what Healthy answers each time
+// OnHealthChanged tells it ("health: ok" or "health: " and the error). init, not TestMain:
+// the package's TestMain is goleak's.
 const acceptChildEnv = "FACEAGENT_BROKER_ACCEPT_CHILD"
 
 // acceptChildSpare is how many descriptors the child may open beyond those it has once its
@@ -39,23 +40,18 @@ func init() {
 	if err := b.Start(); err != nil {
 		fail(err)
 	}
+	b.OnHealthChanged(func() {
+		if err := b.Healthy(); err != nil {
+			fmt.Println("health:", err)
+		} else {
+			fmt.Println("health: ok")
+		}
+	})
 	if _, err := testutil.LowerFileLimit(acceptChildSpare); err != nil {
 		fail(err)
 	}
 	fmt.Println("ready", b.Addr())
-	// Healthy has no event to wait on: the child looks often and says each change.
-	last := "ok"
-	for {
-		now := "ok"
-		if err := b.Healthy(); err != nil {
-			now = err.Error()
-		}
-		if now != last {
-			fmt.Println("health:", now)
-			last = now
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	select {}
 }
 
 // TestAcceptSurvivesDescriptorExhaustion: the broker's accept loop returned on any Accept
@@ -63,7 +59,8 @@ func init() {
 // accepting until a restart: the listen queue stayed full, nothing was logged, and every
 // client reconnecting afterwards was locked out. Now a failed Accept is logged, retried
 // after a pause (5 ms doubling to 1 s), and reported by Healthy; once the silent sockets
-// are gone a real client connects and Healthy is nil again.
+// are gone a real client connects and Healthy is nil again. OnHealthChanged tells of both
+// changes (the child prints Healthy's answer only when told).
 func TestAcceptSurvivesDescriptorExhaustion(t *testing.T) {
 	child := testutil.StartChild(t, acceptChildEnv+"=1")
 	addr := strings.TrimPrefix(child.WaitLine("ready ", 30*time.Second), "ready ")

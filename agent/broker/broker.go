@@ -173,6 +173,7 @@ type Broker struct {
 	service  *service
 	auth     *authHook
 	sessions *sessionStore // nil without DataDir
+	health   *healthSignal // OnHealthChanged's; shared with the listener and the sessions journal
 	takeover *takeoverGuard
 	deferred *mqtt.Client // inline client of PublishDeferred
 	drops    *dropLog
@@ -257,7 +258,7 @@ func New(opts *Options) (*Broker, error) {
 		InlineClient: true,
 		LoopTicks:    ticks,
 	})
-	b := &Broker{opts: o, log: o.Logger, srv: srv, serving: make(chan struct{})}
+	b := &Broker{opts: o, log: o.Logger, srv: srv, serving: make(chan struct{}), health: &healthSignal{}}
 	b.housekeeper = newHousekeeper(srv, ticks, o.Logger)
 	if err := srv.AddHook(b.housekeeper, nil); err != nil {
 		srv.Close()
@@ -291,7 +292,7 @@ func New(opts *Options) (*Broker, error) {
 			srv.Close()
 			return nil, fmt.Errorf("broker: data dir: %w", err)
 		}
-		sessions = &sessionStore{srv: srv, volatile: o.VolatileTopics, log: o.Logger,
+		sessions = &sessionStore{srv: srv, volatile: o.VolatileTopics, log: o.Logger, health: b.health,
 			dir: filepath.Join(o.DataDir, SessionsDir), segmentSize: o.SessionsSegmentSize}
 		if err := srv.AddHook(sessions, nil); err != nil {
 			srv.Close()
@@ -352,7 +353,7 @@ func New(opts *Options) (*Broker, error) {
 	b.listener = &tcpListener{
 		id: "tcp", address: o.Listen, tlsConfig: tlsConfig, srv: srv,
 		connectTimeout: o.ConnectTimeout, writeTimeout: o.WriteTimeout, maxConnecting: o.MaxConnecting,
-		log: newLimitedLogger(o.Logger, logs, true),
+		log: newLimitedLogger(o.Logger, logs, true), health: b.health,
 	}
 	if err := srv.AddHook(&listenerHook{l: b.listener}, nil); err != nil {
 		srv.Close() // stops the service hook, which closes the store

@@ -86,8 +86,10 @@
 // per error) and retried after a pause of 5 ms doubling to 1 s, as net/http's
 // Server.Serve does; meanwhile Healthy returns the error ("broker: not accepting
 // connections since …"), and it returns nil again once Accept succeeds (or has
-// not failed for 3 s: it is waiting for a connection). Accepting must not end on an
-// error: a moment without descriptors would otherwise stop it until a restart.
+// not failed for 3 s: it is waiting for a connection). OnHealthChanged's function
+// hears when Accept begins failing and when it succeeds again (not of the 3 s
+// lapse). Accepting must not end on an error: a moment without descriptors would
+// otherwise stop it until a restart.
 //
 // At most MaxConnecting connections (default 128) are between accept and CONNACK,
 // and at most MaxClients + MaxConnecting are open: a socket beyond either is closed
@@ -298,7 +300,8 @@
 // change by then), and a restart before the journal takes writes again
 // brings that subscription back. Broker.SessionsErr reports the failure while
 // it lasts (the agent's /healthz and faceagent_up, not its watchdog: a
-// restart would not help), Broker.SessionsStats counts failures, recoveries
+// restart would not help; OnHealthChanged's function hears when the failure
+// begins and ends), Broker.SessionsStats counts failures, recoveries
 // and refused writes. The failure is logged once, then once a minute while it
 // lasts, its end once, and the refusals at most once every 10 s.
 // # Bounds

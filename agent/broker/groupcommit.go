@@ -76,8 +76,9 @@ type write struct {
 
 // committer writes queued session records in group commits and mirrors the live ones.
 type committer struct {
-	j   *journal.Journal
-	log *slog.Logger
+	j      *journal.Journal
+	log    *slog.Logger
+	signal *healthSignal // told when the journal begins refusing writes and when it takes them again
 	// minDead is the least number of dead bytes a compaction waits for: the journal's
 	// segment size (sessioncompact.go).
 	minDead int64

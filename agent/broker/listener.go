@@ -50,8 +50,9 @@ type tcpListener struct {
 	connectTimeout time.Duration
 	writeTimeout   time.Duration
 	maxConnecting  int
-	srv            *mqtt.Server // disconnects this listener's clients on Close; nil: mochi's closeClients
-	log            *slog.Logger // rate-limited (ratelog.go): peers cause every line
+	srv            *mqtt.Server  // disconnects this listener's clients on Close; nil: mochi's closeClients
+	log            *slog.Logger  // rate-limited (ratelog.go): peers cause every line
+	health         *healthSignal // told when Accept begins failing and when it accepts again
 
 	ln      net.Listener
 	wg      sync.WaitGroup // connection goroutines (mochi adds to its own count inside them, too late for Close)
@@ -153,6 +154,7 @@ func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 		delay = 0
 		if f := l.failure.Swap(nil); f != nil {
 			l.log.Info("broker: accepting connections again", "failed_for", time.Since(f.since).Round(time.Millisecond))
+			l.health.changed()
 		}
 		if !l.admit(conn, maxOpen, establish) {
 			return
@@ -164,10 +166,14 @@ func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 func (l *tcpListener) acceptFailed(err error, delay time.Duration) {
 	now := time.Now()
 	f := &acceptFailure{since: now, last: now, err: err}
-	if prev := l.failure.Load(); prev != nil {
+	prev := l.failure.Load()
+	if prev != nil {
 		f.since = prev.since
 	}
 	l.failure.Store(f)
+	if prev == nil {
+		l.health.changed()
+	}
 	l.log.Warn("broker: accepting a connection failed; retrying", "error", err, "retry_in", delay)
 }
 

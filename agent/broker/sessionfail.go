@@ -87,6 +87,7 @@ func (c *committer) fail(err error) {
 	c.armRetryLocked()
 	c.mu.Unlock()
 	if first {
+		c.signal.changed()
 		c.log.Error("broker: the sessions journal refuses writes; what needs them is refused until it takes them again (retrying)",
 			"dir", c.j.Dir(), "error", err)
 	}
@@ -174,6 +175,7 @@ func (c *committer) recover() {
 	c.health.resets++
 	c.compaction.retryAt = 0
 	c.mu.Unlock()
+	c.signal.changed()
 	c.log.Warn("broker: the sessions journal takes writes again",
 		"after", now.Sub(since).Round(time.Millisecond), "refused", refused)
 }

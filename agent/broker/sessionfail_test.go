@@ -69,6 +69,7 @@ func openFaultCommitter(t *testing.T, dir string, bfs *budgetFS, log *slog.Logge
 		t.Fatal(err)
 	}
 	c := newCommitter(j, log)
+	c.signal = &healthSignal{}
 	if err := c.replay(nil); err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +87,22 @@ func TestCommitterRecoversFromFullDisk(t *testing.T) {
 	bfs := &budgetFS{budget: -1}
 	var logs logBuffer
 	c := openFaultCommitter(t, dir, bfs, logs.logger())
+	// The health signal is told of the failure and of the recovery, each once, with
+	// brokenErr already answering what it is told of.
+	told := make(chan error, 8)
+	tell := func() { told <- c.brokenErr() }
+	c.signal.fn.Store(&tell)
+	expectTold := func(what string, want error) {
+		t.Helper()
+		select {
+		case err := <-told:
+			if !errors.Is(err, want) {
+				t.Fatalf("told of %s with brokenErr %v, want %v", what, err, want)
+			}
+		case <-time.After(waitFor):
+			t.Fatalf("the health signal was not told of %s", what)
+		}
+	}
 	a, b, keep := inflightKey("office", 1), inflightKey("office", 2), subscriptionKey("office", "results")
 	for _, k := range []string{a, b, keep} {
 		if err := c.enqueueWait(write{key: k, value: []byte("v-" + k)}); err != nil {
@@ -108,6 +125,7 @@ func TestCommitterRecoversFromFullDisk(t *testing.T) {
 	if err := c.brokenErr(); !errors.Is(err, journal.ErrNoSpace) {
 		t.Fatalf("health while the disk is full: %v", err)
 	}
+	expectTold("the failure", journal.ErrNoSpace)
 	for i := range 50 { // refused at once, each one
 		if err := c.enqueueWait(write{key: inflightKey("office", uint16(10+i)), value: []byte("x")}); err == nil {
 			t.Fatal("a write was taken while the journal is down")
@@ -115,6 +133,7 @@ func TestCommitterRecoversFromFullDisk(t *testing.T) {
 	}
 
 	bfs.setBudget(-1) // space freed
+	expectTold("the recovery", nil)
 	eventually(t, "the journal taking writes again", func() bool { return c.brokenErr() == nil })
 	if err := c.enqueueWait(write{key: inflightKey("office", 4), value: []byte("after")}); err != nil {
 		t.Fatalf("a put after the recovery: %v", err)
@@ -131,6 +150,9 @@ func TestCommitterRecoversFromFullDisk(t *testing.T) {
 	st := c.stats()
 	if st.Failures != 1 || st.Resets != 1 || st.RefusedWrites < 52 || st.Err != nil {
 		t.Fatalf("stats %+v", st)
+	}
+	if len(told) != 0 {
+		t.Fatalf("the health signal was told %d times more", len(told))
 	}
 	if n := strings.Count(logs.String(), "refuses writes"); n != 1 {
 		t.Fatalf("the failure was logged %d times, want once:\n%s", n, logs.String())

@@ -31,7 +31,8 @@ type sessionStore struct {
 	segmentSize int64    // the journal's SegmentSize (0: DefaultSessionsSegmentSize)
 	volatile    []string // topic filters whose messages are not stored
 	log         *slog.Logger
-	commit      *committer // set by Init
+	health      *healthSignal // told when the journal refuses writes, and when it takes them again
+	commit      *committer    // set by Init
 	// refusedLog rate-limits the errors logged for what the store refused while the journal
 	// is down (each a publisher not acknowledged, a subscription or a connection refused).
 	refusedLog rateLimit
@@ -86,6 +87,7 @@ func (h *sessionStore) Init(any) error {
 	}
 	c := newCommitter(j, h.log)
 	c.minDead = h.segmentSize
+	c.signal = h.health
 	var bounds *restoreBounds
 	if h.srv != nil {
 		bounds = newRestoreBounds(h.srv.Options.Capabilities)

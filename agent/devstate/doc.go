@@ -33,7 +33,8 @@
 //     gone. A state unchanged apart from its timestamp is not written before its refresh.
 //   - Every device is written once at start.
 //   - Options.Changed hears of every change (Touch, Heartbeat, Result, Synced), also of a
-//     device already waiting for its write; States reads them without writing.
+//     device already waiting for its write, and of a device that RefusedWarnings begins or
+//     ceases to name; States reads them without writing.
 //   - A device is in sync when its last heartbeat says protocol 2 or later with the
 //     desired whitelist's digest and the outbox holds nothing queued or in flight for it
 //     (those commands change what it will hold). It is judged at each write of its state:

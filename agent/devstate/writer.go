@@ -368,6 +368,7 @@ func (w *Writer) writeOne(ctx context.Context, id string, now time.Time) (failed
 	refused := errors.As(err, &serr)
 	w.mu.Lock()
 	warn, since := false, uint64(0)
+	wasRefused := d.refusal != ""
 	if err != nil {
 		w.failed++
 		d.dirty = true // try again after the interval
@@ -388,7 +389,11 @@ func (w *Writer) writeOne(ctx context.Context, id string, now time.Time) (failed
 		d.last, d.lastWrite = body, now
 		d.refusal = ""
 	}
+	warningsChanged := wasRefused != (d.refusal != "")
 	w.mu.Unlock()
+	if warningsChanged && w.changed != nil {
+		w.changed() // RefusedWarnings names the device, or no longer does
+	}
 	switch {
 	case refused:
 		// Not the link: the store answered, and will answer the same until someone acts (a

@@ -108,7 +108,7 @@ func TestCoalescesTouches(t *testing.T) {
 // A write the store refuses (an external store, or the embedded one) is counted by
 // reason, warned about at most once a minute, and named in RefusedWarnings (which
 // /healthz prints) until a write of that device succeeds, so an operator sees it without
-// debug logging.
+// debug logging. Options.Changed hears when a device begins or ceases to be named.
 func TestReportsRefusals(t *testing.T) {
 	refuse := make(chan error, 1)
 	refuse <- store.ErrFencingTokenLowerVersion
@@ -124,10 +124,20 @@ func TestReportsRefusals(t *testing.T) {
 	reg := metrics.NewRegistry()
 	w := newTestWriter(t, []string{"d1", "d2"}, set, time.Hour, time.Hour, slog.New(slog.NewTextHandler(&logs, nil)))
 	w.m = NewMetrics(reg)
+	var changes int
+	w.changed = func() { changes++ }
+	expectChanges := func(when string, want int) {
+		t.Helper()
+		if changes != want {
+			t.Fatalf("%s: Changed heard %d times, want %d", when, changes, want)
+		}
+		changes = 0
+	}
 	now := time.Now()
 	if !w.writeOne(context.Background(), "d1", now) {
 		t.Fatal("a refused write reported as written")
 	}
+	expectChanges("d1 refused", 1)
 	ws := w.RefusedWarnings()
 	if len(ws) != 1 || !strings.Contains(ws[0], "faceagent/gw/devices/d1") ||
 		!strings.Contains(ws[0], store.ErrFencingTokenLowerVersion.Text) {
@@ -138,8 +148,10 @@ func TestReportsRefusals(t *testing.T) {
 	if n := strings.Count(logs.String(), "level=WARN"); n != 1 {
 		t.Fatalf("%d warnings logged within a minute, want 1:\n%s", n, logs.String())
 	}
+	expectChanges("d2 refused", 1)
 	refuse <- errors.New("link down") // not a refusal: not counted as one
 	w.writeOne(context.Background(), "d2", now.Add(2*time.Second))
+	expectChanges("d2 away, still named", 0)
 	var exp strings.Builder
 	if _, err := reg.WriteTo(&exp); err != nil {
 		t.Fatal(err)
@@ -151,8 +163,14 @@ func TestReportsRefusals(t *testing.T) {
 		}
 	}
 	w.writeOne(context.Background(), "d1", now.Add(3*time.Second)) // accepted
+	expectChanges("d1 accepted", 1)
 	if ws := w.RefusedWarnings(); len(ws) != 1 || !strings.Contains(ws[0], "device d2") {
 		t.Fatalf("after d1's write succeeded: %v", ws)
+	}
+	w.writeOne(context.Background(), "d2", now.Add(4*time.Second)) // accepted
+	expectChanges("d2 accepted", 1)
+	if ws := w.RefusedWarnings(); len(ws) != 0 {
+		t.Fatalf("after every write succeeded: %v", ws)
 	}
 }
 

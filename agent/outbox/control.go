@@ -136,7 +136,44 @@ func (o *Outbox) setPaused(deviceID string, paused bool) error {
 	o.mu.Lock()
 	seq, err := o.setPausedLocked(deviceID, paused)
 	o.unlock()
+	if seq != 0 {
+		o.didChange(deviceID)
+	}
 	return o.waitDurable(seq, err)
+}
+
+// OnChanged sets the function told of a device whose state a control call changed (nil:
+// none): Pause and Resume that changed its pause, RetryFailed that scheduled its failed
+// commands again, PurgeFailed that dropped them. Enqueue, acks, heartbeats and link
+// events are not told: their callers know of them (and tell the device state, as this
+// does). It is called without the outbox's lock, once the change is in the table (before
+// it is on disk), on the goroutine of the call; it must not block.
+func (o *Outbox) OnChanged(fn func(deviceID string)) {
+	if fn == nil {
+		o.changed.Store(nil)
+		return
+	}
+	o.changed.Store(&fn)
+}
+
+func (o *Outbox) didChange(deviceIDs ...string) {
+	if fn := o.changed.Load(); fn != nil {
+		for _, id := range deviceIDs {
+			(*fn)(id)
+		}
+	}
+}
+
+// devicesOf lists the distinct devices of the commands ids, sorted. Called with o.mu held.
+func (o *Outbox) devicesOf(ids []string) []string {
+	var devs []string
+	for _, id := range ids {
+		if it := o.t.items.get(id); it != nil {
+			devs = append(devs, it.dev.id)
+		}
+	}
+	slices.Sort(devs)
+	return slices.Compact(devs)
 }
 
 func (o *Outbox) setPausedLocked(deviceID string, paused bool) (journal.Seq, error) {
@@ -184,25 +221,28 @@ func (o *Outbox) waitDurable(seq journal.Seq, err error) error {
 // all retried.
 func (o *Outbox) RetryFailed(deviceID string) (int, error) {
 	o.mu.Lock()
-	n, seq, err := o.retryFailedLocked(deviceID)
+	n, devs, seq, err := o.retryFailedLocked(deviceID)
 	o.unlock()
+	o.didChange(devs...)
 	if err := o.waitDurable(seq, err); err != nil {
 		return 0, err
 	}
 	return n, nil
 }
 
-func (o *Outbox) retryFailedLocked(deviceID string) (int, journal.Seq, error) {
+// retryFailedLocked returns how many commands it scheduled again and their devices.
+func (o *Outbox) retryFailedLocked(deviceID string) (int, []string, journal.Seq, error) {
 	if err := o.usable(); err != nil {
-		return 0, 0, err
+		return 0, nil, 0, err
 	}
 	ids := o.failedIDs(deviceID, true)
 	if len(ids) == 0 {
-		return 0, 0, nil
+		return 0, nil, 0, nil
 	}
+	devs := o.devicesOf(ids)
 	seq, err := o.appendApply(&record{Kind: kindReset, IDs: ids}, false)
 	if err != nil {
-		return 0, 0, err
+		return 0, nil, 0, err
 	}
 	// The reset items are Scheduled again, in place: drop their retention entries, or one
 	// that fails again would be found by its old entry, in its old place, with its new
@@ -218,35 +258,38 @@ func (o *Outbox) retryFailedLocked(deviceID string) (int, journal.Seq, error) {
 	}
 	o.rearm()
 	o.startSendsLocked()
-	return len(ids), seq, nil
+	return len(ids), devs, seq, nil
 }
 
 // PurgeFailed drops the failed commands of a device ("" for every device), reported or not,
 // and returns how many once that is on disk.
 func (o *Outbox) PurgeFailed(deviceID string) (int, error) {
 	o.mu.Lock()
-	n, seq, err := o.purgeFailedLocked(deviceID)
+	n, devs, seq, err := o.purgeFailedLocked(deviceID)
 	o.unlock() // messages leave: a rewrite of the payload file may leave a file to close
+	o.didChange(devs...)
 	if err := o.waitDurable(seq, err); err != nil {
 		return 0, err
 	}
 	return n, nil
 }
 
-func (o *Outbox) purgeFailedLocked(deviceID string) (int, journal.Seq, error) {
+// purgeFailedLocked returns how many commands it dropped and their devices.
+func (o *Outbox) purgeFailedLocked(deviceID string) (int, []string, journal.Seq, error) {
 	if err := o.usable(); err != nil {
-		return 0, 0, err
+		return 0, nil, 0, err
 	}
 	ids := o.failedIDs(deviceID, false)
 	if len(ids) == 0 {
-		return 0, 0, nil
+		return 0, nil, 0, nil
 	}
+	devs := o.devicesOf(ids)
 	seq, err := o.appendApply(&record{Kind: kindPurge, IDs: ids}, false)
 	if err != nil {
-		return 0, 0, err
+		return 0, nil, 0, err
 	}
 	o.rearm()
-	return len(ids), seq, nil
+	return len(ids), devs, seq, nil
 }
 
 func (o *Outbox) failedIDs(deviceID string, retry bool) []string {

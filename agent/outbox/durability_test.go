@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -101,9 +102,13 @@ func TestRetryAndPurgeFailed(t *testing.T) {
 	}
 }
 
+// A full disk: intake is refused, the table kept for the next Open, and the journal's
+// OnFailure of Options (the health checks' event) is told once, when Err already says it.
 func TestDiskFullRefusesIntakeKeepsTable(t *testing.T) {
 	ffs := &faultFS{budget: -1}
-	e := newEnv(t, Options{Journal: journal.Options{FS: ffs}})
+	told := make(chan error, 4)
+	var e *env
+	e = newEnv(t, Options{Journal: journal.Options{FS: ffs, OnFailure: func(error) { told <- e.o.Err() }}})
 	e.enqueue("m1", "d", "p")
 	ffs.mu.Lock()
 	ffs.budget = 0
@@ -117,6 +122,14 @@ func TestDiskFullRefusesIntakeKeepsTable(t *testing.T) {
 	}
 	if !errors.Is(e.o.Err(), journal.ErrNoSpace) {
 		t.Fatalf("Err: %v", e.o.Err())
+	}
+	select {
+	case err := <-told:
+		if !errors.Is(err, ErrJournal) || len(told) != 0 {
+			t.Fatalf("OnFailure saw Err %v, %d more calls", err, len(told))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("OnFailure was not called")
 	}
 	ffs.mu.Lock()
 	ffs.budget = -1
@@ -353,4 +366,56 @@ func TestUnreportedResultsAreBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.enqueue("m3", "d", "m3")
+}
+
+// Control calls tell OnChanged of each device whose state they changed, once the change
+// is in the table (Status shows it), and only then: a pause of a paused device, a retry
+// with nothing to retry, tell nobody.
+func TestControlCallsTellOnChanged(t *testing.T) {
+	e := newEnv(t, Options{Journal: fastJournal()})
+	var told []string
+	e.o.OnChanged(func(dev string) {
+		st, _ := e.o.DeviceStatus(dev)
+		told = append(told, fmt.Sprintf("%s paused=%v queued=%d held=%d", dev, st.Paused, st.Queued, st.FailedHeld))
+	})
+	expect := func(want ...string) {
+		t.Helper()
+		if !slices.Equal(told, want) {
+			t.Fatalf("OnChanged heard %q, want %q", told, want)
+		}
+		told = nil
+	}
+	e.o.Pause("d")
+	expect("d paused=true queued=0 held=0")
+	e.o.Pause("d")
+	expect()
+	e.o.Heartbeat("d")
+	e.o.Heartbeat("e")
+	e.enqueue("m1", "d", "p")
+	e.enqueue("m2", "e", "p")
+	e.expectSend("m2", 1)
+	e.o.Ack("e", "m2", 1, "busy")
+	expect() // enqueues and acks: their callers tell
+	e.o.Resume("d")
+	expect("d paused=false queued=0 held=0") // m1 went in flight at once
+	e.expectSend("m1", 1)
+	e.o.Ack("d", "m1", 1, "busy")
+	if n, err := e.o.RetryFailed(""); err != nil || n != 2 {
+		t.Fatalf("RetryFailed: %d %v", n, err)
+	}
+	expect("d paused=false queued=0 held=0", "e paused=false queued=0 held=0")
+	if n, err := e.o.RetryFailed("d"); err != nil || n != 0 {
+		t.Fatalf("RetryFailed again: %d %v", n, err)
+	}
+	expect()
+	e.expectSends(map[string]int{"m1": 1, "m2": 1})
+	e.o.Ack("e", "m2", 0, "")
+	e.o.Ack("d", "m1", 1, "busy")
+	if n, err := e.o.PurgeFailed("d"); err != nil || n != 1 {
+		t.Fatalf("PurgeFailed: %d %v", n, err)
+	}
+	expect("d paused=false queued=0 held=0")
+	e.o.OnChanged(nil)
+	e.o.Pause("d")
+	expect()
 }

@@ -20,8 +20,9 @@ import (
 
 // Options configure an Outbox. The zero value (and nil) means the defaults.
 type Options struct {
-	// Journal configures the journal (sync policy, file layer). Its Logger and OnFailure are
-	// set by the outbox.
+	// Journal configures the journal (sync policy, file layer). Its Logger is set by the
+	// outbox. Its OnFailure, when set, is called after the outbox stopped taking tasks for
+	// the failure (Err returns it by then): the health checks' event.
 	Journal journal.Options
 	// Settings are the initial dispatch settings; SetSettings changes them live.
 	Settings Settings
@@ -125,6 +126,7 @@ type Outbox struct {
 	queryDone []queryDone
 
 	noResultDone func(deviceID, messageID string, ack face.Ack, err error) // Options.NoResultDone
+	changed      atomic.Pointer[func(deviceID string)]                     // OnChanged's
 
 	faces        FaceSource // Options.Faces: nil, no face step
 	faceChunk    int
@@ -195,7 +197,13 @@ func Open(dir string, sender Sender, opts *Options) (*Outbox, error) {
 	ob.nonBlock, _ = sender.(NonBlockingSender)
 	jo := o.Journal
 	jo.Logger = o.Logger
-	jo.OnFailure = ob.journalFailed
+	onFailure := jo.OnFailure
+	jo.OnFailure = func(err error) {
+		ob.journalFailed(err)
+		if onFailure != nil {
+			onFailure(err)
+		}
+	}
 	j, err := journal.Open(dir, &jo)
 	if err != nil {
 		return nil, err

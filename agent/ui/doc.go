@@ -46,13 +46,18 @@
 //     reason, a terminal's last error) is ever parsed as markup. The credentials are kept
 //     in the tab's sessionStorage.
 //   - The live streams are driven by changes, not by polling: the parts call Notify
-//     (devstate's Changed on every terminal event, the deadletter log, each action), and
-//     the hub builds the state at most once per MinInterval and sends it when it differs
-//     from the last one sent. It arms one timer for the moment the first online terminal
-//     goes offline unless heard from (nothing else announces it). With no stream open the
-//     hub builds nothing and arms no timer; with streams open and nothing changing, it
-//     wakes once per KeepAlive (the health checks, which announce nothing, are looked at
-//     then too).
+//     (devstate's Changed on every terminal event and control action, the deadletter
+//     log, each action, and the health causes from where they change: the upstream link
+//     going down or up, a journal refusing writes, the broker's Accept failing or
+//     recovering, its sessions journal failing or recovering, the state store refusing a
+//     terminal's state or taking it again), and the hub builds the state at most once per
+//     MinInterval and sends it when it differs from the last one sent. It arms one timer
+//     for the moment the first online terminal goes offline unless heard from (nothing
+//     else announces it). With no stream open the hub builds nothing and arms no timer;
+//     with streams open and nothing changing, it wakes once per KeepAlive and sends the
+//     state if it changed: the one health change without an event, a failing Accept that
+//     lapses without a new connection (the broker calls it over 3 s after the last
+//     failure), shows then.
 //   - Bounded: at most MaxClients streams (one more: 503); each keeps one pending message,
 //     the latest state (a slow reader skips states, it never queues them); a write that
 //     takes longer than WriteTimeout drops the stream (the browser reconnects by itself);

@@ -8,12 +8,15 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -516,4 +519,40 @@ func TestSlowClientDropped(t *testing.T) {
 	}
 	s := openSSE(t, f) // the slot is free again
 	s.next(t)
+}
+
+// The page's size, uncompressed and as served gzip-compressed, stays within its budget
+// (MaxPageBytes, MaxPageGzipBytes: it travels to a browser over a gateway's uplink, and
+// it is in the ARM binary), and docs/operations.md states both figures as they are: a
+// change of the page fails here until the document says its new size.
+//
+//	go test -run TestPageSize -v ./agent/ui/
+func TestPageSize(t *testing.T) {
+	const MaxPageBytes, MaxPageGzipBytes = 20_000, 7_000
+	p, err := loadPage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, gz := len(p.plain), len(p.gz)
+	t.Logf("page.html: %d bytes, %d bytes gzip-compressed", plain, gz)
+	if plain > MaxPageBytes || gz > MaxPageGzipBytes {
+		t.Fatalf("page.html: %d bytes (budget %d), %d gzip-compressed (budget %d)", plain, MaxPageBytes, gz, MaxPageGzipBytes)
+	}
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("%s bytes, %s bytes gzip-compressed", thousands(plain), thousands(gz))
+	if !strings.Contains(string(doc), want) {
+		t.Fatalf("docs/operations.md does not state the page's size: want %q in its page section", want)
+	}
+}
+
+// thousands writes n with commas between groups of three digits, as the docs do.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }

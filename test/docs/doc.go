@@ -24,6 +24,8 @@
 //   - syncreport: one sync report a line, each agent/wire.ParseSyncReport.
 //   - control, config-status, control-status: agent/remote's ControlCommand and Status, no
 //     unknown field.
+//   - page-state: the operator page's JSON (GET /api/state): agent/ui's State, no unknown
+//     field, and every field the page always sends (no omitempty) present.
 //   - command, ack, heartbeat: device/face.Parse{Command,Ack,Heartbeat}JSON (protocol v1 and
 //     v2, ListPersons pages included); a command's person with a rev must carry
 //     device/face.RecordRev of its fields.

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/seed0e69bba5/faceagent/agent/remote"
+	"github.com/seed0e69bba5/faceagent/agent/ui"
 	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/serial"
@@ -21,6 +22,7 @@ import (
 // (or breaking one so it is no longer found) must be deliberate.
 var minExamples = map[string]int{
 	"integration.md": 12,
+	"operations.md":  1,
 	"protocol.md":    12,
 }
 
@@ -122,6 +124,7 @@ var checks = map[string]func(t *testing.T, e example, tasks map[string]string){
 	"deadletter":     checkDeadLetter,
 	"syncreport":     checkSyncReports,
 	"control":        strictJSON[remote.ControlCommand],
+	"page-state":     checkPageState,
 	"config-status":  strictJSON[remote.Status],
 	"control-status": strictJSON[remote.Status],
 	"command":        checkCommand,
@@ -207,6 +210,57 @@ func strictJSON[T any](t *testing.T, e example, _ map[string]string) {
 	var v T
 	if err := d.Decode(&v); err != nil {
 		t.Errorf("%v: %v", e, err)
+	}
+}
+
+// checkPageState: the operator page's state (GET /api/state) decodes into agent/ui's
+// State with no unknown field, and names every field the page always sends (those without
+// omitempty): a field renamed, added or dropped in the type fails until the example
+// follows.
+func checkPageState(t *testing.T, e example, _ map[string]string) {
+	d := json.NewDecoder(strings.NewReader(e.body))
+	d.DisallowUnknownFields()
+	var st ui.State
+	if err := d.Decode(&st); err != nil {
+		t.Errorf("%v: %v", e, err)
+		return
+	}
+	var shown, sent any
+	if err := json.Unmarshal([]byte(e.body), &shown); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := json.Marshal(st)
+	if err := json.Unmarshal(again, &sent); err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	jsonPaths(shown, "", have)
+	want := map[string]bool{}
+	jsonPaths(sent, "", want)
+	for p := range want {
+		if !have[p] {
+			t.Errorf("%v: the example lacks %s, which the page's state always has", e, p)
+		}
+	}
+}
+
+// jsonPaths adds the key paths of v to paths: "health.journals[].name"; an array's
+// elements share one path.
+func jsonPaths(v any, prefix string, paths map[string]bool) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			p := k
+			if prefix != "" {
+				p = prefix + "." + k
+			}
+			paths[p] = true
+			jsonPaths(x, p, paths)
+		}
+	case []any:
+		for _, x := range v {
+			jsonPaths(x, prefix+"[]", paths)
+		}
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/seed0e69bba5/faceagent/agent"
 	"github.com/seed0e69bba5/faceagent/agent/config"
+	"github.com/seed0e69bba5/faceagent/agent/ui"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
@@ -145,8 +146,8 @@ func TestMetricsServerBounds(t *testing.T) {
 }
 
 // The child of TestHealthzReportsBrokerAcceptFailure: an agent running the embedded broker
-// and /healthz in a process with few file descriptors to spare; it logs to stdout and says
-// "ready BROKER METRICS".
+// and /healthz (and the operator's page, on the same server) in a process with few file
+// descriptors to spare; it logs to stdout and says "ready BROKER METRICS".
 const healthChildEnv = "FACEAGENT_HEALTH_CHILD" // the data dir
 
 // healthChildSpare is how many descriptors the child may open once it runs: the test's
@@ -155,8 +156,8 @@ const healthChildSpare = 16
 
 func healthChild(dir string) {
 	fail := func(err error) { fmt.Fprintln(os.Stderr, "health child:", err); os.Exit(3) }
-	src := "[agent]\ndata_dir = \"" + dir + "\"\n[broker]\nlisten = \"127.0.0.1:0\"\nmax_connecting = 100000\n" +
-		"[metrics]\nlisten = \"127.0.0.1:0\"\n"
+	src := "[agent]\ngateway_id = \"gw-h\"\ndata_dir = \"" + dir + "\"\n[broker]\nlisten = \"127.0.0.1:0\"\nmax_connecting = 100000\n" +
+		"[metrics]\nlisten = \"127.0.0.1:0\"\n[ui]\nlisten = \"127.0.0.1:0\"\n[[devices]]\nid = \"h1\"\n"
 	cfg, err := config.Parse("health.toml", []byte(src), nil)
 	if err != nil {
 		fail(err)
@@ -177,7 +178,9 @@ func healthChild(dir string) {
 // TestHealthzReportsBrokerAcceptFailure: while the embedded broker could not accept
 // connections (its descriptors used up by sockets that never send CONNECT) /healthz still
 // said ok, and so did the systemd watchdog. It now answers 503 with the reason while Accept
-// fails, and 200 again once a client can connect.
+// fails, and 200 again once a client can connect. The operator's page, open meanwhile,
+// shows both changes within three seconds (its keep-alive is 25 s away): the broker tells
+// it.
 func TestHealthzReportsBrokerAcceptFailure(t *testing.T) {
 	child := testutil.StartChild(t, healthChildEnv+"="+t.TempDir())
 	f := strings.Fields(child.WaitLine("ready ", 30*time.Second))
@@ -193,6 +196,8 @@ func TestHealthzReportsBrokerAcceptFailure(t *testing.T) {
 	if code, body := getOn(t, hc, hr, "/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz before: %d %s", code, body)
 	}
+	page := openPageStream(t, metricsAddr)
+	page.waitState("healthy", 3*time.Second, func(st ui.State) bool { return st.Health.OK })
 
 	silent := make([]net.Conn, 0, 4*healthChildSpare)
 	defer func() {
@@ -208,6 +213,9 @@ func TestHealthzReportsBrokerAcceptFailure(t *testing.T) {
 		silent = append(silent, c)
 	}
 	child.WaitLine("accepting a connection failed; retrying", 5*time.Second)
+	page.waitState("the broker not accepting", 3*time.Second, func(st ui.State) bool {
+		return !st.Health.OK && strings.Contains(st.Health.Problem, "not accepting connections")
+	})
 	code, body := getOn(t, hc, hr, "/healthz")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "not accepting connections") {
 		t.Fatalf("/healthz while the broker cannot accept: %d %q, want 503 with the reason", code, body)
@@ -242,4 +250,5 @@ func TestHealthzReportsBrokerAcceptFailure(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // polling /healthz, which has no event to wait on
 	}
+	page.waitState("healthy again", 3*time.Second, func(st ui.State) bool { return st.Health.OK })
 }

@@ -172,3 +172,85 @@ func TestRemoteConfigAndControl(t *testing.T) {
 	state("r1 resumed", func(s wire.DeviceState) bool { return !s.Paused })
 	stop()
 }
+
+// A pause through the control key shows in the device's state key at once, not at the
+// key's next refresh: the terminal here is silent (no heartbeat, no ack would write the
+// key), and the refresh of an unchanged state is one heartbeat_timeout (30 s) away.
+func TestControlPauseShowsInStateKey(t *testing.T) {
+	src := fmt.Sprintf("[agent]\ngateway_id = \"gw-p\"\ndata_dir = %q\n[broker]\nlisten = \"127.0.0.1:0\"\n"+
+		"[journal]\nsync = \"none\"\n[dispatch]\nheartbeat_timeout = \"30s\"\n"+
+		"[store]\nwrite_interval = \"50ms\"\n[[devices]]\nid = \"p1\"\n", t.TempDir())
+	addr, _, stop := startAgentFull(t, parse(t, src))
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sc, err := store.Connect(ctx, &store.Options{URL: "mqtt://" + addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	const key = "faceagent/gw-p/devices/p1"
+	// waitState waits at most 3 s (a tenth of the refresh) for the key to match want.
+	waitState := func(what string, want func(wire.DeviceState) bool) {
+		t.Helper()
+		w, err := sc.KeyNotify(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop(ctx)
+		if r, err := sc.Get(ctx, key); err == nil && r.Value != nil {
+			var st wire.DeviceState
+			if _, err := st.UnmarshalMsg(r.Value); err == nil && want(st) {
+				return
+			}
+		}
+		deadline := time.After(3 * time.Second)
+		for {
+			select {
+			case n := <-w.C():
+				var st wire.DeviceState
+				if _, err := st.UnmarshalMsg(n.Value); err != nil {
+					t.Fatalf("%s: %v", key, err)
+				}
+				if want(st) {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("%s did not show %s within 3s", key, what)
+			}
+		}
+	}
+	control := func(id, cmd string) {
+		t.Helper()
+		w, err := sc.KeyNotify(ctx, "faceagent/gw-p/control/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop(ctx)
+		if _, err := sc.Set(ctx, "faceagent/gw-p/control", fmt.Appendf(nil, `{"id":%q,"command":%q,"device":"p1"}`, id, cmd), nil); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			select {
+			case n := <-w.C():
+				var st remote.Status
+				if err := json.Unmarshal(n.Value, &st); err != nil {
+					t.Fatal(err)
+				}
+				if st.ID == id {
+					if !st.OK {
+						t.Fatalf("%s: %+v", cmd, st)
+					}
+					return
+				}
+			case <-ctx.Done():
+				t.Fatalf("no status for %s", id)
+			}
+		}
+	}
+	waitState("the state written at start", func(wire.DeviceState) bool { return true })
+	control("p-1", "pause")
+	waitState("paused", func(s wire.DeviceState) bool { return s.Paused })
+	control("p-2", "resume")
+	waitState("resumed", func(s wire.DeviceState) bool { return !s.Paused })
+}

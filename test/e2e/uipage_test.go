@@ -16,9 +16,11 @@ import (
 )
 
 // The operator's page in a real browser (headless Chromium through chromedriver), on a
-// real agent with simulated terminals: it lists the terminals, shows one going offline
-// within two seconds through its live stream, refuses actions without the token (and says
-// so), retries a failed task from a button (the terminal receives it again), and shows a
+// real agent with simulated terminals: it lists the terminals, says whether each holds its
+// desired whitelist (door-1, protocol 2, took a task: in sync; door-2 never named in a
+// task: unmanaged), shows one going offline within two seconds through its live stream,
+// refuses actions without the token (and says so: the page is read-only without it),
+// retries a failed task from a button (the terminal receives it again), and shows a
 // deadletter whose reason holds markup as text. A screenshot is saved for a person.
 func TestOperatorPageInBrowser(t *testing.T) {
 	wd := startBrowser(t)
@@ -42,7 +44,9 @@ func TestOperatorPageInBrowser(t *testing.T) {
 	}
 	opts := sim.Options{Seed: 5, Protocol: 1, HeartbeatInterval: 100 * time.Millisecond,
 		AckLatency: sim.Latency{Kind: sim.Fixed, A: 2 * time.Millisecond}}
-	door1, err := sim.StartMQTT("mqtt://"+addr, []string{"door-1"}, opts)
+	opts2 := opts
+	opts2.Protocol = 2 // its heartbeats carry the digest of what it holds
+	door1, err := sim.StartMQTT("mqtt://"+addr, []string{"door-1"}, opts2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,6 +62,15 @@ func TestOperatorPageInBrowser(t *testing.T) {
 	for _, id := range []string{"door-1", "door-2"} {
 		wd.waitText(id+" listed online", `#terminals tr[data-id="`+id+`"] td.state`, 10*time.Second, contains("online"))
 	}
+	wd.waitText("the live stream", "#conn", 5*time.Second, func(s string) bool { return s == "live" })
+	// Whitelist sync: door-1 in sync once it holds the person of its one task; door-2 has
+	// no desired list at all.
+	first, _ := json.Marshal(wire.Task{TaskID: "ui-0", DeviceID: "door-1", Op: face.AddPerson, Person: face.Person{ID: "950", Name: "Grace"}})
+	bo.publish("faceagent/gw-ui/tasks", first)
+	wd.waitText("door-1 in sync", `#terminals tr[data-id="door-1"] td.sync`, 10*time.Second, contains("in sync"))
+	wd.waitText("door-1 holding 1 of 1", `#terminals tr[data-id="door-1"] td:nth-child(6)`, 5*time.Second,
+		func(s string) bool { return s == "1 / 1" })
+	wd.waitText("door-2 unmanaged", `#terminals tr[data-id="door-2"] td.sync`, 5*time.Second, contains("unmanaged"))
 	var csp bool
 	wd.js(&csp, `return document.scripts.length === 1 && !document.querySelector("script[src], link[rel=stylesheet]");`)
 	if !csp {
