@@ -169,6 +169,8 @@
 //	  'I' id, rev [8]byte    include, if rev is the excluded record's
 //	  'F'                    forget the terminal (alone in its update)
 //	  An update of more than one operation lists them in increasing id order.
+//	  An update without operations makes its terminal known (a DeletePerson of a person
+//	  not there, on a terminal no task named before).
 //	'N': device id string, serial string: the serial the terminal reported last ("": none)
 //	'n': (device id string, serial string), repeated: the snapshot's serials
 //	'r': fields, repeated: the snapshot's records, numbered 0, 1, … across 'r' records

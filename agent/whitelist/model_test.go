@@ -145,10 +145,8 @@ func (o testOp) applyModel(m model) {
 	switch o.kind {
 	case opSet:
 		m.term(o.dev).persons[o.rec.ID] = modelPerson{rec: o.rec}
-	case opDelete:
-		if t := m[o.dev]; t != nil {
-			delete(t.persons, o.id)
-		}
+	case opDelete: // a terminal named by a delete is known from then on
+		delete(m.term(o.dev).persons, o.id)
 	case 'W':
 		t := m.term(o.dev)
 		t.whole = true

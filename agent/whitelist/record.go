@@ -443,9 +443,8 @@ func parseUpdate(b []byte, off int, rr rawRecord) (rawRecord, error) {
 		}
 		rr.ops = append(rr.ops, o)
 	}
-	if len(rr.ops) == 0 && rr.kind == kindOps && rr.flags&flagWhole == 0 {
-		return rr, fmt.Errorf("update of %q: no operations", rr.dev)
-	}
+	// An update without operations makes its terminal known with what it holds (a
+	// DeletePerson naming a terminal the store did not know).
 	return rr, nil
 }
 

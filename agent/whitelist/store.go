@@ -213,17 +213,30 @@ func (s *Store) Set(dev string, r Record) error {
 	return s.update(dev, false, nil, []op{{kind: opSet, id: r.ID, ref: idx, short: short}})
 }
 
-// Delete takes the person id off dev's list (a person not there is no change).
+// Delete takes the person id off dev's list (a person not there is no change, but a
+// terminal the store did not know becomes known, with an empty list).
 func (s *Store) Delete(dev, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return ErrClosed
 	}
-	if _, had := s.st.member(s.st.terms[dev], id); !had {
-		return nil
+	t := s.st.terms[dev]
+	if _, had := s.st.member(t, id); had {
+		return s.update(dev, false, nil, []op{{kind: opDelete, id: id}})
 	}
-	return s.update(dev, false, nil, []op{{kind: opDelete, id: id}})
+	if t != nil {
+		return nil // not desired already
+	}
+	// The first task naming a terminal makes its desired list the agent's, a DeletePerson
+	// too: from now on the terminal is reconciled (an empty update records it).
+	if err := checkID("device id", dev); err != nil {
+		return err
+	}
+	if len(s.st.terms) >= s.opt.MaxTerminals {
+		return ErrTooManyTerminals
+	}
+	return s.update(dev, false, nil, nil)
 }
 
 // Exclude takes the person id out of dev's desired list if its desired record has rev

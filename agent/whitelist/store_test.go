@@ -268,3 +268,32 @@ func TestRecordFaceKept(t *testing.T) {
 		t.Fatalf("faces %v %v", set, err)
 	}
 }
+
+// TestDeleteMakesTheTerminalKnown: a DeletePerson is a task naming the terminal; its
+// desired list becomes the agent's (known, empty) even when the person was not there, and
+// stays so after a restart. A delete on a known terminal for a person not there writes
+// nothing.
+func TestDeleteMakesTheTerminalKnown(t *testing.T) {
+	dir := t.TempDir()
+	s := openTest(t, dir, Options{MaxTerminals: 1})
+	if err := s.Delete("d", "nobody"); err != nil {
+		t.Fatal(err)
+	}
+	if known, _ := s.Known("d"); !known {
+		t.Fatal("a terminal named by a DeletePerson is not known")
+	}
+	if err := s.Delete("e", "nobody"); !errors.Is(err, ErrTooManyTerminals) {
+		t.Fatalf("a second terminal past MaxTerminals 1: %v", err)
+	}
+	before := s.logBytes
+	if err := s.Delete("d", "nobody"); err != nil || s.logBytes != before {
+		t.Fatalf("a second delete of nobody: %v, %d bytes written", err, s.logBytes-before)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openTest(t, dir, Options{})
+	if known, _ := s.Known("d"); !known || s.Count("d") != 0 {
+		t.Fatalf("after reopening: known %v, %d persons", known, s.Count("d"))
+	}
+}
