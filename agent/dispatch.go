@@ -49,9 +49,10 @@ func openLinks(cfg *config.Config, bus mqttlink.Bus, brokerURL string, log *slog
 // openOutbox opens the message table with [dispatch] and [journal] applied. When sender
 // is the device links, they get the outbox's journal as it opens (before the outbox's
 // first Send: Open resends what was in flight), to write it out before each send.
-// noResultDone is told the outcome of the whitelist sync's corrections (may be nil).
+// noResultDone is told the outcome of the whitelist sync's corrections, acked of the
+// tasks' commands an ack finished (either may be nil).
 func openOutbox(cfg *config.Config, sender outbox.Sender, log *slog.Logger,
-	noResultDone func(dev, messageID string, ack face.Ack, err error)) (*outbox.Outbox, error) {
+	noResultDone func(dev, messageID string, ack face.Ack, err error), acked func(dev string, cmd outbox.Command, code int)) (*outbox.Outbox, error) {
 	devs := map[string]outbox.DeviceConfig{}
 	for i := range cfg.Devices {
 		devs[cfg.Devices[i].ID] = deviceConfig(&cfg.Devices[i])
@@ -65,6 +66,7 @@ func openOutbox(cfg *config.Config, sender outbox.Sender, log *slog.Logger,
 		MaxQueued:          cfg.Dispatch.MaxQueueTotal,
 		Logger:             log.With("part", "outbox"),
 		NoResultDone:       noResultDone,
+		Acked:              acked,
 	})
 }
 

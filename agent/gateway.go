@@ -80,7 +80,8 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 		return nil
 	})
 	ws := &whitelistSync{}
-	ob, err := openOutbox(cfg, l, a.log, ws.correctionDone)
+	refusals := &taskRefusals{changed: ws.desiredChanged, log: a.log.With("part", "whitelist")}
+	ob, err := openOutbox(cfg, l, a.log, ws.correctionDone, refusals.acked)
 	if err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
@@ -109,6 +110,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	}
 	*stops = append(*stops, func(context.Context) error { a.whitelist.Store(nil); return wl.Close() })
 	a.whitelist.Store(wl)
+	refusals.wl.Store(wl)
 	take.OpenDesired(desiredLists{s: wl, changed: ws.desiredChanged, setWhitelist: ws.setWhitelist})
 	if a.ui != nil {
 		take.Open(ob, pageDeadLetters{DeadLetters: dead, page: a.ui})
