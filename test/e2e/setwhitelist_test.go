@@ -87,9 +87,19 @@ list_limit = 3
 		t.Fatal(err)
 	}
 	term := fleet.Terminal
+	fwd := subscribeForwarded(t, addr, "gw-sw")
 	if err := term("v1").SetProtocol(1); err != nil {
 		t.Fatal(err)
 	}
+	// The agent must know v1 speaks protocol 1 before the SetWhitelist, or it lists it.
+	term("v1").SendHeartbeat()
+	waitFor(t, "a protocol 1 heartbeat of v1 through the agent", func() bool {
+		fwd.mu.Lock()
+		defer fwd.mu.Unlock()
+		return slices.ContainsFunc(fwd.got, func(m string) bool {
+			return strings.HasPrefix(m, "faceagent/gw-sw/devices/v1/heartbeat ") && !strings.Contains(m, `"protocol"`)
+		})
+	}, fwd.changed)
 	// The unmanaged terminal holds a person from before the agent.
 	if err := term("free").TamperAdd(face.Person{ID: "old", Name: "before the agent"}); err != nil {
 		t.Fatal(err)
