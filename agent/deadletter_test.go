@@ -77,7 +77,7 @@ func (c *collector) waitFor(t *testing.T, n int) []string {
 func TestIntakeRefusesWhenDeadLetterBacklogFull(t *testing.T) {
 	cfg := parse(t, fmt.Sprintf("[agent]\ngateway_id = \"gw-b\"\ndata_dir = %q\n[broker]\nlisten = \"127.0.0.1:0\"\n[journal]\nsync = \"none\"\n[[devices]]\nid = \"d1\"\n", t.TempDir()))
 	m := testMetrics()
-	ob, err := openOutbox(cfg, outbox.SenderFunc(func(context.Context, string, outbox.Command) error { return nil }), quietLog, nil, nil, nil)
+	ob, err := openOutbox(cfg, outbox.SenderFunc(func(context.Context, string, outbox.Command) error { return nil }), quietLog, nil, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

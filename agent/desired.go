@@ -122,7 +122,7 @@ func refusal(dev string, err error) error {
 	case errors.Is(err, whitelist.ErrTooManyRecords):
 		return fmt.Errorf("%w: too many distinct person records across terminals (whitelist.max_records)", intake.ErrRefused)
 	case errors.Is(err, whitelist.ErrTooManySetTasks):
-		return fmt.Errorf("%w: too many SetWhitelist tasks pending or waiting for their results to be reported (%d)", intake.ErrRefused, whitelist.DefaultMaxSetTasks)
+		return fmt.Errorf("%w: too many SetWhitelist tasks pending or waiting for their results to be reported (whitelist.max_set_tasks)", intake.ErrRefused)
 	case errors.Is(err, whitelist.ErrDuplicateID), errors.Is(err, whitelist.ErrInvalid):
 		return fmt.Errorf("%w: %w", intake.ErrRefused, err)
 	}
@@ -137,6 +137,7 @@ func openWhitelist(cfg *config.Config, log *slog.Logger) (*whitelist.Store, erro
 		MaxTerminals: cfg.Whitelist.MaxTerminals,
 		MaxPersons:   cfg.Whitelist.MaxPersons,
 		MaxRecords:   cfg.Whitelist.MaxRecords,
+		MaxSetTasks:  cfg.Whitelist.MaxSetTasks,
 		Logger:       log.With("part", "whitelist"),
 	})
 }

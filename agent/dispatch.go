@@ -49,13 +49,13 @@ func openLinks(cfg *config.Config, bus mqttlink.Bus, brokerURL string, log *slog
 // openOutbox opens the message table with [dispatch] and [journal] applied. When sender
 // is the device links, they get the outbox's journal as it opens (before the outbox's
 // first Send: Open resends what was in flight), to write it out before each send.
-// noResultDone is told the outcome of the whitelist sync's corrections, journalFailed of
-// the journal refusing writes (either may be nil). fs, when not nil, gives the faces the
-// commands' persons carry: each goes to a terminal before the first command that needs it
-// (outbox's face step), in [faces] chunks.
+// noResultDone is told the outcome of the whitelist sync's corrections, acked of the
+// tasks' commands an ack finished, journalFailed of the journal refusing writes (any may
+// be nil). fs, when not nil, gives the faces the commands' persons carry: each goes to a
+// terminal before the first command that needs it (outbox's face step), in [faces] chunks.
 func openOutbox(cfg *config.Config, sender outbox.Sender, log *slog.Logger,
-	noResultDone func(dev, messageID string, ack face.Ack, err error), journalFailed func(error),
-	fs outbox.FaceSource) (*outbox.Outbox, error) {
+	noResultDone func(dev, messageID string, ack face.Ack, err error), acked func(dev string, cmd outbox.Command, code int),
+	journalFailed func(error), fs outbox.FaceSource) (*outbox.Outbox, error) {
 	devs := map[string]outbox.DeviceConfig{}
 	for i := range cfg.Devices {
 		dc := deviceConfig(&cfg.Devices[i])
@@ -74,6 +74,7 @@ func openOutbox(cfg *config.Config, sender outbox.Sender, log *slog.Logger,
 		NoResultDone:       noResultDone,
 		Faces:              fs,
 		FaceChunk:          int(cfg.Faces.ChunkMQTT),
+		Acked:              acked,
 	})
 }
 

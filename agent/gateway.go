@@ -86,7 +86,8 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	*stops = append(*stops, func(context.Context) error { return fst.Close() })
 	a.faces = fst
 	ws := &whitelistSync{}
-	ob, err := openOutbox(cfg, l, a.log, ws.correctionDone, a.journalFailed, storeFaces{fst})
+	refusals := &taskRefusals{changed: ws.desiredChanged, log: a.log.With("part", "whitelist")}
+	ob, err := openOutbox(cfg, l, a.log, ws.correctionDone, refusals.acked, a.journalFailed, storeFaces{fst})
 	if err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
@@ -119,6 +120,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	// swept once no desired record refers to them.
 	sweeper := startFaceSweeper(ctx, fst, a.log.With("part", "faces"), take, wl, stops)
 	changed := func(dev string) { ws.desiredChanged(dev); sweeper.Changed() }
+	refusals.wl.Store(wl)
 	take.OpenDesired(desiredLists{s: wl, changed: changed, setWhitelist: ws.setWhitelist})
 	if a.ui != nil {
 		take.Open(ob, pageDeadLetters{DeadLetters: dead, page: a.ui})

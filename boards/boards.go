@@ -67,6 +67,11 @@ type Profile struct {
 	// FacesMaxBytes is [faces] max_bytes, the disk the face store may take, for a board
 	// whose storage needs a smaller budget than the default; 0 keeps the default.
 	FacesMaxBytes int64
+
+	// IntakeMaxWhitelist is [intake] max_whitelist, the most persons of one SetWhitelist
+	// task, for a board whose memory needs a smaller bound than the default; 0 keeps the
+	// default.
+	IntakeMaxWhitelist int
 }
 
 // BrokerBounds are a board's [broker] bounds (configs/agent.toml documents each); 0 keeps
@@ -197,6 +202,9 @@ type fileSchema struct {
 	Faces struct {
 		MaxBytes byteSize `toml:"max_bytes"`
 	} `toml:"faces"` // optional
+	Intake struct {
+		MaxWhitelist int `toml:"max_whitelist"`
+	} `toml:"intake"` // optional
 }
 
 type byteSize struct {
@@ -272,7 +280,8 @@ func Parse(name string, data []byte) (Profile, error) {
 			MaxInboundBytes:      raw.Broker.MaxInboundBytes.n,
 			StoreMaxBytes:        raw.Broker.StoreMaxBytes.n,
 		},
-		FacesMaxBytes: raw.Faces.MaxBytes.n,
+		FacesMaxBytes:      raw.Faces.MaxBytes.n,
+		IntakeMaxWhitelist: raw.Intake.MaxWhitelist,
 	}
 	if raw.JournalBatchWindow != nil {
 		p.JournalBatchWindow = time.Duration(*raw.JournalBatchWindow)
@@ -307,6 +316,10 @@ const minStoreBytes = 64 << 10
 
 // Smallest face store budget a profile may set (agent/config's own floor).
 const minFacesBytes = 1 << 20
+
+// Largest SetWhitelist a profile may allow (agent/config's own ceiling); a board that
+// refuses SetWhitelist tasks (0) is not a board default.
+const maxWhitelist = 10_000_000
 
 var knownArch = map[string]bool{"arm": true, "arm64": true, "amd64": true, "riscv64": true}
 
@@ -343,6 +356,8 @@ func validate(p *Profile, md toml.MetaData) (key, msg string) {
 			"(the store's keys and, as much again, its queued notifications live in that heap)", p.Broker.StoreMaxBytes, minStoreBytes>>10)
 	case md.IsDefined("faces", "max_bytes") && p.FacesMaxBytes < minFacesBytes:
 		return "max_bytes", fmt.Sprintf("faces.max_bytes %d must be at least %d MiB", p.FacesMaxBytes, minFacesBytes>>20)
+	case md.IsDefined("intake", "max_whitelist") && (p.IntakeMaxWhitelist < 1 || p.IntakeMaxWhitelist > maxWhitelist):
+		return "max_whitelist", fmt.Sprintf("intake.max_whitelist %d is out of range (1..%d)", p.IntakeMaxWhitelist, maxWhitelist)
 	}
 	for _, k := range []struct {
 		key string

@@ -139,6 +139,10 @@ func TestParseGood(t *testing.T) {
 	if err != nil || p.FacesMaxBytes != 256<<20 {
 		t.Fatalf("faces max_bytes: %+v, %v", p, err)
 	}
+	p, err = Parse("t", []byte(good+"[intake]\nmax_whitelist = 4000\n"))
+	if err != nil || p.IntakeMaxWhitelist != 4000 {
+		t.Fatalf("intake max_whitelist: %+v, %v", p, err)
+	}
 }
 
 // Each case edits one line of the good profile; the error must name the line and the problem.
@@ -175,6 +179,9 @@ func TestParseBad(t *testing.T) {
 		{"store bytes big", `data_dir = "/var/lib/faceagent"`, "data_dir = \"/var/lib/faceagent\"\n[broker]\nstore_max_bytes = \"64MiB\"", 13, "quarter of gomemlimit"},
 		{"store bytes small", `data_dir = "/var/lib/faceagent"`, "data_dir = \"/var/lib/faceagent\"\n[broker]\nstore_max_bytes = 1000", 13, "at least 64 KiB"},
 		{"faces bytes small", `data_dir = "/var/lib/faceagent"`, "data_dir = \"/var/lib/faceagent\"\n[faces]\nmax_bytes = \"64KiB\"", 13, "at least 1 MiB"},
+		{"whitelist zero", `data_dir = "/var/lib/faceagent"`, "data_dir = \"/var/lib/faceagent\"\n[intake]\nmax_whitelist = 0", 13, "intake.max_whitelist 0 is out of range (1..10000000)"},
+		{"whitelist huge", `data_dir = "/var/lib/faceagent"`, "data_dir = \"/var/lib/faceagent\"\n[intake]\nmax_whitelist = 10000001", 13, "out of range"},
+		{"whitelist typo", `data_dir = "/var/lib/faceagent"`, "data_dir = \"/var/lib/faceagent\"\n[intake]\nmax_whitelists = 10", 13, `unknown key "intake.max_whitelists"`},
 		{"empty description", `description = "test board"`, `description = " "`, 1, "description"},
 	}
 	for _, c := range cases {

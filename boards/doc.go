@@ -18,7 +18,7 @@
 //
 // # Profile file format
 //
-// TOML, flat but for the optional [broker] and [faces] tables; every key is required except goarm (required with goarch = "arm" only),
+// TOML, flat but for the optional [broker], [faces] and [intake] tables; every key is required except goarm (required with goarch = "arm" only),
 // serial_ports (may be empty) and journal_batch_window (required with journal_sync = "batch"
 // only). Unknown keys are errors.
 //
@@ -45,6 +45,10 @@
 //
 //	[faces]                                 # optional: the face store's disk budget for a
 //	max_bytes = "256MiB"                    # board with little storage; at least 1 MiB
+//
+//	[intake]                                # optional: the most persons of one
+//	max_whitelist = 4000                    # SetWhitelist, for a board with little memory;
+//	                                        # 1..10,000,000; the agent config's key wins
 //
 // # Choosing a journal sync policy
 //

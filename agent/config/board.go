@@ -18,6 +18,7 @@ import (
 //	[broker]  the bounds a small board needs smaller (boards.BrokerBounds), when it sets them
 //	          (the table does not switch the broker on)
 //	[faces]   max_bytes, when it sets it
+//	[intake]  max_whitelist, when it sets it
 //
 // and its serial ports fill in serial devices without a port (assignBoardPorts).
 //
@@ -52,6 +53,9 @@ func profileTOML(p boards.Profile) []byte {
 	}
 	if p.FacesMaxBytes > 0 {
 		b = fmt.Appendf(b, "[faces]\nmax_bytes = %d\n", p.FacesMaxBytes)
+	}
+	if p.IntakeMaxWhitelist > 0 {
+		b = fmt.Appendf(b, "[intake]\nmax_whitelist = %d\n", p.IntakeMaxWhitelist)
 	}
 	return b
 }

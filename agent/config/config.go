@@ -235,6 +235,9 @@ type Whitelist struct {
 	// MaxRecords bounds the distinct person records across terminals (a record several
 	// terminals share counts once).
 	MaxRecords int `toml:"max_records"`
+	// MaxSetTasks bounds the SetWhitelist tasks kept: pending (one a terminal) or finished
+	// with a result not yet reported. A SetWhitelist beyond it is dead-lettered.
+	MaxSetTasks int `toml:"max_set_tasks"`
 
 	// Reconcile turns whitelist sync on: a terminal whose heartbeat shows drift (a changed
 	// serial, a digest or a person count other than the desired list's) is listed and
@@ -444,6 +447,7 @@ var (
 		MaxTerminals: 1024,
 		MaxPersons:   100000,
 		MaxRecords:   200000,
+		MaxSetTasks:  1024,
 
 		Reconcile:      true,
 		MaxReconciling: 4,

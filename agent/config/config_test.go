@@ -346,6 +346,41 @@ func TestBoardFacesMaxBytes(t *testing.T) {
 	}
 }
 
+// The small boards take smaller SetWhitelist tasks than the default, in step with their
+// memory (the larger board's gomemlimit, the larger its bound); the file's value wins, and
+// a board whose bound the file's whitelist.max_persons undercuts is an error naming the key.
+func TestBoardIntakeMaxWhitelist(t *testing.T) {
+	prev := int64(0)
+	for _, name := range []string{"imx6ull-armv7", "rpi0-armv6"} { // increasing gomemlimit
+		p, err := boards.Lookup(name)
+		if err != nil || p.IntakeMaxWhitelist == 0 || p.IntakeMaxWhitelist >= defaultIntake.MaxWhitelist {
+			t.Fatalf("%s should set an intake max_whitelist below the default: %+v %v", name, p, err)
+		}
+		if p.GOMEMLIMIT <= prev {
+			t.Fatalf("%s: boards not in increasing gomemlimit", name)
+		}
+		prev = p.GOMEMLIMIT
+		base := "[agent]\ngateway_id = \"g\"\nboard = \"" + name + "\"\n[broker]\n"
+		c, err := Parse("f.toml", []byte(base), testOpts)
+		if err != nil || c.Intake.MaxWhitelist != p.IntakeMaxWhitelist {
+			t.Fatalf("%s: board max_whitelist not applied: %d %v", name, c.Intake.MaxWhitelist, err)
+		}
+		c, err = Parse("f.toml", []byte(base+"[intake]\nmax_whitelist = 9000\n"), testOpts)
+		if err != nil || c.Intake.MaxWhitelist != 9000 {
+			t.Fatalf("%s: explicit max_whitelist must win: %d %v", name, c.Intake.MaxWhitelist, err)
+		}
+		_, err = Parse("f.toml", []byte(base+"[whitelist]\nmax_persons = 100\n"), testOpts)
+		if err == nil || !strings.Contains(err.Error(), "intake.max_whitelist") {
+			t.Fatalf("%s: a max_persons below the board's max_whitelist: %v", name, err)
+		}
+	}
+	for _, name := range []string{"rpi4-arm64", "rk356x-arm64", "rpi3-armv7"} {
+		if p, err := boards.Lookup(name); err != nil || p.IntakeMaxWhitelist != 0 {
+			t.Fatalf("%s keeps the default max_whitelist: %+v %v", name, p, err)
+		}
+	}
+}
+
 func TestEffectiveConfigRoundTrips(t *testing.T) {
 	for _, f := range []string{"testdata/minimal.toml", "testdata/broker-only.toml", "testdata/serial.toml", "../../configs/agent.toml"} {
 		c, err := Load(f, testOpts)

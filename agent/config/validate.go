@@ -324,6 +324,9 @@ const (
 	// (the terminal protocol's most persons on one ListPersons page).
 	MaxReconciling = 1024
 	MaxListLimit   = 1000
+	// MaxSetTasks is whitelist.max_set_tasks' ceiling: a kept task costs a few hundred
+	// bytes of heap and of snapshot.
+	MaxSetTasks = 1 << 16
 )
 
 // Bounds of faces.max_bytes.
@@ -341,6 +344,9 @@ func (d *decoder) validateWhitelist(w Whitelist) {
 	}
 	if w.MaxRecords < 1 || w.MaxRecords > MaxWhitelistRecords {
 		d.errf("whitelist.max_records", "%d is out of range (1..%d)", w.MaxRecords, MaxWhitelistRecords)
+	}
+	if w.MaxSetTasks < 1 || w.MaxSetTasks > MaxSetTasks {
+		d.errf("whitelist.max_set_tasks", "%d is out of range (1..%d)", w.MaxSetTasks, MaxSetTasks)
 	}
 	if w.MaxReconciling < 1 || w.MaxReconciling > MaxReconciling {
 		d.errf("whitelist.max_reconciling", "%d is out of range (1..%d)", w.MaxReconciling, MaxReconciling)

@@ -160,6 +160,8 @@ func TestValidationErrors(t *testing.T) {
 		{"whitelist terminals zero", base + "[whitelist]\nmax_terminals = 0\n", "f.toml:6: whitelist.max_terminals: 0 is out of range (1..65536)"},
 		{"whitelist persons huge", base + "[whitelist]\nmax_persons = 10000001\n", "f.toml:6: whitelist.max_persons: 10000001 is out of range (1..10000000)"},
 		{"whitelist records negative", base + "[whitelist]\nmax_records = -1\n", "f.toml:6: whitelist.max_records: -1 is out of range (1..100000000)"},
+		{"set tasks zero", base + "[whitelist]\nmax_set_tasks = 0\n", "f.toml:6: whitelist.max_set_tasks: 0 is out of range (1..65536)"},
+		{"set tasks huge", base + "[whitelist]\nmax_set_tasks = 65537\n", "f.toml:6: whitelist.max_set_tasks: 65537 is out of range (1..65536)"},
 		{"reconciling zero", base + "[whitelist]\nmax_reconciling = 0\n", "f.toml:6: whitelist.max_reconciling: 0 is out of range (1..1024)"},
 		{"reconcile backoff zero", base + "[whitelist]\nbackoff_base = \"0s\"\n", "f.toml:6: whitelist.backoff_base: must be positive"},
 		{"reconcile backoff max below base", base + "[whitelist]\nbackoff_base = \"1m\"\nbackoff_max = \"30s\"\n",

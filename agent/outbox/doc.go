@@ -126,6 +126,10 @@
 // DeviceStatus.NoResult counts the unfinished ones, so that a caller tells the back
 // office's tasks pending from its own corrections.
 //
+// Options.Acked, when set, is told of each command with a result that an ack finished
+// (succeeded, or failed on a refusal), with its payload: the desired whitelists follow what
+// a terminal refused. In memory only, like NoResultDone.
+//
 // RetryFailed retries only a failed command that is still the latest intent for its person
 // on its device: once a later command for that person on that device was taken in, the
 // failed one is outdated, whatever became of the later one (queued, in flight, succeeded,

@@ -64,6 +64,15 @@ type Options struct {
 	// FaceChunk is the chunk size for devices whose DeviceConfig sets none. Default
 	// DefaultFaceChunk (64 KiB); at most face.MaxChunkSize.
 	FaceChunk int
+	// Acked, when set, is told of each command with a result (not Task.NoResult) that its
+	// terminal's ack finished: code 0 succeeded it, any other code failed it as a refusal.
+	// cmd is the command as sent (Try 0; its Payload is shared with the outbox, do not
+	// modify it; nil when it could not be read). It is called as NoResultDone is: once
+	// per ack that finished a command, after the outbox's lock is released, in the order
+	// the acks came; it must not block, and it may call the outbox. In memory only: an ack
+	// that finished a command just before a crash is not told again after the restart
+	// (the command's result is reported all the same).
+	Acked func(deviceID string, cmd Command, code int)
 
 	// Tests: how the payload file is created, and when it is rewritten (spill.go).
 	createSpill  func(path string) (spillFile, error)
@@ -130,8 +139,10 @@ type Outbox struct {
 
 	faces        FaceSource // Options.Faces: nil, no face step
 	faceChunk    int
-	faceIDPrefix string // makes the chunks' message ids unique across restarts
-	faceSeq      uint64 // and this among the chunks of every device
+	faceIDPrefix string                                       // makes the chunks' message ids unique across restarts
+	faceSeq      uint64                                       // and this among the chunks of every device
+	acked        func(deviceID string, cmd Command, code int) // Options.Acked
+	ackedCmds    []ackedCommand                               // for unlock to tell acked
 
 	afterSendFailed func() // test hook: runs after a Send error was handled
 	afterRepair     func() // test hooks: Options.afterRepair, afterCompact
@@ -184,6 +195,7 @@ func Open(dir string, sender Sender, opts *Options) (*Outbox, error) {
 		resultsC: make(chan struct{}, 1),
 
 		noResultDone: o.NoResultDone,
+		acked:        o.Acked,
 		afterRepair:  o.afterRepair, afterCompact: o.afterCompact,
 		faces: o.Faces, faceChunk: o.FaceChunk,
 	}
@@ -628,6 +640,9 @@ func (o *Outbox) ack(deviceID, messageID string, code int, message string, a *fa
 		if a == nil && o.noResultDone != nil && o.t.noResult(it) {
 			a = &face.Ack{MessageID: messageID, Code: code, Message: message}
 		}
+		if o.acked != nil && !o.t.noResult(it) {
+			o.noteAcked(it, code)
+		}
 		switch again, reason := false, ""; {
 		case code == 0:
 			d.live.failures, d.live.trips, d.live.breakerUntil = 0, 0, 0
@@ -650,6 +665,27 @@ func (o *Outbox) ack(deviceID, messageID string, code int, message string, a *fa
 	o.touch(d)
 	o.rearm()
 	o.startSendsLocked()
+}
+
+// ackedCommand is a command an ack finished, for unlock to hand to Options.Acked.
+type ackedCommand struct {
+	cmd  Command
+	code int
+}
+
+// noteAcked queues Options.Acked's call for it, which an ack with code is about to
+// finish. Its payload is the one kept from its last send, or read again (a late ack of a
+// command sent before a restart); a payload that cannot be read is passed as nil.
+func (o *Outbox) noteAcked(it *item, code int) {
+	d := it.dev
+	var payload []byte
+	if d.live.payItem == it {
+		payload = d.live.pay
+	} else if p, err := o.t.payload(it); err == nil {
+		payload = p
+	}
+	o.ackedCmds = append(o.ackedCmds, ackedCommand{code: code, cmd: Command{MessageID: it.id(), TaskID: it.task(),
+		DeviceID: d.id, Op: o.t.opOf(it), PersonID: it.person(), Payload: payload}})
 }
 
 // Heartbeat reports that a device is alive: it is online for HeartbeatTimeout from now.

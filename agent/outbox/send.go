@@ -77,6 +77,17 @@ func (o *Outbox) unlock() {
 	if len(o.queryDone) > 0 {
 		done, o.queryDone = o.queryDone, nil
 	}
+	var oneAcked [1]ackedCommand
+	var acked []ackedCommand
+	switch len(o.ackedCmds) { // as o.inline: one ack's command (the common case) is copied out
+	case 0:
+	case 1:
+		oneAcked[0], o.ackedCmds[0] = o.ackedCmds[0], ackedCommand{}
+		o.ackedCmds = o.ackedCmds[:0]
+		acked = oneAcked[:]
+	default:
+		acked, o.ackedCmds = o.ackedCmds, nil
+	}
 	switch len(o.inline) {
 	case 0:
 	case 1:
@@ -93,6 +104,9 @@ func (o *Outbox) unlock() {
 		retired.Close()
 	}
 	runQueryDone(done)
+	for i := range acked {
+		o.acked(acked[i].cmd.DeviceID, acked[i].cmd, acked[i].code)
+	}
 }
 
 // sendInline makes non-blocking sends on the calling goroutine. A failed one is handled

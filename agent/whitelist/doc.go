@@ -82,7 +82,8 @@
 //     failed once MaxSetFailures reconciliations in a row failed or did not take (then
 //     reconciliation goes on for drift). FinishSet runs as an effect.
 //   - A refused AddPerson excludes that record (Exclude), so a refusal never becomes a
-//     repair loop; more than MaxRefusals in one reconciliation, a refused DeletePerson or
+//     repair loop (the root does the same for a back office AddPerson task the terminal
+//     refused, and includes the record again when a task with it succeeds); more than MaxRefusals in one reconciliation, a refused DeletePerson or
 //     ListPersons, codes 21 to 23, a command without a reply (err, or none within
 //     StepTimeout) and a malformed page (more than the limit, ids not increasing or not
 //     after the previous page, next not the page's last id, a bad rev) fail it.

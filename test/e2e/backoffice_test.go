@@ -23,6 +23,7 @@ type backOffice struct {
 	c       *paho.Client
 	mu      sync.Mutex
 	results map[string]wire.Result
+	all     []wire.Result // every result received, copies included, in arrival order
 	dead    []wire.DeadLetter
 	acks    int
 	ackIDs  []string                     // the messageIds of the forwarded acks, in arrival order
@@ -108,6 +109,7 @@ func connectBackOfficeAs(t testing.TB, addr, gw, clientID string, cleanStart boo
 					t.Errorf("bad result %s: %v", pr.Packet.Payload, err)
 				}
 				bo.results[r.TaskID] = r
+				bo.all = append(bo.all, r)
 			case topic == prefix+"deadletter":
 				d, err := wire.ParseDeadLetter(pr.Packet.Payload)
 				if err != nil {

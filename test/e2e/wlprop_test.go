@@ -34,12 +34,15 @@ const (
 )
 
 // The whole daemon against a model, with replayable seeds: random tasks (AddPerson and
-// DeletePerson, alone or in arrays, some delivered twice) to random terminals, random
+// DeletePerson, alone or in arrays, some delivered twice, and SetWhitelist replacing a
+// terminal's whole list) to random terminals, random
 // terminal faults (factory reset, replacement, a person added, deleted or its rev changed
 // by hand, a DeletePerson refused) and random agent restarts (SIGTERM or SIGKILL of the
 // agent's process). At the end every terminal holds exactly the desired list the taken
 // tasks make — computed here from the tasks, not read from the agent — with the agent's
-// revs, every taken task has its result, and the agent counts every terminal in sync. A
+// revs, every taken task has its result (a SetWhitelist's succeeded, with the counts the
+// model computed against the list it replaced, or superseded by a later one), and the
+// agent counts every terminal in sync. A
 // failure names the seed and the steps; -wlprop.seed replays it.
 func TestWhitelistSyncProperty(t *testing.T) {
 	seeds, steps := propSeedsShort, propStepsShort
@@ -75,8 +78,7 @@ func TestWhitelistSyncProperty(t *testing.T) {
 	}
 }
 
-// propOp is one kind of step, drawn by weight. A SetWhitelist op would be one more entry
-// whose run publishes the task and replaces p.model[dev].
+// propOp is one kind of step, drawn by weight.
 type propOp struct {
 	name   string
 	weight int
@@ -98,6 +100,26 @@ var propOps = []propOp{
 			ts[i] = p.taskFor(dev, op)
 		}
 		p.publish(ts...)
+	}},
+	{"set-whitelist", 6, func(p *propRun) {
+		// A list over the shared pool: of each id, kept as the model has it, renamed, or
+		// left out, so that the task adds, changes, keeps and deletes.
+		dev := p.dev()
+		persons := []face.Person{}
+		for i := range propPersons {
+			id := fmt.Sprint("p", i)
+			name, held := p.model[dev][id]
+			switch k := p.r.IntN(3); {
+			case k == 0:
+				continue
+			case k == 1 && held:
+			default:
+				p.name++
+				name = fmt.Sprint("name ", p.name)
+			}
+			persons = append(persons, face.Person{ID: id, Name: name})
+		}
+		p.publish(wire.Task{TaskID: p.nextTaskID(), DeviceID: dev, Op: wire.SetWhitelist, Persons: persons})
 	}},
 	{"redeliver", 6, func(p *propRun) {
 		if len(p.lastMsg) > 0 {
@@ -162,6 +184,7 @@ type propRun struct {
 	model              map[string]map[string]string // device → person id → name: what the taken tasks desire
 	taken              []string                     // the taken tasks' ids
 	results            map[string]wire.Result
+	setCounts          map[string]wire.WhitelistCounts // SetWhitelist task id → its counts against the model
 	lastMsg            []byte
 	tasks, extra, name int
 	trace              []string
@@ -169,7 +192,7 @@ type propRun struct {
 
 func newPropRun(t *testing.T, seed uint64) *propRun {
 	p := &propRun{t: t, r: rand.New(rand.NewPCG(seed, seed^0x5eed)), addr: freeLoopbackAddr(t), metricsAddr: freeLoopbackAddr(t),
-		model: map[string]map[string]string{}, results: map[string]wire.Result{}}
+		model: map[string]map[string]string{}, results: map[string]wire.Result{}, setCounts: map[string]wire.WhitelistCounts{}}
 	src := fmt.Sprintf(`[agent]
 gateway_id = "gw-p"
 data_dir = %q
@@ -207,6 +230,12 @@ list_limit = 5
 	t.Cleanup(func() { fleet.Close() })
 	p.fleet = fleet
 	p.bo = connectBackOfficeSession(t, p.addr, "gw-p", 3600)
+	// Every terminal managed from the start: an empty SetWhitelist gives each a desired
+	// list, which the model says it holds (a terminal no task named keeps what it holds,
+	// persons added by hand included, and is not judged in sync).
+	for _, dev := range p.devs {
+		p.publish(wire.Task{TaskID: p.nextTaskID(), DeviceID: dev, Op: wire.SetWhitelist, Persons: []face.Person{}})
+	}
 	return p
 }
 
@@ -284,16 +313,43 @@ func (p *propRun) publish(ts ...wire.Task) {
 		b, _ = json.Marshal(ts)
 	}
 	for _, t := range ts {
+		if t.Op == wire.SetWhitelist {
+			var list []string
+			for _, q := range t.Persons {
+				list = append(list, fmt.Sprintf("%s=%q", q.ID, q.Name))
+			}
+			p.note(fmt.Sprintf("  %s %s %s [%s]", t.TaskID, t.DeviceID, t.Op, strings.Join(list, " ")))
+			continue
+		}
 		p.note(fmt.Sprintf("  %s %s %s %s %q", t.TaskID, t.DeviceID, t.Op, t.Person.ID, t.Person.Name))
 	}
 	p.bo.publish("faceagent/gw-p/tasks", b)
 	p.lastMsg = b
 	for _, t := range ts {
 		p.taken = append(p.taken, t.TaskID)
-		if t.Op == face.AddPerson {
+		switch t.Op {
+		case face.AddPerson:
 			p.model[t.DeviceID][t.Person.ID] = t.Person.Name
-		} else {
+		case face.DeletePerson:
 			delete(p.model[t.DeviceID], t.Person.ID)
+		case wire.SetWhitelist:
+			old, list := p.model[t.DeviceID], map[string]string{}
+			var c wire.WhitelistCounts
+			for _, q := range t.Persons {
+				list[q.ID] = q.Name
+				if name, ok := old[q.ID]; ok && name == q.Name {
+					c.Unchanged++
+				} else {
+					c.Added++
+				}
+			}
+			for id := range old {
+				if _, ok := list[id]; !ok {
+					c.Deleted++
+				}
+			}
+			p.setCounts[t.TaskID] = c
+			p.model[t.DeviceID] = list
 		}
 	}
 }
@@ -342,13 +398,32 @@ func (p *propRun) converge() {
 			if err := p.fleet.Violations(); err != nil {
 				p.t.Error(err)
 			}
+			p.checkSetResults()
 			return
 		}
 		if time.Now().After(deadline) {
-			p.t.Fatalf("not converged within 90 s: %d taken tasks without a result, %v of %d terminals in sync; %s",
-				missing, inSync, len(p.devs), strings.Join(wrong, "; "))
+			p.t.Fatalf("not converged within 90 s: %d taken tasks without a result, %v of %d terminals in sync; %s\n%s\n%s\n%s",
+				missing, inSync, len(p.devs), strings.Join(wrong, "; "), grepLines(text, "faceagent_terminal_in_sync{"),
+				grepLines(text, "faceagent_desired_persons{"), grepLines(text, "faceagent_queue_depth{"))
 		}
 		<-tick.C
+	}
+}
+
+// checkSetResults checks each SetWhitelist's result: succeeded with the counts the model
+// computed when it was taken, or superseded by a later SetWhitelist for its terminal.
+func (p *propRun) checkSetResults() {
+	for id, want := range p.setCounts {
+		r := p.results[id]
+		switch r.Status {
+		case wire.Superseded:
+		case wire.Succeeded:
+			if r.WhitelistCounts == nil || *r.WhitelistCounts != want {
+				p.t.Errorf("SetWhitelist %s: counts %+v, want %+v", id, r.WhitelistCounts, want)
+			}
+		default:
+			p.t.Errorf("SetWhitelist %s: result %+v, want succeeded or superseded", id, r)
+		}
 	}
 }
 
