@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -250,7 +251,9 @@ func (r *Reconciler) Heartbeat(dev string, h face.Heartbeat) {
 				t.kept, t.failures, t.notBefore, t.verify, t.match = 0, 0, time.Time{}, false, false
 				r.drifted(t, bySerial)
 			}
-			t.serial = h.Serial
+			if h.Serial != t.serial {
+				t.serial = strings.Clone(h.Serial) // not the heartbeat message's memory
+			}
 		}
 	}
 	t.seen, t.protocol, t.digest, t.persons = true, v, d, h.Persons
@@ -380,6 +383,8 @@ func (r *Reconciler) Status(dev string) Status {
 func (r *Reconciler) term(dev string) *term {
 	t := r.terms[dev]
 	if t == nil {
+		// A copy: dev may share the memory of a whole parsed message (agent/wire, device/face).
+		dev = strings.Clone(dev)
 		t = &term{dev: dev}
 		r.terms[dev] = t
 	}
