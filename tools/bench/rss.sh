@@ -60,7 +60,9 @@ go build -o "$tmp/taskctl" ./tools/taskctl
 desired=${RSS_DESIRED:-}
 case "$desired" in
 "") ;;
-site | distinct) go build -o "$tmp/wlfootprint" ./tools/bench/wlfootprint ;;
+site) go build -o "$tmp/wlfootprint" ./tools/bench/wlfootprint ;;
+# 640,000 records take the agent seconds to replay before its broker listens.
+distinct) go build -o "$tmp/wlfootprint" ./tools/bench/wlfootprint && startwait=$((startwait + 20)) ;;
 *) echo "rss.sh: RSS_DESIRED must be site or distinct" >&2; exit 2 ;;
 esac
 
