@@ -97,18 +97,19 @@ func record(p *face.Person) whitelist.Record {
 // restorer returns what puts the person id on dev back as it is now: its record, or no
 // record (a person a refusal excluded is not desired either way, so it comes back as
 // absent), or no list at all for a terminal the store did not know.
+//
+// One closure per case, each capturing only what it needs: the intake makes one for every
+// task, and most (a person new to a known terminal) need no record.
 func (d desiredLists) restorer(dev, id string) func() error {
-	known, _ := d.s.Known(dev)
-	r, ok := d.s.Get(dev, id)
-	return func() error {
-		if !known {
-			return d.s.Forget(dev)
-		}
-		if ok {
-			return d.s.Set(dev, r)
-		}
-		return d.s.Delete(dev, id)
+	s := d.s
+	if known, _ := s.Known(dev); !known {
+		return func() error { return s.Forget(dev) }
 	}
+	r, ok := s.Get(dev, id)
+	if !ok {
+		return func() error { return s.Delete(dev, id) }
+	}
+	return func() error { return s.Set(dev, r) }
 }
 
 // refusal words the store's refusals for the deadletter, naming the config key of the

@@ -11,6 +11,12 @@ import (
 // The writer goroutine and the writes to the open segment it shares with WriteOut
 // (writeout.go): batches, fsyncs, rotation, and how a failure is recorded and reported.
 
+// maxSpareBuffer bounds the write buffer kept for the next batch. A batch larger than that
+// (a burst, a whitelist's 256 KiB parts) gets a buffer of its own, which goes with it: the
+// two buffers would otherwise stay at the largest batch's size, idle, while the process
+// runs. Below it a steady stream of batches reuses the same two buffers.
+const maxSpareBuffer = 64 << 10
+
 // run is the writer goroutine: it owns the open segment. Every append kicks it; it takes
 // everything queued, writes it with one write and one fsync, and wakes the waiters. Appends
 // that arrive during the fsync form the next batch: that is the group commit.
@@ -231,7 +237,7 @@ func (j *Journal) writeLocked(b []byte, upto Seq, byWriteOut bool) error {
 		}
 	}
 	j.mu.Lock()
-	if cap(b) <= 4<<20 { // do not pin a huge buffer after a burst
+	if cap(b) <= maxSpareBuffer { // a large batch's buffer would stay, idle, after it
 		j.spare = b[:0]
 	}
 	if err != nil {

@@ -147,6 +147,32 @@ func BenchmarkSetIn10k(b *testing.B) {
 	}
 }
 
+// BenchmarkSetKnown: the intake's case at a site, a task's AddPerson setting on one
+// terminal a record another terminal holds already (no fsync: the intake flushes once per
+// message).
+func BenchmarkSetKnown(b *testing.B) {
+	s, err := Open(b.TempDir(), Options{Journal: journal.Options{Sync: journal.SyncNone}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	list := siteList(10_000, 0)
+	if _, err := s.Replace("site", list); err != nil {
+		b.Fatal(err)
+	}
+	devs := make([]string, 64)
+	for i := range devs {
+		devs[i] = fmt.Sprintf("t%02d", i+1)
+	}
+	i := 0
+	for b.Loop() {
+		if err := s.Set(devs[i/len(list)%len(devs)], list[i%len(list)]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
 // BenchmarkDiffScan10k compares a terminal's list of 10,000 persons, read in ListPersons
 // pages of 100, with the desired list; 1 % of the records differ.
 func BenchmarkDiffScan10k(b *testing.B) {

@@ -114,7 +114,8 @@
 // it removes a chunk's last member). Sixty-four terminals with the same list share
 // every chunk and every record; each terminal costs a slice of chunk pointers. A member
 // is a 32-bit record index; its top bit marks a refusal's exclusion. Figures:
-// docs/benchmarks.md, "agent/whitelist: desired whitelists".
+// docs/benchmarks.md, "agent/whitelist: desired whitelists" (tools/bench/wlfootprint
+// measures a store in processes of its own).
 //
 // # Invariants
 //

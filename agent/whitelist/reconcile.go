@@ -268,8 +268,9 @@ func (r *Reconciler) Heartbeat(dev string, h face.Heartbeat) {
 				t.failures, t.notBefore, t.verify, t.match = 0, time.Time{}, false, false
 				r.drifted(t, bySerial)
 			}
-			t.serial = h.Serial
-			r.effects = append(r.effects, func() { r.keepSerial(dev, h.Serial) })
+			t.serial = strings.Clone(h.Serial) // not the heartbeat message's memory
+			serial := t.serial
+			r.effects = append(r.effects, func() { r.keepSerial(dev, serial) })
 		}
 	}
 	t.seen, t.protocol, t.digest, t.persons = true, v, d, h.Persons
@@ -402,6 +403,8 @@ func (r *Reconciler) Status(dev string) Status {
 func (r *Reconciler) term(dev string) *term {
 	t := r.terms[dev]
 	if t == nil {
+		// A copy: dev may share the memory of a whole parsed message (agent/wire, device/face).
+		dev = strings.Clone(dev)
 		// The serial seen before a restart: a terminal replaced meanwhile is serial drift.
 		t = &term{dev: dev, serial: r.opt.Store.Serial(dev)}
 		r.terms[dev] = t

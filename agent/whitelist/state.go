@@ -310,7 +310,8 @@ func (st *state) apply(dev string, whole bool, ops []op) {
 	}
 	if t == nil {
 		t = &terminal{}
-		st.terms[dev] = t
+		// A copy: dev may share the memory of a whole parsed task message (agent/wire).
+		st.terms[strings.Clone(dev)] = t
 	}
 	if whole {
 		t.whole = true

@@ -187,7 +187,10 @@ func (s *Store) Set(dev string, r Record) error {
 	if err := checkRecord(&r); err != nil {
 		return err
 	}
-	data, rev := string(appendFields(nil, &r)), r.Rev()
+	// The full form is built on the stack: most Sets name a record the store holds already
+	// (the terminals of a site hold the same persons), and only a new one becomes a string.
+	var scratch [256]byte
+	data, rev := appendFields(scratch[:0], &r), r.Rev()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -195,7 +198,7 @@ func (s *Store) Set(dev string, r Record) error {
 	}
 	t := s.st.terms[dev]
 	old, had := s.st.member(t, r.ID)
-	idx, known, sameRev := s.st.lookup([]byte(data), rev)
+	idx, known, sameRev := s.st.lookup(data, rev)
 	switch {
 	case had && known && old == idx:
 		return nil // desired exactly so already
@@ -208,7 +211,7 @@ func (s *Store) Set(dev string, r Record) error {
 	}
 	short := known && sameRev == 1
 	if !known {
-		idx = s.st.intern(data, rev)
+		idx = s.st.intern(string(data), rev)
 	}
 	return s.update(dev, false, nil, []op{{kind: opSet, id: r.ID, ref: idx, short: short}})
 }

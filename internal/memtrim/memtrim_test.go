@@ -1,6 +1,8 @@
 package memtrim
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,21 +89,25 @@ func FuzzReadOnlySegments(f *testing.F) {
 // rssFile reads RssFile from /proc/self/status, in kB.
 func rssFile(t *testing.T) int {
 	t.Helper()
+	kb, err := readRSSFile()
+	if err != nil {
+		t.Skip(err)
+	}
+	return kb
+}
+
+// readRSSFile is rssFile for any goroutine: it reports what is missing as an error.
+func readRSSFile() (int, error) {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
-		t.Skip("no /proc/self/status:", err)
+		return 0, err
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if f := strings.Fields(line); len(f) == 3 && f[0] == "RssFile:" {
-			kb, err := strconv.Atoi(f[1])
-			if err != nil {
-				t.Fatalf("RssFile: %v", err)
-			}
-			return kb
+			return strconv.Atoi(f[1])
 		}
 	}
-	t.Skip("no RssFile in /proc/self/status")
-	return 0
+	return 0, errors.New("no RssFile in /proc/self/status")
 }
 
 func TestReleaseImage(t *testing.T) {
@@ -161,6 +167,53 @@ func TestQuietReleaseReturnsFreeHeap(t *testing.T) {
 		if free := s[0].Value.Uint64(); free >= r.Free {
 			t.Fatalf("free resident heap %d after the release, %d before", free, r.Free)
 		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no release within 10 s after a 16 MiB burst went quiet")
+	}
+}
+
+// TestQuietReleaseReleasesImage: the release after a burst also drops the binary's
+// read-only pages the burst faulted in, as ReleaseImage does after start-up.
+func TestQuietReleaseReleasesImage(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("ReleaseImage is Linux-only")
+	}
+	before := rssFile(t) // skips the test where there is no RssFile
+	type seen struct {
+		r       Release
+		rssFile int // kB, read at once after the release
+		err     error
+	}
+	released := make(chan seen, 4)
+	q := StartQuietRelease(50*time.Millisecond, func(r Release) {
+		kb, err := readRSSFile()
+		released <- seen{r, kb, err}
+	})
+	defer q.Stop()
+	// The burst runs code (fmt, strconv) and allocates 16 MiB that it then drops.
+	var sb strings.Builder
+	for i := range 4096 {
+		sink = append(sink, make([]byte, 4096))
+		fmt.Fprintf(&sb, "%d %v %q\n", i, time.Duration(i), "x")
+	}
+	sink = nil
+	before = max(before, rssFile(t))
+	runtime.GC()
+	select {
+	case s := <-released:
+		if s.err != nil {
+			t.Fatal(s.err)
+		}
+		if s.r.ImageErr != nil {
+			t.Fatal(s.r.ImageErr)
+		}
+		if s.r.Image == 0 {
+			t.Fatal("the release after a burst left the binary's pages mapped")
+		}
+		if s.rssFile >= before {
+			t.Fatalf("RssFile %d kB after the burst, %d kB after the release", before, s.rssFile)
+		}
+		t.Logf("RssFile %d kB -> %d kB", before, s.rssFile)
 	case <-time.After(10 * time.Second):
 		t.Fatal("no release within 10 s after a 16 MiB burst went quiet")
 	}

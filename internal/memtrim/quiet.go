@@ -27,6 +27,12 @@ const maxStackRounds = 4
 type Release struct {
 	Free     uint64 // free heap still resident before the release
 	Released uint64 // how much of the heap was returned to the kernel by it
+	// Image is the address space of the binary's read-only segments advised away after
+	// the heap (ReleaseImage): the code and data the burst touched (the intake's parser,
+	// the journals' writers) are resident again only once used. ImageErr is ReleaseImage's
+	// error, if any; the heap's release stands either way.
+	Image    int64
+	ImageErr error
 }
 
 // QuietRelease returns free heap to the kernel when the process goes quiet after
@@ -119,13 +125,17 @@ func (q *QuietRelease) release() {
 			break
 		}
 	}
+	// The burst that left free heap also ran code that quiet work does not: drop the
+	// image's pages too, as after start-up. They stay in the page cache; those the quiet
+	// process uses fault back in (minor faults).
+	image, imageErr := ReleaseImage()
 	q.watchGrowth(m.HeapAlloc, m.NumGC, q.after)
 	if q.onRelease != nil {
 		var gained uint64
 		if m.HeapReleased > releasedBefore {
 			gained = m.HeapReleased - releasedBefore
 		}
-		q.onRelease(Release{Free: free, Released: gained})
+		q.onRelease(Release{Free: free, Released: gained, Image: image, ImageErr: imageErr})
 	}
 }
 

@@ -15,6 +15,13 @@
 #
 # Usage: tools/bench/rss.sh [extra environment for the agent, e.g. GOMEMLIMIT=10MiB]
 #        RSS_ARCH=arm tools/bench/rss.sh    (or arm64) the ARM build under qemu-user
+#        RSS_DESIRED=site tools/bench/rss.sh    (or distinct) with desired whitelists
+#
+# RSS_DESIRED gives the 64 terminals desired whitelists of 10,000 persons before the agent
+# starts (tools/bench/wlfootprint -phase fill into data_dir/whitelist, as 64 SetWhitelists
+# would leave them): site, every terminal the same list; distinct, each its own (with
+# [whitelist] max_records raised to hold them). The agent replays them at start and keeps
+# them; compare with a run without RSS_DESIRED for what they add.
 #
 # Under qemu-user the process is qemu, whose own memory (its translation cache) says nothing
 # about the agent's. RSS_ARCH prints instead an estimate of the agent's RSS on the board: the
@@ -50,6 +57,14 @@ esac
 CGO_ENABLED=0 GOOS=linux GOARCH=${arch:-$(go env GOARCH)} GOARM=7 go build -trimpath -ldflags '-s -w' -o "$tmp/faceagent" ./agent/cmd/faceagent
 go build -o "$tmp/facesim" ./tools/facesim
 go build -o "$tmp/taskctl" ./tools/taskctl
+desired=${RSS_DESIRED:-}
+case "$desired" in
+"") ;;
+site) go build -o "$tmp/wlfootprint" ./tools/bench/wlfootprint ;;
+# 640,000 records take the agent seconds to replay before its broker listens.
+distinct) go build -o "$tmp/wlfootprint" ./tools/bench/wlfootprint && startwait=$((startwait + 20)) ;;
+*) echo "rss.sh: RSS_DESIRED must be site or distinct" >&2; exit 2 ;;
+esac
 
 port=${RSS_PORT:-18931}
 metrics_port=$((port + 1))
@@ -57,6 +72,7 @@ ids=""
 {
 	printf '[agent]\ngateway_id = "rss-gw"\ndata_dir = "%s/data"\n' "$tmp"
 	printf '[broker]\nlisten = "127.0.0.1:%s"\nallow_anonymous = true\n' "$port"
+	[ "$desired" = distinct ] && printf '[whitelist]\nmax_records = 700000\n'
 	printf '[journal]\nsync = "batch"\n[dispatch]\nretry_interval = "1m"\nbackoff_max = "2m"\n[log]\nlevel = "error"\n[metrics]\nlisten = "127.0.0.1:%s"\n' "$metrics_port"
 	for i in $(seq -w 1 64); do
 		printf '[[devices]]\nid = "t%s"\n' "$i"
@@ -86,6 +102,10 @@ classes() {
 
 run() { # uses $label and $connect (yes: start the 64 terminals)
 	rm -rf "$tmp/data"
+	if [ -n "$desired" ]; then
+		mkdir -p "$tmp/data"
+		"$tmp/wlfootprint" -phase fill -case "$desired" -dir "$tmp/data/whitelist" -prefix t >/dev/null
+	fi
 	env ${AGENT_ENV:-} $runner "$tmp/faceagent" -config "$tmp/agent.toml" 2>"$tmp/agent.log" &
 	agent_pid=$!
 	sleep "$startwait"
@@ -114,5 +134,5 @@ run() { # uses $label and $connect (yes: start the 64 terminals)
 	agent_pid=""
 }
 AGENT_ENV="$*"
-label="[${AGENT_ENV:-default}]" connect=no run
-label="[${AGENT_ENV:-default}]" connect=yes run
+label="[${AGENT_ENV:-default}${desired:+, desired $desired}]" connect=no run
+label="[${AGENT_ENV:-default}${desired:+, desired $desired}]" connect=yes run

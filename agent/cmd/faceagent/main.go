@@ -148,7 +148,10 @@ func serve(cfg *config.Config, path string, stderr io.Writer) int {
 	defer signal.Stop(hup)
 
 	quiet := memtrim.StartQuietRelease(quietRelease, func(r memtrim.Release) {
-		log.Debug("free heap returned to the kernel", "free", r.Free, "released", r.Released)
+		log.Debug("free heap returned to the kernel", "free", r.Free, "released", r.Released, "image", r.Image)
+		if r.ImageErr != nil {
+			log.Debug("the binary's pages were not released", "err", r.ImageErr)
+		}
 	})
 	defer quiet.Stop()
 
