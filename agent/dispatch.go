@@ -11,6 +11,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/mqttlink"
+	"github.com/seed0e69bba5/faceagent/device/serial"
 )
 
 // OutboxDir is the outbox's journal directory inside agent.data_dir.
@@ -58,9 +59,7 @@ func openOutbox(cfg *config.Config, sender outbox.Sender, log *slog.Logger,
 	journalFailed func(error), fs outbox.FaceSource) (*outbox.Outbox, error) {
 	devs := map[string]outbox.DeviceConfig{}
 	for i := range cfg.Devices {
-		dc := deviceConfig(&cfg.Devices[i])
-		dc.FaceChunk = faceChunk(cfg, &cfg.Devices[i])
-		devs[cfg.Devices[i].ID] = dc
+		devs[cfg.Devices[i].ID] = deviceConfig(cfg, &cfg.Devices[i])
 	}
 	jo := syncOptions(cfg.Journal)
 	jo.OnFailure = journalFailed
@@ -79,14 +78,22 @@ func openOutbox(cfg *config.Config, sender outbox.Sender, log *slog.Logger,
 }
 
 // deviceConfig maps a [[devices]] entry onto the outbox's per-device configuration: its
-// retry_interval, max_tries and heartbeat_timeout override [dispatch] (zero: [dispatch]).
-func deviceConfig(d *config.Device) outbox.DeviceConfig {
-	return outbox.DeviceConfig{
+// retry_interval, max_tries and heartbeat_timeout override [dispatch] (zero: [dispatch]);
+// its face chunk and, for a serial terminal, the frame a command (a batch) must fit.
+// Opening the outbox and a remote override's SetDevice both use it, so an override never
+// drops what the file set.
+func deviceConfig(cfg *config.Config, d *config.Device) outbox.DeviceConfig {
+	dc := outbox.DeviceConfig{
 		NoHeartbeat:      !d.HasHeartbeat(),
 		RetryInterval:    d.RetryInterval.Duration,
 		MaxTries:         d.MaxTries,
 		HeartbeatTimeout: d.HeartbeatTimeout.Duration,
+		FaceChunk:        faceChunk(cfg, d),
 	}
+	if d.Transport == config.TransportSerial {
+		dc.MaxCommandBytes = serial.DefaultMaxPayload
+	}
+	return dc
 }
 
 // settings maps [dispatch] onto the outbox's settings.
@@ -97,6 +104,7 @@ func settings(d config.Dispatch) outbox.Settings {
 		HeartbeatTimeout: d.HeartbeatTimeout.Duration,
 		MaxBackoff:       d.BackoffMax.Duration,
 		FailedRetention:  d.FailedRetention.Duration,
+		MaxBatch:         d.MaxBatch,
 	}
 }
 

@@ -47,9 +47,13 @@ func (s storeFaces) ReadFace(sha string, p []byte, off int64) (int, error) {
 	return n, err
 }
 
-// faceChunk is the PutFace chunk size for device d: [faces] chunk_serial for a serial
-// terminal (at most what one frame carries), chunk_mqtt for an MQTT one.
+// faceChunk is the PutFace chunk size for device d: its own face_chunk, else [faces]
+// chunk_serial for a serial terminal (at most what one frame carries), chunk_mqtt for an
+// MQTT one.
 func faceChunk(cfg *config.Config, d *config.Device) int {
+	if d.FaceChunk > 0 {
+		return int(d.FaceChunk) // validated against its transport's bound
+	}
 	if d.Transport == config.TransportSerial {
 		return min(int(cfg.Faces.ChunkSerial), face.ChunkLimitFor(serial.DefaultMaxPayload))
 	}

@@ -19,11 +19,15 @@ type wireBytes struct {
 	mu                  sync.Mutex
 	cmds, acks, data    int
 	putFaces, addPerson int
+	addPersons          int
 }
 
 func (w *wireBytes) command(c face.Command, have int) {
 	p, _ := c.AppendMsg(nil)
 	a := face.Ack{MessageID: c.MessageID, Have: have}
+	for _, p := range c.Persons { // an AddPersons ack: one result a person
+		a.Results = append(a.Results, face.Result{ID: p.ID})
+	}
 	ap, _ := a.AppendMsg(nil)
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -35,6 +39,8 @@ func (w *wireBytes) command(c face.Command, have int) {
 		w.putFaces++
 	case face.AddPerson:
 		w.addPerson++
+	case face.AddPersons:
+		w.addPersons++
 	}
 }
 
@@ -42,21 +48,30 @@ func (w *wireBytes) seconds(baud int) float64 { return float64(w.cmds+w.acks) * 
 
 // BenchmarkFacesSerialWireBound: 1,000 persons, each with its own 1 KiB template, to one
 // terminal on a serial line paced to 115,200 baud (the simulator's Baud): the face of each
-// goes first (one PutFace), then the person. Reported beside the wire-bound time of the
-// same run: every command frame and every ack frame at 10 bits a byte, one after another.
+// goes first (one PutFace), then the person: single, one AddPerson a person; batch30, the
+// terminal announcing batch 30 and [dispatch] max_batch 30, so the persons queued behind
+// the first go in AddPersons batches (each batch's faces first, each batch within one
+// frame). Reported beside the wire-bound time of the same run: every command frame and
+// every ack frame at 10 bits a byte, one after another.
 // Run once: go test -run '^$' -bench BenchmarkFacesSerialWireBound -benchtime 1x ./agent/
 func BenchmarkFacesSerialWireBound(b *testing.B) {
+	b.Run("single", func(b *testing.B) { benchFacesSerialWireBound(b, 1) })
+	b.Run("batch30", func(b *testing.B) { benchFacesSerialWireBound(b, 30) })
+}
+
+func benchFacesSerialWireBound(b *testing.B, batch int) {
 	const persons, size, baud = 1000, 1 << 10, 115200
 	for range b.N {
 		var w wireBytes
 		r := newFaceRig(b, "serial", []string{"t1"}, sim.Options{Seed: 5, Baud: baud, HeartbeatInterval: 2 * time.Second,
+			Batch: batch,
 			OnCommand: func(_ string, c face.Command) {
 				have := 0
 				if c.Op == face.PutFace {
 					have = c.Face.Offset + len(c.Face.Data)
 				}
 				w.command(c, have)
-			}}, outbox.Settings{RetryInterval: 5 * time.Second, HeartbeatTimeout: 10 * time.Second}, 4<<10)
+			}}, outbox.Settings{RetryInterval: 5 * time.Second, HeartbeatTimeout: 10 * time.Second, MaxBatch: batch}, 4<<10)
 		var ids []string
 		var personBytes int
 		shas := make([]string, persons)
@@ -90,6 +105,7 @@ func BenchmarkFacesSerialWireBound(b *testing.B) {
 		b.ReportMetric(float64(personBytes)/persons, "person-B/person")
 		b.ReportMetric(100*float64(wire-personBytes)/float64(personBytes), "overhead-%")
 		b.ReportMetric(float64(w.putFaces), "putfaces")
+		b.ReportMetric(float64(w.addPerson+w.addPersons), "add-commands")
 		w.mu.Unlock()
 	}
 }

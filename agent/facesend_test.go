@@ -96,6 +96,9 @@ func newFaceRig(t testing.TB, transport string, ids []string, opts sim.Options, 
 	devs := map[string]outbox.DeviceConfig{}
 	for _, id := range ids {
 		devs[id] = outbox.DeviceConfig{FaceChunk: chunk}
+		if transport == "serial" { // as deviceConfig sets it: a batch fits one frame
+			devs[id] = outbox.DeviceConfig{FaceChunk: chunk, MaxCommandBytes: serial.DefaultMaxPayload}
+		}
 	}
 	ob, err := outbox.Open(t.TempDir(), l, &outbox.Options{Journal: journal.Options{Sync: journal.SyncNone},
 		Settings: settings, Devices: devs, Faces: storeFaces{st}})

@@ -60,7 +60,7 @@ func (a *Agent) applyLiveLocked() {
 		return
 	}
 	ob.SetSettings(settings(a.cfg.Dispatch))
-	for _, d := range a.cfg.Devices {
-		ob.SetDevice(d.ID, deviceConfig(&d))
+	for i := range a.cfg.Devices {
+		ob.SetDevice(a.cfg.Devices[i].ID, deviceConfig(a.cfg, &a.cfg.Devices[i]))
 	}
 }

@@ -128,11 +128,7 @@ func (w *whitelistSync) tasksPending(dev string) bool {
 	if !ok {
 		return false
 	}
-	n := st.Queued - st.NoResult
-	if st.InFlight != "" {
-		n++
-	}
-	return n > 0
+	return st.Queued+st.InFlightTasks-st.NoResult > 0 // a batch in flight may mix both kinds
 }
 
 // heartbeat feeds a terminal's heartbeat, after its queue's state as of now.

@@ -155,6 +155,9 @@ type Dispatch struct {
 	// Queue bounds: tasks beyond them are refused at intake (deadletter, "over a bound").
 	MaxQueuePerDevice int `toml:"max_queue_per_device"`
 	MaxQueueTotal     int `toml:"max_queue_total"`
+	// MaxBatch bounds the persons of one AddPersons batch, whatever a terminal announces
+	// (protocol v2 heartbeat "batch"); 1 turns batches off.
+	MaxBatch int `toml:"max_batch"`
 }
 
 // Journal is the [journal] section: when the on-disk journal fsyncs. Board profiles set
@@ -346,6 +349,9 @@ type Device struct {
 	RetryInterval    Duration `toml:"retry_interval,omitempty"`
 	MaxTries         int      `toml:"max_tries,omitzero"`
 	HeartbeatTimeout Duration `toml:"heartbeat_timeout,omitempty"`
+	// FaceChunk is this terminal's PutFace chunk size; 0: [faces] chunk_serial or
+	// chunk_mqtt by its transport.
+	FaceChunk Size `toml:"face_chunk,omitzero"`
 }
 
 // Transport names.
@@ -431,6 +437,7 @@ var (
 		FailedRetention:   D(7 * 24 * time.Hour),
 		MaxQueuePerDevice: 10000,
 		MaxQueueTotal:     200000,
+		MaxBatch:          30,
 	}
 	defaultJournal = Journal{
 		Sync:        SyncAlways,

@@ -245,6 +245,9 @@ func (d *decoder) validateDispatch(p Dispatch) {
 	if p.MaxQueueTotal < p.MaxQueuePerDevice {
 		d.errf("dispatch.max_queue_total", "%d is less than max_queue_per_device (%d)", p.MaxQueueTotal, p.MaxQueuePerDevice)
 	}
+	if p.MaxBatch < 1 || p.MaxBatch > face.MaxBatch {
+		d.errf("dispatch.max_batch", "%d is out of range (1..%d; 1 turns batches off)", p.MaxBatch, face.MaxBatch)
+	}
 }
 
 func (d *decoder) validateIntake(in Intake) {
@@ -433,6 +436,15 @@ func (d *decoder) validateDevices(c *Config) {
 			}
 		default:
 			d.errf(k("transport"), "%q: must be \"mqtt\" or \"serial\"", dev.Transport)
+		}
+		if n := dev.FaceChunk; n != 0 {
+			most := face.MaxChunkSize
+			if dev.Transport == TransportSerial {
+				most = face.ChunkLimitFor(serial.DefaultMaxPayload)
+			}
+			if n < 1 || n > Size(most) {
+				d.errf(k("face_chunk"), "%d bytes is out of range (1..%d for transport %q, or leave it out to use [faces])", n, most, dev.Transport)
+			}
 		}
 		if dev.MaxTries < 0 || dev.MaxTries > MaxTries {
 			d.errf(k("max_tries"), "%d is out of range (1..%d, or leave it out to use [dispatch])", dev.MaxTries, MaxTries)

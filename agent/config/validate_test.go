@@ -118,6 +118,8 @@ func TestValidationErrors(t *testing.T) {
 		{"backoff below retry", base + "[dispatch]\nretry_interval = \"1m\"\n",
 			"f.toml:5: dispatch.backoff_max: 30s is less than retry_interval (1m0s)"},
 		{"queue per device zero", base + "[dispatch]\nmax_queue_per_device = 0\n", "f.toml:6: dispatch.max_queue_per_device: must be at least 1"},
+		{"max batch zero", base + "[dispatch]\nmax_batch = 0\n", "f.toml:6: dispatch.max_batch: 0 is out of range (1..1000; 1 turns batches off)"},
+		{"max batch huge", base + "[dispatch]\nretry_interval = \"1s\"\nmax_batch = 1001\n", "f.toml:7: dispatch.max_batch: 1001 is out of range (1..1000; 1 turns batches off)"},
 		{"queue total below per device", base + "[dispatch]\nmax_queue_total = 10\n",
 			"f.toml:6: dispatch.max_queue_total: 10 is less than max_queue_per_device (10000)"},
 
@@ -219,6 +221,10 @@ func TestValidationErrors(t *testing.T) {
 				"f.toml:10: devices[0].data_bits: 9 is out of range (5..8)\n" +
 				`f.toml:11: devices[0].parity: "bogus": must be one of none, even, odd, mark, space` + "\n" +
 				"f.toml:12: devices[0].stop_bits: 3: must be 1 or 2"},
+		{"serial face chunk past a frame", base + "[[devices]]\nid = \"a\"\ntransport = \"serial\"\nport = \"/dev/ttyS1\"\nface_chunk = \"8KiB\"\n",
+			`f.toml:9: devices[0].face_chunk: 8192 bytes is out of range (1..4347 for transport "serial", or leave it out to use [faces])`},
+		{"mqtt face chunk too large", base + "[[devices]]\nid = \"a\"\nface_chunk = \"2MiB\"\n",
+			`f.toml:7: devices[0].face_chunk: 2097152 bytes is out of range (1..65536 for transport "mqtt", or leave it out to use [faces])`},
 		{"device max tries", base + "[[devices]]\nid = \"a\"\nmax_tries = -1\n",
 			"f.toml:7: devices[0].max_tries: -1 is out of range (1..1000, or leave it out to use [dispatch])"},
 		{"heartbeat timeout without heartbeat", base + "[[devices]]\nid = \"a\"\nheartbeat = false\nheartbeat_timeout = \"5s\"\n",

@@ -387,7 +387,7 @@ func (o *Outbox) status(d *device, now int64) DeviceStatus {
 		st.OnlineUntil = ts(d.live.lastSeen + int64(o.settingsFor(d).HeartbeatTimeout))
 	}
 	if it := d.inflight; it != nil {
-		st.InFlight, st.InFlightTries = it.id(), int(it.tries)
+		st.InFlight, st.InFlightTries, st.InFlightTasks = it.id(), int(it.tries), d.inflightTasks()
 	}
 	st.FailedHeld = d.failed
 	for it := range o.t.silent { // few: the corrections under way

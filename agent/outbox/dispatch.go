@@ -31,6 +31,11 @@ type deviceLive struct {
 	queries []*query
 	// What the device holds of faces, and the face being sent (faces.go); nil until needed.
 	faces *deviceFaces
+	// Batches (batch.go): the batch size its terminal announced (0: none), the batch last
+	// sent, and what tasks learned in batches.
+	batchSize int
+	batch     *batchSend
+	marks     map[*item]batchMark
 }
 
 type counters struct {
@@ -93,6 +98,12 @@ func (o *Outbox) pump(d *device) {
 		payload, ok := o.sendPayload(d, it, now)
 		if !ok {
 			return
+		}
+		switch o.pumpBatch(d, it, payload, now) {
+		case batchBusy:
+			return
+		case batchAgain:
+			continue
 		}
 		if o.faces != nil {
 			switch o.faceFirst(d, it, payload, now) {
@@ -287,9 +298,9 @@ func (o *Outbox) onTimer(gen uint64) {
 		d := o.heap[0]
 		if it := d.inflight; it != nil && it.next <= now && o.Err() == nil {
 			if o.online(d, now) {
-				o.tryFailed(it, "no ack within the retry interval", now)
+				o.inflightTryFailed(d, "no ack within the retry interval", now)
 			} else {
-				o.requeue(it)
+				o.requeueInflight(d)
 			}
 		}
 		if q := d.live.query; q != nil && q.next <= now && o.Err() == nil {

@@ -190,6 +190,55 @@
 //     pump calls faceFirst before a task's send, ack calls faceMissing on a 21, and the
 //     query paths route chunks' acks, timeouts and requeues to faces.go.
 //
+// # Batches (protocol v2)
+//
+// A terminal whose heartbeat (TerminalHeartbeat) says protocol 2 and a batch size above 1
+// gets the AddPerson tasks at the head of its queue in one AddPersons command (batch.go):
+// the head and the tasks right behind it, in queue order, as long as each is an AddPerson
+// (the task's op and its payload's, a face.Command in msgp), due, not expired, and for a
+// person not yet in the batch; at most the smaller of the terminal's batch size and
+// Settings.MaxBatch (the agent's [dispatch] max_batch; 1 turns batches off), and no more
+// than fit DeviceConfig.MaxCommandBytes once encoded (a serial frame; Msgsize bounds the
+// size from above, and an encoding is checked only once that bound passes it). Any other
+// op ends the batch: nothing is reordered around a DeletePerson. A head that would go
+// alone goes as before, under its own id. Without a batch size (v1, or 0 or 1) nothing
+// changes.
+//
+//   - One command in flight holds for a batch: its tasks are InFlight together (one send
+//     record each, one ack deadline), DeviceStatus.InFlightTasks counts them, and
+//     InFlight names the first.
+//   - The face step goes first, for every face the batch's persons need, each once, each
+//     chunk for the task that needs it: a face that cannot be sent fails that task alone,
+//     and the batch is gathered again without it.
+//   - The ack's results go each to its task, by person id: 0 succeeds it; 21 forgets its
+//     face and puts it back in the queue without spending the try (its face goes again,
+//     then the task; after 3 such rounds it fails); 23 fails it with "capacity"; another
+//     code fails it as a refusal; a person the ack has no result for is a failed try of
+//     its task. A command without a result (Task.NoResult) reports its own outcome to
+//     NoResultDone under its own message id, with its person's code.
+//   - An ack timeout, a failed Send, or an ack whose own code is not 0 (the batch was not
+//     processed) is a failed try for every task of the batch, all retried after one
+//     backoff, each failing once it reaches MaxTries; a device gone offline refunds the
+//     try of each. After an ack with a non-zero code the terminal gets single commands
+//     until its next heartbeat announces a batch size again.
+//   - Message id: "B" and 24 hex digits of a SHA-256 over the batch's tasks' message ids
+//     (and a salt per task, below). The same tasks make the same id, so nothing about a
+//     batch is journalled: its retry (the batch kept in memory, sent again while its tasks
+//     still wait at the head of the queue) and its resend after a restart (gathered again
+//     from the queue: the tasks that were in flight come back first, in order) carry the
+//     same id and the same bytes when they carry the same tasks, and a terminal that
+//     applied it answers from its memory. When the gathering differs (more tasks queued
+//     meanwhile, a batch size changed), the id differs too, and the terminal applies the
+//     persons it got before once more: AddPerson is idempotent, and nothing queued after
+//     them was sent before them. A task's salt changes after a 21 for it and after its
+//     batch is refused as a whole, so that the terminal, which answers a repeated id from
+//     its memory, is asked anew. Salts live in memory: after a restart a batch that got a
+//     21 just before the crash may be answered from the terminal's memory once more,
+//     which costs a round (another 21), not a task.
+//   - A late ack of the batch (after its timeout, while its tasks wait for their retry)
+//     still answers it; a second ack, or one of a batch gathered differently since, is
+//     ignored.
+//
 // # On-disk format
 //
 // The journal (see package journal for framing) holds one msgp map per record, with short
@@ -220,7 +269,8 @@
 //
 //   - The table is changed only by applying records, live and in replay alike: replaying the
 //     journal reproduces the table (the property test checks it at every restart).
-//   - At most one command per device is in flight: a task's (InFlight) or a query's.
+//   - At most one command per device is in flight: a task's (InFlight), a batch's (its
+//     tasks InFlight together) or a query's.
 //   - A task accepted by Enqueue stays in the table until its result was marked reported
 //     (a NoResult one: until it finished).
 //   - Unfinished commands never exceed MaxQueued, nor MaxQueuedPerDevice on one device;

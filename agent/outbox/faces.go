@@ -125,20 +125,22 @@ func (o *Outbox) facesOf(d *device) *deviceFaces {
 // TerminalHeartbeat is Heartbeat with the terminal's heartbeat: the face step learns from
 // it whether the terminal speaks protocol v2, and forgets the faces it knew the terminal
 // held when the terminal was replaced (its serial changed) or reset (its persons dropped
-// to 0).
+// to 0); batches (batch.go) learn the batch size it announces.
 func (o *Outbox) TerminalHeartbeat(deviceID string, h face.Heartbeat) {
-	if o.faces != nil {
-		o.mu.Lock()
-		if !o.closed {
-			fs := o.facesOf(o.dev(deviceID))
+	o.mu.Lock()
+	if !o.closed {
+		d := o.dev(deviceID)
+		d.noteBatchSize(&h) // batch.go
+		if o.faces != nil {
+			fs := o.facesOf(d)
 			fs.v2 = h.Version() >= 2
 			if fs.seen && (h.Serial != fs.serial || h.Persons == 0 && fs.persons > 0) {
 				fs.reset()
 			}
 			fs.seen, fs.serial, fs.persons = true, h.Serial, h.Persons
 		}
-		o.mu.Unlock()
 	}
+	o.mu.Unlock()
 	o.Heartbeat(deviceID)
 }
 
@@ -323,13 +325,13 @@ func (o *Outbox) faceChunkRequeued(q *query) {
 	}
 }
 
-// faceFailTask fails the command the transfer was for, if it still waits at the head of
-// its device's queue, and forgets the transfer.
+// faceFailTask fails the command the transfer was for, if it still waits in its device's
+// queue, and forgets the transfer.
 func (o *Outbox) faceFailTask(d *device, reason string) {
 	fs := o.facesOf(d)
 	it := fs.xfer.forItem
 	fs.xfer = faceXfer{}
-	if it != nil && len(d.queue) > 0 && d.queue[0] == it && it.status == Scheduled {
+	if it != nil && it.status == Scheduled && it.dev == d && o.t.items.get(it.id()) == it { // a batch's task need not be the head
 		o.finishItem(it, Failed, reason)
 	}
 }

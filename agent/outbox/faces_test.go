@@ -47,13 +47,16 @@ type faceTerm struct {
 	answered map[string]face.Ack
 	persons  map[string]face.Person
 
-	cutAt       int  // cut the transfer once (no ack) when a chunk passes this many bytes
-	hashBad     int  // answer 22 to this many completed faces
-	missAlways  bool // answer 21 to every AddPerson
-	full        bool // answer 23 to every AddPerson
-	v1          bool // protocol v1: faces unknown, persons taken without them
-	chunks      int  // PutFace commands received
-	dataBytes   int  // face bytes received in them
+	cutAt       int            // cut the transfer once (no ack) when a chunk passes this many bytes
+	hashBad     int            // answer 22 to this many completed faces
+	missAlways  bool           // answer 21 to every AddPerson
+	full        bool           // answer 23 to every AddPerson
+	v1          bool           // protocol v1: faces unknown, persons taken without them
+	refuse      map[string]int // person id -> the code it is refused with
+	batchRefuse int            // the code the next AddPersons is refused with as a whole
+	batches     int            // AddPersons commands received (repeats answered from memory not counted)
+	chunks      int            // PutFace commands received
+	dataBytes   int            // face bytes received in them
 	received    []face.Command
 	unacked     string
 	unackedCmd  face.Command
@@ -98,21 +101,37 @@ func (ft *faceTerm) handle(c Command) (face.Ack, bool) {
 		}
 		a.Code, a.Have = code, have
 	case face.AddPerson:
-		switch {
-		case ft.full:
-			a.Code = face.CodeCapacity
-		case ft.missAlways:
-			a.Code = face.CodeFaceMissing
-		case !ft.v1 && cmd.Person.Face.SHA256 != "" && ft.faces[cmd.Person.Face.SHA256] == nil:
-			a.Code = face.CodeFaceMissing
-		default:
-			ft.persons[cmd.Person.ID] = cmd.Person
-			ft.lastAddedID = cmd.Person.ID
+		a.Code = ft.add(cmd.Person)
+	case face.AddPersons:
+		ft.batches++
+		if ft.batchRefuse != 0 {
+			a.Code, a.Message, ft.batchRefuse = ft.batchRefuse, "batch refused", 0
+			break
+		}
+		for _, p := range cmd.Persons {
+			a.Results = append(a.Results, face.Result{ID: p.ID, Code: ft.add(p)})
 		}
 	}
 	ft.answered[cmd.MessageID] = a
 	ft.unacked = ""
 	return a, true
+}
+
+// add stores p as AddPerson (or one person of AddPersons) does, and returns its code.
+func (ft *faceTerm) add(p face.Person) int {
+	switch {
+	case ft.refuse[p.ID] != 0:
+		return ft.refuse[p.ID]
+	case ft.full:
+		return face.CodeCapacity
+	case ft.missAlways:
+		return face.CodeFaceMissing
+	case !ft.v1 && p.Face.SHA256 != "" && ft.faces[p.Face.SHA256] == nil:
+		return face.CodeFaceMissing
+	}
+	ft.persons[p.ID] = p
+	ft.lastAddedID = p.ID
+	return 0
 }
 
 func (ft *faceTerm) have(sha string) int {

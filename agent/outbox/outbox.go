@@ -549,10 +549,7 @@ func (o *Outbox) supersededBy(later string) string {
 // unfinished counts d's commands not yet finished, queries included: the bound of
 // MaxQueuedPerDevice.
 func (d *device) unfinished() int {
-	n := len(d.queue) + d.live.pending + len(d.live.queries)
-	if d.inflight != nil {
-		n++
-	}
+	n := len(d.queue) + d.live.pending + len(d.live.queries) + d.inflightTasks()
 	if d.live.query != nil {
 		n++
 	}
@@ -630,6 +627,12 @@ func (o *Outbox) ack(deviceID, messageID string, code int, message string, a *fa
 			}
 			o.ackQuery(q, a)
 		}
+	}
+	if b := d.live.batch; b != nil && b.id == messageID && o.Err() == nil {
+		if a == nil {
+			a = &face.Ack{MessageID: messageID, Code: code, Message: message}
+		}
+		o.batchAcked(d, b, a) // batch.go
 	}
 	it := o.t.items.get(messageID)
 	if o.faces != nil {
@@ -724,8 +727,8 @@ func (o *Outbox) seen(deviceID string, down bool) {
 	d := o.dev(deviceID)
 	if down {
 		d.live.down, d.live.lastSeen = true, 0
-		if it := d.inflight; it != nil && o.Err() == nil {
-			o.requeue(it)
+		if d.inflight != nil && o.Err() == nil {
+			o.requeueInflight(d)
 		}
 		if q := d.live.query; q != nil {
 			o.requeueQuery(q)

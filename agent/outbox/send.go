@@ -169,6 +169,9 @@ func (o *Outbox) sendFailedLocked(deviceID, messageID string, try int, err error
 		}
 		d = q.dev
 		o.queryTryFailed(q, "send: "+err.Error(), o.now())
+	} else if bd := o.t.devices[deviceID]; bd != nil && bd.batchInFlight(messageID, try) {
+		d = bd
+		o.inflightTryFailed(d, "send: "+err.Error(), o.now())
 	} else {
 		it := o.t.items.get(messageID)
 		if it == nil && o.faces != nil {

@@ -79,10 +79,13 @@ type device struct {
 	// retriable: person -> its Failed command that is still the person's latest intent on
 	// the device (not outdated): what RetryFailed may bring back. At most one per person.
 	retriable itemIndex
-	inflight  *item
-	paused    bool
-	failed    int        // Failed messages held (reported or not)
-	live      deviceLive // not journalled
+	// inflight is the command in flight: a task's, or the first task of an AddPersons
+	// batch in flight, whose other tasks are in batched (batch.go), in the order sent.
+	inflight *item
+	batched  []*item
+	paused   bool
+	failed   int        // Failed messages held (reported or not)
+	live     deviceLive // not journalled
 }
 
 // The coalescing index (device.sched) holds, per person, the Scheduled item with the
@@ -123,6 +126,11 @@ func (t *table) noteIntent(it *item) {
 	t.outdateOlder(it, d.sched.get(p))
 	if f := d.inflight; f != nil && f.person() == p {
 		t.outdateOlder(it, f)
+	}
+	for _, f := range d.batched {
+		if f.person() == p {
+			t.outdateOlder(it, f)
+		}
 	}
 	t.outdateOlder(it, d.retriable.get(p))
 }
@@ -358,11 +366,51 @@ func (t *table) detach(it *item) {
 		it.dev.dequeue(it)
 		t.active--
 	case InFlight:
-		if it.dev.inflight == it {
-			it.dev.inflight = nil
-		}
+		it.dev.dropInflight(it)
 		t.active--
 	}
+}
+
+// addInflight puts it in d's in-flight slot, or beside the task there: a batch's tasks
+// are sent together, one send record each. The slot holds the lowest ord and batched the
+// others in ascending ord, whatever order the records came in (a snapshot's is not the
+// log's), so that a replayed table is the live one.
+func (d *device) addInflight(it *item) {
+	if d.inflight == nil {
+		d.inflight = it
+		return
+	}
+	if it.ord < d.inflight.ord {
+		it, d.inflight = d.inflight, it
+	}
+	i := sort.Search(len(d.batched), func(i int) bool { return d.batched[i].ord >= it.ord })
+	d.batched = slices.Insert(d.batched, i, it)
+}
+
+// dropInflight takes it out of d's in-flight slot; the next task of its batch, if any,
+// takes the slot, so that inflight is nil only when nothing is in flight.
+func (d *device) dropInflight(it *item) {
+	if d.inflight == it {
+		d.inflight = nil
+		if len(d.batched) > 0 {
+			d.inflight = d.batched[0]
+			d.batched[0] = nil
+			d.batched = d.batched[1:]
+		}
+	} else if i := slices.Index(d.batched, it); i >= 0 {
+		d.batched = slices.Delete(d.batched, i, i+1)
+	}
+	if len(d.batched) == 0 {
+		d.batched = nil
+	}
+}
+
+// inflightTasks is how many tasks d has in flight: 0, 1, or a batch's.
+func (d *device) inflightTasks() int {
+	if d.inflight == nil {
+		return 0
+	}
+	return 1 + len(d.batched)
 }
 
 func (t *table) schedule(it *item) {
@@ -426,7 +474,7 @@ func (t *table) apply(r *record) error {
 			t.schedule(it)
 		case InFlight:
 			it.status = InFlight
-			it.dev.inflight = it
+			it.dev.addInflight(it)
 			t.active++
 		default:
 			t.finish(it, st)
@@ -438,7 +486,7 @@ func (t *table) apply(r *record) error {
 		}
 		t.detach(it)
 		it.status, it.tries, it.next = InFlight, triesOf(r.Tries), r.Next
-		it.dev.inflight = it
+		it.dev.addInflight(it)
 		t.active++
 	case kindRetry, kindRequeue:
 		it := t.items.get(r.ID)
@@ -609,6 +657,9 @@ func (t *table) dump() string {
 		}
 		if d.inflight != nil {
 			fmt.Fprintf(&b, " inflight=%s", d.inflight.id())
+		}
+		for _, it := range d.batched {
+			fmt.Fprintf(&b, ",%s", it.id())
 		}
 		persons := make([]string, 0, d.sched.n)
 		for p, it := range d.sched.all() {

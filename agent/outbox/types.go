@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/seed0e69bba5/faceagent/device/face"
 )
 
 // Status is where a command is in its life.
@@ -49,7 +51,8 @@ type Task struct {
 	NoResult bool
 }
 
-// Command is what the outbox asks the Sender to deliver.
+// Command is what the outbox asks the Sender to deliver. A batch (Op "AddPersons") has
+// no TaskID nor PersonID; its Payload is the whole face.Command, and Try counts its sends.
 type Command struct {
 	MessageID string
 	TaskID    string
@@ -104,6 +107,9 @@ type Settings struct {
 	FailedRetention  time.Duration // how long after failing a reported failure is kept (for RetryFailed). Default 168h.
 	BreakerThreshold int           // consecutive unacked tries that open a device's breaker. Default 5.
 	BreakerCooldown  time.Duration // first open period; doubles per trip up to 16x. Default 30s.
+	// MaxBatch bounds the persons gathered into one AddPersons, whatever a terminal's
+	// heartbeat announces (batch.go). Default 1: no batches. At most face.MaxBatch.
+	MaxBatch int
 }
 
 func (s Settings) withDefaults() Settings {
@@ -124,6 +130,7 @@ func (s Settings) withDefaults() Settings {
 	if s.BreakerThreshold <= 0 {
 		s.BreakerThreshold = 5
 	}
+	s.MaxBatch = min(max(s.MaxBatch, 1), face.MaxBatch)
 	return s
 }
 
@@ -144,6 +151,9 @@ type DeviceConfig struct {
 	// FaceChunk is the size of the face chunks sent to this device (Options.Faces); 0:
 	// Options.FaceChunk. A serial terminal's chunk must fit its frame (face.ChunkLimitFor).
 	FaceChunk int
+	// MaxCommandBytes bounds one command to this device in msgp (a serial frame's
+	// payload): an AddPersons batch takes no more persons than fit. 0: no bound (MQTT).
+	MaxCommandBytes int
 }
 
 // over returns s with c's overrides applied: the settings in force for the device.
@@ -166,8 +176,11 @@ type DeviceStatus struct {
 	Online        bool
 	Paused        bool
 	Queued        int    // waiting, not counting the one in flight
-	InFlight      string // message id, "" when none
+	InFlight      string // message id, "" when none (of a batch in flight: its first task's)
 	InFlightTries int
+	// InFlightTasks is how many tasks the command in flight carries: 0, 1, or an
+	// AddPersons batch's.
+	InFlightTasks int
 	LastAck       time.Time
 	LastSeen      time.Time
 	// OnlineUntil is when an online device goes offline unless it is heard from again
@@ -179,9 +192,9 @@ type DeviceStatus struct {
 	// Queries waiting or in flight (Query): not in Queued nor InFlight, which are the
 	// tasks' commands, nor in the counters below.
 	Queries int
-	// NoResult is how many of Queued and InFlight are commands without a result
+	// NoResult is how many of Queued and InFlightTasks are commands without a result
 	// (Task.NoResult: a whitelist sync's corrections); the back office's tasks pending are
-	// Queued, plus one when InFlight is set, less NoResult.
+	// Queued plus InFlightTasks less NoResult.
 	NoResult int
 	// Counters since Open.
 	Sent, Succeeded, Failed, Superseded, Expired, Retries uint64
