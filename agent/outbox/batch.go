@@ -266,6 +266,9 @@ func (o *Outbox) batchAcked(d *device, b *batchSend, a *face.Ack) {
 			continue
 		}
 		pa := &face.Ack{MessageID: it.id(), Code: code}
+		if o.acked != nil && !o.t.noResult(it) {
+			o.noteAcked(it, code) // each task of a batch as if acked alone
+		}
 		switch {
 		case code == 0:
 			o.finishItemAck(it, Succeeded, "", pa)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -142,7 +143,8 @@ func TestBatchGathering(t *testing.T) {
 // Each person's code goes to its own task: a refusal fails that task only (with its own
 // reason), 23 fails it with "capacity", the others succeed.
 func TestBatchResultsPerTask(t *testing.T) {
-	be := newBatchEnv(t, Settings{MaxBatch: 30}, 30, DeviceConfig{}, nil)
+	var acked ackLog
+	be := newBatchEnv(t, Settings{MaxBatch: 30}, 30, DeviceConfig{}, func(o *Options) { o.Acked = acked.acked })
 	for i := 1; i <= 5; i++ {
 		be.add(fmt.Sprintf("m%d", i), "AddPerson", fmt.Sprintf("p%d", i), "")
 	}
@@ -169,6 +171,15 @@ func TestBatchResultsPerTask(t *testing.T) {
 	}
 	if st := be.status("d"); st.Succeeded != 3 || st.Failed != 2 || st.Sent != 5 {
 		t.Fatalf("counters %+v", st)
+	}	// Acked hears of each task of the batch as of a task acked alone, with its own code
+	// (a refused record leaves the desired list by it).
+	var codes []string
+	for _, c := range acked.calls() {
+		f := strings.Fields(c)
+		codes = append(codes, f[0]+" "+f[len(f)-1])
+	}
+	if want := []string{"d/m1 0", "d/m2 7", "d/m3 0", "d/m4 23", "d/m5 0"}; !slices.Equal(codes, want) {
+		t.Fatalf("Acked told %q, want %q", codes, want)
 	}
 }
 
