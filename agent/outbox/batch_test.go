@@ -171,7 +171,8 @@ func TestBatchResultsPerTask(t *testing.T) {
 	}
 	if st := be.status("d"); st.Succeeded != 3 || st.Failed != 2 || st.Sent != 5 {
 		t.Fatalf("counters %+v", st)
-	} // Acked hears of each task of the batch as of a task acked alone, with its own code
+	}
+	// Acked hears of each task of the batch as of a task acked alone, with its own code
 	// (a refused record leaves the desired list by it).
 	var codes []string
 	for _, c := range acked.calls() {
