@@ -304,7 +304,8 @@ func (r *Reconciler) TasksPending(dev string, pending bool) {
 }
 
 // DesiredChanged says dev's desired list changed (a task's Set or Delete, a refusal's
-// Exclude): the terminal is in sync again only once a heartbeat says so. A reconciliation
+// Exclude): the terminal is in sync again only once a heartbeat says so, and drift is
+// judged only on heartbeats after the change. A reconciliation
 // under way reads the desired list as it is when it compares each page and sends each
 // command.
 func (r *Reconciler) DesiredChanged(dev string) {
@@ -313,7 +314,11 @@ func (r *Reconciler) DesiredChanged(dev string) {
 	if r.closed {
 		return
 	}
-	r.term(dev).match = false
+	// A heartbeat from before the change says nothing of the new list, nor does one that
+	// arrives before the task's command is queued (the intake changes the list first):
+	// drift needs two idle heartbeats after the change.
+	t := r.term(dev)
+	t.match, t.idleBeats = false, 0
 }
 
 // SetWhitelist starts a reconciliation of dev with reason setWhitelist (a SetWhitelist

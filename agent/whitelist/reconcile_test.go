@@ -183,6 +183,37 @@ func TestReconcileDriftNeedsIdleQueue(t *testing.T) {
 	h.converge(5)
 }
 
+// TestReconcileDesiredChangeRestartsTheIdleCount: the intake changes a terminal's desired
+// list before the outbox queues the task's command; a heartbeat arriving in between shows
+// the terminal idle with its old list. It must not count towards drift: that heartbeat
+// says nothing of the new list, and a reconciliation started on it (a v1 terminal's
+// resend of every desired person) would double the work the tasks do anyway.
+func TestReconcileDesiredChangeRestartsTheIdleCount(t *testing.T) {
+	for _, protocol := range []int{1, 2} {
+		h := newHarness(t, ReconcileOptions{})
+		m := h.addTerminal("d", protocol, people(5, "p"))
+		h.tick()
+		h.tick() // in sync, idle for two heartbeats
+		added := Record{ID: "p9", Name: "new"}
+		if err := h.store.Set("d", added); err != nil {
+			t.Fatal(err)
+		}
+		h.rec.DesiredChanged("d")
+		h.rec.Heartbeat("d", m.heartbeat("d")) // before the task's command is queued
+		if len(h.queue["d"]) != 0 || len(h.reports) != 0 {
+			t.Fatalf("v%d: a heartbeat between the desired change and its task started a reconciliation: queue %v, reports %v",
+				protocol, h.queue["d"], h.reports)
+		}
+		h.task("d", face.Command{MessageID: "AddPerson-p9", Op: face.AddPerson, Person: added.Person()})
+		h.pump()
+		h.tick()
+		h.tick()
+		if len(h.reports) != 0 {
+			t.Fatalf("v%d: reports %v after the task was delivered", protocol, h.reports)
+		}
+	}
+}
+
 // TestReconcileRefusingTerminalBacksOff: a terminal refusing everything gets a
 // reconciliation that fails, then others after waits doubling from BackoffBase up to
 // BackoffMax, each reported started and failed: a bounded number over time, never a hot

@@ -122,10 +122,11 @@ id = "v1"
 	}
 	var inflight []wire.Task
 	if !midRepair {
-		// A task's command in flight on each terminal, its ack held back: the SetWhitelist
+		// A task's command in flight on each terminal, its ack held back (longer than the
+		// publish and the kill take on a loaded machine): the SetWhitelist
 		// waits behind it, so nothing of it can be sent before the kill.
 		for _, dev := range ids {
-			fleet.Terminal(dev).SetAckLatency(sim.Latency{Kind: sim.Fixed, A: 2 * time.Second})
+			fleet.Terminal(dev).SetAckLatency(sim.Latency{Kind: sim.Fixed, A: 15 * time.Second})
 			p := face.Person{ID: "p120", Name: "in flight"}
 			inflight = append(inflight, wire.Task{TaskID: dev + "-inflight", DeviceID: dev, Op: face.AddPerson, Person: p})
 			before[dev][p.ID] = p.Name // taken before the SetWhitelist: its counts see it
