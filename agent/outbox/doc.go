@@ -74,8 +74,8 @@
 // twice (MarkReported is not waited for), never lost: a back office dedupes results by
 // message id.
 //
-// Per device: FIFO by intake order (commands without a result, below, yield to tasks), one command in flight, the next sent when the ack
-// arrives. The ack timeout is Settings.RetryInterval; a command not acked in time is sent
+// Per device: FIFO by intake order (commands without a result, below, yield to tasks),
+// one command in flight, the next sent when the ack arrives. The ack timeout is Settings.RetryInterval; a command not acked in time is sent
 // again after RetryInterval·2^(tries-1) (capped at MaxBackoff, with jitter), and after
 // MaxTries sends it is Failed. Each Send gets a context that expires with the ack timeout,
 // so a transport that blocks (a wedged serial line) costs one try, not the device. A
