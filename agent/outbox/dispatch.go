@@ -221,7 +221,7 @@ func (o *Outbox) deadline(d *device) int64 {
 	if q := d.queryDue(); q != nil {
 		return max(q.next, d.live.breakerUntil)
 	}
-	return max(d.queue[0].next, d.live.breakerUntil, d.live.payRetryAt)
+	return max(o.nextOf(d).next, d.live.breakerUntil, d.live.payRetryAt)
 }
 
 // touch re-files d in the deadline heap.

@@ -206,3 +206,23 @@ func TestNoResultYieldsToTasks(t *testing.T) {
 		t.Fatalf("results %v, want t1, t2, t3", got)
 	}
 }
+
+// A task that went unacked waits for its retry behind corrections never sent (it keeps
+// its turn, and they yield to it): the outbox's timer is armed for that retry, not for the
+// corrections at the head of the queue, so it is sent again without any other event.
+func TestNoResultTaskRetriedBehindCorrections(t *testing.T) {
+	e := newEnvSender(t, Options{Journal: fastJournal(), Settings: Settings{MaxTries: 3, RetryInterval: time.Second,
+		HeartbeatTimeout: time.Hour}}, true)
+	e.enqueueSilent("c1", "d", "p1")
+	e.enqueueSilent("c2", "d", "p2")
+	e.o.Heartbeat("d")
+	e.expectSend("c1", 1)
+	e.enqueue("t1", "d", "q1")
+	e.o.Ack("d", "c1", 0, "")
+	e.expectSend("t1", 1)
+	if c := e.advanceUntilSent(time.Minute); c.MessageID != "t1" || c.Try != 2 {
+		t.Fatalf("sent %s try %d, want t1 try 2", c.MessageID, c.Try)
+	}
+	e.o.Ack("d", "t1", 0, "")
+	e.expectSend("c2", 1)
+}
