@@ -205,9 +205,10 @@ func (o *Outbox) requeue(it *item) {
 }
 
 // deadline is when d next needs attention without an event: its ack timeout, the end of
-// the backoff of the command it sends next (nextOf), or the end of its breaker period. Offline and paused devices need
-// none: a heartbeat or Resume pumps them. It does not compare with the current time: a
-// deadline that passed between pump's check and now must still wake the timer (at once).
+// the backoff of the command it sends next (nextOf), or the end of its breaker period.
+// Offline and paused devices need none: a heartbeat or Resume pumps them. It does not
+// compare with the current time: a deadline that passed between pump's check and now must
+// still wake the timer (at once).
 func (o *Outbox) deadline(d *device) int64 {
 	if it := d.inflight; it != nil {
 		return it.next
