@@ -40,7 +40,8 @@ var (
 
 // reconcileOptions maps [whitelist] onto the reconciler's options; ListLimit is the
 // configured page for MQTT terminals and, for serial ones, the largest page whose ack one
-// frame carries.
+// frame carries. The window of corrections queued at once takes at most a quarter of a
+// terminal's queue ([dispatch] max_queue_per_device), so that tasks still find room.
 func reconcileOptions(cfg *config.Config, m *whitelist.Metrics, log *slog.Logger) whitelist.ReconcileOptions {
 	limits := make(map[string]int, len(cfg.Devices))
 	for _, d := range cfg.Devices {
@@ -55,6 +56,7 @@ func reconcileOptions(cfg *config.Config, m *whitelist.Metrics, log *slog.Logger
 		BackoffBase:    cfg.Whitelist.BackoffBase.Duration,
 		BackoffMax:     cfg.Whitelist.BackoffMax.Duration,
 		StepTimeout:    cfg.Whitelist.StepTimeout.Duration,
+		Window:         min(whitelist.DefaultWindow, max(1, cfg.Dispatch.MaxQueuePerDevice/4)),
 		MaxSetFailures: cfg.Dispatch.MaxTries,
 		Metrics:        m,
 		Logger:         log,
@@ -225,7 +227,7 @@ func (a *Agent) startReconciler(cfg *config.Config, ws *whitelistSync, wl *white
 	}
 	ro := reconcileOptions(cfg, a.m.reconcile, ws.log)
 	ro.Store, ro.Lister, ro.Corrector = wl, ws, ws
-	ro.Reporter = ws.startWorker(cfg.Whitelist.MaxReconciling, reports.SyncReport)
+	ro.Reporter = ws.startWorker((ro.Window+8)*max(ro.MaxReconciling, 1), reports.SyncReport)
 	r, err := whitelist.NewReconciler(ro)
 	if err != nil {
 		ws.work.stop()

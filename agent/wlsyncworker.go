@@ -24,9 +24,10 @@ import (
 //     its done).
 //   - One in flight: the worker only queues; the outbox sends. Corrections queued together
 //     are stored with one journal wait (EnqueueBatch).
-//   - Bound: the queue holds at most cap jobs, 8 per max_reconciling. The reconciler keeps
-//     at most one correction awaiting its reply per reconciling terminal and makes two
-//     reports per reconciliation, so the bound is reached only while the disk stalls.
+//   - Bound: the queue holds at most cap jobs, the reconciler's window plus 8 per
+//     max_reconciling. The reconciler queues at most a window of corrections at once per
+//     reconciling terminal and makes two reports per reconciliation, so the bound is
+//     reached only while the disk stalls.
 //     Past it a correction is refused (the reconciliation fails and backs off: Correct's
 //     contract) and a report is journalled on the caller's goroutine (the old path, which
 //     waits for the disk): nothing waits for room, so the worker, whose own calls reach
@@ -158,10 +159,10 @@ func nudge(c chan struct{}) {
 	}
 }
 
-// startWorker starts w's sync worker, its queue bounded to 8 jobs per maxReconciling,
-// journalling reports with rep, and returns the reconciler's Reporter (through the worker).
-func (w *whitelistSync) startWorker(maxReconciling int, rep func(wire.SyncReport)) whitelist.Reporter {
-	w.work = newSyncWorker(w.ob, 8*maxReconciling, w.log)
+// startWorker starts w's sync worker, its queue bounded to jobs, journalling reports with
+// rep, and returns the reconciler's Reporter (through the worker).
+func (w *whitelistSync) startWorker(jobs int, rep func(wire.SyncReport)) whitelist.Reporter {
+	w.work = newSyncWorker(w.ob, jobs, w.log)
 	w.work.rep, w.work.done = rep, w.notQueued
 	w.work.start()
 	return workerReporter{w.work}

@@ -99,7 +99,7 @@ func openHeldOutbox(t *testing.T) (*outbox.Outbox, *holdFS, *sentLog) {
 func TestCorrectionDoesNotHoldOtherTerminalsAcks(t *testing.T) {
 	ob, fs, sent := openHeldOutbox(t)
 	ws := &whitelistSync{ob: ob}
-	ws.startWorker(4, func(wire.SyncReport) {})
+	ws.startWorker(32, func(wire.SyncReport) {})
 	defer func() {
 		if fs.held.Swap(false) {
 			close(fs.release)
@@ -157,7 +157,7 @@ func TestSyncWorkerBound(t *testing.T) {
 		reports = append(reports, r.DeviceID+" "+string(r.Status))
 		mu.Unlock()
 	}
-	ws.startWorker(1, rep) // 8 jobs
+	ws.startWorker(8, rep)
 	ws.work.done = func(dev, id string, err error) {
 		mu.Lock()
 		refused = append(refused, id)

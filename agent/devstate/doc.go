@@ -28,7 +28,10 @@
 //   - Callers only mark devices changed; the writes happen on the writer's goroutine, so
 //     a slow or absent store delays nothing but the next state write.
 //   - A device is written when something about it changed, at most once per
-//     WriteInterval, and an unchanged state again once per HeartbeatTimeout, with an
+//     WriteInterval (but at once when a heartbeat carries the desired digest while its
+//     last state said not in sync: at most one more write per heartbeat, so that coming
+//     in sync shows without a WriteInterval's delay), and an unchanged state again once
+//     per HeartbeatTimeout, with an
 //     expiry (PX) of three HeartbeatTimeouts: the key lapses only when the gateway is
 //     gone. A state unchanged apart from its timestamp is not written before its refresh.
 //   - Every device is written once at start.

@@ -189,3 +189,73 @@ func TestStateSaysUnmanaged(t *testing.T) {
 	for st := next(); st.SyncStatus == SyncUnmanaged; st = next() {
 	}
 }
+
+// Coming in sync is written at once, not after WriteInterval: a heartbeat with the desired
+// digest while the last state said not in sync (and nothing queued) writes the state
+// without waiting; a heartbeat that changes nothing about it waits as any change does.
+func TestComingInSyncIsWrittenAtOnce(t *testing.T) {
+	wl, err := whitelist.Open(t.TempDir(), whitelist.Options{Journal: journal.Options{Sync: journal.SyncNone}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wl.Close()
+	if err := wl.Set("d1", whitelist.Record{ID: "951", Name: "Li Lei"}); err != nil {
+		t.Fatal(err)
+	}
+	states := make(chan wire.DeviceState, 64)
+	set := SetterFunc(func(_ context.Context, _ string, v []byte, _ time.Duration) error {
+		var st wire.DeviceState
+		if _, err := st.UnmarshalMsg(v); err != nil {
+			t.Error(err)
+		}
+		states <- st
+		return nil
+	})
+	w := New(Options{Devices: []string{"d1"}, Store: set, Status: openOutbox(t), Desired: wl, Prefix: "faceagent/gw/devices/",
+		WriteInterval: time.Hour, HeartbeatTimeout: 10 * time.Hour, Timeout: time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	w.Start(ctx)
+	defer func() { cancel(); w.Wait() }()
+	next := func(what string) wire.DeviceState {
+		t.Helper()
+		select {
+		case st := <-states:
+			return st
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no state write (%s) within 10 s", what)
+			return wire.DeviceState{}
+		}
+	}
+	if st := next("at start"); st.InSync {
+		t.Fatalf("in sync at start: %+v", st)
+	}
+	// A scan of the writer after a change that is not due: nothing written.
+	quiet := func(what string) {
+		t.Helper()
+		_, _, scans := w.counts()
+		deadline := time.After(10 * time.Second)
+		for _, _, s := w.counts(); s == scans; _, _, s = w.counts() {
+			select {
+			case <-deadline:
+				t.Fatalf("the writer never woke (%s)", what)
+			case <-time.After(time.Millisecond):
+			}
+		}
+		select {
+		case st := <-states:
+			t.Fatalf("written before WriteInterval (%s): %+v", what, st)
+		default:
+		}
+	}
+	hb := face.Heartbeat{DeviceID: "d1", Persons: 1, Protocol: 2, Serial: "S1", Digest: face.Digest(7).String()}
+	w.Heartbeat("d1", hb) // not the desired digest: waits for WriteInterval
+	quiet("a heartbeat with another digest")
+	hb.Digest = wl.Digest("d1").String()
+	w.Heartbeat("d1", hb)
+	if st := next("coming in sync"); !st.InSync {
+		t.Fatalf("state %+v, want in sync", st)
+	}
+	hb.Time = "2026-11-27T00:00:01Z"
+	w.Heartbeat("d1", hb) // in sync already: nothing to hurry
+	quiet("a heartbeat still in sync")
+}

@@ -125,7 +125,10 @@ type devState struct {
 	lastErr   string
 	// inSync is what the device's last state said; syncAt and syncStatus are the last
 	// reconciliation's (Synced).
-	inSync     bool
+	inSync bool
+	// syncNow: a heartbeat with the desired digest came while the last state said not in
+	// sync; the state is written without waiting for WriteInterval.
+	syncNow    bool
 	syncAt     time.Time
 	syncStatus string
 	// refusal is the store's answer to the device's last write when it refused it ("" once a
@@ -182,12 +185,22 @@ func (w *Writer) Heartbeat(id string, hb face.Heartbeat) {
 	if w == nil {
 		return
 	}
+	idle := false
+	if w.desired != nil && hb.Version() >= 2 {
+		s, ok := w.status.DeviceStatus(id) // the outbox's lock is never taken inside mu
+		idle = !ok || (s.Queued == 0 && s.InFlight == "")
+	}
 	w.mu.Lock()
 	d := w.devs[id]
+	wake := markDirty(d)
 	if d != nil {
 		d.hb, d.hbAt = hb, time.Now()
+		if idle && !d.inSync && inSync(&hb, w.desired.Digest(id), 0, "") {
+			// Coming in sync is what operators and the back office wait for: written at
+			// once, which costs at most one write per heartbeat.
+			d.syncNow, wake = true, true
+		}
 	}
-	wake := markDirty(d)
 	w.mu.Unlock()
 	w.didChange(wake)
 }
@@ -289,7 +302,7 @@ func (w *Writer) writeDue(ctx context.Context) time.Time {
 			next = minTime(next, refreshAt)
 			continue
 		}
-		if allowed := d.lastWrite.Add(w.interval); now.Before(allowed) {
+		if allowed := d.lastWrite.Add(w.interval); now.Before(allowed) && !d.syncNow {
 			next = minTime(next, allowed)
 			continue
 		}
@@ -317,6 +330,7 @@ func (w *Writer) writeOne(ctx context.Context, id string, now time.Time) (failed
 	d := w.devs[id]
 	st := w.stateLocked(id, d, s, ok, now)
 	d.inSync = st.InSync
+	d.syncNow = false
 	// A protocol 1 terminal cannot be in sync, and an unmanaged one has no desired list to
 	// be in sync with: neither has the series, so no alert fires for it.
 	judged := d.hb.Version() >= 2 && st.SyncStatus != SyncUnmanaged

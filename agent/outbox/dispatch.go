@@ -87,7 +87,7 @@ func (o *Outbox) pump(d *device) {
 		return
 	}
 	for len(d.queue) > 0 {
-		it := d.queue[0]
+		it := o.nextOf(d)
 		if exp := o.t.expiresAt(it); exp != 0 && now >= exp {
 			o.finishItem(it, Expired, "expired before it could be sent")
 			continue
@@ -131,6 +131,28 @@ func (o *Outbox) pump(d *device) {
 	if len(d.live.queries) > 0 { // every queued task expired: a query's turn
 		o.sendQuery(d, d.live.queries[0], now)
 	}
+}
+
+// nextOf returns the command d sends next: the head of its FIFO, except that commands
+// without a result never sent (a whitelist sync's corrections, a few of which wait queued
+// so that the next goes out straight from an ack) let the first task with a result go
+// before them: a back office task waits behind the command in flight only. A command that
+// was sent keeps its turn: its ack may still come, and another sent meanwhile would be a
+// second command in flight. Tasks keep their order among themselves, and corrections
+// theirs; for one person the order cannot change, since a later task supersedes an unsent
+// correction. The scan stops at the first task or command sent: it passes only corrections
+// never sent. Called with d.queue not empty.
+func (o *Outbox) nextOf(d *device) *item {
+	head := d.queue[0]
+	if head.tries > 0 || !o.t.noResult(head) {
+		return head
+	}
+	for _, it := range d.queue[1:] {
+		if it.tries > 0 || !o.t.noResult(it) {
+			return it
+		}
+	}
+	return head
 }
 
 // sendPayload returns the payload to send it with: the one kept from its previous send, or
@@ -204,9 +226,10 @@ func (o *Outbox) requeue(it *item) {
 }
 
 // deadline is when d next needs attention without an event: its ack timeout, the end of
-// its head's backoff, or the end of its breaker period. Offline and paused devices need
-// none: a heartbeat or Resume pumps them. It does not compare with the current time: a
-// deadline that passed between pump's check and now must still wake the timer (at once).
+// the backoff of the command it sends next (nextOf), or the end of its breaker period.
+// Offline and paused devices need none: a heartbeat or Resume pumps them. It does not
+// compare with the current time: a deadline that passed between pump's check and now must
+// still wake the timer (at once).
 func (o *Outbox) deadline(d *device) int64 {
 	if it := d.inflight; it != nil {
 		return it.next
@@ -220,7 +243,7 @@ func (o *Outbox) deadline(d *device) int64 {
 	if q := d.queryDue(); q != nil {
 		return max(q.next, d.live.breakerUntil)
 	}
-	return max(d.queue[0].next, d.live.breakerUntil, d.live.payRetryAt)
+	return max(o.nextOf(d).next, d.live.breakerUntil, d.live.payRetryAt)
 }
 
 // touch re-files d in the deadline heap.

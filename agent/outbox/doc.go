@@ -78,8 +78,8 @@
 // twice (MarkReported is not waited for), never lost: a back office dedupes results by
 // message id.
 //
-// Per device: FIFO by intake order, one command in flight, the next sent when the ack
-// arrives. The ack timeout is Settings.RetryInterval; a command not acked in time is sent
+// Per device: FIFO by intake order (commands without a result, below, yield to tasks),
+// one command in flight, the next sent when the ack arrives. The ack timeout is Settings.RetryInterval; a command not acked in time is sent
 // again after RetryInterval·2^(tries-1) (capped at MaxBackoff, with jitter), and after
 // MaxTries sends it is Failed. Each Send gets a context that expires with the ack timeout,
 // so a transport that blocks (a wedged serial line) costs one try, not the device. A
@@ -115,8 +115,12 @@
 // Close answers every pending query with ErrClosed.
 //
 // Commands without a result (Task.NoResult: a whitelist sync's corrective commands, which
-// the back office never sent and the sync reports itself) are delivered like the others
-// and leave the table as soon as they finish, whatever their outcome: Results never
+// the back office never sent and the sync reports itself) are delivered like the others,
+// except that one never sent lets every task with a result go before it, whenever that
+// task was taken in: the sync keeps a few corrections queued so that the next goes out
+// straight from an ack, and a back office task still waits behind the command in flight
+// only. One that was sent keeps its turn (its ack may still come). They leave the table as
+// soon as they finish, whatever their outcome: Results never
 // returns them and RetryFailed never brings them back. In coalescing, such a command never
 // supersedes an unsent one that reports a result (the back office would get "superseded"
 // by a message id it never sent): both are sent, in intake order. A later command of

@@ -24,18 +24,19 @@ func resultIDs(res []Result) []string {
 	return ids
 }
 
-// A command without a result is delivered like a task's, one at a time in intake order,
-// and leaves no result, succeeded or refused; its id stays a duplicate.
+// A command without a result is delivered like a task's, one at a time (after the tasks
+// with a result: TestNoResultYieldsToTasks), and leaves no result, succeeded or refused;
+// its id stays a duplicate.
 func TestNoResultCommandReportsNothing(t *testing.T) {
 	e := newEnv(t, Options{Journal: fastJournal()})
 	e.enqueueSilent("c1", "d", "p1")
 	e.enqueue("t1", "d", "p2")
 	e.enqueueSilent("c2", "d", "p3")
 	e.o.Heartbeat("d")
-	e.expectSend("c1", 1)
-	e.o.Ack("d", "c1", 0, "")
 	e.expectSend("t1", 1)
 	e.o.Ack("d", "t1", 0, "")
+	e.expectSend("c1", 1)
+	e.o.Ack("d", "c1", 0, "")
 	e.expectSend("c2", 1)
 	e.o.Ack("d", "c2", 17, "refused")
 	if got := resultIDs(e.results()); len(got) != 1 || got[0] != "t1:succeeded" {
@@ -127,16 +128,16 @@ func TestNoResultDoneOutcomes(t *testing.T) {
 		t.Fatalf("status %+v: want 3 of 4 queued without a result", st)
 	}
 	e.o.Heartbeat("d")
+	e.expectSend("t1", 1) // before the commands without a result
+	e.o.Ack("d", "t1", 0, "")
 	e.expectSend("c1", 1)
-	if st := e.status("d"); st.NoResult != 3 || st.Queued != 3 || st.InFlight != "c1" {
+	if st := e.status("d"); st.NoResult != 3 || st.Queued != 2 || st.InFlight != "c1" {
 		t.Fatalf("status %+v: want c1 in flight, 3 without a result", st)
 	}
 	e.o.AckMessage("d", face.Ack{MessageID: "c1", Code: 0, Message: "ok"})
 	if x := a.wait(t, "c1"); x.err != nil || x.ack.MessageID != "c1" || x.ack.Message != "ok" {
 		t.Fatalf("c1: %+v", x)
 	}
-	e.expectSend("t1", 1)
-	e.o.Ack("d", "t1", 0, "")
 	e.expectSend("c2", 1)
 	e.o.Ack("d", "c2", 17, "no room") // Ack, not AckMessage: the ack is built from its parts
 	if x := a.wait(t, "c2"); !errors.Is(x.err, ErrRefused) || x.ack.Code != 17 || x.ack.Message != "no room" {
@@ -169,4 +170,59 @@ func TestNoResultDoneOutcomes(t *testing.T) {
 			t.Fatalf("%s: NoResultDone called %d times", id, x.n)
 		}
 	}
+}
+
+// Tasks with a result go before commands without one that were never sent, whenever they
+// were taken in: a whitelist sync keeps a few corrections queued so that the next goes
+// out straight from an ack, and a back office task waits behind the command in flight
+// only. A correction that was sent keeps its turn (its ack may still come); corrections
+// keep their order among themselves, and tasks theirs.
+func TestNoResultYieldsToTasks(t *testing.T) {
+	e := newEnvSender(t, Options{Journal: fastJournal(), Settings: Settings{MaxTries: 3, RetryInterval: time.Second}}, true)
+	e.enqueueSilent("c1", "d", "p1")
+	e.enqueueSilent("c2", "d", "p2")
+	e.enqueueSilent("c3", "d", "p3")
+	e.o.Heartbeat("d")
+	e.expectSend("c1", 1)
+	e.enqueue("t1", "d", "q1") // taken in while c1 is in flight, c2 and c3 queued
+	e.enqueue("t2", "d", "q2")
+	e.o.Ack("d", "c1", 0, "")
+	e.expectSend("t1", 1)
+	e.o.Ack("d", "t1", 0, "")
+	e.expectSend("t2", 1)
+	e.o.Ack("d", "t2", 0, "")
+	e.expectSend("c2", 1)
+	// c2 goes unacked: it keeps its turn before a task taken in meanwhile.
+	e.enqueue("t3", "d", "q3")
+	if c := e.advanceUntilSent(time.Minute); c.MessageID != "c2" || c.Try != 2 {
+		t.Fatalf("sent %s try %d, want c2 try 2", c.MessageID, c.Try)
+	}
+	e.o.Ack("d", "c2", 0, "")
+	e.expectSend("t3", 1)
+	e.o.Ack("d", "t3", 0, "")
+	e.expectSend("c3", 1)
+	e.o.Ack("d", "c3", 0, "")
+	if got := resultIDs(e.results()); len(got) != 3 {
+		t.Fatalf("results %v, want t1, t2, t3", got)
+	}
+}
+
+// A task that went unacked waits for its retry behind corrections never sent (it keeps
+// its turn, and they yield to it): the outbox's timer is armed for that retry, not for the
+// corrections at the head of the queue, so it is sent again without any other event.
+func TestNoResultTaskRetriedBehindCorrections(t *testing.T) {
+	e := newEnvSender(t, Options{Journal: fastJournal(), Settings: Settings{MaxTries: 3, RetryInterval: time.Second,
+		HeartbeatTimeout: time.Hour}}, true)
+	e.enqueueSilent("c1", "d", "p1")
+	e.enqueueSilent("c2", "d", "p2")
+	e.o.Heartbeat("d")
+	e.expectSend("c1", 1)
+	e.enqueue("t1", "d", "q1")
+	e.o.Ack("d", "c1", 0, "")
+	e.expectSend("t1", 1)
+	if c := e.advanceUntilSent(time.Minute); c.MessageID != "t1" || c.Try != 2 {
+		t.Fatalf("sent %s try %d, want t1 try 2", c.MessageID, c.Try)
+	}
+	e.o.Ack("d", "t1", 0, "")
+	e.expectSend("c2", 1)
 }

@@ -47,7 +47,8 @@ type Task struct {
 	// dedupe memory). For commands the back office never sent — a whitelist sync's
 	// corrective AddPerson and DeletePerson, reported by the sync itself. Journalled with
 	// the task: it holds across restarts. Such a command never supersedes an unsent one
-	// that reports a result (see Coalescing in the package doc).
+	// that reports a result (see Coalescing in the package doc), and until it is sent
+	// every task with a result goes before it.
 	NoResult bool
 }
 

@@ -57,20 +57,30 @@
 // one. A reconciliation then reports started; for v2 it reads ListPersons pages (limit
 // ListLimit), compares each with the desired list (Diff) and sends each page's corrective
 // commands (DeletePerson for an extra person, AddPerson for a missing or changed one)
-// before asking for the next page; for v1 it sends every desired person again. It reports
+// before asking for the next page; for v1 it sends every desired person again. Up to
+// Window corrections wait queued at once (topped up once half are answered), so the queue
+// sends the next straight from the ack of the one before and a repair goes at the
+// terminal's pace. It reports
 // done, or failed with the error, and counts missing, extra and changed persons. A report
 // names the first reason of setWhitelist, serial, digest, count.
 //
 // Invariants:
 //
 //   - A terminal in sync gets nothing: its heartbeat's digest is the whole check.
-//   - At most one of a terminal's reconciliation commands awaits its reply, and none is
-//     sent while the terminal's queue holds tasks: a task waits behind at most the command
-//     in flight. A paused reconciliation gives up its place among MaxReconciling and
-//     resumes where it stopped.
+//   - At most Window of a terminal's reconciliation commands await their reply (a
+//     ListPersons alone), and none is queued while the terminal's queue holds tasks; the
+//     queue sends tasks before the corrections it holds that were never sent (a Corrector's
+//     contract), so a task waits behind at most the command in flight. A paused
+//     reconciliation gives up its place among MaxReconciling and resumes where it stopped.
+//     A reconciliation that failed with commands still queued leaves them to be sent; the
+//     next begins once they are answered (or StepTimeout after it failed: presumed lost).
 //   - Each command has a new messageId (a terminal acks a repeated one without applying it).
-//   - Each correction is judged against the desired list as it is when it is sent: a
-//     correction a task made unnecessary is not sent.
+//   - Each correction is judged against the desired list as it is when it is queued: a
+//     correction a task made unnecessary is not queued, and one a task for its person
+//     follows while it waits unsent is superseded by it (the queue's coalescing). Of a
+//     change without a task (a SetWhitelist, a refusal's exclusion) at most Window
+//     corrections queued before it go out; the digest check after the repair catches them
+//     (a SetWhitelist starts a reconciliation of its own).
 //   - Only a terminal with a desired list (Known: a task named it) is judged or
 //     reconciled, even on a Resync: with none there is nothing to compare with, and what
 //     it holds stays. On a terminal with one, every extra person is deleted, whether the
@@ -83,10 +93,11 @@
 //     reconciliation goes on for drift). FinishSet runs as an effect.
 //   - A refused AddPerson excludes that record (Exclude), so a refusal never becomes a
 //     repair loop (the root does the same for a back office AddPerson task the terminal
-//     refused, and includes the record again when a task with it succeeds); more than MaxRefusals in one reconciliation, a refused DeletePerson or
-//     ListPersons, codes 21 to 23, a command without a reply (err, or none within
-//     StepTimeout) and a malformed page (more than the limit, ids not increasing or not
-//     after the previous page, next not the page's last id, a bad rev) fail it.
+//     refused, and includes the record again when a task with it succeeds); more than
+//     MaxRefusals in one reconciliation, a refused DeletePerson or ListPersons, codes 21
+//     to 23, a command without a reply (err, or no reply at all within StepTimeout while
+//     commands await theirs) and a malformed page (more than the limit, ids not increasing
+//     or not after the previous page, next not the page's last id, a bad rev) fail it.
 //   - After a reconciliation failed, or ended done but the next judged heartbeat still
 //     differs, the next one waits BackoffBase doubled per such reconciliation in a row, at
 //     most BackoffMax, on a timer: a terminal that never comes in step is not a hot loop.

@@ -32,9 +32,11 @@ type Lister interface {
 
 // Corrector queues a reconciliation's corrective commands (AddPerson, DeletePerson).
 type Corrector interface {
-	// Correct queues cmd for dev behind what dev's queue holds. Its ack, or the reason
-	// none came, must be passed to Reconciler.CorrectionDone with cmd.MessageID. An error
-	// means cmd was not queued.
+	// Correct queues cmd for dev behind what dev's queue holds, but so that the tasks dev's
+	// queue takes in before cmd is sent go first, and a later task for the same person
+	// supersedes it while unsent (then its outcome is a success: the task carries the
+	// person's latest record). Its ack, or the reason none came, must be passed to
+	// Reconciler.CorrectionDone with cmd.MessageID. An error means cmd was not queued.
 	Correct(dev string, cmd face.Command) error
 }
 
@@ -70,6 +72,7 @@ const (
 	DefaultStepTimeout    = 15 * time.Minute
 	DefaultMaxRefusals    = 8
 	DefaultMaxSetFailures = 5
+	DefaultWindow         = 8
 )
 
 // MessageIDPrefix begins every messageId the default NewMessageID makes. A task's
@@ -102,10 +105,19 @@ type ReconcileOptions struct {
 	// after one failed or did not bring the terminal in step: BackoffBase doubled per
 	// such reconciliation in a row, at most BackoffMax (defaults 5 s and 10 min).
 	BackoffBase, BackoffMax time.Duration
-	// StepTimeout bounds the wait for the reply to one of the reconciliation's commands
-	// (default 15 min, beyond the queue's own retries): a reconciliation whose command got
-	// no reply in time fails and its late reply is ignored.
+	// StepTimeout bounds the wait for the next reply while the reconciliation's commands
+	// await theirs (default 15 min, beyond the queue's own retries; the time the
+	// terminal's tasks go first does not count): a reconciliation that got no reply in
+	// time fails and the late replies are ignored.
 	StepTimeout time.Duration
+	// Window bounds the corrections of one reconciliation queued at once, awaiting their
+	// replies (default 8; 1: one at a time). The queue sends the next straight from the
+	// ack of the one before, so a repair goes at the terminal's pace, not at the pace of
+	// deciding and journalling each correction after the ack before; they are topped up
+	// once at most half are left. A correction is judged against the desired list when it
+	// is queued: a task for its person supersedes it while unsent, and a SetWhitelist
+	// starts a reconciliation that repairs what the window sent meanwhile.
+	Window int
 	// MaxRefusals bounds the refused AddPersons one reconciliation accepts (each excludes
 	// the refused record from the desired list) before it fails (default 8): a terminal
 	// refusing everything must not empty its desired list in one go.
@@ -180,6 +192,12 @@ type term struct {
 	slot   bool // holds one of MaxReconciling
 	queued bool // waits for one
 	rec    *recon
+	// late: the commands of a reconciliation that ended (failed) still queued, awaiting
+	// their outcome: the next one begins once they have it, so that at most Window of the
+	// terminal's commands are queued at a time and a ListPersons never follows them; or at
+	// lateUntil (StepTimeout after it ended), when they are presumed lost.
+	late      []string
+	lateUntil time.Time
 
 	lastStatus wire.SyncStatus
 	lastSync   time.Time
@@ -231,6 +249,9 @@ func NewReconciler(opt ReconcileOptions) (*Reconciler, error) {
 	if opt.MaxSetFailures <= 0 {
 		opt.MaxSetFailures = DefaultMaxSetFailures
 	}
+	if opt.Window <= 0 {
+		opt.Window = DefaultWindow
+	}
 	if opt.Clock == nil {
 		opt.Clock = realClock{}
 	}
@@ -274,7 +295,7 @@ func (r *Reconciler) Heartbeat(dev string, h face.Heartbeat) {
 		}
 	}
 	t.seen, t.protocol, t.digest, t.persons = true, v, d, h.Persons
-	if t.rec == nil && !t.tasks {
+	if t.rec == nil && !t.tasks && r.lateWait(t) == 0 {
 		t.idleBeats++
 		r.judge(t)
 	}
@@ -283,8 +304,9 @@ func (r *Reconciler) Heartbeat(dev string, h face.Heartbeat) {
 
 // TasksPending says whether dev's queue holds tasks (queued or in flight), not counting
 // the commands this reconciler sent. A reconciliation runs only while it holds none: it
-// sends nothing more once tasks arrive (its command in flight finishes first), gives up
-// its place among MaxReconciling, and resumes where it was when the tasks are done.
+// queues nothing more once tasks arrive (the queue sends them before its corrections not
+// yet sent), gives up its place among MaxReconciling, and resumes where it was when the
+// tasks are done.
 func (r *Reconciler) TasksPending(dev string, pending bool) {
 	r.mu.Lock()
 	defer r.unlock()
@@ -299,6 +321,8 @@ func (r *Reconciler) TasksPending(dev string, pending bool) {
 	t.idleBeats = 0
 	if pending {
 		t.match = false // the tasks change the terminal: a heartbeat confirms it again
+	} else if t.rec != nil {
+		t.rec.progress = r.opt.Clock.Now() // its commands waited behind the tasks
 	}
 	r.advance(t)
 }
@@ -525,8 +549,7 @@ func (r *Reconciler) failed(t *term) {
 }
 
 // advance moves t on: starts or resumes a reconciliation when one is wanted, the terminal
-// is idle, its backoff passed and a place is free; sends its next command if none is
-// outstanding.
+// is idle, its backoff passed and a place is free; queues its next commands (step).
 func (r *Reconciler) advance(t *term) {
 	if r.closed {
 		return
@@ -542,14 +565,11 @@ func (r *Reconciler) advance(t *term) {
 			t.pending = 0
 			return
 		}
-		if wait := t.notBefore.Sub(r.opt.Clock.Now()); wait > 0 {
-			r.armRetry(t, wait)
+		if wait := max(t.notBefore.Sub(r.opt.Clock.Now()), r.lateWait(t)); wait > 0 {
+			r.armRetry(t, wait) // or the last late outcome, whichever comes first
 			return
 		}
 		r.enqueue(t)
-		return
-	}
-	if rec.outstanding != "" {
 		return
 	}
 	if t.tasks {
@@ -567,6 +587,23 @@ func (r *Reconciler) advance(t *term) {
 	r.step(t)
 }
 
+// lateWait is how long t's late commands are still awaited (0: none are), dropping them
+// once presumed lost.
+func (r *Reconciler) lateWait(t *term) time.Duration {
+	if len(t.late) == 0 {
+		return 0
+	}
+	wait := t.lateUntil.Sub(r.opt.Clock.Now())
+	if wait <= 0 {
+		r.log.Warn("no outcome for the commands of an ended reconciliation; the next one does not wait for them",
+			"device", t.dev, "commands", len(t.late))
+		clear(t.late)
+		t.late = nil
+		return 0
+	}
+	return wait
+}
+
 func (r *Reconciler) enqueue(t *term) {
 	if !t.queued {
 		t.queued = true
@@ -582,7 +619,7 @@ func (r *Reconciler) fill() {
 		t := r.waitq[0]
 		r.waitq = r.waitq[1:]
 		t.queued = false
-		if t.tasks || t.slot || r.terms[t.dev] != t || (t.rec == nil && t.pending == 0) {
+		if t.tasks || t.slot || r.terms[t.dev] != t || (t.rec == nil && (t.pending == 0 || len(t.late) > 0)) {
 			continue
 		}
 		t.slot = true

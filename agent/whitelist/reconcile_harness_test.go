@@ -17,8 +17,10 @@ import (
 // The reconciler's tests drive it with a model terminal that follows protocol v2 to the
 // letter (ListPersons paging, the digest kept by XOR, a repeated messageId acked again
 // without being applied) and with a model of the one-at-a-time queue: commands wait in
-// one FIFO per terminal and pump delivers them, so a test decides exactly when replies
-// arrive, and time moves only when it advances the fake clock.
+// one queue per terminal, tasks before the reconciler's commands (as the outbox sends
+// them), a task superseding a queued correction for its person, and pump delivers them,
+// so a test decides exactly when replies arrive, and time moves only when it advances the
+// fake clock.
 
 // fakeClock is the shared fake clock (internal/testutil) as the reconciler's Clock.
 type fakeClock struct{ *testutil.FakeClock }
@@ -175,6 +177,7 @@ func (m *modelTerminal) page(cmd face.Command, a *face.Ack) {
 type queued struct {
 	cmd  face.Command
 	task bool
+	at   time.Time // when it was queued
 }
 
 var errNoAck = errors.New("no ack after the queue's tries")
@@ -193,14 +196,17 @@ type harness struct {
 	// refuseQueue: the queue refuses to take commands (Lister/Corrector errors).
 	refuseQueue bool
 	// lose: the reconciler's commands vanish without a reply.
-	lose bool
-	beat time.Duration
+	lose   bool
+	beat   time.Duration
+	window int // the reconciler's Window: the most of its commands queued at once
+	// mostQueued is the most of the reconciler's commands queued at once, per terminal.
+	mostQueued map[string]int
 }
 
 func newHarness(t testing.TB, opt ReconcileOptions) *harness {
 	t.Helper()
 	h := &harness{t: t, clock: newFakeClock(), terms: map[string]*modelTerminal{}, queue: map[string][]queued{},
-		reg: metrics.NewRegistry(), beat: 10 * time.Second}
+		reg: metrics.NewRegistry(), beat: 10 * time.Second, mostQueued: map[string]int{}}
 	h.store = openTest(t, t.TempDir(), Options{})
 	h.metrics = NewMetrics(h.reg)
 	opt.Store, opt.Lister, opt.Corrector, opt.Reporter, opt.Clock, opt.Metrics = h.store, h, h, h, h.clock, h.metrics
@@ -214,7 +220,7 @@ func newHarness(t testing.TB, opt ReconcileOptions) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.rec = r
+	h.rec, h.window = r, r.opt.Window
 	t.Cleanup(r.Close)
 	return h
 }
@@ -233,16 +239,50 @@ func (h *harness) Correct(dev string, cmd face.Command) error {
 	return h.push(dev, cmd, false)
 }
 
+// push queues cmd as the outbox would: a task before the reconciler's commands (none of
+// which the model has sent: deliverOne delivers at once), superseding its person's
+// correction; a reconciler's command at the end, checking the bounds: at most Window of
+// them, and a ListPersons alone (not counting those queued StepTimeout ago or more: the
+// reconciler stops waiting for their outcome then).
 func (h *harness) push(dev string, cmd face.Command, task bool) error {
 	if h.refuseQueue && !task {
 		return errors.New("the queue is full")
 	}
-	for _, q := range h.queue[dev] {
-		if !task && !q.task {
-			h.t.Errorf("%s: a second reconciliation command %s queued while %s waits", dev, cmd.MessageID, q.cmd.MessageID)
+	q := h.queue[dev]
+	if task {
+		var superseded []string
+		q = slices.DeleteFunc(q, func(c queued) bool {
+			if !c.task && c.cmd.Op != face.ListPersons && c.cmd.Person.ID == cmd.Person.ID {
+				superseded = append(superseded, c.cmd.MessageID)
+				return true
+			}
+			return false
+		})
+		i := 0
+		for i < len(q) && q[i].task {
+			i++
+		}
+		h.queue[dev] = slices.Insert(q, i, queued{cmd, task, h.clock.Now()})
+		for _, id := range superseded { // the agent tells a superseded correction as done
+			h.rec.CorrectionDone(dev, id, face.Ack{MessageID: id}, nil)
+		}
+		return nil
+	}
+	own := 1
+	for _, c := range q {
+		if c.task || h.clock.Now().Sub(c.at) >= h.rec.opt.StepTimeout {
+			continue // a task; or a command the reconciler may presume lost (term.late)
+		}
+		own++
+		if c.cmd.Op == face.ListPersons || cmd.Op == face.ListPersons {
+			h.t.Errorf("%s: %s %s queued while %s %s waits", dev, cmd.Op, cmd.MessageID, c.cmd.Op, c.cmd.MessageID)
 		}
 	}
-	h.queue[dev] = append(h.queue[dev], queued{cmd, task})
+	if own > h.window {
+		h.t.Errorf("%s: %d reconciliation commands queued, the window is %d", dev, own, h.window)
+	}
+	h.mostQueued[dev] = max(h.mostQueued[dev], own)
+	h.queue[dev] = append(q, queued{cmd, task, h.clock.Now()})
 	return nil
 }
 

@@ -2,6 +2,7 @@ package whitelist
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -10,7 +11,8 @@ import (
 )
 
 // One reconciliation: started, then ListPersons page by page (v2) or the desired list
-// from the store (v1), each page's corrective commands one at a time, then done or failed.
+// from the store (v1), each page's corrective commands through the terminal's one-at-a-time
+// queue, up to Window of them queued at once, then done or failed.
 
 // recon is a reconciliation under way.
 type recon struct {
@@ -33,15 +35,28 @@ type recon struct {
 	entries  []Entry // a page's entries, reused
 	desired  []Entry // v1: desired entries read, reused
 
-	outstanding string // the messageId of the command awaiting its reply ("": none)
-	listing     bool   // it is a ListPersons
-	sent        Change // the correction outstanding: its kind, id and the rev it carries
-	timer       Timer  // StepTimeout of the outstanding command
-	stepGen     uint64
+	// out: the commands awaiting their reply, in the order queued: one ListPersons, or up
+	// to Window corrections.
+	out []sentCmd
+	// timer: StepTimeout, armed while commands await their reply; progress: when the last
+	// reply came (or the wait began, or the terminal's tasks ended).
+	timer    Timer
+	progress time.Time
+	stepGen  uint64
 
 	v1Missing int // v1: the persons the terminal lacked by its count
 	refusals  int
 }
+
+// sentCmd is a command of the reconciliation awaiting its reply.
+type sentCmd struct {
+	id      string
+	listing bool   // a ListPersons
+	change  Change // a correction: its kind, id and the rev it carries
+}
+
+// listing reports whether a ListPersons awaits its page.
+func (rec *recon) listing() bool { return len(rec.out) > 0 && rec.out[0].listing }
 
 func (rec *recon) counts() (missing, extra, changed int) {
 	if rec.v1 {
@@ -86,24 +101,32 @@ func (r *Reconciler) begin(t *term) {
 	r.report(t.dev, rec, wire.SyncStarted, "")
 }
 
-// step sends t's next command, or ends the reconciliation when there is none. Called with
-// a place held, no command outstanding and no tasks pending.
+// step queues t's next commands, or ends the reconciliation when none is left and every
+// reply came. Called with a place held and no tasks pending. Corrections are queued up to
+// Window awaiting their replies, topped up once no more than half of them are left, so the
+// queue always holds the next one when an ack comes (it sends it straight from the ack)
+// and the journal takes them several at a time; the next page is asked for once the
+// page's corrections were all answered.
 func (r *Reconciler) step(t *term) {
 	rec := t.rec
-	for {
+	if rec.listing() || len(rec.out) > r.opt.Window/2 {
+		return
+	}
+	for len(rec.out) < r.opt.Window {
 		if rec.pos < len(rec.todo) {
 			c := rec.todo[rec.pos]
 			rec.pos++
 			if cmd, rev, ok := r.correction(t, c); ok {
 				r.send(t, cmd, rev)
-				return
 			}
 			continue
 		}
 		clear(rec.todo) // do not pin the page's ids
 		rec.todo, rec.pos = rec.todo[:0], 0
 		if rec.listDone {
-			r.finish(t, wire.SyncDone, "")
+			if len(rec.out) == 0 {
+				r.finish(t, wire.SyncDone, "")
+			}
 			return
 		}
 		if rec.v1 {
@@ -118,6 +141,9 @@ func (r *Reconciler) step(t *term) {
 				rec.after = rec.desired[len(rec.desired)-1].ID
 			}
 			continue
+		}
+		if len(rec.out) > 0 {
+			return // the next page once this one's corrections are answered
 		}
 		r.send(t, face.Command{Op: face.ListPersons, After: rec.after, Limit: rec.limit}, face.Rev{})
 		return
@@ -152,30 +178,27 @@ func (r *Reconciler) correction(t *term, c Change) (face.Command, face.Rev, bool
 	return face.Command{Op: face.AddPerson, Person: p}, rev, true
 }
 
-// send queues cmd under a new messageId as t's outstanding command, with its StepTimeout;
-// rev is the rev of the record an AddPerson carries (a refusal excludes that record).
+// send queues cmd under a new messageId as one of t's commands awaiting their reply; rev
+// is the rev of the record an AddPerson carries (a refusal excludes that record).
 func (r *Reconciler) send(t *term, cmd face.Command, rev face.Rev) {
 	rec := t.rec
 	cmd.MessageID = r.newMessageID()
 	listing := cmd.Op == face.ListPersons
-	rec.outstanding, rec.listing = cmd.MessageID, listing
+	sc := sentCmd{id: cmd.MessageID, listing: listing}
 	switch cmd.Op {
 	case face.AddPerson:
-		rec.sent = Change{Kind: Missing, ID: cmd.Person.ID, Rev: rev}
+		sc.change = Change{Kind: Missing, ID: cmd.Person.ID, Rev: rev}
 	case face.DeletePerson:
-		rec.sent = Change{Kind: Extra, ID: cmd.Person.ID}
+		sc.change = Change{Kind: Extra, ID: cmd.Person.ID}
 	}
-	rec.stepGen++
-	gen, id, dev := rec.stepGen, cmd.MessageID, t.dev
-	rec.timer = r.opt.Clock.AfterFunc(r.opt.StepTimeout, func() {
-		r.mu.Lock()
-		defer r.unlock()
-		if r.terms[dev] != t || t.rec != rec || rec.stepGen != gen || rec.outstanding != id {
-			return
-		}
-		rec.outstanding = ""
-		r.finish(t, wire.SyncFailed, fmt.Sprintf("no reply to %s %s within %s", cmd.Op, id, r.opt.StepTimeout))
-	})
+	if len(rec.out) == 0 {
+		rec.progress = r.opt.Clock.Now()
+	}
+	rec.out = append(rec.out, sc)
+	if rec.timer == nil {
+		r.armStepTimeout(t, r.opt.StepTimeout)
+	}
+	id, dev := cmd.MessageID, t.dev
 	if listing {
 		r.effects = append(r.effects, func() {
 			if err := r.opt.Lister.List(dev, cmd); err != nil {
@@ -191,21 +214,80 @@ func (r *Reconciler) send(t *term, cmd face.Command, rev face.Rev) {
 	})
 }
 
-// replied returns t's reconciliation if messageID is its outstanding command of that
-// kind, and clears it.
-func (r *Reconciler) replied(dev, messageID string, listing bool) (*term, *recon) {
+// armStepTimeout arms t's StepTimeout timer to fire after wait. When it fires with
+// commands awaiting their reply and none came for StepTimeout (not counting a time the
+// terminal's tasks went first: the commands wait behind them), the reconciliation fails.
+// One timer serves the whole window: it is not re-armed for every reply.
+func (r *Reconciler) armStepTimeout(t *term, wait time.Duration) {
+	rec := t.rec
+	rec.stepGen++
+	gen := rec.stepGen
+	rec.timer = r.opt.Clock.AfterFunc(wait, func() {
+		r.mu.Lock()
+		defer r.unlock()
+		if r.closed || r.terms[t.dev] != t || t.rec != rec || rec.stepGen != gen {
+			return
+		}
+		rec.timer = nil
+		if len(rec.out) == 0 {
+			return // armed again by the next command
+		}
+		now := r.opt.Clock.Now()
+		if t.tasks {
+			rec.progress = now
+		}
+		if left := rec.progress.Add(r.opt.StepTimeout).Sub(now); left > 0 {
+			r.armStepTimeout(t, left)
+			return
+		}
+		c := rec.out[0]
+		op := face.ListPersons
+		if !c.listing {
+			op = c.change.op()
+		}
+		r.finish(t, wire.SyncFailed, fmt.Sprintf("no reply to %s %s within %s", op, c.id, r.opt.StepTimeout))
+	})
+}
+
+// op is the corrective command that repairs c.
+func (c Change) op() face.Op {
+	if c.Kind == Extra {
+		return face.DeletePerson
+	}
+	return face.AddPerson
+}
+
+// replied returns t's reconciliation and the command if messageID is one of its commands
+// awaiting their reply, of that kind, and takes it off the list. Replies usually come in
+// the order the commands were queued, but not always (a task supersedes a queued
+// correction; the queue refuses one).
+func (r *Reconciler) replied(dev, messageID string, listing bool) (*term, *recon, sentCmd) {
 	t := r.terms[dev]
-	if r.closed || t == nil || t.rec == nil || t.rec.outstanding == "" || t.rec.outstanding != messageID || t.rec.listing != listing {
-		return nil, nil // late: the reconciliation it belonged to ended
+	if r.closed || t == nil {
+		return nil, nil, sentCmd{}
+	}
+	if i := slices.Index(t.late, messageID); i >= 0 {
+		// Late: the reconciliation it belonged to ended. The next may begin once the
+		// last of them is answered.
+		t.late = slices.Delete(t.late, i, i+1)
+		if len(t.late) == 0 {
+			t.late = nil
+			r.advance(t)
+		}
+		return nil, nil, sentCmd{}
 	}
 	rec := t.rec
-	rec.outstanding = ""
-	rec.stepGen++
-	if rec.timer != nil {
-		rec.timer.Stop()
-		rec.timer = nil
+	if rec == nil {
+		return nil, nil, sentCmd{}
 	}
-	return t, rec
+	i := slices.IndexFunc(rec.out, func(c sentCmd) bool { return c.id == messageID })
+	if i < 0 || rec.out[i].listing != listing {
+		return nil, nil, sentCmd{} // not ours (the ids are unique)
+	}
+	c := rec.out[i]
+	rec.out = slices.Delete(rec.out, i, i+1)
+	rec.progress = r.opt.Clock.Now()
+	return t, rec, c
 }
 
 // ListReply is the reply to a ListPersons the reconciler sent: ack, or err when none came
@@ -213,7 +295,7 @@ func (r *Reconciler) replied(dev, messageID string, listing bool) (*term, *recon
 func (r *Reconciler) ListReply(dev, messageID string, ack face.Ack, err error) {
 	r.mu.Lock()
 	defer r.unlock()
-	t, rec := r.replied(dev, messageID, true)
+	t, rec, _ := r.replied(dev, messageID, true)
 	if t == nil {
 		return
 	}
@@ -278,15 +360,12 @@ const (
 func (r *Reconciler) CorrectionDone(dev, messageID string, ack face.Ack, err error) {
 	r.mu.Lock()
 	defer r.unlock()
-	t, rec := r.replied(dev, messageID, false)
+	t, rec, sent := r.replied(dev, messageID, false)
 	if t == nil {
 		return
 	}
-	op := face.AddPerson
-	if rec.sent.Kind == Extra {
-		op = face.DeletePerson
-	}
-	what := fmt.Sprintf("%s %.64q", op, rec.sent.ID)
+	op := sent.change.op()
+	what := fmt.Sprintf("%s %.64q", op, sent.change.ID)
 	switch {
 	case err != nil:
 		r.finish(t, wire.SyncFailed, what+": "+err.Error())
@@ -302,8 +381,8 @@ func (r *Reconciler) CorrectionDone(dev, messageID string, ack face.Ack, err err
 		r.finish(t, wire.SyncFailed, fmt.Sprintf("the terminal lacks the face of %s (code %d)", what, ack.Code))
 		return
 	default:
-		if _, xerr := r.opt.Store.Exclude(t.dev, rec.sent.ID, rec.sent.Rev); xerr != nil {
-			r.log.Error("excluding a refused record failed", "device", t.dev, "person", rec.sent.ID, "err", xerr)
+		if _, xerr := r.opt.Store.Exclude(t.dev, sent.change.ID, sent.change.Rev); xerr != nil {
+			r.log.Error("excluding a refused record failed", "device", t.dev, "person", sent.change.ID, "err", xerr)
 		}
 		if rec.refusals++; rec.refusals > r.opt.MaxRefusals {
 			r.finish(t, wire.SyncFailed, fmt.Sprintf("the terminal refused %d corrective commands, the last %s (code %d %.64q)",
@@ -311,20 +390,30 @@ func (r *Reconciler) CorrectionDone(dev, messageID string, ack face.Ack, err err
 			return
 		}
 		r.log.Warn("the terminal refused a corrective command; the record leaves its desired list",
-			"device", t.dev, "person", rec.sent.ID, "code", ack.Code)
+			"device", t.dev, "person", sent.change.ID, "code", ack.Code)
 	}
 	r.advance(t)
 }
 
 // finish ends t's reconciliation, reports it, gives its place up and, if it failed, backs
-// off before the next one (whose reasons stay pending).
+// off before the next one (whose reasons stay pending). Its commands still queued (a
+// failed one's: at most Window) are sent all the same, each a repair as judged when
+// queued; their outcomes are ignored but awaited (term.late) before the next begins.
 func (r *Reconciler) finish(t *term, status wire.SyncStatus, why string) {
 	rec := t.rec
 	t.rec = nil
 	rec.stepGen++
 	if rec.timer != nil {
 		rec.timer.Stop()
+		rec.timer = nil
 	}
+	for _, c := range rec.out {
+		t.late = append(t.late, c.id)
+	}
+	if len(t.late) > 0 {
+		t.lateUntil = r.opt.Clock.Now().Add(r.opt.StepTimeout)
+	}
+	clear(rec.out)
 	if t.slot {
 		t.slot = false
 		r.active--

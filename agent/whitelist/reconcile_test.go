@@ -1,6 +1,7 @@
 package whitelist
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -334,7 +335,9 @@ func TestReconcileTooManyRefusals(t *testing.T) {
 	if got := h.statuses("d"); !slices.Equal(got, []string{"digest/started", "digest/failed"}) {
 		t.Fatalf("reports %v", got)
 	}
-	if m.refused != 3 || h.store.Count("d") != 17 {
+	// The corrections queued when it failed are sent all the same (and refused): they
+	// exclude nothing.
+	if m.refused < 3 || m.refused > 3+h.window || h.store.Count("d") != 17 {
 		t.Fatalf("%d refusals, desired count %d", m.refused, h.store.Count("d"))
 	}
 }
@@ -376,35 +379,142 @@ func TestReconcileYieldsToTasks(t *testing.T) {
 	if c := h.deliverOne("d"); c.Op != face.AddPerson || c.Person.ID != "p00000" {
 		t.Fatalf("second command %+v", c)
 	}
-	// The correction of p00001 is queued; now tasks come: p00010 is deleted, Y added.
-	if len(h.queue["d"]) != 1 {
-		t.Fatalf("queue %v", h.queue["d"])
+	// More corrections wait queued (p00001 on); now tasks come: p00003 (queued: the task
+	// supersedes it) and p00010 (not yet queued) are deleted, Y added.
+	if q := h.queue["d"]; len(q) == 0 || len(q) >= h.window || q[0].cmd.Person.ID != "p00001" {
+		t.Fatalf("queue %v", q)
 	}
-	if err := h.store.Delete("d", "p00010"); err != nil {
-		t.Fatal(err)
+	for _, id := range []string{"p00003", "p00010"} {
+		if err := h.store.Delete("d", id); err != nil {
+			t.Fatal(err)
+		}
 	}
 	y := Record{ID: "y", Name: "new"}
 	if err := h.store.Set("d", y); err != nil {
 		t.Fatal(err)
 	}
 	h.rec.DesiredChanged("d")
-	h.task("d", face.Command{MessageID: "task-1", Op: face.DeletePerson, Person: face.Person{ID: "p00010"}})
-	h.task("d", face.Command{MessageID: "task-2", Op: face.AddPerson, Person: personOf(y, 2)})
-	h.deliverOne("d") // the reconciliation's command in flight
-	if q := h.queue["d"]; len(q) != 2 || !q[0].task || !q[1].task {
-		t.Fatalf("the reconciliation went on while tasks were pending: queue %v", q)
+	h.task("d", face.Command{MessageID: "task-1", Op: face.DeletePerson, Person: face.Person{ID: "p00003"}})
+	h.task("d", face.Command{MessageID: "task-2", Op: face.DeletePerson, Person: face.Person{ID: "p00010"}})
+	h.task("d", face.Command{MessageID: "task-3", Op: face.AddPerson, Person: personOf(y, 2)})
+	// The tasks go first: they waited behind the command in flight only.
+	for _, want := range []string{"task-1", "task-2", "task-3"} {
+		if c := h.deliverOne("d"); c.MessageID != want {
+			t.Fatalf("delivered %s %s, want %s before the queued corrections", c.Op, c.MessageID, want)
+		}
+		if !h.rec.Status("d").Reconciling {
+			t.Fatal("the reconciliation ended instead of pausing")
+		}
 	}
-	if !h.rec.Status("d").Reconciling {
-		t.Fatal("the reconciliation ended instead of pausing")
-	}
-	h.pump() // the tasks, then the rest of the reconciliation
+	h.pump() // the rest of the reconciliation
 	h.converge(5)
-	if _, held := m.persons["p00010"]; held || m.adds != 19+1 {
-		t.Fatalf("p00010 held %v; %d adds (want 19 corrections and the task's)", held, m.adds)
+	for _, id := range []string{"p00003", "p00010"} {
+		if _, held := m.persons[id]; held {
+			t.Fatalf("%s held", id)
+		}
+	}
+	if m.adds != 18+1 {
+		t.Fatalf("%d adds (want 18 corrections and the task's)", m.adds)
 	}
 	if got := h.statuses("d"); !slices.Equal(got, []string{"digest/started", "digest/done"}) {
 		t.Fatalf("reports %v", got)
 	}
+}
+
+// TestReconcileWindow: a repair keeps up to Window corrections queued, never more, and
+// tops them up once half are answered; Window 1 sends one at a time. The harness's queue
+// fails the test if more are queued, or a ListPersons with corrections.
+func TestReconcileWindow(t *testing.T) {
+	for _, window := range []int{1, 2, 8} {
+		t.Run(fmt.Sprint(window), func(t *testing.T) {
+			h := newHarness(t, ReconcileOptions{Window: window, ListLimit: func(string) int { return 30 }})
+			m := h.addTerminal("d", 2, people(100, "p"))
+			h.tick()
+			for i, id := range m.ids() {
+				if i%3 != 0 {
+					delete(m.persons, id) // 66 missing, spread over the pages
+				}
+			}
+			h.tick()
+			h.converge(5)
+			if got := h.mostQueued["d"]; got != window {
+				t.Fatalf("at most %d corrections queued at once, want the window, %d", got, window)
+			}
+			if m.adds != 66 || m.lists != 2 {
+				t.Fatalf("%d adds, %d lists", m.adds, m.lists)
+			}
+		})
+	}
+}
+
+// TestReconcileWindowStepTimeout: StepTimeout bounds the wait for the next reply, not the
+// window's: replies that keep coming within it never fail the reconciliation, however long
+// it runs, nor does a time the terminal's tasks go first; none for StepTimeout does.
+func TestReconcileWindowStepTimeout(t *testing.T) {
+	h := newHarness(t, ReconcileOptions{StepTimeout: time.Minute, ListLimit: func(string) int { return 100 }})
+	m := h.addTerminal("d", 2, people(30, "p"))
+	h.tick()
+	clear(m.persons)
+	h.rec.Heartbeat("d", m.heartbeat("d")) // drift
+	h.deliverOne("d")                      // the ListPersons: 30 missing
+	for range 10 {                         // a reply every 40 s: 400 s in all
+		h.clock.Advance(40 * time.Second)
+		h.deliverOne("d")
+	}
+	h.task("d", face.Command{MessageID: "task-1", Op: face.AddPerson, Person: face.Person{ID: "zz", Name: "z"}})
+	h.clock.Advance(5 * time.Minute) // the task goes first, for a long time
+	if h.deliverOne("d").MessageID != "task-1" {
+		t.Fatal("the task did not go first")
+	}
+	h.clock.Advance(50 * time.Second)
+	h.deliverOne("d")
+	if got := h.statuses("d"); !slices.Equal(got, []string{"digest/started"}) {
+		t.Fatalf("reports %v, want the reconciliation going on", got)
+	}
+	h.clock.Advance(time.Minute) // now no reply for StepTimeout
+	reps := h.reportsOf("d")
+	if len(reps) != 2 || reps[1].Status != wire.SyncFailed || !strings.Contains(reps[1].Error, "no reply to AddPerson") {
+		t.Fatalf("reports %+v", reps)
+	}
+	h.converge(10)
+}
+
+// TestReconcileLateCommandsAwaited: the corrections a failed reconciliation left queued
+// are sent and answered before the next one begins (a Resync right away too): at most
+// Window of a terminal's commands are queued at a time, and a ListPersons never follows
+// them in the queue (the harness checks both).
+func TestReconcileLateCommandsAwaited(t *testing.T) {
+	h := newHarness(t, ReconcileOptions{ListLimit: func(string) int { return 100 }})
+	m := h.addTerminal("d", 2, people(30, "p"))
+	h.tick()
+	clear(m.persons)
+	refused := false
+	m.refuse = func(c face.Command) int {
+		if refused || c.Op != face.DeletePerson && c.Op != face.AddPerson {
+			return 0
+		}
+		refused = true
+		return codeCapacity
+	}
+	h.rec.Heartbeat("d", m.heartbeat("d")) // drift
+	h.deliverOne("d")                      // the ListPersons
+	h.deliverOne("d")                      // the first correction: code 23 fails the reconciliation
+	if got := h.statuses("d"); !slices.Equal(got, []string{"digest/started", "digest/failed"}) {
+		t.Fatalf("reports %v", got)
+	}
+	left := len(h.queue["d"])
+	if left == 0 {
+		t.Fatal("no corrections left queued: the test tests nothing")
+	}
+	h.rec.Resync("d")
+	if n := len(h.queue["d"]); n != left || h.rec.Status("d").Reconciling {
+		t.Fatalf("a reconciliation began while %d corrections of the last were queued (queue %d)", left, n)
+	}
+	h.pump() // the late corrections; then the next reconciliation
+	if got := h.statuses("d"); !slices.Equal(got, []string{"digest/started", "digest/failed", "digest/started", "digest/done"}) {
+		t.Fatalf("reports %v", got)
+	}
+	h.converge(5)
 }
 
 // TestReconcileRateLimit: at most MaxReconciling terminals reconcile at once; the others

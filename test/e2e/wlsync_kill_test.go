@@ -54,6 +54,28 @@ func syncKillChild(path string) {
 	os.Exit(0)
 }
 
+// leftFromKilled counts the distinct corrections dev received from index killed on that
+// carry the message id prefix of the last correction before it (the killed agent's).
+func leftFromKilled(l *commandLog, dev string, killed int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cmds := l.cmds[dev]
+	prefix := ""
+	for _, c := range slices.Backward(cmds[:killed]) {
+		if whitelist.OwnMessageID(c.MessageID) {
+			prefix = c.MessageID[:strings.LastIndex(c.MessageID, "-")+1]
+			break
+		}
+	}
+	seen := map[string]bool{}
+	for _, c := range cmds[killed:] {
+		if prefix != "" && strings.HasPrefix(c.MessageID, prefix) {
+			seen[c.MessageID] = true
+		}
+	}
+	return len(seen)
+}
+
 // commandLog records, per terminal, the commands it was sent, in arrival order; wake is
 // poked on each.
 type commandLog struct {
@@ -100,7 +122,8 @@ func (l *commandLog) len(dev string) int {
 // for v2, revs), computed here from the tasks; no command arrived while another was
 // unanswered (strict terminals); a task's command is never followed by a correction that
 // undoes it; every task succeeded; and each terminal's last sync report says done, with
-// none failed.
+// none failed. The kill hits a window of corrections (one in flight, more queued): the
+// restarted agent sends those it finds in its journal.
 func TestWhitelistSyncSurvivesSIGKILL(t *testing.T) {
 	dir, addr := t.TempDir(), freeLoopbackAddr(t)
 	src := fmt.Sprintf(`[agent]
@@ -207,6 +230,10 @@ id = "v1"
 	boc.publish("faceagent/gw-k/tasks", b)
 	waitFor(t, "40 corrections on each terminal", repairing(40), log.wake)
 	child.Kill()
+	killed := map[string]int{}
+	for _, dev := range ids {
+		killed[dev] = log.len(dev)
+	}
 	for _, dev := range ids {
 		if held := len(fleet.Terminal(dev).Persons()); held >= n-1 {
 			t.Fatalf("%s holds %d persons at the kill: nothing left to repair", dev, held)
@@ -273,6 +300,12 @@ id = "v1"
 		log.mu.Unlock()
 		if !deleted || !renamed {
 			t.Errorf("%s never got the late tasks' commands (delete %v, rename %v)", dev, deleted, renamed)
+		}
+		// The kill hit a window of corrections: the one in flight and those queued behind
+		// it were journalled, and the restarted agent sent them (under the killed agent's
+		// message ids) before its own repair.
+		if left := leftFromKilled(log, dev, killed[dev]); left < 2 {
+			t.Errorf("%s: %d of the killed agent's corrections sent after the kill, want the one in flight and more", dev, left)
 		}
 	}
 	for _, r := range reports {
