@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	"github.com/seed0e69bba5/faceagent/device/face"
 	"github.com/seed0e69bba5/faceagent/device/serial"
 	"github.com/seed0e69bba5/faceagent/device/sim"
+	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
 
 // testFace is a face of the tests: its bytes, sha256 and kind.
@@ -330,6 +333,89 @@ chunk_mqtt = "4KiB"
 	if batches == 0 {
 		t.Error("no AddPersons batch was sent")
 	}
+	if err := fleet.Violations(); err != nil {
+		t.Error(err)
+	}
+}
+
+// SIGKILL of the agent in the middle of a 100 KiB photo's transfer: an agent in a child
+// sends the photo to a strict protocol 2 terminal in 4 KiB chunks, each acked after 10 ms,
+// and is killed once the terminal got 40 KiB of it. An agent restarted on the same
+// data_dir finishes the transfer: the terminal holds the photo byte for byte and the
+// person with its rev, and the task has exactly one result, succeeded.
+func TestFaceTransferSurvivesSIGKILL(t *testing.T) {
+	dir, addr := t.TempDir(), freeLoopbackAddr(t)
+	src := fmt.Sprintf(`[agent]
+gateway_id = "gw-fx"
+data_dir = %q
+[broker]
+listen = %q
+[dispatch]
+retry_interval = "300ms"
+heartbeat_timeout = "3s"
+[faces]
+chunk_mqtt = "4KiB"
+[[devices]]
+id = "d1"
+`, dir, addr)
+	cfgPath := filepath.Join(t.TempDir(), "agent.toml")
+	if err := os.WriteFile(cfgPath, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	log := newChunkLog()
+	fleet, err := sim.StartMQTT("mqtt://"+addr, []string{"d1"}, sim.Options{Seed: 5, Protocol: 2, Batch: 30,
+		AckLatency: sim.Latency{Kind: sim.Fixed, A: 10 * time.Millisecond}, HeartbeatInterval: 100 * time.Millisecond,
+		Strict: true, OnCommand: log.add, OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+
+	// The back office's session first, in an agent of this process: it outlives the kill.
+	_, _, stop := startAgentFull(t, parse(t, src))
+	connectBackOfficeSession(t, addr, "gw-fx", 3600)
+	stop()
+
+	child := testutil.StartChild(t, syncKillChildEnv+"="+cfgPath)
+	child.WaitLine("ready", 30*time.Second)
+	photo := newTestFace(41, 100<<10, "photo")
+	boc := connectBackOfficeAs(t, addr, "gw-fx", "gw-fx-sender", true, 0)
+	boc.publish("faceagent/gw-fx/tasks", []byte(fmt.Sprintf(`{"taskId":"k1","deviceId":"d1","op":"AddPerson","person":%s}`,
+		personJSON("p1", "N p1", &photo, true))))
+	waitFor(t, "40 KiB of the photo on the terminal", func() bool {
+		_, n := log.sent("d1", photo.sum)
+		return n >= 40<<10
+	}, log.wake)
+	child.Kill()
+	term := fleet.Terminal("d1")
+	if have := term.FaceHave(photo.sum); have >= len(photo.data) {
+		t.Fatalf("the terminal holds %d bytes of the photo at the kill: nothing left to send", have)
+	}
+
+	_, a, _ := startAgentFull(t, parse(t, src))
+	bo := connectBackOfficeAs(t, addr, "gw-fx", "backoffice", false, 3600)
+	bo.waitFor("the task's result", 30*time.Second, func() bool { _, ok := bo.results["k1"]; return ok })
+	pollUntil(t, "d1 in sync", func() bool { return metric(t, a, "faceagent_terminals_in_sync") == 1 })
+	if got, ok := term.Face(photo.sum); !ok || !bytes.Equal(got, photo.data) {
+		t.Errorf("the photo held %v, byte-exact %v", ok, bytes.Equal(got, photo.data))
+	}
+	want := wantWithRevs(map[string]desiredPerson{"p1": {"N p1", &photo}})
+	if got := heldWithRevs(term); !slices.Equal(got, want) {
+		t.Errorf("d1 holds %v", diffLines(got, want))
+	}
+	bo.mu.Lock()
+	var results []wire.Result
+	for _, r := range bo.all {
+		if r.TaskID == "k1" {
+			results = append(results, r)
+		}
+	}
+	bo.mu.Unlock()
+	if len(results) != 1 || results[0].Status != wire.Succeeded {
+		t.Errorf("the task's results: %+v, want one, succeeded", results)
+	}
+	_, n := log.sent("d1", photo.sum)
+	t.Logf("%d photo bytes sent for a %d-byte photo across the kill", n, len(photo.data))
 	if err := fleet.Violations(); err != nil {
 		t.Error(err)
 	}
