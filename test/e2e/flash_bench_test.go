@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -161,7 +164,11 @@ id = "d1"
 		id := fmt.Sprintf("p%d", i)
 		var f *testFace
 		if withFace {
-			tf := newTestFace(1000+i, 1<<10, "template")
+			// testFaceData repeats after 256 seeds: the task's number makes each face new.
+			tf := newTestFace(i, 1<<10, "template")
+			binary.BigEndian.PutUint64(tf.data, uint64(i))
+			sum := sha256.Sum256(tf.data)
+			tf.sum = hex.EncodeToString(sum[:])
 			f = &tf
 		}
 		msgs[i] = fmt.Appendf(nil, `{"taskId":"t%d","deviceId":"d1","op":"AddPerson","person":%s}`, i, personJSON(id, "N "+id, f, true))
