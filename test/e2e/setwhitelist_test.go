@@ -31,23 +31,7 @@ func TestSetWhitelistConvergesSerial(t *testing.T) { testSetWhitelistConverges(t
 
 func testSetWhitelistConverges(t *testing.T, overSerial bool) {
 	ids := []string{"v2", "v1", "free"}
-	src := fmt.Sprintf(`[agent]
-gateway_id = "gw-sw"
-data_dir = %q
-[broker]
-listen = "127.0.0.1:0"
-[dispatch]
-retry_interval = "300ms"
-heartbeat_timeout = "3s"
-[journal]
-sync = "batch"
-[intake]
-max_whitelist = 20
-[whitelist]
-backoff_base = "200ms"
-backoff_max = "2s"
-list_limit = 3
-`, t.TempDir())
+	src := syncConfig{gateway: "gw-sw", dataDir: t.TempDir(), backoffMax: "2s", whitelist: []string{"list_limit = 3"}, intake: []string{"max_whitelist = 20"}}.String()
 	var ports []sim.SerialPort
 	for _, id := range ids {
 		if !overSerial {

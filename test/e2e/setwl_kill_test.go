@@ -37,25 +37,7 @@ func TestSetWhitelistSIGKILLBeforeCorrections(t *testing.T) { testSetWhitelistKi
 func testSetWhitelistKill(t *testing.T, midRepair bool) {
 	dir, addr := t.TempDir(), freeLoopbackAddr(t)
 	const gw = "gw-sk"
-	src := fmt.Sprintf(`[agent]
-gateway_id = %q
-data_dir = %q
-[broker]
-listen = %q
-[dispatch]
-retry_interval = "300ms"
-heartbeat_timeout = "3s"
-[journal]
-sync = "batch"
-[whitelist]
-backoff_base = "200ms"
-backoff_max = "1s"
-list_limit = 16
-[[devices]]
-id = "v2"
-[[devices]]
-id = "v1"
-`, gw, dir, addr)
+	src := syncConfig{gateway: gw, dataDir: dir, listen: addr, whitelist: []string{"list_limit = 16"}, devices: []string{"v2", "v1"}}.String()
 	cfgPath := filepath.Join(t.TempDir(), "agent.toml")
 	if err := os.WriteFile(cfgPath, []byte(src), 0o600); err != nil {
 		t.Fatal(err)

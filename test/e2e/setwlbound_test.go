@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -20,27 +19,7 @@ import (
 // terminal comes online and its task's result is reported there is room again: the third
 // terminal's SetWhitelist is taken, and that terminal ends holding its list.
 func TestSetWhitelistTaskBound(t *testing.T) {
-	src := fmt.Sprintf(`[agent]
-gateway_id = "gw-b"
-data_dir = %q
-[broker]
-listen = "127.0.0.1:0"
-[dispatch]
-retry_interval = "300ms"
-heartbeat_timeout = "3s"
-[journal]
-sync = "batch"
-[whitelist]
-max_set_tasks = 2
-backoff_base = "200ms"
-backoff_max = "1s"
-[[devices]]
-id = "a"
-[[devices]]
-id = "b"
-[[devices]]
-id = "c"
-`, t.TempDir())
+	src := syncConfig{gateway: "gw-b", dataDir: t.TempDir(), whitelist: []string{"max_set_tasks = 2"}, devices: []string{"a", "b", "c"}}.String()
 	addr, _, stop := startAgentFull(t, parse(t, src))
 	defer stop()
 	bo := connectBackOffice(t, addr, "gw-b")

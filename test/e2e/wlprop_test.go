@@ -195,23 +195,7 @@ func newPropRun(t *testing.T, seed uint64) *propRun {
 	p := &propRun{t: t, r: rand.New(rand.NewPCG(seed, seed^0x5eed)), addr: freeLoopbackAddr(t), metricsAddr: freeLoopbackAddr(t),
 		model: map[string]map[string]string{}, named: map[string]bool{}, results: map[string]wire.Result{},
 		setCounts: map[string]wire.WhitelistCounts{}}
-	src := fmt.Sprintf(`[agent]
-gateway_id = "gw-p"
-data_dir = %q
-[broker]
-listen = %q
-[metrics]
-listen = %q
-[dispatch]
-retry_interval = "300ms"
-heartbeat_timeout = "3s"
-[journal]
-sync = "batch"
-[whitelist]
-backoff_base = "200ms"
-backoff_max = "1s"
-list_limit = 5
-`, t.TempDir(), p.addr, p.metricsAddr)
+	src := syncConfig{gateway: "gw-p", dataDir: t.TempDir(), listen: p.addr, metrics: p.metricsAddr, whitelist: []string{"list_limit = 5"}}.String()
 	for i := range propTerminals {
 		dev := fmt.Sprint("t", i)
 		p.devs = append(p.devs, dev)

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -41,25 +40,7 @@ func seriesIs(t testing.TB, a *agent.Agent, series string, v float64) bool {
 // the next six heartbeats of each. A later AddPerson for the person, accepted, makes it
 // desired again and the terminals hold it.
 func TestTaskRefusalLeavesDesiredList(t *testing.T) {
-	src := fmt.Sprintf(`[agent]
-gateway_id = "gw-r"
-data_dir = %q
-[broker]
-listen = "127.0.0.1:0"
-[dispatch]
-retry_interval = "300ms"
-heartbeat_timeout = "3s"
-[journal]
-sync = "batch"
-[whitelist]
-backoff_base = "200ms"
-backoff_max = "1s"
-list_limit = 4
-[[devices]]
-id = "v2"
-[[devices]]
-id = "v1"
-`, t.TempDir())
+	src := syncConfig{gateway: "gw-r", dataDir: t.TempDir(), whitelist: []string{"list_limit = 4"}, devices: []string{"v2", "v1"}}.String()
 	addr, a, stop := startAgentFull(t, parse(t, src))
 	defer stop()
 	ids := []string{"v2", "v1"}

@@ -59,21 +59,7 @@ func TestWhitelistSyncRepairsDriftSerial(t *testing.T) { testWhitelistSyncRepair
 
 func testWhitelistSyncRepairsDrift(t *testing.T, overSerial bool) {
 	ids := []string{"reset", "replace", "extra", "missing", "rev", "delfail"}
-	src := fmt.Sprintf(`[agent]
-gateway_id = "gw-s"
-data_dir = %q
-[broker]
-listen = "127.0.0.1:0"
-[dispatch]
-retry_interval = "300ms"
-heartbeat_timeout = "3s"
-[journal]
-sync = "batch"
-[whitelist]
-backoff_base = "200ms"
-backoff_max = "2s"
-list_limit = 2
-`, t.TempDir())
+	src := syncConfig{gateway: "gw-s", dataDir: t.TempDir(), backoffMax: "2s", whitelist: []string{"list_limit = 2"}}.String()
 	var ports []sim.SerialPort
 	for _, id := range ids {
 		if !overSerial {
@@ -376,23 +362,7 @@ func freeLoopbackAddr(t *testing.T) string {
 // included.
 func TestWhitelistSyncYieldsToTasksAndSurvivesRestart(t *testing.T) {
 	dir, addr := t.TempDir(), freeLoopbackAddr(t)
-	src := fmt.Sprintf(`[agent]
-gateway_id = "gw-l"
-data_dir = %q
-[broker]
-listen = %q
-[dispatch]
-retry_interval = "300ms"
-heartbeat_timeout = "3s"
-[journal]
-sync = "batch"
-[whitelist]
-backoff_base = "200ms"
-backoff_max = "1s"
-list_limit = 7
-[[devices]]
-id = "big"
-`, dir, addr)
+	src := syncConfig{gateway: "gw-l", dataDir: dir, listen: addr, whitelist: []string{"list_limit = 7"}, devices: []string{"big"}}.String()
 	_, a, stop := startAgentFull(t, parse(t, src))
 	fleet, err := sim.StartMQTT("mqtt://"+addr, []string{"big"}, sim.Options{Seed: 5, AckLatency: sim.Latency{Kind: sim.Fixed, A: time.Millisecond},
 		HeartbeatInterval: 100 * time.Millisecond, Strict: true,

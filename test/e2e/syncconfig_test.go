@@ -1,0 +1,47 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+)
+
+// syncConfig is the agent configuration the whitelist sync tests share: retries after
+// 300 ms, terminals offline after 3 s without a heartbeat, journal syncs in batches and
+// short reconciliation backoffs, so that a repair and its failures fit a test's time.
+type syncConfig struct {
+	gateway, dataDir string
+	listen           string   // the embedded broker's address; "127.0.0.1:0" when empty
+	metrics          string   // [metrics] listen; none when empty
+	backoffMax       string   // [whitelist] backoff_max; "1s" when empty
+	whitelist        []string // more [whitelist] lines, e.g. "list_limit = 7"
+	intake           []string // [intake] lines
+	devices          []string // [[devices]] ids (MQTT terminals)
+}
+
+func (c syncConfig) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "[agent]\ngateway_id = %q\ndata_dir = %q\n[broker]\nlisten = %q\n", c.gateway, c.dataDir, cmp(c.listen, "127.0.0.1:0"))
+	if c.metrics != "" {
+		fmt.Fprintf(&b, "[metrics]\nlisten = %q\n", c.metrics)
+	}
+	b.WriteString("[dispatch]\nretry_interval = \"300ms\"\nheartbeat_timeout = \"3s\"\n[journal]\nsync = \"batch\"\n")
+	if len(c.intake) > 0 {
+		b.WriteString("[intake]\n" + strings.Join(c.intake, "\n") + "\n")
+	}
+	fmt.Fprintf(&b, "[whitelist]\nbackoff_base = \"200ms\"\nbackoff_max = %q\n", cmp(c.backoffMax, "1s"))
+	for _, l := range c.whitelist {
+		b.WriteString(l + "\n")
+	}
+	for _, id := range c.devices {
+		fmt.Fprintf(&b, "[[devices]]\nid = %q\n", id)
+	}
+	return b.String()
+}
+
+// cmp returns s, or def when s is empty.
+func cmp(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
