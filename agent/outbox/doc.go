@@ -232,8 +232,8 @@
 //     backoff, each failing once it reaches MaxTries; a device gone offline refunds the
 //     try of each. After an ack with a non-zero code the terminal gets single commands
 //     until its next heartbeat announces a batch size again.
-//   - Message id: "B" and 24 hex digits of a SHA-256 over the batch's tasks' message ids
-//     (and a salt per task, below). The same tasks make the same id, so nothing about a
+//   - Message id: "B" and 16 URL-safe base64 characters (96 bits) of a SHA-256 over the
+//     batch's tasks' message ids (and a salt per task, below). The same tasks make the same id, so nothing about a
 //     batch is journalled: its retry (the batch kept in memory, sent again while its tasks
 //     still wait at the head of the queue) and its resend after a restart (gathered again
 //     from the queue: the tasks that were in flight come back first, in order) carry the

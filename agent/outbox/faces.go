@@ -265,12 +265,49 @@ func (o *Outbox) sendChunk(d *device, fs *deviceFaces, it *item, ref face.FaceRe
 	return faceSent
 }
 
-// chunkID is a new message id for a PutFace chunk: unique among the pending queries of
-// every device (o.queries is keyed by it), and across restarts (the prefix): a terminal
-// answers a repeated id from its memory. Short: every chunk and its ack carry it.
+// chunkID is a new message id for a PutFace chunk: "f", the outbox's prefix (6 base-62
+// digits drawn at Open: 35.8 random bits) and a sequence number in base 62. It is unique
+// among the pending queries of every device (o.queries is keyed by it; the prefix has a
+// fixed length, so no two sequence numbers give one id), and across restarts (the
+// prefix): a terminal answers a repeated id from its memory. It is short because every
+// chunk and its ack carry it: on a serial line, 1 KiB faces, the id and its echo are
+// about 2 % of the bytes of a person (docs/benchmarks.md).
 func (o *Outbox) chunkID() string {
 	o.faceSeq++
-	return "pf" + o.faceIDPrefix + "." + strconv.FormatUint(o.faceSeq, 36)
+	b := make([]byte, 0, 1+faceIDPrefixLen+11)
+	b = append(b, 'f')
+	b = append(b, o.faceIDPrefix...)
+	return string(appendBase62(b, o.faceSeq))
+}
+
+const (
+	base62Digits    = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	faceIDPrefixLen = 6
+)
+
+// faceIDPrefix is r in faceIDPrefixLen base-62 digits (r modulo 62^6).
+func faceIDPrefix(r uint64) string {
+	var b [faceIDPrefixLen]byte
+	for i := len(b) - 1; i >= 0; i-- {
+		b[i] = base62Digits[r%62]
+		r /= 62
+	}
+	return string(b[:])
+}
+
+// appendBase62 appends v in base 62, without leading zeros ("0" for 0).
+func appendBase62(dst []byte, v uint64) []byte {
+	var b [11]byte // 62^11 > 2^64
+	i := len(b)
+	for {
+		i--
+		b[i] = base62Digits[v%62]
+		v /= 62
+		if v == 0 {
+			break
+		}
+	}
+	return append(dst, b[i:]...)
 }
 
 // faceChunkTimedOut is called for a chunk q that got no ack in time and will be sent

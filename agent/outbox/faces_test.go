@@ -606,3 +606,41 @@ func (fe *faceEnv) resultOK(id string) (Result, bool) {
 	}
 	return Result{}, false
 }
+
+// A chunk's message id and a batch's are short (each goes twice over the wire, in the
+// command and its ack) and unique: "f", a 6-digit prefix and a base-62 sequence number;
+// "B" and 16 base64 characters.
+func TestChunkAndBatchIDsAreShort(t *testing.T) {
+	fe := newFaceEnv(t, 4096, Settings{})
+	seen := map[string]bool{}
+	for i := range 5000 {
+		id := fe.o.chunkID()
+		if seen[id] || id[0] != 'f' || len(id) > 1+6+3 || i < 61 && len(id) != 1+6+1 {
+			t.Fatalf("chunk id %d: %q (seen %v)", i, id, seen[id])
+		}
+		seen[id] = true
+	}
+	for _, r := range []uint64{0, 1, 62, 1<<64 - 1} {
+		if p := faceIDPrefix(r); len(p) != 6 {
+			t.Fatalf("prefix of %d: %q", r, p)
+		}
+	}
+	if s := string(appendBase62(nil, 0)) + "," + string(appendBase62(nil, 61)) + "," + string(appendBase62(nil, 62)); s != "0,z,10" {
+		t.Fatalf("base 62: %s", s)
+	}
+	sha, data := testFace(100, 15)
+	fe.faces[sha] = data
+	fe.addPerson("m1", "p1", sha, len(data)) // waits for its face: both queued
+	fe.addPerson("m2", "p2", sha, len(data))
+	fe.o.mu.Lock()
+	d := fe.o.t.devices["d"]
+	if len(d.queue) != 2 {
+		fe.o.mu.Unlock()
+		t.Fatalf("%d queued", len(d.queue))
+	}
+	id := fe.o.batchID(d, d.queue[:2])
+	fe.o.mu.Unlock()
+	if len(id) != batchIDLen || batchIDLen != 17 || id[0] != 'B' {
+		t.Fatalf("batch id %q", id)
+	}
+}
