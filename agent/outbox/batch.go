@@ -2,8 +2,8 @@ package outbox
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"io"
 
@@ -34,8 +34,10 @@ type batchMark struct {
 	miss uint8  // code 21 answers to it
 }
 
-// batchIDLen is the length of a batch's message id: "B" and 24 hex digits.
-const batchIDLen = 25
+// batchIDLen is the length of a batch's message id: "B" and 16 URL-safe base64
+// characters, the first 12 bytes (96 bits) of a digest. Short: the batch and its ack
+// carry it on a serial line.
+const batchIDLen = 1 + 16
 
 // noteBatchSize records the batch size a terminal's heartbeat announces: 0 unless it
 // speaks protocol 2 and says batch.
@@ -206,7 +208,7 @@ func (o *Outbox) batchID(d *device, items []*item) string {
 		_, _ = io.WriteString(h, id)
 	}
 	var sum [sha256.Size]byte
-	return "B" + hex.EncodeToString(h.Sum(sum[:0])[:(batchIDLen-1)/2])
+	return "B" + base64.RawURLEncoding.EncodeToString(h.Sum(sum[:0])[:(batchIDLen-1)*3/4])
 }
 
 // pruneMarks drops the marks of tasks that finished or left the table.

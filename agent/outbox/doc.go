@@ -158,8 +158,15 @@
 // needs the face is in flight. Chunks are DeviceConfig.FaceChunk bytes (the agent: [faces]
 // chunk_serial, 4 KiB, at most what one serial frame carries; chunk_mqtt, 64 KiB).
 //
-//   - A chunk not acked in time is sent again, same message id and bytes, like any command;
-//     after MaxTries the command it was for fails with a reason naming the face. A chunk in
+//   - A chunk of at most 4 KiB not acked in time is sent again, same message id and bytes,
+//     like any command; a larger one (an MQTT chunk) is replaced by a probe under a new
+//     message id, which learns the terminal's have: a transfer cut part way through a
+//     64 KiB chunk costs the part the terminal lost and a probe, not the chunk again. (A
+//     resend of a chunk the terminal got in part is ignored by it, offset past its have, and
+//     only its ack tells the have; below 4 KiB that costs less than the probe's round
+//     trip.) The probe keeps the chunk's tries, and a probe answered without progress
+//     counts as a chunk acked without progress (below). After MaxTries the command the
+//     chunk was for fails with a reason naming the face. A chunk in
 //     flight when the device goes offline is dropped instead (it counts as never sent); once
 //     the device is back the transfer goes on with a probe (an empty chunk) that learns the
 //     terminal's have, so an outage costs the part of the chunk the terminal lost, not a
@@ -225,8 +232,8 @@
 //     backoff, each failing once it reaches MaxTries; a device gone offline refunds the
 //     try of each. After an ack with a non-zero code the terminal gets single commands
 //     until its next heartbeat announces a batch size again.
-//   - Message id: "B" and 24 hex digits of a SHA-256 over the batch's tasks' message ids
-//     (and a salt per task, below). The same tasks make the same id, so nothing about a
+//   - Message id: "B" and 16 URL-safe base64 characters (96 bits) of a SHA-256 over the
+//     batch's tasks' message ids (and a salt per task, below). The same tasks make the same id, so nothing about a
 //     batch is journalled: its retry (the batch kept in memory, sent again while its tasks
 //     still wait at the head of the queue) and its resend after a restart (gathered again
 //     from the queue: the tasks that were in flight come back first, in order) carry the

@@ -44,6 +44,12 @@ const (
 	// maxFaceStalls bounds the chunks in a row a terminal acks without taking their bytes
 	// (have does not grow): a terminal that never takes the face fails the command.
 	maxFaceStalls = 3
+	// faceProbeAbove is the largest chunk sent again as it was after its ack timeout; a
+	// larger one is replaced by a probe (an empty chunk) that learns the terminal's have,
+	// so that a cut costs what the terminal lost. A chunk this small costs less on the
+	// wire than the probe's round trip would save: the serial chunk (4 KiB) is resent,
+	// the MQTT chunk (64 KiB) is probed.
+	faceProbeAbove = 4 << 10
 	// maxKnownFaces bounds the faces remembered as held, per device. Forgetting one costs
 	// a chunk the terminal answers with have = size, never a wrong command.
 	maxKnownFaces = 4096
@@ -73,6 +79,7 @@ type faceXfer struct {
 	probe     bool  // ask for have first (empty chunk): a chunk was lost in an outage
 	hashFails int   // transfers ended in code 22 for the command below
 	stalls    int   // chunks acked without progress, in a row
+	timedOut  bool  // the chunk in flight is a probe for a chunk that got no ack in time
 	forItem   *item // the command the transfer is for (the head when the last chunk left)
 }
 
@@ -242,10 +249,7 @@ func (o *Outbox) sendChunk(d *device, fs *deviceFaces, it *item, ref face.FaceRe
 		chunk.Data = data
 	}
 	x.probe = false
-	// Unique among the pending queries of every device (o.queries is keyed by it), and
-	// across restarts (the prefix): a terminal answers a repeated id from its memory.
-	o.faceSeq++
-	id := "pf" + o.faceIDPrefix + "." + strconv.FormatUint(o.faceSeq, 36) // short: the ack echoes it
+	id := o.chunkID()
 	payload, err := (&face.Command{MessageID: id, Op: face.PutFace, Face: chunk}).AppendMsg(nil)
 	if err != nil { // cannot happen with these fields
 		o.finishItem(it, Failed, fmt.Sprintf("face %s: encoding a chunk: %v", shortSum(x.sha), err))
@@ -259,6 +263,76 @@ func (o *Outbox) sendChunk(d *device, fs *deviceFaces, it *item, ref face.FaceRe
 	d.live.queries = append([]*query{q}, d.live.queries...)
 	o.sendQuery(d, q, now)
 	return faceSent
+}
+
+// chunkID is a new message id for a PutFace chunk: "f", the outbox's prefix (6 base-62
+// digits drawn at Open: 35.8 random bits) and a sequence number in base 62. It is unique
+// among the pending queries of every device (o.queries is keyed by it; the prefix has a
+// fixed length, so no two sequence numbers give one id), and across restarts (the
+// prefix): a terminal answers a repeated id from its memory. It is short because every
+// chunk and its ack carry it: on a serial line, 1 KiB faces, the id and its echo are
+// about 2 % of the bytes of a person (docs/benchmarks.md).
+func (o *Outbox) chunkID() string {
+	o.faceSeq++
+	b := make([]byte, 0, 1+faceIDPrefixLen+11)
+	b = append(b, 'f')
+	b = append(b, o.faceIDPrefix...)
+	return string(appendBase62(b, o.faceSeq))
+}
+
+const (
+	base62Digits    = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	faceIDPrefixLen = 6
+)
+
+// faceIDPrefix is r in faceIDPrefixLen base-62 digits (r modulo 62^6).
+func faceIDPrefix(r uint64) string {
+	var b [faceIDPrefixLen]byte
+	for i := len(b) - 1; i >= 0; i-- {
+		b[i] = base62Digits[r%62]
+		r /= 62
+	}
+	return string(b[:])
+}
+
+// appendBase62 appends v in base 62, without leading zeros ("0" for 0).
+func appendBase62(dst []byte, v uint64) []byte {
+	var b [11]byte // 62^11 > 2^64
+	i := len(b)
+	for {
+		i--
+		b[i] = base62Digits[v%62]
+		v /= 62
+		if v == 0 {
+			break
+		}
+	}
+	return append(dst, b[i:]...)
+}
+
+// faceChunkTimedOut is called for a chunk q that got no ack in time and will be sent
+// again (lock held). A chunk larger than faceProbeAbove becomes a probe, under a new
+// message id, that asks for the terminal's have: the terminal may hold most of it (a
+// transfer cut part way), and the next chunk goes from there. The probe keeps q's tries,
+// so a terminal that never answers fails the command after MaxTries as before. A late
+// ack of the chunk's own id is then ignored; the probe's ack says the same and more.
+func (o *Outbox) faceChunkTimedOut(q *query) {
+	var sent face.Command
+	if _, err := sent.UnmarshalMsg(q.payload); err != nil || len(sent.Face.Data) <= faceProbeAbove {
+		return
+	}
+	probe := face.Command{MessageID: o.chunkID(), Op: face.PutFace,
+		Face: face.FaceChunk{SHA256: sent.Face.SHA256, Size: sent.Face.Size, Offset: sent.Face.Offset}}
+	payload, err := probe.AppendMsg(nil)
+	if err != nil {
+		return // cannot happen: fewer bytes than the chunk that encoded
+	}
+	delete(o.queries, q.id)
+	q.id, q.payload = probe.MessageID, payload
+	o.queries[q.id] = q
+	if fs := q.dev.live.faces; fs != nil && fs.xfer.sha == sent.Face.SHA256 {
+		fs.xfer.timedOut = true
+	}
 }
 
 // settingsChunk is d's chunk size.
@@ -286,11 +360,14 @@ func (o *Outbox) faceChunkAcked(q *query, a *face.Ack) {
 			*x = faceXfer{}
 			return
 		}
-		if len(sent.Face.Data) > 0 && a.Have <= sent.Face.Offset {
+		// A probe for a chunk that got no ack counts as that chunk: a terminal that keeps
+		// losing the chunks it is sent stalls too, or probe and chunk would loop.
+		if (len(sent.Face.Data) > 0 || x.timedOut) && a.Have <= sent.Face.Offset {
 			x.stalls++
 		} else {
 			x.stalls = 0
 		}
+		x.timedOut = false
 		x.have = max(a.Have, 0)
 		if x.stalls >= maxFaceStalls {
 			o.faceFailTask(d, fmt.Sprintf("face %s: the terminal does not take it (have stays at %d of %d)", shortSum(x.sha), x.have, x.size))

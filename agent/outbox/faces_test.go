@@ -78,7 +78,9 @@ func (ft *faceTerm) handle(c Command) (face.Ack, bool) {
 	}
 	cmd.MessageID = c.MessageID // as links.Send does
 	ft.received = append(ft.received, cmd)
-	if ft.unacked != "" && !cmd.Equal(&ft.unackedCmd) {
+	// After the chunk's ack timeout the agent may give it up for a probe of the same face.
+	probe := cmd.Op == face.PutFace && len(cmd.Face.Data) == 0 && cmd.Face.SHA256 == ft.unackedCmd.Face.SHA256
+	if ft.unacked != "" && !cmd.Equal(&ft.unackedCmd) && !probe {
 		ft.violations++
 		ft.t.Errorf("%s (%s) received while %s is unacked", cmd.MessageID, cmd.Op, ft.unacked)
 	}
@@ -519,5 +521,126 @@ func TestFaceChunkNoAnswerFails(t *testing.T) {
 	r := fe.result("m1")
 	if r.Status != Failed || !strings.Contains(r.Err, sha[:16]) || !strings.Contains(r.Err, "after 2 tries") {
 		t.Fatalf("m1: %+v", r)
+	}
+}
+
+// A large chunk cut short (no ack) is followed by a probe, not by itself again: the cut
+// costs what the terminal lost, not the chunk twice. A small one is resent as it was
+// (TestFaceResumesFromHave). A terminal that loses every large chunk still fails the
+// command, after a bounded number of rounds.
+func TestFaceLargeChunkCutProbes(t *testing.T) {
+	fe := newFaceEnv(t, 64<<10, Settings{RetryInterval: time.Second, MaxTries: 5, MaxBackoff: time.Second})
+	sha, data := testFace(100<<10, 13)
+	fe.faces[sha] = data
+	fe.term.cutAt = 10 << 10
+	fe.addPerson("m1", "p1", sha, len(data))
+	sent := fe.serve() // the first chunk, cut at 10 KiB
+	if len(sent) != 1 || fe.term.have(sha) != 10<<10 {
+		t.Fatalf("before the timeout: %s, have %d", ops(sent), fe.term.have(sha))
+	}
+	c := fe.advanceUntilSent(10 * time.Second)
+	var probe face.Command
+	if _, err := probe.UnmarshalMsg(c.Payload); err != nil {
+		t.Fatal(err)
+	}
+	if c.Op != "PutFace" || len(probe.Face.Data) != 0 || c.MessageID == sent[0].MessageID || c.Try != 2 {
+		t.Fatalf("after the timeout: %s %s try %d with %d bytes; want a probe under a new id, try 2", c.Op, c.MessageID, c.Try, len(probe.Face.Data))
+	}
+	a, _ := fe.term.handle(c)
+	if a.Have != 10<<10 {
+		t.Fatalf("probe acked with have %d", a.Have)
+	}
+	fe.o.AckMessage("d", a)
+	if got := ops(fe.serve()); got != "PutFace PutFace AddPerson" {
+		t.Fatalf("after the probe: %s", got)
+	}
+	if !bytes.Equal(fe.term.faces[sha], data) {
+		t.Fatal("face not byte-exact on the terminal")
+	}
+	if extra := fe.term.dataBytes - len(data); extra > 64<<10 || fe.term.chunks != 4 {
+		t.Fatalf("the cut cost %d bytes more than the face in %d chunks; want at most one chunk and a probe", extra, fe.term.chunks)
+	}
+	if r := fe.result("m1"); r.Status != Succeeded || fe.term.violations != 0 {
+		t.Fatalf("m1: %+v, violations %d", r, fe.term.violations)
+	}
+
+	// A terminal that loses every large chunk: probe and chunk do not loop.
+	sha2, data2 := testFace(100<<10, 14)
+	fe.faces[sha2] = data2
+	fe.addPerson("m2", "p2", sha2, len(data2))
+	for range 20 {
+		var c Command
+		select {
+		case c = <-fe.snd.sent:
+		default:
+			c = fe.advanceUntilSent(10 * time.Second)
+		}
+		var cmd face.Command
+		if _, err := cmd.UnmarshalMsg(c.Payload); err != nil {
+			t.Fatal(err)
+		}
+		if c.Op != "PutFace" {
+			t.Fatalf("sent %s", c.Op)
+		}
+		if len(cmd.Face.Data) > 0 {
+			continue // lost
+		}
+		fe.o.AckMessage("d", face.Ack{MessageID: c.MessageID, Have: cmd.Face.Offset})
+		if r, ok := fe.resultOK("m2"); ok {
+			if r.Status != Failed || !strings.Contains(r.Err, "does not take it") {
+				t.Fatalf("m2: %+v", r)
+			}
+			return
+		}
+	}
+	t.Fatal("a terminal that loses every large chunk: no failure after 20 sends")
+}
+
+// resultOK returns the result for id, if there is one yet.
+func (fe *faceEnv) resultOK(id string) (Result, bool) {
+	fe.t.Helper()
+	for _, r := range fe.results() {
+		if r.MessageID == id {
+			return r, true
+		}
+	}
+	return Result{}, false
+}
+
+// A chunk's message id and a batch's are short (each goes twice over the wire, in the
+// command and its ack) and unique: "f", a 6-digit prefix and a base-62 sequence number;
+// "B" and 16 base64 characters.
+func TestChunkAndBatchIDsAreShort(t *testing.T) {
+	fe := newFaceEnv(t, 4096, Settings{})
+	seen := map[string]bool{}
+	for i := range 5000 {
+		id := fe.o.chunkID()
+		if seen[id] || id[0] != 'f' || len(id) > 1+6+3 || i < 61 && len(id) != 1+6+1 {
+			t.Fatalf("chunk id %d: %q (seen %v)", i, id, seen[id])
+		}
+		seen[id] = true
+	}
+	for _, r := range []uint64{0, 1, 62, 1<<64 - 1} {
+		if p := faceIDPrefix(r); len(p) != 6 {
+			t.Fatalf("prefix of %d: %q", r, p)
+		}
+	}
+	if s := string(appendBase62(nil, 0)) + "," + string(appendBase62(nil, 61)) + "," + string(appendBase62(nil, 62)); s != "0,z,10" {
+		t.Fatalf("base 62: %s", s)
+	}
+	sha, data := testFace(100, 15)
+	fe.faces[sha] = data
+	fe.addPerson("m1", "p1", sha, len(data)) // waits for its face: both queued
+	fe.addPerson("m2", "p2", sha, len(data))
+	fe.o.mu.Lock()
+	d := fe.o.t.devices["d"]
+	if len(d.queue) != 2 {
+		fe.o.mu.Unlock()
+		t.Fatalf("%d queued", len(d.queue))
+	}
+	id := fe.o.batchID(d, d.queue[:2])
+	fe.o.mu.Unlock()
+	if len(id) != batchIDLen || batchIDLen != 17 || id[0] != 'B' {
+		t.Fatalf("batch id %q", id)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -202,7 +201,7 @@ func Open(dir string, sender Sender, opts *Options) (*Outbox, error) {
 	if ob.faceChunk <= 0 {
 		ob.faceChunk = DefaultFaceChunk
 	}
-	ob.faceIDPrefix = strconv.FormatUint(uint64(ob.rng.Uint32()), 36)
+	ob.faceIDPrefix = faceIDPrefix(ob.rng.Uint64())
 	for id, c := range o.Devices {
 		ob.configs[id] = c
 	}

@@ -150,6 +150,9 @@ func (o *Outbox) queryTryFailed(q *query, reason string, now int64) {
 		}
 		o.finishQuery(q, face.Ack{}, fmt.Errorf("%w: %s (after %d tries)", ErrNoAnswer, reason, q.tries))
 	} else {
+		if q.step {
+			o.faceChunkTimedOut(q)
+		}
 		q.next = now + int64(o.backoff(s, q.tries))
 		d.live.queries = slices.Insert(d.live.queries, 0, q)
 	}
