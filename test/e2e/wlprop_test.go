@@ -1,7 +1,7 @@
 package e2e
 
 import (
-	"encoding/json"
+	"bytes"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -31,18 +31,31 @@ const (
 	propSeedsSoak, propStepsSoak   = 20, 40
 	propTerminals                  = 3
 	propPersons                    = 12 // person ids the tasks draw from: changes and deletes of held persons are common
+	propBatch                      = 8  // the batch the batching terminals announce
 )
+
+// propFaceSizes are the sizes of the faces persons carry: a few, so that persons and
+// terminals share them and the gateway's sweep has faces to keep and to remove; the larger
+// ones take more than one PutFace (chunk_mqtt is 1 KiB in the run).
+var propFaceSizes = [...]int{200, 900, 1800, 3000}
+
+// propBatching says which terminals announce batches (AddPersons of up to propBatch
+// persons); the others take persons one AddPerson at a time.
+func propBatching(dev string) bool { return dev != "t2" }
 
 // The whole daemon against a model, with replayable seeds: random tasks (AddPerson and
 // DeletePerson, alone or in arrays, some delivered twice, and SetWhitelist replacing a
-// terminal's whole list) to random terminals, random
+// terminal's whole list; persons with or without one of a few shared faces, a face's data
+// left out now and then when the gateway holds it) to random terminals (two announcing
+// batches, so that persons go in AddPersons and corrections are batched, one not), random
 // terminal faults (factory reset, replacement, a person added, deleted or its rev changed
 // by hand, a DeletePerson refused) and random agent restarts (SIGTERM or SIGKILL of the
 // agent's process). At the end every terminal holds exactly the desired list the taken
 // tasks make — computed here from the tasks, not read from the agent — with the agent's
-// revs, every taken task has its result (a SetWhitelist's succeeded, with the counts the
-// model computed against the list it replaced, or superseded by a later one), and the
-// agent counts every terminal in sync. A
+// revs and each person's face byte for byte, the gateway's data_dir/faces holds exactly
+// the faces those lists refer to once its sweep ran, every taken task has its result (a
+// SetWhitelist's succeeded, with the counts the model computed against the list it
+// replaced, or superseded by a later one), and the agent counts every terminal in sync. A
 // failure names the seed and the steps; -wlprop.seed replays it.
 func TestWhitelistSyncProperty(t *testing.T) {
 	seeds, steps := propSeedsShort, propStepsShort
@@ -85,6 +98,9 @@ type propOp struct {
 	run    func(p *propRun)
 }
 
+// propPerson is a person of the model: its name and face (nil: none).
+type propPerson = desiredPerson
+
 var propOps = []propOp{
 	{"add", 30, func(p *propRun) { p.publish(p.task(face.AddPerson)) }},
 	{"delete", 12, func(p *propRun) { p.publish(p.task(face.DeletePerson)) }},
@@ -108,16 +124,16 @@ var propOps = []propOp{
 		persons := []face.Person{}
 		for i := range propPersons {
 			id := fmt.Sprint("p", i)
-			name, held := p.model[dev][id]
+			q, held := p.model[dev][id]
 			switch k := p.r.IntN(3); {
 			case k == 0:
 				continue
 			case k == 1 && held:
 			default:
 				p.name++
-				name = fmt.Sprint("name ", p.name)
+				q = propPerson{name: fmt.Sprint("name ", p.name), face: p.drawFace()}
 			}
-			persons = append(persons, face.Person{ID: id, Name: name})
+			persons = append(persons, p.person(id, q))
 		}
 		p.publish(wire.Task{TaskID: p.nextTaskID(), DeviceID: dev, Op: wire.SetWhitelist, Persons: persons})
 	}},
@@ -127,23 +143,23 @@ var propOps = []propOp{
 			p.bo.publish("faceagent/gw-p/tasks", p.lastMsg) // a known messageId: no change
 		}
 	}},
-	{"factory-reset", 5, func(p *propRun) { p.fleet.Terminal(p.dev()).FactoryReset() }},
-	{"replace", 3, func(p *propRun) { p.fleet.Terminal(p.dev()).Replace("") }},
+	{"factory-reset", 5, func(p *propRun) { p.term(p.dev()).FactoryReset() }},
+	{"replace", 3, func(p *propRun) { p.term(p.dev()).Replace("") }},
 	{"tamper-extra", 4, func(p *propRun) {
 		p.extra++
 		rev := fmt.Sprintf("%016x", p.r.Uint64())
-		if err := p.fleet.Terminal(p.dev()).TamperAdd(face.Person{ID: fmt.Sprint("x", p.extra), Name: "by hand", Rev: rev}); err != nil {
+		if err := p.term(p.dev()).TamperAdd(face.Person{ID: fmt.Sprint("x", p.extra), Name: "by hand", Rev: rev}); err != nil {
 			p.t.Fatal(err)
 		}
 	}},
 	{"tamper-missing", 4, func(p *propRun) {
-		term := p.fleet.Terminal(p.dev())
+		term := p.term(p.dev())
 		if held := term.Persons(); len(held) > 0 {
 			term.TamperDelete(held[p.r.IntN(len(held))].ID)
 		}
 	}},
 	{"tamper-rev", 4, func(p *propRun) {
-		term := p.fleet.Terminal(p.dev())
+		term := p.term(p.dev())
 		if held := term.Persons(); len(held) > 0 {
 			_, _ = term.TamperRev(held[p.r.IntN(len(held))].ID, fmt.Sprintf("%016x", p.r.Uint64()))
 		}
@@ -162,7 +178,7 @@ var propOps = []propOp{
 		}
 		slices.Sort(ids)
 		id := ids[p.r.IntN(len(ids))]
-		p.fleet.Terminal(dev).RefuseNext(face.DeletePerson, id)
+		p.term(dev).RefuseNext(face.DeletePerson, id)
 		t := wire.Task{TaskID: p.nextTaskID(), DeviceID: dev, Op: face.DeletePerson, Person: face.Person{ID: id}}
 		p.publish(t)
 	}},
@@ -171,19 +187,22 @@ var propOps = []propOp{
 }
 
 // propRun is one seed's run: the agent in a child process on a fixed broker and metrics
-// address, simulated protocol 2 terminals, a back office with a kept session, the model.
+// address, simulated protocol 2 terminals (two fleets: batching and not), a back office
+// with a kept session, the model.
 type propRun struct {
 	t                  *testing.T
 	r                  *rand.Rand
-	cfgPath            string
+	cfgPath, dataDir   string
 	addr, metricsAddr  string
 	devs               []string
-	fleet              *sim.Fleet
+	fleets             []*sim.Fleet
+	faces              []testFace
+	brought            map[string]bool // the faces a task brought the data of
 	child              *testutil.Child
 	bo                 *backOffice
-	model              map[string]map[string]string // device → person id → name: what the taken tasks desire
-	named              map[string]bool              // the terminals a taken task named: managed, judged in sync
-	taken              []string                     // the taken tasks' ids
+	model              map[string]map[string]propPerson // device → person id → person: what the taken tasks desire
+	named              map[string]bool                  // the terminals a taken task named: managed, judged in sync
+	taken              []string                         // the taken tasks' ids
 	results            map[string]wire.Result
 	setCounts          map[string]wire.WhitelistCounts // SetWhitelist task id → its counts against the model
 	lastMsg            []byte
@@ -193,28 +212,44 @@ type propRun struct {
 
 func newPropRun(t *testing.T, seed uint64) *propRun {
 	p := &propRun{t: t, r: rand.New(rand.NewPCG(seed, seed^0x5eed)), addr: freeLoopbackAddr(t), metricsAddr: freeLoopbackAddr(t),
-		model: map[string]map[string]string{}, named: map[string]bool{}, results: map[string]wire.Result{},
-		setCounts: map[string]wire.WhitelistCounts{}}
-	src := syncConfig{gateway: "gw-p", dataDir: t.TempDir(), listen: p.addr, metrics: p.metricsAddr, whitelist: []string{"list_limit = 5"}}.String()
+		model: map[string]map[string]propPerson{}, named: map[string]bool{}, results: map[string]wire.Result{},
+		setCounts: map[string]wire.WhitelistCounts{}, dataDir: t.TempDir(), brought: map[string]bool{}}
+	for i, n := range propFaceSizes {
+		p.faces = append(p.faces, newTestFace(int(seed%1000)+i, n, []string{"template", "photo"}[i%2]))
+	}
+	src := syncConfig{gateway: "gw-p", dataDir: p.dataDir, listen: p.addr, metrics: p.metricsAddr, whitelist: []string{"list_limit = 5"}}.String()
+	src += "[faces]\nchunk_mqtt = \"1KiB\"\n"
+	var batching, single []string
 	for i := range propTerminals {
 		dev := fmt.Sprint("t", i)
 		p.devs = append(p.devs, dev)
-		p.model[dev] = map[string]string{}
+		p.model[dev] = map[string]propPerson{}
 		src += fmt.Sprintf("[[devices]]\nid = %q\n", dev)
+		if propBatching(dev) {
+			batching = append(batching, dev)
+		} else {
+			single = append(single, dev)
+		}
 	}
 	p.cfgPath = filepath.Join(t.TempDir(), "agent.toml")
 	if err := os.WriteFile(p.cfgPath, []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p.start()
-	fleet, err := sim.StartMQTT("mqtt://"+p.addr, p.devs, sim.Options{Seed: seed, AckLatency: sim.Latency{Kind: sim.Fixed, A: time.Millisecond},
-		HeartbeatInterval: 100 * time.Millisecond, Strict: true,
-		OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) }})
-	if err != nil {
-		t.Fatal(err)
+	for i, fleetDevs := range [][]string{batching, single} {
+		batch := 0
+		if i == 0 {
+			batch = propBatch
+		}
+		fleet, err := sim.StartMQTT("mqtt://"+p.addr, fleetDevs, sim.Options{Seed: seed + uint64(i), Batch: batch,
+			AckLatency: sim.Latency{Kind: sim.Fixed, A: time.Millisecond}, HeartbeatInterval: 100 * time.Millisecond, Strict: true,
+			OnViolation: func(id string, err error) { t.Errorf("terminal %s: %v", id, err) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { fleet.Close() })
+		p.fleets = append(p.fleets, fleet)
 	}
-	t.Cleanup(func() { fleet.Close() })
-	p.fleet = fleet
 	p.bo = connectBackOfficeSession(t, p.addr, "gw-p", 3600)
 	// Every terminal managed from the start: an empty SetWhitelist gives each a desired
 	// list, which the model says it holds (a terminal no task named keeps what it holds,
@@ -272,6 +307,71 @@ func (p *propRun) step() {
 
 func (p *propRun) dev() string { return p.devs[p.r.IntN(len(p.devs))] }
 
+// term is dev's simulated terminal, in whichever fleet it is.
+func (p *propRun) term(dev string) *sim.Terminal {
+	for _, f := range p.fleets {
+		if t := f.Terminal(dev); t != nil {
+			return t
+		}
+	}
+	p.t.Fatalf("no terminal %s", dev)
+	return nil
+}
+
+// propFaceWeights are the odds of each face of the pool in a draw, then of none: the
+// first faces are common, the last rare, so that the rare ones are often referred to for a
+// while and then by no desired person, and the gateway's sweep removes them.
+var propFaceWeights = [len(propFaceSizes) + 1]int{6, 3, 2, 1, 6}
+
+// drawFace draws a person's face from the pool, or none.
+func (p *propRun) drawFace() *testFace {
+	total := 0
+	for _, w := range propFaceWeights {
+		total += w
+	}
+	n := p.r.IntN(total)
+	for i, w := range propFaceWeights[:len(p.faces)] {
+		if n -= w; n < 0 {
+			return &p.faces[i]
+		}
+	}
+	return nil
+}
+
+// person is q as a task's person with id.
+func (p *propRun) person(id string, q propPerson) face.Person {
+	out := face.Person{ID: id, Name: q.name}
+	if q.face != nil {
+		out.Face = face.FaceRef{SHA256: q.face.sum, Kind: face.FaceKind(q.face.kind)}
+	}
+	return out
+}
+
+// modelPerson is a task's person as the model keeps it.
+func (p *propRun) modelPerson(q face.Person) propPerson {
+	out := propPerson{name: q.Name}
+	for i := range p.faces {
+		if p.faces[i].sum == q.Face.SHA256 {
+			out.face = &p.faces[i]
+		}
+	}
+	return out
+}
+
+// gatewayFaces are the faces the gateway holds for sure: those a desired person refers to
+// (a face no desired person refers to any more may be swept at any time).
+func (p *propRun) gatewayFaces() map[string]bool {
+	held := map[string]bool{}
+	for _, persons := range p.model {
+		for _, q := range persons {
+			if q.face != nil {
+				held[q.face.sum] = true
+			}
+		}
+	}
+	return held
+}
+
 func (p *propRun) nextTaskID() string {
 	p.tasks++
 	return fmt.Sprint("task-", p.tasks)
@@ -284,30 +384,24 @@ func (p *propRun) taskFor(dev string, op face.Op) wire.Task {
 	person := face.Person{ID: fmt.Sprint("p", p.r.IntN(propPersons))}
 	if op == face.AddPerson {
 		p.name++
-		person.Name = fmt.Sprint("name ", p.name)
+		person = p.person(person.ID, propPerson{name: fmt.Sprint("name ", p.name), face: p.drawFace()})
 	}
 	return wire.Task{TaskID: p.nextTaskID(), DeviceID: dev, Op: op, Person: person}
 }
 
 // publish sends ts as one message (an array when more than one) and waits for its
-// PUBACK: from then on the tasks are taken, and the model applies them in order.
+// PUBACK: from then on the tasks are taken, and the model applies them in order. A face
+// the gateway holds when the message is sent (a desired person refers to it) goes
+// without its data half the time; any other face goes with it.
 func (p *propRun) publish(ts ...wire.Task) {
-	var b []byte
-	if len(ts) == 1 {
-		b, _ = json.Marshal(ts[0])
-	} else {
-		b, _ = json.Marshal(ts)
-	}
+	held := p.gatewayFaces()
+	var parts []string
 	for _, t := range ts {
-		if t.Op == wire.SetWhitelist {
-			var list []string
-			for _, q := range t.Persons {
-				list = append(list, fmt.Sprintf("%s=%q", q.ID, q.Name))
-			}
-			p.note(fmt.Sprintf("  %s %s %s [%s]", t.TaskID, t.DeviceID, t.Op, strings.Join(list, " ")))
-			continue
-		}
-		p.note(fmt.Sprintf("  %s %s %s %s %q", t.TaskID, t.DeviceID, t.Op, t.Person.ID, t.Person.Name))
+		parts = append(parts, p.taskJSON(t, held))
+	}
+	b := []byte(parts[0])
+	if len(ts) > 1 {
+		b = []byte("[" + strings.Join(parts, ",") + "]")
 	}
 	p.bo.publish("faceagent/gw-p/tasks", b)
 	p.lastMsg = b
@@ -316,15 +410,15 @@ func (p *propRun) publish(ts ...wire.Task) {
 		p.named[t.DeviceID] = true
 		switch t.Op {
 		case face.AddPerson:
-			p.model[t.DeviceID][t.Person.ID] = t.Person.Name
+			p.model[t.DeviceID][t.Person.ID] = p.modelPerson(t.Person)
 		case face.DeletePerson:
 			delete(p.model[t.DeviceID], t.Person.ID)
 		case wire.SetWhitelist:
-			old, list := p.model[t.DeviceID], map[string]string{}
+			old, list := p.model[t.DeviceID], map[string]propPerson{}
 			var c wire.WhitelistCounts
 			for _, q := range t.Persons {
-				list[q.ID] = q.Name
-				if name, ok := old[q.ID]; ok && name == q.Name {
+				list[q.ID] = p.modelPerson(q)
+				if was, ok := old[q.ID]; ok && was == list[q.ID] {
 					c.Unchanged++
 				} else {
 					c.Added++
@@ -341,27 +435,79 @@ func (p *propRun) publish(ts ...wire.Task) {
 	}
 }
 
-// expected is what dev must hold: "id name rev" lines in id order.
-func (p *propRun) expected(dev string) []string {
+// taskJSON is t as the back office writes it, each face with its data unless held has it
+// and a draw leaves the data out; it notes the task in the trace.
+func (p *propRun) taskJSON(t wire.Task, held map[string]bool) string {
+	personJSONOf := func(q face.Person) (string, string) {
+		m := p.modelPerson(q)
+		if m.face == nil {
+			return personJSON(q.ID, q.Name, nil, false), fmt.Sprintf("%s=%q", q.ID, q.Name)
+		}
+		withData := !held[m.face.sum] || p.r.IntN(2) == 0
+		note := fmt.Sprintf("%s=%q+%.8s", q.ID, q.Name, m.face.sum)
+		if !withData {
+			note += "(no data)"
+		}
+		p.brought[m.face.sum] = p.brought[m.face.sum] || withData
+		return personJSON(q.ID, q.Name, m.face, withData), note
+	}
+	head := fmt.Sprintf(`{"taskId":%q,"deviceId":%q,"op":%q`, t.TaskID, t.DeviceID, t.Op)
+	switch t.Op {
+	case wire.SetWhitelist:
+		js, notes := []string{}, []string{}
+		for _, q := range t.Persons {
+			j, n := personJSONOf(q)
+			js, notes = append(js, j), append(notes, n)
+		}
+		p.note(fmt.Sprintf("  %s %s %s [%s]", t.TaskID, t.DeviceID, t.Op, strings.Join(notes, " ")))
+		return head + `,"persons":[` + strings.Join(js, ",") + "]}"
+	case face.DeletePerson:
+		p.note(fmt.Sprintf("  %s %s %s %s", t.TaskID, t.DeviceID, t.Op, t.Person.ID))
+		return head + fmt.Sprintf(`,"person":{"id":%q}}`, t.Person.ID)
+	default:
+		j, n := personJSONOf(t.Person)
+		p.note(fmt.Sprintf("  %s %s %s %s", t.TaskID, t.DeviceID, t.Op, n))
+		return head + `,"person":` + j + "}"
+	}
+}
+
+// wantFaceFiles are the files data_dir/faces must hold in the end: "<sha256>.<size>" of
+// each face a desired person refers to, sorted.
+func (p *propRun) wantFaceFiles() []string {
 	var want []string
-	for id, name := range p.model[dev] {
-		want = append(want, id+" "+name+" "+face.RecordRev(id, name, "", "", "").String())
+	for sum := range p.gatewayFaces() {
+		for _, f := range p.faces {
+			if f.sum == sum {
+				want = append(want, fmt.Sprintf("%s.%d", sum, len(f.data)))
+			}
+		}
 	}
 	slices.Sort(want)
 	return want
 }
 
-func propHeld(term *sim.Terminal) []string {
-	var got []string
+// wrongFaces lists the faces of the persons term holds that it does not hold byte for
+// byte as the pool has them.
+func (p *propRun) wrongFaces(dev string) []string {
+	term := p.term(dev)
+	var wrong []string
 	for _, q := range term.Persons() {
-		got = append(got, q.ID+" "+q.Name+" "+q.Rev)
+		m := p.modelPerson(q)
+		if q.Face.SHA256 == "" || m.face == nil {
+			continue // no face, or one not of the pool (the model's lists say which is wrong)
+		}
+		if got, ok := term.Face(q.Face.SHA256); !ok || !bytes.Equal(got, m.face.data) {
+			wrong = append(wrong, fmt.Sprintf("%s: %s's face %.8s held %v, byte-exact %v", dev, q.ID, q.Face.SHA256, ok, bytes.Equal(got, m.face.data)))
+		}
 	}
-	return got // Persons is sorted by id
+	return wrong
 }
 
-// converge waits until every terminal holds its expected list, every taken task has its
-// result and the agent counts in sync every terminal a task named, within 90 s (one no
-// task named has no desired list: the agent leaves it unmanaged, never in sync).
+// converge waits until every terminal holds its expected list with each face byte for
+// byte, every taken task has its result and the agent counts in sync every terminal a task
+// named, within 90 s (one no task named has no desired list: the agent leaves it
+// unmanaged, never in sync); then until data_dir/faces holds exactly the faces the desired
+// lists refer to, within 30 s (a sweep runs a second after the desired lists change).
 func (p *propRun) converge() {
 	deadline := time.Now().Add(90 * time.Second)
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -370,9 +516,10 @@ func (p *propRun) converge() {
 		p.collect()
 		var wrong []string
 		for _, dev := range p.devs {
-			if got, want := propHeld(p.fleet.Terminal(dev)), p.expected(dev); !slices.Equal(got, want) {
+			if got, want := heldWithRevs(p.term(dev)), wantWithRevs(p.model[dev]); !slices.Equal(got, want) {
 				wrong = append(wrong, fmt.Sprintf("%s holds %d, want %d: %v", dev, len(got), len(want), diffLines(got, want)))
 			}
+			wrong = append(wrong, p.wrongFaces(dev)...)
 		}
 		missing := 0
 		for _, id := range p.taken {
@@ -383,16 +530,37 @@ func (p *propRun) converge() {
 		text := scrapeAddr(p.t, p.metricsAddr)
 		inSync, _ := seriesValue(text, "faceagent_terminals_in_sync")
 		if len(wrong) == 0 && missing == 0 && inSync == float64(len(p.named)) {
-			if err := p.fleet.Violations(); err != nil {
-				p.t.Error(err)
+			for _, f := range p.fleets {
+				if err := f.Violations(); err != nil {
+					p.t.Error(err)
+				}
 			}
 			p.checkSetResults()
-			return
+			break
 		}
 		if time.Now().After(deadline) {
 			p.t.Fatalf("not converged within 90 s: %d taken tasks without a result, %v of the %d terminals tasks named in sync; %s\n%s\n%s\n%s",
 				missing, inSync, len(p.named), strings.Join(wrong, "; "), grepLines(text, "faceagent_terminal_in_sync{"),
 				grepLines(text, "faceagent_desired_persons{"), grepLines(text, "faceagent_queue_depth{"))
+		}
+		<-tick.C
+	}
+	want := p.wantFaceFiles()
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		got := faceFiles(p.t, p.dataDir)
+		slices.Sort(got)
+		if slices.Equal(got, want) {
+			var st []string
+			for _, dev := range p.devs {
+				s := p.term(dev).Stats()
+				st = append(st, fmt.Sprintf("%s %d AddPersons, %d PutFace", dev, s.Batches, s.FaceChunks))
+			}
+			p.t.Logf("converged: %s; %d of the %d faces brought left on the gateway", strings.Join(st, ", "), len(want), len(p.brought))
+			return
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("data_dir/faces holds %v after 30 s, want %v", diffLines(got, want), want)
 		}
 		<-tick.C
 	}
