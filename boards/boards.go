@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -232,17 +231,27 @@ func (d *duration) UnmarshalText(t []byte) error {
 	return nil
 }
 
-var (
-	nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-	cpuRE  = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{0,31}$`)
-)
+// lowerName reports whether s is 1..maxLen bytes of a-z 0-9 and the bytes in extra, starting with
+// a letter or digit: board names (extra "-", 63) and qemu CPU models (extra ".-", 32).
+func lowerName(s, extra string, maxLen int) bool {
+	if s == "" || len(s) > maxLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || i > 0 && strings.IndexByte(extra, c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
 
 // Parse decodes and validates one profile. name is the profile's name (the file's base name
 // without ".toml"); errors read "boards/NAME.toml:LINE: what is wrong" where a line is known.
 // Unknown keys are errors, so a misspelt key never silently falls back to a default.
 func Parse(name string, data []byte) (Profile, error) {
 	file := "boards/" + name + ".toml"
-	if !nameRE.MatchString(name) {
+	if !lowerName(name, "-", 63) {
 		return Profile{}, &ProfileError{File: file, Msg: "board name must be lower-case letters, digits and '-'"}
 	}
 	var raw fileSchema
@@ -341,7 +350,7 @@ func validate(p *Profile, md toml.MetaData) (key, msg string) {
 		return "goarm", fmt.Sprintf("goarm %q: goarch arm needs goarm 5, 6 or 7 (optionally \",softfloat\" or \",hardfloat\")", p.GOARM)
 	case p.GOARCH != "arm" && md.IsDefined("goarm"):
 		return "goarm", fmt.Sprintf("goarm is only meaningful with goarch arm, not %q", p.GOARCH)
-	case !cpuRE.MatchString(p.QEMUCPU):
+	case !lowerName(p.QEMUCPU, ".-", 32):
 		return "qemu_cpu", fmt.Sprintf("qemu_cpu %q: want a qemu CPU model name such as \"cortex-a7\"", p.QEMUCPU)
 	case p.RAM <= 0:
 		return "ram", "ram must be positive"

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"reflect"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -183,8 +182,45 @@ func (d *decoder) applyBoard(cfg *Config, name string, lookup func(string) ([]by
 	return nil
 }
 
-var lineErrRe = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
-var quotedRe = regexp.MustCompile(`"([^"]*)"`)
+// splitLineError takes apart an error text of the form
+// `toml: line N (last key "KEY"): MESSAGE`, where N is ASCII digits, KEY holds no '"' and
+// MESSAGE no newline; ok is false for any other text. Config, metrics and boards match by hand,
+// not with regexps: the regexp matchers cost the armv7 binary about 64 KB (docs/benchmarks.md).
+func splitLineError(s string) (line, key, msg string, ok bool) {
+	rest, ok := strings.CutPrefix(s, "toml: line ")
+	if !ok {
+		return "", "", "", false
+	}
+	n := 0
+	for n < len(rest) && rest[n] >= '0' && rest[n] <= '9' {
+		n++
+	}
+	if n == 0 {
+		return "", "", "", false
+	}
+	line, rest = rest[:n], rest[n:]
+	if rest, ok = strings.CutPrefix(rest, ` (last key "`); !ok {
+		return "", "", "", false
+	}
+	key, rest, ok = strings.Cut(rest, `"`)
+	if !ok {
+		return "", "", "", false
+	}
+	if msg, ok = strings.CutPrefix(rest, "): "); !ok || strings.Contains(msg, "\n") {
+		return "", "", "", false
+	}
+	return line, key, msg, true
+}
+
+// firstQuoted returns what lies between the first two '"' in s, and whether s has two.
+func firstQuoted(s string) (string, bool) {
+	_, rest, ok := strings.Cut(s, `"`)
+	if !ok {
+		return "", false
+	}
+	inner, _, ok := strings.Cut(rest, `"`)
+	return inner, ok
+}
 
 // decodeError turns a BurntSushi/toml error into an *Error with the line.
 func (d *decoder) decodeError(err error, src string) *Error {
@@ -201,19 +237,16 @@ func (d *decoder) decodeError(err error, src string) *Error {
 		}
 		return &Error{File: d.file, Line: line, Key: key, Msg: pe.Message, Err: err}
 	}
-	if m := lineErrRe.FindStringSubmatch(err.Error()); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		return &Error{File: d.file, Line: line, Key: m[2], Msg: strings.TrimPrefix(m[3], "toml: "), Err: err}
+	if l, key, msg, ok := splitLineError(err.Error()); ok {
+		line, _ := strconv.Atoi(l)
+		return &Error{File: d.file, Line: line, Key: key, Msg: strings.TrimPrefix(msg, "toml: "), Err: err}
 	}
 	return &Error{File: d.file, Msg: strings.TrimPrefix(err.Error(), "toml: "), Err: err}
 }
 
 func (d *decoder) lineOfValue(plain, msg, src string) (int, string) {
 	lines := strings.Split(src, "\n")
-	want := ""
-	if m := quotedRe.FindStringSubmatch(msg); m != nil {
-		want = m[1]
-	}
+	want, _ := firstQuoted(msg)
 	if want == "" {
 		return 0, ""
 	}

@@ -5,7 +5,6 @@ import (
 	"math"
 	"net"
 	"net/url"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -21,9 +20,21 @@ const (
 	MaxTries    = 1000
 )
 
-// idRe is what a gateway or device id may contain: it becomes a topic level and part of
-// store keys, so no '/', '+', '#', spaces or control characters.
-var idRe = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+// validID reports whether s may be a gateway or device id: one or more of A-Z a-z 0-9 . _ -.
+// An id becomes a topic level and part of store keys, so no '/', '+', '#', spaces or control
+// characters.
+func validID(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 func (d *decoder) validate(c *Config) {
 	d.validateAgent(c)
@@ -214,7 +225,7 @@ func (d *decoder) validateUpstream(c *Config) {
 	if (u.PasswordFile != "" || u.PasswordEnv != "") && u.Username == "" {
 		d.errf("upstream.username", "required when a password is set")
 	}
-	if u.ClientID != "" && (len(u.ClientID) > 128 || !idRe.MatchString(u.ClientID)) {
+	if u.ClientID != "" && (len(u.ClientID) > 128 || !validID(u.ClientID)) {
 		d.errf("upstream.client_id", "%q: use at most 128 of A-Z a-z 0-9 . _ -", u.ClientID)
 	}
 	if u.KeepAlive.Duration < time.Second || u.KeepAlive.Duration > 65535*time.Second {
@@ -461,7 +472,7 @@ func (d *decoder) validateDevices(c *Config) {
 // Helpers: each records an error naming key and returns whether the value was fine.
 
 func (d *decoder) id(key, v string) bool {
-	if len(v) > MaxIDLength || !idRe.MatchString(v) {
+	if len(v) > MaxIDLength || !validID(v) {
 		d.errf(key, "%q: use 1 to %d of A-Z a-z 0-9 . _ - (it becomes a topic level)", v, MaxIDLength)
 		return false
 	}

@@ -5,7 +5,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,11 +46,24 @@ type series interface {
 	write(w *strings.Builder, name, labels string)
 }
 
-var nameRe = regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*$`)
-var labelRe = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+// validName reports whether s is a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*) or, with
+// colon false, a label name ([a-zA-Z_][a-zA-Z0-9_]*).
+func validName(s string, colon bool) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		ok := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '_' || colon && c == ':' || i > 0 && '0' <= c && c <= '9'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
 
 func (r *Registry) add(name, help string, k kind, label string) *family {
-	if !nameRe.MatchString(name) || (label != "" && (!labelRe.MatchString(label) || strings.HasPrefix(label, "__"))) {
+	if !validName(name, true) || (label != "" && (!validName(label, false) || strings.HasPrefix(label, "__"))) {
 		panic(fmt.Sprintf("metrics: invalid name %q or label %q", name, label)) // a programming error
 	}
 	r.mu.Lock()

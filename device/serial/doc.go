@@ -1,5 +1,5 @@
-// Package serial is a device.Link to one face terminal on a serial line (go.bug.st/serial),
-// carrying protocol v1 messages (device/face, msgp-encoded) in checksummed frames.
+// Package serial is a device.Link to one face terminal on a serial line (a Linux tty set up
+// through termios, read and written through the runtime's poller), carrying protocol v1 messages (device/face, msgp-encoded) in checksummed frames.
 //
 // # Framing
 //
@@ -42,13 +42,18 @@
 //   - The port is reopened with exponential backoff (ReopenMin..ReopenMax) after it fails or
 //     disappears; one Down event per outage, one Up per successful open. Bytes in flight when
 //     the port vanished are lost: the agent's retry covers them.
-//   - Reads are bounded by ReadTimeout (go.bug.st/serial returns (0, nil) on timeout, which the
+//   - The port is opened exclusively (TIOCEXCL), raw, without flow control; rates without a
+//     Bnnn constant go through termios2 (BOTHER); 1.5 stop bits do not exist on Linux, so a
+//     port configured with them never opens (Down events say why). The line setup is the one
+//     go.bug.st/serial makes (the tests compare them); the daemon does not use that module,
+//     whose package-level regexp alone kept the regexp package in the binary.
+//   - Reads are bounded by ReadTimeout (a read returns (0, nil) on timeout, which the
 //     reader treats as a tick, not as end of data). Close wakes a blocked read at once.
-//   - go.bug.st/serial writes block without a timeout. On a real UART they drain at the baud
+//   - Port writes block without a timeout. On a real UART they drain at the baud
 //     rate; on a line nobody reads (a pty, a wedged adapter) they may not. Send therefore
 //     returns when its ctx ends, even mid-write (the write goes on in the background and
 //     holds the write lock until it ends), and Close waits WriteGrace for such a write before
 //     it closes the port anyway. Give Send a deadline.
 //   - A pty does not enforce the baud rate; a real UART does. See docs/benchmarks.md.
-//   - OpenPTY is Linux only.
+//   - Serial ports and OpenPTY are Linux only.
 package serial

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	bugserial "go.bug.st/serial"
-
 	"github.com/seed0e69bba5/faceagent/device"
 	"github.com/seed0e69bba5/faceagent/device/face"
 )
@@ -44,44 +42,69 @@ type Config struct {
 	Logger      *slog.Logger // default: discard
 }
 
-func (c *Config) fill() (*bugserial.Mode, error) {
+// lineMode is how the port is set up: rate, character size, parity and stop bits.
+type lineMode struct {
+	baud, dataBits int
+	parity         parity
+	stopBits       stopBits
+}
+
+type parity uint8
+
+const (
+	parityNone parity = iota
+	parityOdd
+	parityEven
+	parityMark
+	paritySpace
+)
+
+type stopBits uint8
+
+const (
+	stopOne stopBits = iota
+	stopOnePointFive
+	stopTwo
+)
+
+func (c *Config) fill() (*lineMode, error) {
 	if c.Port == "" || c.DeviceID == "" {
 		return nil, errors.New("config needs both Port and DeviceID")
 	}
 	if len(c.DeviceID) > face.MaxIDLen {
 		return nil, fmt.Errorf("device id longer than %d bytes", face.MaxIDLen)
 	}
-	mode := &bugserial.Mode{BaudRate: c.Baud, DataBits: c.DataBits}
-	if mode.BaudRate == 0 {
-		mode.BaudRate, c.Baud = 115200, 115200
+	mode := &lineMode{baud: c.Baud, dataBits: c.DataBits}
+	if mode.baud == 0 {
+		mode.baud, c.Baud = 115200, 115200
 	}
-	if mode.DataBits == 0 {
-		mode.DataBits, c.DataBits = 8, 8
+	if mode.dataBits == 0 {
+		mode.dataBits, c.DataBits = 8, 8
 	}
-	if mode.DataBits < 5 || mode.DataBits > 8 {
-		return nil, fmt.Errorf("data bits %d: want 5..8", mode.DataBits)
+	if mode.dataBits < 5 || mode.dataBits > 8 {
+		return nil, fmt.Errorf("data bits %d: want 5..8", mode.dataBits)
 	}
 	switch c.Parity {
 	case "", "none":
-		mode.Parity = bugserial.NoParity
+		mode.parity = parityNone
 	case "odd":
-		mode.Parity = bugserial.OddParity
+		mode.parity = parityOdd
 	case "even":
-		mode.Parity = bugserial.EvenParity
+		mode.parity = parityEven
 	case "mark":
-		mode.Parity = bugserial.MarkParity
+		mode.parity = parityMark
 	case "space":
-		mode.Parity = bugserial.SpaceParity
+		mode.parity = paritySpace
 	default:
 		return nil, fmt.Errorf("parity %q: want none, odd, even, mark or space", c.Parity)
 	}
 	switch c.StopBits {
 	case "", "0", "1": // "0": an unset integer field rendered as text means the default too
-		mode.StopBits = bugserial.OneStopBit
+		mode.stopBits = stopOne
 	case "1.5":
-		mode.StopBits = bugserial.OnePointFiveStopBits
+		mode.stopBits = stopOnePointFive
 	case "2":
-		mode.StopBits = bugserial.TwoStopBits
+		mode.stopBits = stopTwo
 	default:
 		return nil, fmt.Errorf("stop bits %q: want 1, 1.5 or 2", c.StopBits)
 	}
@@ -119,13 +142,13 @@ func (c *Config) fill() (*bugserial.Mode, error) {
 // Link is a device.Link over one serial port carrying one terminal.
 type Link struct {
 	cfg    Config
-	mode   *bugserial.Mode
+	mode   *lineMode
 	events chan device.Event
 	done   chan struct{}
 	wsem   chan struct{} // a mutex for writers that can be waited on with a timeout
 
 	mu   sync.Mutex
-	port bugserial.Port // nil while the port is closed
+	port *tty // nil while the port is closed
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup
@@ -199,7 +222,7 @@ func (l *Link) Send(ctx context.Context, deviceID string, cmd face.Command) erro
 	if port == nil {
 		return l.err(device.ErrNotConnected, nil)
 	}
-	// go.bug.st/serial writes block with no timeout. On a real UART a write drains at the
+	// A port write blocks with no timeout. On a real UART a write drains at the
 	// baud rate; on a line nobody reads (a pty, a wedged adapter) it may block until the
 	// port goes away. So the write runs on its own goroutine, which owns the write lock
 	// until the write ends, and Send waits for it only as long as ctx allows.
@@ -231,7 +254,7 @@ func (l *Link) Send(ctx context.Context, deviceID string, cmd face.Command) erro
 }
 
 // current reports whether port is still the link's open port.
-func (l *Link) current(port bugserial.Port) bool {
+func (l *Link) current(port *tty) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	select {
@@ -256,7 +279,7 @@ func (l *Link) Close() error {
 		grace.Stop()
 		l.mu.Lock()
 		if l.port != nil {
-			l.port.Close() // wakes the reader (go.bug.st/serial signals pending reads)
+			l.port.Close() // wakes the reader
 		}
 		l.mu.Unlock()
 		l.wg.Wait()
@@ -293,13 +316,7 @@ func (l *Link) run() {
 	backoff := l.cfg.ReopenMin
 	reportedDown := false
 	for {
-		port, err := bugserial.Open(l.cfg.Port, l.mode)
-		if err == nil {
-			err = port.SetReadTimeout(l.cfg.ReadTimeout)
-			if err != nil {
-				port.Close()
-			}
-		}
+		port, err := openTTY(l.cfg.Port, l.mode, l.cfg.ReadTimeout)
 		if err != nil {
 			if !reportedDown { // one Down per outage, not one per attempt
 				l.emit(device.Event{Kind: device.Down, Err: l.err(device.ErrNotConnected, err)})
@@ -354,9 +371,9 @@ func (l *Link) run() {
 	}
 }
 
-// read decodes frames until the port fails. Timeouts are explicit: go.bug.st/serial returns
-// (0, nil) when ReadTimeout passes, which is when a stalled partial frame is dropped.
-func (l *Link) read(port bugserial.Port) error {
+// read decodes frames until the port fails. Timeouts are explicit: the port returns (0, nil)
+// when ReadTimeout passes, which is when a stalled partial frame is dropped.
+func (l *Link) read(port *tty) error {
 	dec := Decoder{MaxPayload: l.cfg.MaxPayload, FrameTimeout: l.cfg.FrameTimeout}
 	buf := make([]byte, 1024)
 	// After a rejected frame the bytes skipped up to the next SOF are mostly that frame's

@@ -8,7 +8,7 @@ import (
 )
 
 // PTY is a pseudo-terminal pair: Path names the terminal side, which a Link (or any
-// go.bug.st/serial user) opens like a serial port; Master is the other end of the wire,
+// serial port library) opens like a serial port; Master is the other end of the wire,
 // used by simulated terminals and tests.
 //
 // The PTY keeps one descriptor of the terminal side open itself, so Master reads block
