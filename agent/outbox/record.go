@@ -1,11 +1,13 @@
 package outbox
 
-//go:generate go run github.com/tinylib/msgp -file=record.go -o=record_gen.go -tests=false -unexported
+//go:generate go run github.com/tinylib/msgp -file=record.go -o=record_gen.go -tests=false -io=false -unexported
 
 // record is one journal entry of the message table. Encoded with msgp as a map with short
 // keys: a decoder skips keys it does not know, so a later release reads today's files and
 // today's release ignores fields added later. recordVersion is written into every record;
-// kinds are numbered once and never reused.
+// kinds are numbered once and never reused. Records are decoded with decodeRecord, which
+// checks the ids count against the bytes left; the generated UnmarshalMsg makes the ids
+// slice as long as the header claims and is only the tests' reference decoder.
 type record struct {
 	Version  uint8    `msg:"v"`
 	Kind     uint8    `msg:"k"`

@@ -99,12 +99,13 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var z record
 		zerr := decodeRecord(b, &z)
-		var g record
-		_, gerr := g.UnmarshalMsg(b)
-		if gerr == nil && zerr == nil && !reflect.DeepEqual(normalize(g), normalize(z)) {
-			t.Fatalf("decoders disagree on %x:\n gen %+v\n zc  %+v", b, g, z)
-		}
 		if zerr == nil {
+			// Only now: the generated decoder makes its ids slice as long as the header
+			// claims, decodeRecord first checks that count against the bytes left.
+			var g record
+			if _, gerr := g.UnmarshalMsg(b); gerr == nil && !reflect.DeepEqual(normalize(g), normalize(z)) {
+				t.Fatalf("decoders disagree on %x:\n gen %+v\n zc  %+v", b, g, z)
+			}
 			tb := newTable()
 			tb.apply(&record{Kind: kindAdd, ID: z.ID, Device: "d", Person: z.Person, Ord: 1})
 			tb.apply(&z)

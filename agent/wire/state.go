@@ -1,6 +1,6 @@
 package wire
 
-//go:generate go run github.com/tinylib/msgp -file=state.go -o=state_gen.go -tests=false
+//go:generate go run github.com/tinylib/msgp -file=state.go -o=state_gen.go -tests=false -io=false
 
 // DeviceState is a terminal's state as the agent writes it to the state store under
 // faceagent/{gw}/devices/{id}, encoded with msgp (docs/design.md "State store keys"). Times
