@@ -6,24 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"syscall"
+
+	"github.com/seed0e69bba5/faceagent/internal/dirlock"
 )
 
-// lockDir takes an exclusive flock on dir/LOCK. flock locks belong to the open file
-// description, so a second Open in the same process is refused as well as one in another
-// process; the kernel drops the lock when the process dies, so a crash never leaves the
-// directory locked.
+// lockDir takes the directory's lock file (internal/dirlock): a second Open of the
+// directory, in this process or another, is refused with ErrLocked.
 func lockDir(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("journal: lock file: %w", err)
+	f, err := dirlock.Lock(path)
+	if errors.Is(err, dirlock.ErrLocked) {
+		return nil, fmt.Errorf("%w: %s", ErrLocked, path)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: %s", ErrLocked, path)
-		}
-		return nil, fmt.Errorf("journal: lock %s: %w", path, err)
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
 	}
 	return f, nil
 }
