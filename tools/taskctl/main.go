@@ -142,20 +142,9 @@ An empty file clears the terminal's list.
 	}
 
 	// Flags may come before or after the file name.
-	var files []string
-	rest := args[1:]
-	for {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return 0
-			}
-			return 2
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		files = append(files, fs.Arg(0))
-		rest = fs.Args()[1:]
+	files, code := parseInterspersed(fs, args[1:])
+	if code >= 0 {
+		return code
 	}
 	o.Follow = !*noFollow
 	o.Password = os.Getenv(*passwordEnv)
@@ -241,4 +230,23 @@ An empty file clears the terminal's list.
 func isTerminal(f *os.File) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// parseInterspersed parses args with fs, flags before, between or after the positional
+// arguments, which it returns in order. code is the exit status to end with (0 after -h,
+// 2 after a bad flag), or -1 to go on.
+func parseInterspersed(fs *flag.FlagSet, args []string) (positional []string, code int) {
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, 0
+			}
+			return nil, 2
+		}
+		if fs.NArg() == 0 {
+			return positional, -1
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
 }

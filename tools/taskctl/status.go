@@ -74,19 +74,9 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer, tty
 		fs.PrintDefaults()
 	}
 	// Flags may come before or after the terminals' ids.
-	var ids []string
-	for rest := args; ; {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return 0
-			}
-			return 2
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		ids = append(ids, fs.Arg(0))
-		rest = fs.Args()[1:]
+	ids, code := parseInterspersed(fs, args)
+	if code >= 0 {
+		return code
 	}
 	var err error
 	if o.IDs, err = resolveTarget(*cfgPath, &o.URL, &o.Gateway, ids); err != nil {
