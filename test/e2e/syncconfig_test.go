@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 )
@@ -20,7 +21,7 @@ type syncConfig struct {
 
 func (c syncConfig) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "[agent]\ngateway_id = %q\ndata_dir = %q\n[broker]\nlisten = %q\n", c.gateway, c.dataDir, cmp(c.listen, "127.0.0.1:0"))
+	fmt.Fprintf(&b, "[agent]\ngateway_id = %q\ndata_dir = %q\n[broker]\nlisten = %q\n", c.gateway, c.dataDir, cmp.Or(c.listen, "127.0.0.1:0"))
 	if c.metrics != "" {
 		fmt.Fprintf(&b, "[metrics]\nlisten = %q\n", c.metrics)
 	}
@@ -28,7 +29,7 @@ func (c syncConfig) String() string {
 	if len(c.intake) > 0 {
 		b.WriteString("[intake]\n" + strings.Join(c.intake, "\n") + "\n")
 	}
-	fmt.Fprintf(&b, "[whitelist]\nbackoff_base = \"200ms\"\nbackoff_max = %q\n", cmp(c.backoffMax, "1s"))
+	fmt.Fprintf(&b, "[whitelist]\nbackoff_base = \"200ms\"\nbackoff_max = %q\n", cmp.Or(c.backoffMax, "1s"))
 	for _, l := range c.whitelist {
 		b.WriteString(l + "\n")
 	}
@@ -36,12 +37,4 @@ func (c syncConfig) String() string {
 		fmt.Fprintf(&b, "[[devices]]\nid = %q\n", id)
 	}
 	return b.String()
-}
-
-// cmp returns s, or def when s is empty.
-func cmp(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
