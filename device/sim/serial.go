@@ -135,6 +135,7 @@ type pacedPort struct {
 	io.ReadWriteCloser
 	read, write pacer
 	wmu         sync.Mutex // one write at a time: they share the line
+	readFull    bool       // the last read filled a whole piece: more was waiting
 }
 
 const paceChunk = 64
@@ -143,10 +144,14 @@ func newPacedPort(p io.ReadWriteCloser, baud int) *pacedPort {
 	return &pacedPort{ReadWriteCloser: p, read: pacer{baud: int64(baud)}, write: pacer{baud: int64(baud)}}
 }
 
+// Read is called by one goroutine at a time (the terminal's reader).
 func (p *pacedPort) Read(b []byte) (int, error) {
 	n, err := p.ReadWriteCloser.Read(b[:min(len(b), paceChunk)])
 	if n > 0 {
-		time.Sleep(p.read.take(n))
+		// A piece read right after a full one was waiting in the pty: on the line it
+		// follows the previous piece without a gap.
+		time.Sleep(p.read.take(time.Now(), n, p.readFull))
+		p.readFull = n == paceChunk
 	}
 	return n, err
 }
@@ -155,9 +160,9 @@ func (p *pacedPort) Write(b []byte) (int, error) {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
 	written := 0
-	for len(b) > 0 {
+	for i := 0; len(b) > 0; i++ {
 		n := min(len(b), paceChunk)
-		time.Sleep(p.write.take(n)) // the piece is on the line until then
+		time.Sleep(p.write.take(time.Now(), n, i > 0)) // the piece is on the line until then
 		m, err := p.ReadWriteCloser.Write(b[:n])
 		written += m
 		if err != nil {
@@ -178,20 +183,29 @@ type pacer struct {
 	bytes int64
 }
 
-// take books n bytes on the line from when it is free (or now) and returns how long
-// until they have crossed it.
-func (p *pacer) take(n int) time.Duration {
+// take books n bytes on the line and returns how long after now they have crossed it.
+// Bytes that follow the previous ones without a pause (follow: the rest of one write, or
+// the next piece of what was waiting in the pty) go on the line when it frees, even when
+// now is already past that: the lateness is this process's sleep overshooting, not a gap
+// on the line, and starting afresh at now would add every overshoot to the line's time
+// (about 0.7 ms a piece, 12% on a long frame). A follower that comes more than a piece's
+// time late is a real pause. Other bytes start a new busy period at now if the line is
+// free by then.
+func (p *pacer) take(now time.Time, n int, follow bool) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := time.Now()
-	if p.free().Before(now) {
+	free := p.free()
+	late := now.Sub(free)
+	if late > 0 && (!follow || late > p.duration(paceChunk)) {
 		p.start, p.bytes = now, 0
 	}
 	p.bytes += int64(n)
 	return p.free().Sub(now)
 }
 
-func (p *pacer) free() time.Time {
-	ns := (p.bytes*10*int64(time.Second) + p.baud - 1) / p.baud
-	return p.start.Add(time.Duration(ns))
+func (p *pacer) free() time.Time { return p.start.Add(p.duration(p.bytes)) }
+
+// duration is the time n bytes take on the line, rounded up to the nanosecond.
+func (p *pacer) duration(n int64) time.Duration {
+	return time.Duration((n*10*int64(time.Second) + p.baud - 1) / p.baud)
 }
