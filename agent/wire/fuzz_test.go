@@ -76,7 +76,9 @@ func FuzzParse(f *testing.F) {
 // FuzzParseCleanSameAsElementwise: the one-decode path Parse takes for a message with
 // nothing to refuse (parseClean) accepts exactly the messages the element-wise path
 // accepts whole, with the same tasks in the same order and each task's MessageID; and
-// Batch.Command gives what Task.Command gives.
+// Batch.Command gives what Task.Command gives. For a message with something to refuse,
+// the element-wise path given parseClean's decode of the whole message accepts and
+// refuses exactly what it does decoding each element itself.
 func FuzzParseCleanSameAsElementwise(f *testing.F) {
 	files, _ := filepath.Glob("testdata/*")
 	for _, p := range files {
@@ -93,11 +95,16 @@ func FuzzParseCleanSameAsElementwise(f *testing.F) {
 		lim := Limits{MaxBatch: 3, KnownDevice: known, MaxWhitelist: 3}
 		trimmed := bytes.TrimSpace(data)
 		clean, ok := parseClean(trimmed, lim)
-		whole := parseElementwise(data, trimmed, lim)
+		whole := parseElementwise(data, trimmed, lim, nil)
 		if wantOK := len(whole.Rejects) == 0; ok != wantOK {
 			t.Fatalf("parseClean ok=%v, element-wise rejects %d (%+v) for %q", ok, len(whole.Rejects), whole.Rejects, data)
 		}
 		if !ok {
+			reused := parseElementwise(data, trimmed, lim, clean.Tasks)
+			if !reflect.DeepEqual(reused, whole) {
+				t.Fatalf("with the whole decode %d tasks, rejects %+v; decoding each element %d tasks, rejects %+v, for %q",
+					len(reused.Tasks), reused.Rejects, len(whole.Tasks), whole.Rejects, data)
+			}
 			return
 		}
 		if len(clean.Tasks) != len(whole.Tasks) || len(clean.ids) != len(clean.Tasks) {

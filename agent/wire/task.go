@@ -438,19 +438,22 @@ func Parse(payload []byte, lim Limits) Batch {
 		return b
 	}
 	trimmed := bytes.TrimSpace(payload)
-	if clean, ok := parseClean(trimmed, lim); ok {
+	clean, ok := parseClean(trimmed, lim)
+	if ok {
 		return clean
 	}
-	return parseElementwise(payload, trimmed, lim)
+	return parseElementwise(payload, trimmed, lim, clean.Tasks)
 }
 
 // parseElementwise is Parse taking a batch apart element by element, so that each bad
 // task is refused on its own with the reason; trimmed is payload without surrounding
-// space.
-func parseElementwise(payload, trimmed []byte, lim Limits) Batch {
+// space. decoded, when not nil, is parseClean's decode of the whole message, one task per
+// element: each element's task is taken from it instead of decoding the element again
+// (a task's face would be decoded twice).
+func parseElementwise(payload, trimmed []byte, lim Limits, decoded []Task) Batch {
 	var b Batch
 	if len(trimmed) > 0 && trimmed[0] == '[' {
-		var elems []json.RawMessage
+		var elems []rawElement
 		if err := json.Unmarshal(trimmed, &elems); err != nil {
 			b.reject(payload, "malformed JSON: "+jsonProblem(err))
 			return b
@@ -459,10 +462,17 @@ func parseElementwise(payload, trimmed []byte, lim Limits) Batch {
 			b.reject(payload, fmt.Sprintf("batch too large: %d tasks (max_batch %d)", len(elems), lim.MaxBatch))
 			return b
 		}
+		if len(decoded) != len(elems) {
+			decoded = nil
+		}
 		seen := make(map[string]struct{}, len(elems))
 		b.Tasks = make([]Task, 0, len(elems))
 		for i, e := range elems {
-			b.one(e, lim, i, seen)
+			var t *Task
+			if decoded != nil {
+				t = &decoded[i]
+			}
+			b.one(e, t, lim, i, seen)
 		}
 		return b
 	}
@@ -472,13 +482,30 @@ func parseElementwise(payload, trimmed []byte, lim Limits) Batch {
 		b.reject(payload, "malformed JSON: "+jsonProblem(err))
 		return b
 	}
-	b.one(trimmed, lim, -1, nil)
+	var t *Task
+	if len(decoded) == 1 {
+		t = &decoded[0]
+	}
+	b.one(trimmed, t, lim, -1, nil)
 	return b
 }
 
-// one parses the task at index i of a batch (-1: the message is a single task). The
-// "task i: " prefix of a reason is only built for a reject.
-func (b *Batch) one(raw json.RawMessage, lim Limits, i int, seen map[string]struct{}) {
+// rawElement is one element of a batch: the bytes of the message it came from, not a copy
+// (json.RawMessage copies), so that a batch carrying faces is not held twice. It lives
+// only while Parse runs: a task decodes into values of its own and a Reject copies
+// what it keeps.
+type rawElement []byte
+
+// UnmarshalJSON keeps b, a slice of the message being parsed.
+func (r *rawElement) UnmarshalJSON(b []byte) error {
+	*r = b
+	return nil
+}
+
+// one parses the task at index i of a batch (-1: the message is a single task), raw as
+// received; decoded, if not nil, is raw already decoded. The "task i: " prefix of a
+// reason is only built for a reject.
+func (b *Batch) one(raw []byte, decoded *Task, lim Limits, i int, seen map[string]struct{}) {
 	where := func() string {
 		if i < 0 {
 			return ""
@@ -490,7 +517,9 @@ func (b *Batch) one(raw json.RawMessage, lim Limits, i int, seen map[string]stru
 		return
 	}
 	var t Task
-	if err := json.Unmarshal(raw, &t); err != nil {
+	if decoded != nil {
+		t = *decoded
+	} else if err := json.Unmarshal(raw, &t); err != nil {
 		b.reject(raw, where()+"invalid task: "+jsonProblem(err))
 		return
 	}
@@ -540,18 +569,21 @@ func parseClean(msg []byte, lim Limits) (b Batch, ok bool) {
 		if msg[0] == '{' {
 			var t Task
 			if json.Unmarshal(msg, &t) != nil {
-				return b, false
+				return Batch{}, false
 			}
 			b.Tasks = []Task{t}
 		} else if json.Unmarshal(msg, &b.Tasks) != nil {
-			return b, false
+			return Batch{}, false // what decoded may be partial
 		}
 	default:
 		return b, false
 	}
 	if lim.MaxBatch > 0 && len(b.Tasks) > lim.MaxBatch {
-		return b, false
+		return Batch{}, false
 	}
+	// From here the whole message decoded: a refusal returns the decoded tasks, which the
+	// element-wise path takes instead of decoding each element again.
+	decoded := Batch{Tasks: b.Tasks}
 	b.ids = make([]string, len(b.Tasks))
 	var seen map[string]struct{}
 	if len(b.Tasks) > 1 {
@@ -560,15 +592,15 @@ func parseClean(msg []byte, lim Limits) (b Batch, ok bool) {
 	for i := range b.Tasks {
 		t := &b.Tasks[i]
 		if lim.checkWhitelist(t) != nil {
-			return Batch{}, false
+			return decoded, false
 		}
 		id, err := t.validate()
 		if err != nil || (lim.KnownDevice != nil && !lim.KnownDevice(t.DeviceID)) {
-			return Batch{}, false
+			return decoded, false
 		}
 		if seen != nil {
 			if _, dup := seen[t.TaskID]; dup {
-				return Batch{}, false
+				return decoded, false
 			}
 			seen[t.TaskID] = struct{}{}
 		}
