@@ -142,7 +142,7 @@ func (t *statusTable) render(w io.Writer, now time.Time) int {
 			synced++
 		}
 	}
-	fmt.Fprintf(&b, "gateway %s  %s  %d terminals, %d online, %d in sync\n", t.gateway, now.Format("15:04:05"), len(t.ids), online, synced)
+	fmt.Fprintf(&b, "gateway %s  %s  %s, %d online, %d in sync\n", t.gateway, now.Format("15:04:05"), count(len(t.ids), "terminal", "terminals"), online, synced)
 	fmt.Fprintf(&b, "%-14s %-9s %-7s %6s %-20s %-13s %-10s %s\n",
 		"TERMINAL", "STATE", "SYNC", "QUEUE", "IN FLIGHT", "PERSONS", "HEARTBEAT", "LAST ERROR")
 	for _, id := range t.ids {
