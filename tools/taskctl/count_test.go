@@ -32,3 +32,36 @@ func TestCountsOfOneAreSingular(t *testing.T) {
 		}
 	}
 }
+
+// The SYNC column says what the operator's page says: "not confirmed" for a terminal whose
+// heartbeat shows another digest or none (a protocol 1 terminal: it is never in sync),
+// "pending" while commands are queued or in flight for it.
+func TestStatusSyncColumn(t *testing.T) {
+	st := newStatusTable("gw", []string{"v1", "busy", "ok"})
+	for id, s := range map[string]wire.DeviceState{
+		"v1":   {DeviceID: "v1", Online: true},
+		"busy": {DeviceID: "busy", Online: true, QueueDepth: 3},
+		"ok":   {DeviceID: "ok", Online: true, InSync: true},
+	} {
+		b, err := s.MarshalMsg(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.set(id, b, "")
+	}
+	var b strings.Builder
+	st.render(&b, time.Now())
+	want := map[string]string{"v1": "not confirmed", "busy": "pending", "ok": "yes"}
+	for _, line := range strings.Split(b.String(), "\n")[2:] {
+		id, rest, _ := strings.Cut(line, " ")
+		if w, ok := want[id]; ok {
+			if !strings.HasPrefix(strings.TrimLeft(rest, " "), "online    "+w+" ") {
+				t.Errorf("%s's row %q: want SYNC %q", id, line, w)
+			}
+			delete(want, id)
+		}
+	}
+	if len(want) != 0 {
+		t.Errorf("no rows for %v in:\n%s", want, b.String())
+	}
+}
