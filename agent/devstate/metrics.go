@@ -13,7 +13,8 @@ type Metrics struct {
 	// DesiredPersons is each terminal's desired whitelist's length as last written, by
 	// device.
 	DesiredPersons *metrics.GaugeVec
-	// InSync is how many terminals their last state said in sync.
+	// InSync is how many terminals their last state said in sync: protocol 2 terminals
+	// only, since a protocol 1 terminal is never in sync.
 	InSync *metrics.Gauge
 	// TerminalInSync is, by device, 1 while its last state said in sync and 0 while not,
 	// for terminals whose last heartbeat said protocol 2 or later; a protocol 1 terminal

@@ -107,7 +107,9 @@ func (o *Outbox) appendApply(r *record, lazy bool) (journal.Seq, error) {
 	return seq, o.t.apply(r)
 }
 
-func (o *Outbox) purgeRetained(now int64) {
+// purgeRetained drops the reported failures whose retention is over and returns their
+// devices, for didChange once o.mu is released.
+func (o *Outbox) purgeRetained(now int64) []string {
 	var ids []string
 	for len(o.retained) > 0 {
 		it := o.retained[0]
@@ -120,9 +122,12 @@ func (o *Outbox) purgeRetained(now int64) {
 		o.retained[0] = nil
 		o.retained = o.retained[1:]
 	}
-	if len(ids) > 0 {
-		o.emit(&record{Kind: kindPurge, IDs: ids})
+	if len(ids) == 0 {
+		return nil
 	}
+	devs := o.devicesOf(ids)
+	o.emit(&record{Kind: kindPurge, IDs: ids})
+	return devs
 }
 
 // Pause stops dispatch to a device (remote control). A command in flight finishes normally.
@@ -144,7 +149,8 @@ func (o *Outbox) setPaused(deviceID string, paused bool) error {
 
 // OnChanged sets the function told of a device whose state a control call changed (nil:
 // none): Pause and Resume that changed its pause, RetryFailed that scheduled its failed
-// commands again, PurgeFailed that dropped them. Enqueue, acks, heartbeats and link
+// commands again, PurgeFailed that dropped them, and the purge of failures whose
+// FailedRetention is over (on the outbox's timer goroutine). Enqueue, acks, heartbeats and link
 // events are not told: their callers know of them (and tell the device state, as this
 // does). It is called without the outbox's lock, once the change is in the table (before
 // it is on disk), on the goroutine of the call; it must not block.

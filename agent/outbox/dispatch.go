@@ -311,9 +311,16 @@ func (o *Outbox) rearm() {
 
 func (o *Outbox) onTimer(gen uint64) {
 	o.mu.Lock()
-	defer o.unlock()
+	purged := o.onTimerLocked(gen)
+	o.unlock()
+	o.didChange(purged...) // held failures dropped: the device state and the page show them
+}
+
+// onTimerLocked handles the deadlines that are due and returns the devices whose
+// failures the retention purge dropped.
+func (o *Outbox) onTimerLocked(gen uint64) []string {
 	if o.closed || gen != o.timerGen {
-		return // stopped or replaced
+		return nil // stopped or replaced
 	}
 	o.timer, o.timerAt = nil, 0
 	now := o.now()
@@ -340,9 +347,10 @@ func (o *Outbox) onTimer(gen uint64) {
 			heap.Remove(&o.heap, d.live.heapIdx)
 		}
 	}
-	o.purgeRetained(now)
+	purged := o.purgeRetained(now)
 	o.rearm()
 	o.startSendsLocked()
+	return purged
 }
 
 // deviceHeap orders devices by deadline.

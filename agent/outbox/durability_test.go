@@ -419,3 +419,42 @@ func TestControlCallsTellOnChanged(t *testing.T) {
 	e.o.Pause("d")
 	expect()
 }
+
+// The purge of failures past FailedRetention tells OnChanged of each device it dropped
+// failures from, once: the state writer and the operator's page show a count of held
+// failures that would otherwise stay stale until some unrelated change.
+func TestRetentionPurgeTellsOnChanged(t *testing.T) {
+	const retention = time.Minute
+	e := newEnv(t, Options{Journal: fastJournal(), Settings: Settings{RetryInterval: 10 * time.Second,
+		HeartbeatTimeout: time.Hour, FailedRetention: retention}})
+	var told []string
+	e.o.OnChanged(func(dev string) {
+		st, _ := e.o.DeviceStatus(dev)
+		told = append(told, fmt.Sprintf("%s held=%d", dev, st.FailedHeld))
+	})
+	for _, dev := range []string{"d", "e", "f"} {
+		e.o.Heartbeat(dev)
+	}
+	for _, c := range []struct{ id, dev string }{{"m1", "d"}, {"m2", "d"}, {"m3", "e"}, {"m4", "f"}} {
+		e.enqueue(c.id, c.dev, c.id)
+		e.expectSend(c.id, 1)
+		e.o.Ack(c.dev, c.id, 7, "busy")
+	}
+	if err := e.o.MarkReported("m1", "m2", "m3"); err != nil { // m4 is not: it is not purged
+		t.Fatal(err)
+	}
+	if told != nil {
+		t.Fatalf("OnChanged heard %q before any purge", told)
+	}
+	e.clock.Advance(retention - time.Millisecond)
+	if told != nil {
+		t.Fatalf("OnChanged heard %q before the retention passed", told)
+	}
+	e.clock.Advance(time.Millisecond)
+	if want := []string{"d held=0", "e held=0"}; !slices.Equal(told, want) {
+		t.Fatalf("retention purge: OnChanged heard %q, want %q", told, want)
+	}
+	if st := e.status("f"); st.FailedHeld != 1 {
+		t.Fatalf("unreported failure purged: %+v", st)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -237,10 +238,10 @@ func (r *Remote) Execute(c ControlCommand) (string, error) {
 		return "resumed", r.o.Outbox.Resume(c.Device)
 	case "retry-failed":
 		n, err := r.o.Outbox.RetryFailed(c.Device)
-		return fmt.Sprintf("%d commands scheduled again", n), err
+		return count(n, "command", "commands") + " scheduled again", err
 	case "purge-failed":
 		n, err := r.o.Outbox.PurgeFailed(c.Device)
-		return fmt.Sprintf("%d failed commands purged", n), err
+		return count(n, "failed command", "failed commands") + " purged", err
 	case "drain":
 		r.o.SetDraining(true)
 		return "draining: new tasks are dead-lettered", nil
@@ -254,9 +255,17 @@ func (r *Remote) Execute(c ControlCommand) (string, error) {
 		if c.Device != "" && !r.o.KnownDevice(c.Device) {
 			return "", fmt.Errorf("unknown device %q", c.Device)
 		}
-		return fmt.Sprintf("%d terminals to reconcile", r.o.Resync(c.Device)), nil
+		return count(r.o.Resync(c.Device), "terminal", "terminals") + " to reconcile", nil
 	}
 	return "", fmt.Errorf("unknown command %q (pause, resume, retry-failed, purge-failed, drain, undrain, resync)", c.Command)
+}
+
+// count is n with its noun: "1 command", "0 commands", "2 commands".
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }
 
 // writeFileAtomic writes v as JSON to path through a fsynced temporary file renamed over

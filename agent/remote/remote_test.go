@@ -36,7 +36,8 @@ type fixture struct {
 	applied  [][]byte // overrides ApplyConfig was given
 	resynced []string // devices Resync was asked for ("": all); nil Resync while noResync
 	noResync bool
-	r        *Remote // set by start
+	r        *Remote     // set by start
+	sent     chan string // the message id of each command the outbox sent
 }
 
 func newFixture(t *testing.T, opts *statestore.Options) *fixture {
@@ -51,7 +52,14 @@ func newFixture(t *testing.T, opts *statestore.Options) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	ob, err := outbox.Open(t.TempDir(), outbox.SenderFunc(func(context.Context, string, outbox.Command) error { return nil }), nil)
+	sent := make(chan string, 16)
+	ob, err := outbox.Open(t.TempDir(), outbox.SenderFunc(func(_ context.Context, _ string, c outbox.Command) error {
+		select {
+		case sent <- c.MessageID:
+		default:
+		}
+		return nil
+	}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +67,25 @@ func newFixture(t *testing.T, opts *statestore.Options) *fixture {
 	for _, id := range []string{"r1", "r2"} {
 		ob.SetDevice(id, outbox.DeviceConfig{})
 	}
-	return &fixture{st: st, ob: ob, doneLog: filepath.Join(t.TempDir(), "control-done.json")}
+	return &fixture{st: st, ob: ob, doneLog: filepath.Join(t.TempDir(), "control-done.json"), sent: sent}
+}
+
+// refuse waits for the outbox to send command id to dev, and has dev refuse it: the
+// command fails and is held for retry-failed.
+func (f *fixture) refuse(t *testing.T, dev, id string) {
+	t.Helper()
+	select {
+	case got := <-f.sent:
+		if got != id {
+			t.Fatalf("sent %q, want %q", got, id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s never sent", id)
+	}
+	f.ob.Ack(dev, id, 7, "busy")
+	if s, _ := f.ob.DeviceStatus(dev); s.FailedHeld != 1 {
+		t.Fatalf("%s refused, %s holds %d failures, want 1", id, dev, s.FailedHeld)
+	}
 }
 
 // start runs remote management until the test ends.
@@ -219,7 +245,7 @@ func TestControlResync(t *testing.T) {
 	f := newFixture(t, nil)
 	f.start(t, nil)
 	ctl, ctlStatus := prefix+"control", prefix+"control/status"
-	if st := f.write(t, ctl, `{"id":"s1","command":"resync","device":"r2"}`, ctlStatus, byID("s1")); !st.OK || st.Result != "1 terminals to reconcile" {
+	if st := f.write(t, ctl, `{"id":"s1","command":"resync","device":"r2"}`, ctlStatus, byID("s1")); !st.OK || st.Result != "1 terminal to reconcile" {
 		t.Fatalf("resync r2: %+v", st)
 	}
 	if st := f.write(t, ctl, `{"id":"s2","command":"resync"}`, ctlStatus, byID("s2")); !st.OK || st.Result != "2 terminals to reconcile" {
@@ -326,6 +352,19 @@ func TestExecute(t *testing.T) {
 	}
 	if res, err := f.r.Execute(ControlCommand{Command: "retry-failed"}); err != nil || res != "0 commands scheduled again" {
 		t.Fatalf("retry-failed: %q %v", res, err)
+	}
+	// One command: the results say "command", not "commands".
+	f.ob.Heartbeat("r1")
+	if err := f.ob.Enqueue(outbox.Task{MessageID: "m1", DeviceID: "r1"}); err != nil {
+		t.Fatal(err)
+	}
+	f.refuse(t, "r1", "m1")
+	if res, err := f.r.Execute(ControlCommand{Command: "retry-failed", Device: "r1"}); err != nil || res != "1 command scheduled again" {
+		t.Fatalf("retry-failed of one: %q %v", res, err)
+	}
+	f.refuse(t, "r1", "m1")
+	if res, err := f.r.Execute(ControlCommand{Command: "purge-failed", Device: "r1"}); err != nil || res != "1 failed command purged" {
+		t.Fatalf("purge-failed of one: %q %v", res, err)
 	}
 	if v, _, _ := f.st.Get(prefix + "control/status"); v != nil {
 		t.Fatal("Execute must not write the control status key")

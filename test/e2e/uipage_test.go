@@ -112,7 +112,7 @@ func TestOperatorPageInBrowser(t *testing.T) {
 	wd.click("#use-token")
 	wd.waitText("acting", "#mode", 5*time.Second, contains("acting as token holder"))
 	wd.click(`#terminals tr[data-id="door-1"] button[data-action="retry-failed"]`)
-	wd.waitText("the retry's result", "#msg", 5*time.Second, contains("retry-failed door-1: 1 commands scheduled again"))
+	wd.waitText("the retry's result", "#msg", 5*time.Second, contains("retry-failed door-1: 1 command scheduled again"))
 	pollUntil(t, "door-1 to receive the task again", func() bool {
 		st := door1.Terminal("door-1").Stats()
 		return st.Received > received && st.Duplicates >= 1

@@ -95,3 +95,28 @@ func TestOperatorPageFollowsUpstream(t *testing.T) {
 	took = s.waitState("upstream connected again", 5*time.Second, upstream("connected"))
 	t.Logf("the page showed the upstream link back %v after the broker restarted", took)
 }
+
+// A failed command held for "retry failed" leaves the page when its failed_retention is
+// over: the purge tells the page like the control calls do, not at the stream's next
+// keep-alive (25 s). Nothing else happens meanwhile: the terminal is configured without
+// heartbeats and never connects, so its one command fails unacked and no event follows.
+func TestOperatorPageDropsFailuresAfterRetention(t *testing.T) {
+	const retention = time.Second
+	src := fmt.Sprintf("[agent]\ngateway_id = \"gw-fr\"\ndata_dir = %q\n[broker]\nlisten = \"127.0.0.1:0\"\n"+
+		"[journal]\nsync = \"none\"\n[dispatch]\nmax_tries = 1\nretry_interval = \"50ms\"\nfailed_retention = %q\n"+
+		"[ui]\nlisten = \"127.0.0.1:0\"\n[[devices]]\nid = \"f1\"\nheartbeat = false\n", t.TempDir(), retention.String())
+	addr, a, stop := startAgentFull(t, parse(t, src))
+	defer stop()
+	s := openPageStream(t, a.UIAddr())
+	bo := connectBackOffice(t, addr, "gw-fr")
+	bo.publish("faceagent/gw-fr/tasks", []byte(`{"taskId":"t-1","deviceId":"f1","op":"AddPerson","person":{"id":"1"}}`))
+	bo.waitFor("the result of t-1", 10*time.Second, func() bool { _, ok := bo.results["t-1"]; return ok })
+	held := func(n int) func(ui.State) bool {
+		return func(st ui.State) bool {
+			return st.FailuresHeld == n && len(st.Terminals) == 1 && st.Terminals[0].FailedHeld == n
+		}
+	}
+	s.waitState("the failure held", 5*time.Second, held(1))
+	took := s.waitState("the failure purged", retention+3*time.Second, held(0))
+	t.Logf("the page dropped the failure %v after it showed it (failed_retention %v)", took, retention)
+}

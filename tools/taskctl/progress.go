@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -228,7 +229,7 @@ func (t *tracker) summary(w io.Writer, elapsed time.Duration) {
 	fmt.Fprintf(w, "%-*s %7d %7d %10d %7d %9s %9s\n", idw, "total", tot.succeeded, tot.failed, tot.superseded, missing,
 		fmtMs(percentile(tot.durations, 0.50)), fmtMs(percentile(tot.durations, 0.99)))
 	if elapsed > 0 && t.finished > 0 {
-		fmt.Fprintf(w, "%d tasks in %s (%.0f/s)\n", t.finished, elapsed.Round(time.Millisecond), float64(t.finished)/elapsed.Seconds())
+		fmt.Fprintf(w, "%s in %s (%.0f/s)\n", count(t.finished, "task", "tasks"), elapsed.Round(time.Millisecond), float64(t.finished)/elapsed.Seconds())
 	}
 	for _, r := range t.whitelists {
 		c := r.WhitelistCounts
@@ -246,14 +247,22 @@ func (t *tracker) summary(w io.Writer, elapsed time.Duration) {
 		fmt.Fprintln(w)
 	}
 	if t.syncsLeft > 0 {
-		fmt.Fprintf(w, "(%d more sync reports)\n", t.syncsLeft)
+		fmt.Fprintf(w, "(%s)\n", count(t.syncsLeft, "more sync report", "more sync reports"))
 	}
 	for _, r := range t.unmatched {
 		fmt.Fprintf(w, "deadletter: %s\n", r)
 	}
 	if t.foreign > 0 {
-		fmt.Fprintf(w, "(%d results of other runs ignored)\n", t.foreign)
+		fmt.Fprintf(w, "(%s of other runs ignored)\n", count(t.foreign, "result", "results"))
 	}
+}
+
+// count is n with its noun: "1 task", "0 tasks", "2 tasks".
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }
 
 // percentile is the nearest-rank percentile of ms values; -1 when there are none.

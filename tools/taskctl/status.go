@@ -24,9 +24,12 @@ The overview of a gateway: one row per terminal, from its state in the state sto
              or "no state" (the key is missing: the gateway has not written it for three
              heartbeat timeouts, or it does not know the terminal)
   SYNC       yes: it holds its desired whitelist (protocol 2 heartbeat with the desired
-             digest, nothing queued); no; syncing (a reconciliation under way); failed (the
-             last reconciliation failed; the gateway tries again later); unmanaged (no
-             task ever named it: the gateway has no desired list for it and leaves it alone)
+             digest, nothing queued or in flight); syncing (a reconciliation under way);
+             failed (the last reconciliation failed; the gateway tries again later);
+             unmanaged (no task ever named it: the gateway has no desired list for it and
+             leaves it alone); pending (commands queued or in flight for it); not confirmed
+             (its heartbeat shows another digest, or none: a protocol 1 terminal, which
+             is never in sync)
   QUEUE      commands waiting for it
   IN FLIGHT  the messageId of the command sent and not yet acked, "-" for none
   PERSONS    persons it said it holds / persons on its desired whitelist
@@ -142,8 +145,8 @@ func (t *statusTable) render(w io.Writer, now time.Time) int {
 			synced++
 		}
 	}
-	fmt.Fprintf(&b, "gateway %s  %s  %d terminals, %d online, %d in sync\n", t.gateway, now.Format("15:04:05"), len(t.ids), online, synced)
-	fmt.Fprintf(&b, "%-14s %-9s %-7s %6s %-20s %-13s %-10s %s\n",
+	fmt.Fprintf(&b, "gateway %s  %s  %s, %d online, %d in sync\n", t.gateway, now.Format("15:04:05"), count(len(t.ids), "terminal", "terminals"), online, synced)
+	fmt.Fprintf(&b, "%-14s %-9s %-13s %6s %-20s %-13s %-10s %s\n",
 		"TERMINAL", "STATE", "SYNC", "QUEUE", "IN FLIGHT", "PERSONS", "HEARTBEAT", "LAST ERROR")
 	for _, id := range t.ids {
 		st, ok := t.states[id]
@@ -158,16 +161,19 @@ func (t *statusTable) render(w io.Writer, now time.Time) int {
 		case st.Online:
 			state = "online"
 		}
-		sync := "no"
+		// As the operator's page judges it, in the same order.
+		sync := "not confirmed"
 		switch {
-		case st.InSync:
-			sync = "yes"
+		case st.SyncStatus == "unmanaged": // the device state's value for a terminal no task named
+			sync = "unmanaged"
 		case st.SyncStatus == string(wire.SyncStarted):
 			sync = "syncing"
 		case st.SyncStatus == string(wire.SyncFailed):
 			sync = "failed"
-		case st.SyncStatus == "unmanaged": // the device state's value for a terminal no task named
-			sync = "unmanaged"
+		case st.InSync:
+			sync = "yes"
+		case st.QueueDepth > 0 || st.InFlight != "":
+			sync = "pending"
 		}
 		inFlight := "-"
 		if st.InFlight != "" {
@@ -177,7 +183,7 @@ func (t *statusTable) render(w io.Writer, now time.Time) int {
 		if st.LastHeartbeat > 0 {
 			heartbeat = max(now.Sub(time.UnixMilli(st.LastHeartbeat)), 0).Round(100*time.Millisecond).String() + " ago"
 		}
-		fmt.Fprintf(&b, "%-14s %-9s %-7s %6d %-20s %-13s %-10s %s\n", clipText(id, 14), state, sync, st.QueueDepth, inFlight,
+		fmt.Fprintf(&b, "%-14s %-9s %-13s %6d %-20s %-13s %-10s %s\n", clipText(id, 14), state, sync, st.QueueDepth, inFlight,
 			fmt.Sprintf("%d/%d", st.Persons, st.DesiredPersons), heartbeat, clipText(st.LastError, 60))
 	}
 	io.WriteString(w, b.String())

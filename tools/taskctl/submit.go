@@ -96,7 +96,7 @@ func submit(ctx context.Context, o submitOptions, tasks []pending, out io.Writer
 	if err := publishAll(ctx, c, prefix+"tasks", tasks, o); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "submitted %d tasks in %s\n", len(tasks), time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(out, "submitted %s in %s\n", count(len(tasks), "task", "tasks"), time.Since(start).Round(time.Millisecond))
 	if !o.Follow {
 		return nil
 	}
