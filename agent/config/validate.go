@@ -244,6 +244,7 @@ func (d *decoder) validateUpstream(c *Config) {
 func (d *decoder) validateDispatch(p Dispatch) {
 	d.positive("dispatch.retry_interval", p.RetryInterval)
 	d.positive("dispatch.heartbeat_timeout", p.HeartbeatTimeout)
+	d.positive("dispatch.failed_retention", p.FailedRetention)
 	if p.MaxTries < 1 || p.MaxTries > MaxTries {
 		d.errf("dispatch.max_tries", "%d is out of range (1..%d)", p.MaxTries, MaxTries)
 	}

@@ -113,6 +113,8 @@ func TestValidationErrors(t *testing.T) {
 		// [dispatch]
 		{"retry interval zero", base + "[dispatch]\nretry_interval = \"0s\"\n", "f.toml:6: dispatch.retry_interval: must be positive"},
 		{"heartbeat timeout zero", base + "[dispatch]\nheartbeat_timeout = \"0s\"\n", "f.toml:6: dispatch.heartbeat_timeout: must be positive"},
+		{"failed retention negative", base + "[dispatch]\nfailed_retention = \"-1h\"\n", `f.toml:6: dispatch.failed_retention: negative duration "-1h"`},
+		{"failed retention zero", base + "[dispatch]\nfailed_retention = \"0s\"\n", "f.toml:6: dispatch.failed_retention: must be positive"},
 		{"max tries zero", base + "[dispatch]\nmax_tries = 0\n", "f.toml:6: dispatch.max_tries: 0 is out of range (1..1000)"},
 		{"max tries huge", base + "[dispatch]\nmax_tries = 5000\n", "f.toml:6: dispatch.max_tries: 5000 is out of range (1..1000)"},
 		{"backoff below retry", base + "[dispatch]\nretry_interval = \"1m\"\n",
