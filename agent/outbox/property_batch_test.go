@@ -18,7 +18,7 @@ import (
 // TestPropertyRandomHistoriesBatches is TestPropertyRandomHistories for protocol v2's
 // batches and face step: its tasks are AddPerson commands (most with a face held in a
 // real face store, some without one, a few with a face the gateway lacks) and
-// DeletePersons, for terminals that announce batch sizes (two of them, changing with
+// DeletePersons, a tenth of them with an expiry, for terminals that announce batch sizes (two of them, changing with
 // their heartbeats), one v2 terminal without batches and one v1 terminal. A scripted
 // terminal takes the faces chunk by chunk and answers batches and commands with random
 // codes (0, a refusal, 21, 23), chunks with the have it holds (a cut tail, a chunk sent
@@ -34,7 +34,8 @@ import (
 //
 // Sizes: 6 histories of 400 steps, 2 with -short, 120 of 800 under FACEAGENT_SOAK=1.
 // Repeat a failure with OUTBOX_BATCHPROP_SEED=<seed> (the history seed the failure names
-// runs first).
+// runs first), with FACEAGENT_SOAK=1 too if the failure came from a soak run (its
+// histories are longer).
 func TestPropertyRandomHistoriesBatches(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("OUTBOX_BATCHPROP_SEED"); s != "" {
@@ -99,6 +100,7 @@ type batchHistory struct {
 	absent   string   // a face the store does not hold
 	accepted map[string]bool
 	payloads map[string]string
+	expires  map[string]time.Time // the tasks taken in with an expiry
 	results  map[string]Result
 	// 21 answers the outbox took for a task since the last restart, in batches and sent
 	// alone (ack counts them before each ack): the outbox counts them in memory.
@@ -123,7 +125,7 @@ func runBatchHistory(t *testing.T, seed uint64, steps int) propCoverage {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	h := &batchHistory{t: t, seed: seed, rng: rng, accepted: map[string]bool{}, payloads: map[string]string{},
+	h := &batchHistory{t: t, seed: seed, rng: rng, accepted: map[string]bool{}, payloads: map[string]string{}, expires: map[string]time.Time{},
 		results: map[string]Result{}, batchMiss: map[string]int{}, singleMiss: map[string]int{},
 		lastSent: map[string]Command{}}
 	for i := range 5 {
@@ -259,8 +261,8 @@ func (h *batchHistory) dump() string {
 	return h.e.o.t.dump()
 }
 
-// enqueue takes in an AddPerson (most with a face) or a DeletePerson for dev; now and
-// then it redelivers an earlier message id.
+// enqueue takes in an AddPerson (most with a face) or a DeletePerson for dev, a tenth
+// of them with an expiry; now and then it redelivers an earlier message id.
 func (h *batchHistory) enqueue(dev string) {
 	id := fmt.Sprintf("m%d", h.nextID)
 	if h.rng.IntN(12) == 0 && h.nextID > 0 {
@@ -283,7 +285,12 @@ func (h *batchHistory) enqueue(dev string) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	err = h.e.o.Enqueue(Task{MessageID: id, TaskID: "t" + id, DeviceID: dev, Op: string(cmd.Op), PersonID: person, Payload: payload})
+	tk := Task{MessageID: id, TaskID: "t" + id, DeviceID: dev, Op: string(cmd.Op), PersonID: person, Payload: payload}
+	if h.rng.IntN(10) == 0 { // it expires in a batch's queue, or before its retry
+		tk.ExpiresAt = h.e.clock.Now().Add(time.Duration(h.rng.IntN(20_000)) * time.Millisecond)
+		h.expires[id] = tk.ExpiresAt
+	}
+	err = h.e.o.Enqueue(tk)
 	switch {
 	case err == nil:
 		if h.accepted[id] {
@@ -336,6 +343,13 @@ func (h *batchHistory) current(dev string) (wireCmd, bool) {
 		w.tries = append(w.tries, it.tries)
 	}
 	return w, true
+}
+
+// expired reports whether st, the status of it, is Expired, as it may be once its expiry
+// passed: whenever it is back in the queue, its turn finds it expired.
+func (h *batchHistory) expired(it *item, st Status) bool {
+	exp, ok := h.expires[it.id()]
+	return st == Expired && ok && !h.e.clock.Now().Before(exp)
 }
 
 // state returns the status, tries and last error of it, and whether it is still in the
@@ -485,7 +499,9 @@ func (h *batchHistory) hashTwice(dev string) {
 	}
 	pt.dropRecv()
 	o.AckMessage(dev, face.Ack{MessageID: w.id, Code: face.CodeFaceHash})
-	if st, _, reason, _ := h.state(it); st != Scheduled {
+	if st, _, reason, _ := h.state(it); h.expired(it, st) {
+		return // back in the queue, it expired: the next task goes
+	} else if st != Scheduled {
 		h.fail("one 22 for face %s: %s is %s (%q)", shortSum(sha), it.id(), st, reason)
 	}
 	for first := true; ; first = false {

@@ -272,7 +272,7 @@ func (h *batchHistory) checkBatchAcked(w *wireCmd, a face.Ack) {
 				why = fmt.Sprintf("batch refused by the device: code %d", a.Code)
 			}
 			if st == Failed && (int(tries) < maxTries || !strings.Contains(reason, why)) ||
-				st != Failed && st != Scheduled || tries != w.tries[i] {
+				st != Failed && st != Scheduled && !h.expired(it, st) || tries != w.tries[i] {
 				h.fail("batch %s (code %d): %s without a result is %s after %d tries (%q), sent with %d", w.id, a.Code, it.id(), st, tries, reason, w.tries[i])
 			}
 		case code == 0:
@@ -338,7 +338,7 @@ func (h *batchHistory) checkMissing(it *item, sha string, sentTries uint16, inBa
 		if count[id] <= maxFaceMissing {
 			h.fail("%s failed after %d answers 21: %q", id, count[id], reason)
 		}
-	case st == Scheduled:
+	case st == Scheduled || h.expired(it, st):
 		if tries != sentTries-1 {
 			h.fail("%s answered 21 holds %d tries, sent with %d: 21 spent a try", id, tries, sentTries)
 		}
