@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,7 +19,8 @@ import (
 // TestPropertyRandomHistoriesBatches is TestPropertyRandomHistories for protocol v2's
 // batches and face step: its tasks are AddPerson commands (most with a face held in a
 // real face store, some without one, a few with a face the gateway lacks) and
-// DeletePersons, a tenth of them with an expiry, for terminals that announce batch sizes (two of them, changing with
+// DeletePersons, a tenth of them with an expiry and a sixth without a result (a whitelist
+// sync's corrections, which tasks go before), for terminals that announce batch sizes (two of them, changing with
 // their heartbeats), one v2 terminal without batches and one v1 terminal. A scripted
 // terminal takes the faces chunk by chunk and answers batches and commands with random
 // codes (0, a refusal, 21, 23), chunks with the have it holds (a cut tail, a chunk sent
@@ -30,7 +32,8 @@ import (
 // a batch fails alone, its neighbours succeed, 21 does not spend a try, 23 fails with
 // reason "capacity", a face resumes from the have acked; every restart checks that
 // replaying the journal reproduces the table. Finally it drains everything and checks
-// that every accepted task got exactly one result.
+// that every accepted task got exactly one result, and every command without a result
+// its outcome (once per outbox opened).
 //
 // Sizes: 6 histories of 400 steps, 2 with -short, 120 of 800 under FACEAGENT_SOAK=1.
 // Repeat a failure with OUTBOX_BATCHPROP_SEED=<seed> (the history seed the failure names
@@ -101,7 +104,14 @@ type batchHistory struct {
 	accepted map[string]bool
 	payloads map[string]string
 	expires  map[string]time.Time // the tasks taken in with an expiry
-	results  map[string]Result
+	// Commands without a result (Task.NoResult) taken in, and the outcomes NoResultDone
+	// told of: once each per outbox opened, its lifetime.
+	noResult map[string]bool
+	outcomes struct {
+		sync.Mutex
+		life, all map[string]int
+	}
+	results map[string]Result
 	// 21 answers the outbox took for a task since the last restart, in batches and sent
 	// alone (ack counts them before each ack): the outbox counts them in memory.
 	batchMiss, singleMiss map[string]int
@@ -126,7 +136,8 @@ func runBatchHistory(t *testing.T, seed uint64, steps int) propCoverage {
 	}
 	defer store.Close()
 	h := &batchHistory{t: t, seed: seed, rng: rng, accepted: map[string]bool{}, payloads: map[string]string{}, expires: map[string]time.Time{},
-		results: map[string]Result{}, batchMiss: map[string]int{}, singleMiss: map[string]int{},
+		noResult: map[string]bool{},
+		results:  map[string]Result{}, batchMiss: map[string]int{}, singleMiss: map[string]int{},
 		lastSent: map[string]Command{}}
 	for i := range 5 {
 		sha, data := testFace(200+rng.IntN(4000), seed+uint64(i))
@@ -163,6 +174,7 @@ func runBatchHistory(t *testing.T, seed uint64, steps int) propCoverage {
 			"s2": {FaceChunk: 2048},
 		},
 		Faces:              storeFaceSource{store},
+		NoResultDone:       h.noResultDone,
 		MaxQueuedPerDevice: 10, MaxQueued: 40, CompactAfter: 40, Seed: seed,
 		spillMinDead: 24, spillEager: true,
 	}, seed%2 == 1)
@@ -234,6 +246,13 @@ func runBatchHistory(t *testing.T, seed uint64, steps int) propCoverage {
 			t.Fatalf("seed %d: accepted task %s has no result", seed, id)
 		}
 	}
+	h.outcomes.Lock()
+	for id := range h.noResult {
+		if h.outcomes.all[id] == 0 {
+			t.Fatalf("seed %d: command without a result %s: no outcome", seed, id)
+		}
+	}
+	h.outcomes.Unlock()
 	// Once the held failures are past their retention and the chunks left behind by tasks
 	// that finished meanwhile got their answer or their last try, nothing waits for a
 	// deadline: an idle outbox arms no timer.
@@ -262,7 +281,8 @@ func (h *batchHistory) dump() string {
 }
 
 // enqueue takes in an AddPerson (most with a face) or a DeletePerson for dev, a tenth
-// of them with an expiry; now and then it redelivers an earlier message id.
+// of them with an expiry, some without a result (a whitelist sync's corrections); now and
+// then it redelivers an earlier message id.
 func (h *batchHistory) enqueue(dev string) {
 	id := fmt.Sprintf("m%d", h.nextID)
 	if h.rng.IntN(12) == 0 && h.nextID > 0 {
@@ -285,7 +305,8 @@ func (h *batchHistory) enqueue(dev string) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	tk := Task{MessageID: id, TaskID: "t" + id, DeviceID: dev, Op: string(cmd.Op), PersonID: person, Payload: payload}
+	tk := Task{MessageID: id, TaskID: "t" + id, DeviceID: dev, Op: string(cmd.Op), PersonID: person, Payload: payload,
+		NoResult: h.rng.IntN(6) == 0}
 	if h.rng.IntN(10) == 0 { // it expires in a batch's queue, or before its retry
 		tk.ExpiresAt = h.e.clock.Now().Add(time.Duration(h.rng.IntN(20_000)) * time.Millisecond)
 		h.expires[id] = tk.ExpiresAt
@@ -293,10 +314,14 @@ func (h *batchHistory) enqueue(dev string) {
 	err = h.e.o.Enqueue(tk)
 	switch {
 	case err == nil:
-		if h.accepted[id] {
+		if h.accepted[id] || h.noResult[id] {
 			h.fail("duplicate %s accepted twice", id)
 		}
-		h.accepted[id] = true
+		if tk.NoResult {
+			h.noResult[id] = true
+		} else {
+			h.accepted[id] = true
+		}
 		h.payloads[id] = string(payload)
 	case errors.Is(err, ErrDuplicate), errors.Is(err, ErrFull), errors.Is(err, ErrDeviceFull):
 	default:
@@ -343,6 +368,26 @@ func (h *batchHistory) current(dev string) (wireCmd, bool) {
 		w.tries = append(w.tries, it.tries)
 	}
 	return w, true
+}
+
+// noResultDone is Options.NoResultDone: a command without a result is told of once.
+func (h *batchHistory) noResultDone(dev, id string, a face.Ack, err error) {
+	h.outcomes.Lock()
+	defer h.outcomes.Unlock()
+	if h.outcomes.life == nil {
+		h.outcomes.life, h.outcomes.all = map[string]int{}, map[string]int{}
+	}
+	if h.outcomes.life[id]++; h.outcomes.life[id] > 1 {
+		h.t.Errorf("seed %d step %d: NoResultDone told of %s twice", h.seed, h.step, id)
+	}
+	h.outcomes.all[id]++
+}
+
+// gone reports whether it is a command without a result that finished: it left the
+// table, and its outcome went to NoResultDone (its reason is not kept).
+func (h *batchHistory) gone(it *item) bool {
+	_, _, _, in := h.state(it)
+	return !in && h.noResult[it.id()]
 }
 
 // expired reports whether st, the status of it, is Expired, as it may be once its expiry
@@ -533,7 +578,7 @@ func (h *batchHistory) hashTwice(dev string) {
 		}
 		o.AckMessage(dev, face.Ack{MessageID: w.id, Have: have})
 	}
-	if st, _, reason, _ := h.state(it); st != Failed || reason != hashReason(sha) {
+	if st, _, reason, _ := h.state(it); st != Failed || reason != hashReason(sha) && !h.gone(it) {
 		h.fail("two 22s for face %s: %s is %s (%q), want Failed (%q)", shortSum(sha), it.id(), st, reason, hashReason(sha))
 	}
 	h.seen.hashTwice++
@@ -565,6 +610,9 @@ func (h *batchHistory) report(n int) {
 // opens it again: what it learned in memory (faces held, batch sizes, 21 rounds) is gone.
 func (h *batchHistory) restart() {
 	checkReplay(h.t, h.e, h.seed, h.step)
+	h.outcomes.Lock()
+	clear(h.outcomes.life) // its asker starts over
+	h.outcomes.Unlock()
 	h.e.open()
 	clear(h.batchMiss)
 	clear(h.singleMiss)

@@ -215,14 +215,17 @@ func (h *batchHistory) checkChunkAcked(dev string, w *wireCmd, a face.Ack) {
 	}
 	sha := w.cmd.Face.SHA256
 	st, _, reason, _ := h.state(it)
+	if h.gone(it) {
+		reason = "" // a command without a result that finished: only its status is kept
+	}
 	switch a.Code {
 	case face.CodeCapacity:
-		if st == Scheduled || st == Failed && reason != "capacity" {
+		if st == Scheduled || st == Failed && reason != "capacity" && !h.gone(it) {
 			h.fail("chunk %s answered 23: %s for it is %s (%q)", w.id, it.id(), st, reason)
 		}
 	case face.CodeFaceHash:
 		h.seen.hash22++
-		if st == Failed && reason != hashReason(sha) {
+		if st == Failed && reason != hashReason(sha) && !h.gone(it) {
 			h.fail("chunk %s answered 22: %s failed with %q", w.id, it.id(), reason)
 		}
 		if next, ok := h.current(dev); ok && next.kind == "chunk" && next.cmd.Face.SHA256 == sha && next.cmd.Face.Offset != 0 {
@@ -232,7 +235,7 @@ func (h *batchHistory) checkChunkAcked(dev string, w *wireCmd, a face.Ack) {
 		if a.Have >= w.cmd.Face.Size {
 			return
 		}
-		if st == Failed && strings.Contains(reason, "does not take it") {
+		if st == Failed && (strings.Contains(reason, "does not take it") || h.gone(it)) {
 			return // 3 acks in a row without progress: the next task with the face starts it over
 		}
 		if next, ok := h.current(dev); ok && next.kind == "chunk" && next.cmd.Face.SHA256 == sha {
@@ -245,7 +248,7 @@ func (h *batchHistory) checkChunkAcked(dev string, w *wireCmd, a face.Ack) {
 			}
 		}
 	default:
-		if st == Scheduled || st == Failed && !strings.Contains(reason, shortSum(sha)) {
+		if st == Scheduled || st == Failed && !strings.Contains(reason, shortSum(sha)) && !h.gone(it) {
 			h.fail("chunk %s refused: %s for it is %s (%q)", w.id, it.id(), st, reason)
 		}
 	}
@@ -265,6 +268,10 @@ func (h *batchHistory) checkBatchAcked(w *wireCmd, a face.Ack) {
 		p := w.cmd.Persons[slicesIndexPerson(w.cmd.Persons, it.person())]
 		st, tries, reason, _ := h.state(it)
 		code, ok := personResult(a.Results, p.ID)
+		if h.gone(it) {
+			h.checkGone(it, st, a.Code == 0 && ok && code == 0)
+			continue
+		}
 		switch {
 		case a.Code != 0 || !ok:
 			why := "no result for its person"
@@ -321,6 +328,10 @@ func slicesIndexPerson(ps []face.Person, id string) int {
 func (h *batchHistory) checkMissing(it *item, sha string, sentTries uint16, inBatch bool) {
 	id := it.id()
 	st, tries, reason, _ := h.state(it)
+	if h.gone(it) {
+		h.checkGone(it, st, false)
+		return
+	}
 	count := h.singleMiss
 	if inBatch {
 		count = h.batchMiss
@@ -354,6 +365,10 @@ func (h *batchHistory) checkMissing(it *item, sha string, sentTries uint16, inBa
 func (h *batchHistory) checkSingleAcked(w *wireCmd, a face.Ack) {
 	it := w.items[0]
 	st, _, reason, _ := h.state(it)
+	if h.gone(it) {
+		h.checkGone(it, st, a.Code == 0)
+		return
+	}
 	switch a.Code {
 	case 0:
 		if st != Succeeded {
@@ -371,5 +386,13 @@ func (h *batchHistory) checkSingleAcked(w *wireCmd, a face.Ack) {
 		if want := fmt.Sprintf("refused by the device: code %d: %s", a.Code, a.Message); st != Failed || reason != want {
 			h.fail("%s answered %d is %s (%q), want Failed (%q)", it.id(), a.Code, st, reason, want)
 		}
+	}
+}
+
+// checkGone checks a command without a result that an answer finished: its reason went
+// to NoResultDone, not kept in the table; its status says whether it succeeded.
+func (h *batchHistory) checkGone(it *item, st Status, succeeded bool) {
+	if !st.Terminal() || (st == Succeeded) != succeeded {
+		h.fail("%s (without a result) is %s after an answer that succeeded: %v", it.id(), st, succeeded)
 	}
 }
