@@ -20,9 +20,9 @@ import (
 // batches and face step: its tasks are AddPerson commands (most with a face held in a
 // real face store, some without one, a few with a face the gateway lacks) and
 // DeletePersons, a tenth of them with an expiry and a sixth without a result (a whitelist
-// sync's corrections, which tasks go before), for terminals that announce batch sizes (two of them, changing with
-// their heartbeats), one v2 terminal without batches and one v1 terminal. A scripted
-// terminal takes the faces chunk by chunk and answers batches and commands with random
+// sync's corrections, which tasks go before), for terminals that announce batch sizes
+// (two of them, changing with their heartbeats), one v2 terminal without batches and one
+// v1 terminal. A scripted terminal takes the faces chunk by chunk and answers batches and commands with random
 // codes (0, a refusal, 21, 23), chunks with the have it holds (a cut tail, a chunk sent
 // twice) and now and then 22, 23 or a refusal; acks are lost, repeated and late, links go
 // down (a chunk cut part way), devices pause, results are reported, the journal compacts
