@@ -525,65 +525,6 @@ func (h *batchHistory) linkDown(dev string) {
 	h.e.o.LinkDown(dev)
 }
 
-// hashTwice runs the face step's hash failure through: a chunk of a fresh transfer in
-// flight is answered 22, which sends the face again from 0; the terminal takes it, and
-// answers 22 once more at its end: the task the face is for fails, naming the face.
-func (h *batchHistory) hashTwice(dev string) {
-	w, ok := h.current(dev)
-	pt := h.terms[dev]
-	if !ok || w.kind != "chunk" || w.forItem == nil || pt.held[w.cmd.Face.SHA256] {
-		return
-	}
-	sha, it := w.cmd.Face.SHA256, w.forItem
-	o := h.e.o
-	o.mu.Lock()
-	fresh := o.t.devices[dev].live.faces.xfer.hashFails == 0 && o.t.devices[dev].live.faces.xfer.sha == sha
-	o.mu.Unlock()
-	if st, _, _, in := h.state(it); !fresh || st != Scheduled || !in || h.e.status(dev).Paused {
-		return
-	}
-	pt.dropRecv()
-	o.AckMessage(dev, face.Ack{MessageID: w.id, Code: face.CodeFaceHash})
-	if st, _, reason, _ := h.state(it); h.expired(it, st) {
-		return // back in the queue, it expired: the next task goes
-	} else if st != Scheduled {
-		h.fail("one 22 for face %s: %s is %s (%q)", shortSum(sha), it.id(), st, reason)
-	}
-	for first := true; ; first = false {
-		w, ok := h.current(dev)
-		if first && (!ok || w.kind != "chunk" || w.forItem != it) {
-			// Something else goes first now: the batch the chunk was sent for is gathered
-			// otherwise since (a heartbeat changed its size).
-			return
-		}
-		if !ok || w.kind != "chunk" || w.cmd.Face.SHA256 != sha || w.forItem != it {
-			var ids []string
-			for _, x := range w.items {
-				ids = append(ids, x.id())
-			}
-			h.fail("after a 22 for face %s: %s %s %v (face %s) in flight, want its chunk for %s\n%s", shortSum(sha), w.kind, w.id, ids,
-				shortSum(w.cmd.Person.Face.SHA256), it.id(), h.dump())
-		}
-		if first && w.cmd.Face.Offset != 0 {
-			h.fail("after a 22 face %s starts at %d", shortSum(sha), w.cmd.Face.Offset)
-		}
-		have, complete, ok := pt.put(&w.cmd.Face)
-		if !ok {
-			h.fail("terminal %s: face %s does not hash to its name", dev, shortSum(sha))
-		}
-		if complete {
-			delete(pt.held, sha)
-			o.AckMessage(dev, face.Ack{MessageID: w.id, Code: face.CodeFaceHash})
-			break
-		}
-		o.AckMessage(dev, face.Ack{MessageID: w.id, Have: have})
-	}
-	if st, _, reason, _ := h.state(it); st != Failed || reason != hashReason(sha) && !h.gone(it) {
-		h.fail("two 22s for face %s: %s is %s (%q), want Failed (%q)", shortSum(sha), it.id(), st, reason, hashReason(sha))
-	}
-	h.seen.hashTwice++
-}
-
 // report reports up to n results: each accepted task gets exactly one.
 func (h *batchHistory) report(n int) {
 	res, err := h.e.o.Results(n)
