@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/seed0e69bba5/faceagent/device/face"
 )
@@ -105,14 +106,22 @@ func (o *Outbox) pumpBatch(d *device, head *item, headPay []byte, now int64) bat
 // not expired, for a person not yet in the batch, and the command still fits
 // DeviceConfig.MaxCommandBytes; at most the smaller of Settings.MaxBatch and the
 // terminal's batch size. It returns nil when head goes alone. The batch last sent is
-// returned as it was while its tasks still wait at the head of the queue.
+// returned as it was while its tasks still wait where they were, head first.
+//
+// head is nextOf's: the first of the queue, or a task that the commands without a result
+// never sent before it let go first. Those stay out of its batch (they go after it, in
+// their order), so the batch's tasks are in queue order, the first in the in-flight slot.
 func (o *Outbox) gatherBatch(d *device, head *item, headPay []byte, now int64) *batchSend {
 	limit := min(o.settings.MaxBatch, d.live.batchSize)
 	if limit < 2 || len(d.queue) < 2 || o.t.opOf(head) != string(face.AddPerson) {
 		return nil
 	}
+	at := slices.Index(d.queue, head) // 0, or past the few corrections nextOf passed over
+	if at < 0 || at == len(d.queue)-1 {
+		return nil
+	}
 	o.pruneMarks(d)
-	if b := d.live.batch; b != nil && len(b.items) <= limit && o.batchWaiting(d, b) {
+	if b := d.live.batch; b != nil && len(b.items) <= limit && o.batchWaiting(d, b, at) {
 		return b
 	}
 	var cmd face.Command
@@ -126,7 +135,7 @@ func (o *Outbox) gatherBatch(d *device, head *item, headPay []byte, now int64) *
 	batch := face.Command{MessageID: string(make([]byte, batchIDLen)), Op: face.AddPersons}
 	size := batch.Msgsize() + cmd.Person.Msgsize()
 	var enc []byte
-	for _, it := range d.queue[1:] {
+	for _, it := range d.queue[at+1:] {
 		if len(b.items) >= limit || it.next > now || o.t.opOf(it) != string(face.AddPerson) {
 			break
 		}
@@ -178,14 +187,14 @@ func hasPerson(persons []face.Person, id string) bool {
 	return false
 }
 
-// batchWaiting reports whether b's tasks are the first of d's queue, in order, each
+// batchWaiting reports whether b's tasks are in d's queue from at on, in order, each
 // still due for the same batch (nothing changed its id): its retry sends it as it was.
-func (o *Outbox) batchWaiting(d *device, b *batchSend) bool {
-	if len(d.queue) < len(b.items) {
+func (o *Outbox) batchWaiting(d *device, b *batchSend, at int) bool {
+	if len(d.queue)-at < len(b.items) {
 		return false
 	}
 	for i, it := range b.items {
-		if d.queue[i] != it {
+		if d.queue[at+i] != it {
 			return false
 		}
 	}

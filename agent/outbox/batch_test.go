@@ -508,3 +508,49 @@ func TestBatchFitsTheFrame(t *testing.T) {
 		t.Fatalf("the first batch (%d persons) had room for another", len(one.Persons)-1)
 	}
 }
+
+// A head that corrections never sent let go before them (see Task.NoResult) gathers the
+// tasks right behind it, in queue order: not a correction it passed over, which goes
+// after it with the others, in their order. One command is in flight: the batch's first
+// task holds the slot, so a failed Send of the batch is a failed try of each of its tasks.
+func TestBatchGathersBehindAHeadCorrectionsLetGo(t *testing.T) {
+	be := newBatchEnv(t, Settings{MaxBatch: 30, RetryInterval: time.Second, MaxTries: 5}, 30, DeviceConfig{}, nil)
+	be.addTask(Task{MessageID: "c1", DeviceID: "d", Op: "AddPerson", PersonID: "p1", NoResult: true}, "")
+	be.addTask(Task{MessageID: "c2", DeviceID: "d", Op: "AddPerson", PersonID: "p2", NoResult: true}, "")
+	be.add("t3", "AddPerson", "p3", "")
+	be.add("t4", "AddPerson", "p4", "")
+	be.snd.mu.Lock()
+	be.snd.fail = errors.New("link reset")
+	be.snd.mu.Unlock()
+	be.hello()
+	first := be.snd.next(t)
+	if s := shape(t, []Command{first}); s != "AddPersons(p3,p4)" {
+		t.Fatalf("first sent %s, want AddPersons(p3,p4)", s)
+	}
+	// The failed Send counted a try of t3 and t4, which wait for their retry.
+	for _, id := range []string{"t3", "t4"} {
+		if st := be.status("d"); st.InFlightTasks != 0 {
+			t.Fatalf("after the failed send: %d tasks in flight", st.InFlightTasks)
+		}
+		be.o.mu.Lock()
+		it := be.o.t.items.get(id)
+		status, tries := it.status, it.tries
+		be.o.mu.Unlock()
+		if status != Scheduled || tries != 1 {
+			t.Fatalf("%s after the failed send: %s, %d tries", id, status, tries)
+		}
+	}
+	be.snd.mu.Lock()
+	be.snd.fail = nil
+	be.snd.mu.Unlock()
+	be.clock.Advance(time.Second) // the backoff after one try: at most RetryInterval
+	retry := be.snd.next(t)
+	if retry.MessageID != first.MessageID || !bytes.Equal(retry.Payload, first.Payload) || retry.Try != 2 {
+		t.Fatalf("retry %s try %d, want %s try 2, same bytes", retry.MessageID, retry.Try, first.MessageID)
+	}
+	a, _ := be.term.handle(retry)
+	be.o.AckMessage("d", a)
+	if s := shape(t, be.serve()); s != "AddPersons(p1,p2)" {
+		t.Fatalf("then sent %s, want AddPersons(p1,p2)", s)
+	}
+}

@@ -211,8 +211,10 @@
 // Settings.MaxBatch (the agent's [dispatch] max_batch; 1 turns batches off), and no more
 // than fit DeviceConfig.MaxCommandBytes once encoded (a serial frame; Msgsize bounds the
 // size from above, and an encoding is checked only once that bound passes it). Any other
-// op ends the batch: nothing is reordered around a DeletePerson. A head that would go
-// alone goes as before, under its own id. Without a batch size (v1, or 0 or 1) nothing
+// op ends the batch: nothing is reordered around a DeletePerson. The head is the command
+// the device sends next: a task that commands without a result never sent let go first
+// gathers the tasks behind it, not those commands, which follow in their order. A head
+// that would go alone goes as before, under its own id. Without a batch size (v1, or 0 or 1) nothing
 // changes.
 //
 //   - One command in flight holds for a batch: its tasks are InFlight together (one send
