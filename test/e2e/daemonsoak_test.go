@@ -39,10 +39,11 @@ const (
 	// leak; 3 MiB is just above it. A leak shows at that margin once it passes 3 MiB over
 	// the middle third: in the 20-minute soak (about 13,000 tasks) from about 350 bytes a
 	// task; in the short run (about 350 tasks after the restart) only from about 15 KiB a
-	// task. Under the race detector the agent's RSS carries shadow memory, which grows
-	// as the heap's addresses are first touched: twice the margin.
+	// task. Under the race detector the agent's RSS carries the detector's shadow memory
+	// and clocks, which keep growing for minutes with the heap flat (1.6 and 3.0 MiB between
+	// the thirds of the short run): 8 MiB there; the leak figures come from the plain build.
 	soakRSSMarginKB     = 3 << 10
-	soakRSSMarginRaceKB = 2 * soakRSSMarginKB
+	soakRSSMarginRaceKB = 8 << 10
 )
 
 // soakFaceSizes are the faces persons carry (shared by persons and terminals, so that the
@@ -75,7 +76,7 @@ var soakFaceWeights = [len(soakFaceSizes) + 1]int{6, 3, 2, 1, 1, 6}
 // agent's revs and faces on v2; ids and names on v1) and the agent counts every v2 terminal
 // in sync (a v1 terminal cannot say what it holds: never counted); once idle, goroutines and descriptors are back within a small constant of the
 // restarted agent's idle baseline; its RSS in the last third of its life is not above the
-// first third's peak by more than soakRSSMarginKB (twice that under -race); data_dir stays within the bound its
+// first third's peak by more than soakRSSMarginKB (8 MiB under -race); data_dir stays within the bound its
 // journals' configuration gives (soakDiskBoundKB).
 //
 // `make test` runs 45 s of load; FACEAGENT_SOAK=1 (`make soak`) runs FACEAGENT_SOAK_DURATION

@@ -96,7 +96,8 @@ func (s *soakRun) checkResults() {
 }
 
 // checkResources: goroutines and descriptors back to the idle baseline, RSS of the last
-// third within soakRSSMarginKB of the first third's peak (twice under -race), data_dir within soakDiskBoundKB.
+// third within soakRSSMarginKB of the first third's peak (soakRSSMarginRaceKB under -race),
+// data_dir within soakDiskBoundKB.
 func (s *soakRun) checkResources() {
 	end := s.samples[len(s.samples)-1]
 	if end.goroutines > s.base.goroutines+soakGoroutineSlack {
