@@ -107,15 +107,21 @@ bench:
 SOAK_REQUESTS ?=
 SOAK_INFLIGHT ?=
 # It then runs the whitelist sync property test over the whole daemon (test/e2e) with 20
-# seeds of 40 steps instead of `make test`'s 2 of 14; WLPROP_SEED=n replays one seed. Last,
+# seeds of 40 steps instead of `make test`'s 2 of 14; WLPROP_SEED=n replays one seed. Then
 # the outbox's property tests with 200 and 120 histories of 800 steps (12 and 6 of 400).
 WLPROP_SEED ?=
+# Last, the whole daemon under steady mixed traffic for SOAK_DURATION (default 20m; TestDaemonSoak,
+# no race detector: it measures RSS), its samples as CSV in SOAK_OUT when set.
+SOAK_DURATION ?=
+SOAK_OUT ?=
 soak:
 	FACEAGENT_SOAK=1 FACEAGENT_SOAK_REQUESTS=$(SOAK_REQUESTS) FACEAGENT_SOAK_INFLIGHT=$(SOAK_INFLIGHT) \
 	  $(GO) test -count=1 -v -timeout 90m -run '^TestSoakStateStore' ./agent/cmd/faceagent
 	FACEAGENT_SOAK=1 FACEAGENT_WLPROP_SEED=$(WLPROP_SEED) \
 	  $(GO) test -race -count=1 -v -timeout 60m -run '^TestWhitelistSyncProperty$$' ./test/e2e
 	FACEAGENT_SOAK=1 $(GO) test -race -count=1 -v -timeout 30m -run '^TestPropertyRandomHistories' ./agent/outbox
+	FACEAGENT_SOAK=1 FACEAGENT_SOAK_DURATION=$(SOAK_DURATION) FACEAGENT_SOAK_OUT=$(SOAK_OUT) \
+	  $(GO) test -count=1 -v -timeout 90m -run '^TestDaemonSoak$$' ./test/e2e
 
 .PHONY: bench-abuse
 # bench-abuse: the released daemon under 64 abusive clients for a minute, its peak RSS against

@@ -77,7 +77,8 @@
 // FactoryReset (no persons, digest 0, no memory of messageIds, same serial), Replace (the
 // same and a new serial), TamperAdd / TamperDelete / TamperRev (hand edits at the terminal,
 // bypassing the agent), RefuseNext (refuse the next command of an op for a person, once),
-// SendHeartbeat (now, not at the next tick). Options.OnCommand shows a test every command
+// SendHeartbeat (now, not at the next tick), GoOffline (offline for a while, then back with a
+// heartbeat). Options.OnCommand shows a test every command
 // a terminal is sent, in arrival order.
 //
 // # Strict mode: the one-in-flight rule, precisely

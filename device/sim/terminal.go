@@ -385,6 +385,12 @@ func (t *Terminal) offlineFor(d time.Duration) {
 	})
 }
 
+// GoOffline takes the terminal offline now for d, as Options.OfflineEvery's periods do: it
+// hears nothing (MQTT: it disconnects; serial: it discards what arrives), sends nothing and
+// forgets the commands not yet acked; once d has passed it is back and sends a heartbeat. A
+// terminal already offline stays as it is.
+func (t *Terminal) GoOffline(d time.Duration) { t.offlineFor(d) }
+
 // after runs f after d unless the fleet closes first.
 func (t *Terminal) after(d time.Duration, f func()) {
 	// The delay counts from now, not from when the goroutine gets to run: under load that

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -407,4 +408,33 @@ func TestRefuseNext(t *testing.T) {
 	if got := v.term.Persons(); len(got) != 0 {
 		t.Fatalf("holds %v, want none", got)
 	}
+}
+
+// A terminal taken offline hears nothing while it is: a command sent then is not applied
+// and not acked. It comes back by itself with a heartbeat and then takes the command.
+func TestGoOffline(t *testing.T) {
+	bothTransports(t, Options{Seed: 1}, func(t *testing.T, v *v2Link) {
+		const offline = 300 * time.Millisecond
+		began := time.Now()
+		v.term.GoOffline(offline)
+		p := face.Person{ID: "1", Name: "Ann"}
+		cmd := face.Command{MessageID: "AddPerson-offline", Op: face.AddPerson, Person: p}
+		if err := v.l.Send(context.Background(), "d", cmd); err != nil && !errors.Is(err, device.ErrNotConnected) {
+			t.Fatal(err)
+		}
+		// Back: the first heartbeat after the offline period (one the MQTT terminal sent
+		// when it subscribed may still be waiting to be read).
+		for waitKind(t, v.l, device.Heartbeat); time.Since(began) < offline; {
+			waitKind(t, v.l, device.Heartbeat)
+		}
+		if held, st := v.term.Persons(), v.term.Stats(); len(held) != 0 || st.Offline != 1 {
+			t.Fatalf("after an offline period: holds %v, stats %+v", held, st)
+		}
+		if a := v.do(t, cmd); a.Code != 0 {
+			t.Fatalf("the command again, online: %+v", a)
+		}
+		if held := v.term.Persons(); len(held) != 1 || held[0].ID != "1" {
+			t.Fatalf("holds %v, want person 1", held)
+		}
+	})
 }

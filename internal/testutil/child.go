@@ -45,6 +45,9 @@ func StartChild(t testing.TB, env ...string) *Child {
 	return c
 }
 
+// Pid is the child's process id (its /proc/<pid> while it runs).
+func (c *Child) Pid() int { return c.cmd.Process.Pid }
+
 // Kill sends the child SIGKILL, waits for it, and fails t unless it ended by that signal.
 func (c *Child) Kill() {
 	c.t.Helper()

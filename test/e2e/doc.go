@@ -26,6 +26,12 @@
 //     seed and checks the terminals against a model of the tasks; a failure prints the
 //     seed and its steps, `-args -wlprop.seed=N` (or FACEAGENT_WLPROP_SEED) replays it,
 //     FACEAGENT_SOAK=1 (`make soak`) runs many more and longer seeds.
+//   - TestDaemonSoak runs the agent (a child process) under a paced mix of tasks and
+//     terminal faults with one SIGKILL, sampling its RSS, descriptors, goroutines, heap,
+//     queues and data_dir; it checks every task's outcome, every terminal's list, and that
+//     the resources come back to an idle baseline and do not grow. 45 s of load in `make
+//     test`; FACEAGENT_SOAK=1 (`make soak`) runs FACEAGENT_SOAK_DURATION (20m), the samples
+//     as CSV in FACEAGENT_SOAK_OUT, FACEAGENT_SOAK_SEED replays a run's draws.
 //
 // # Caveats
 //
