@@ -1,10 +1,6 @@
 package agent
 
 import (
-	"errors"
-	"fmt"
-	"io"
-
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/faces"
 	"github.com/seed0e69bba5/faceagent/agent/outbox"
@@ -12,40 +8,8 @@ import (
 	"github.com/seed0e69bba5/faceagent/device/serial"
 )
 
-// storeFaces is the face store as the outbox's FaceSource: the face step reads each chunk
-// from it.
-type storeFaces struct{ st *faces.Store }
-
-var _ outbox.FaceSource = storeFaces{}
-
-func (s storeFaces) FaceSize(sha string) (int64, error) {
-	sum, err := faces.ParseSum(sha)
-	if err != nil {
-		return 0, err
-	}
-	n, ok := s.st.Size(sum)
-	if !ok {
-		return 0, fmt.Errorf("%w: %s", faces.ErrNotFound, sha[:16])
-	}
-	return n, nil
-}
-
-func (s storeFaces) ReadFace(sha string, p []byte, off int64) (int, error) {
-	sum, err := faces.ParseSum(sha)
-	if err != nil {
-		return 0, err
-	}
-	f, err := s.st.Open(sum)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	n, err := f.ReadAt(p, off)
-	if n == len(p) && errors.Is(err, io.EOF) {
-		err = nil
-	}
-	return n, err
-}
+// The face store is the outbox's FaceSource: the face step reads each chunk from it.
+var _ outbox.FaceSource = (*faces.Store)(nil)
 
 // faceChunk is the PutFace chunk size for device d: its own face_chunk, else [faces]
 // chunk_serial for a serial terminal (at most what one frame carries), chunk_mqtt for an

@@ -101,7 +101,7 @@ func newFaceRig(t testing.TB, transport string, ids []string, opts sim.Options, 
 		}
 	}
 	ob, err := outbox.Open(t.TempDir(), l, &outbox.Options{Journal: journal.Options{Sync: journal.SyncNone},
-		Settings: settings, Devices: devs, Faces: storeFaces{st}})
+		Settings: settings, Devices: devs, Faces: st})
 	if err != nil {
 		l.Close()
 		t.Fatal(err)

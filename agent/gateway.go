@@ -87,7 +87,7 @@ func (a *Agent) startGateway(ctx context.Context, cfg *config.Config, b *broker.
 	a.faces = fst
 	ws := &whitelistSync{}
 	refusals := &taskRefusals{changed: ws.desiredChanged, log: a.log.With("part", "whitelist")}
-	ob, err := openOutbox(cfg, l, a.log, ws.correctionDone, refusals.acked, a.journalFailed, storeFaces{fst})
+	ob, err := openOutbox(cfg, l, a.log, ws.correctionDone, refusals.acked, a.journalFailed, fst)
 	if err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}

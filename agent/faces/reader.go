@@ -1,7 +1,9 @@
 package faces
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -46,3 +48,37 @@ func (f *Face) Sum() Sum { return f.sum }
 
 // Close closes the file.
 func (f *Face) Close() error { return f.f.Close() }
+
+// FaceSize is the size of the stored face whose SHA-256 is sha, in the hex form commands
+// carry it; the error wraps ErrNotFound when the store does not hold it. With ReadFace it
+// makes the store a chunk source by hash (the outbox's FaceSource).
+func (s *Store) FaceSize(sha string) (int64, error) {
+	sum, err := ParseSum(sha)
+	if err != nil {
+		return 0, err
+	}
+	n, ok := s.Size(sum)
+	if !ok {
+		return 0, fmt.Errorf("%w: %s", ErrNotFound, sum.short())
+	}
+	return n, nil
+}
+
+// ReadFace reads len(p) bytes of the face whose SHA-256 is sha from offset off. A read
+// that fills p is not an error even at the face's end; fewer bytes come with io.EOF.
+func (s *Store) ReadFace(sha string, p []byte, off int64) (int, error) {
+	sum, err := ParseSum(sha)
+	if err != nil {
+		return 0, err
+	}
+	f, err := s.Open(sum)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	n, err := f.ReadAt(p, off)
+	if n == len(p) && errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return n, err
+}

@@ -173,7 +173,7 @@ func runBatchHistory(t *testing.T, seed uint64, steps int) propCoverage {
 			"b2": {FaceChunk: 6000},
 			"s2": {FaceChunk: 2048},
 		},
-		Faces:              storeFaceSource{store},
+		Faces:              store,
 		NoResultDone:       h.noResultDone,
 		MaxQueuedPerDevice: 10, MaxQueued: 40, CompactAfter: 40, Seed: seed,
 		spillMinDead: 24, spillEager: true,

@@ -1,18 +1,14 @@
 package outbox
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"strings"
 
-	"github.com/seed0e69bba5/faceagent/agent/faces"
 	"github.com/seed0e69bba5/faceagent/device/face"
 )
 
 // The terminal of TestPropertyRandomHistoriesBatches (property_batch_test.go): how it
-// answers, and what each answer must do to the tasks it answers; and the face store as
-// the outbox's FaceSource.
+// answers, and what each answer must do to the tasks it answers.
 
 // propTerminal is a scripted terminal of the batch property test: it keeps the faces it
 // was sent by PutFace's resume rule (checking their bytes against their hash), the
@@ -77,39 +73,6 @@ func (pt *propTerminal) put(c *face.FaceChunk) (have int, complete, ok bool) {
 
 // dropRecv forgets the face being received (a 22: the terminal starts over).
 func (pt *propTerminal) dropRecv() { pt.recvSHA, pt.recv = "", nil }
-
-// storeFaceSource is a real face store as the outbox's FaceSource (the agent's adapter is
-// agent/facesend.go).
-type storeFaceSource struct{ st *faces.Store }
-
-func (s storeFaceSource) FaceSize(sha string) (int64, error) {
-	sum, err := faces.ParseSum(sha)
-	if err != nil {
-		return 0, err
-	}
-	n, ok := s.st.Size(sum)
-	if !ok {
-		return 0, fmt.Errorf("%w: %s", faces.ErrNotFound, sha[:16])
-	}
-	return n, nil
-}
-
-func (s storeFaceSource) ReadFace(sha string, p []byte, off int64) (int, error) {
-	sum, err := faces.ParseSum(sha)
-	if err != nil {
-		return 0, err
-	}
-	f, err := s.st.Open(sum)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	n, err := f.ReadAt(p, off)
-	if n == len(p) && errors.Is(err, io.EOF) {
-		err = nil
-	}
-	return n, err
-}
 
 func (h *batchHistory) chunkAck(pt *propTerminal, w *wireCmd, good bool) face.Ack {
 	c := &w.cmd.Face
