@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -116,26 +115,22 @@ type soakRun struct {
 	devs                                []string
 	v1                                  map[string]bool
 	fleets                              []*sim.Fleet
-	faces                               []testFace
-	child                               *testutil.Child
-	bo                                  *backOffice
-	bos                                 []*backOffice                       // every back office connection, the current one last
-	model                               map[string]map[string]desiredPerson // device → person id → what the tasks desire
-	taken                               []string                            // the ids of the tasks the broker accepted, in order
-	refused                             map[string]bool                     // tasks sent to be dead-lettered
-	lastMsg                             []byte
-	tasks, name                         int
-	samples                             []soakSample
-	base                                soakSample // the restarted agent idle, before its load
+	taskModel
+	child   *testutil.Child
+	bo      *backOffice
+	bos     []*backOffice   // every back office connection, the current one last
+	taken   []string        // the ids of the tasks the broker accepted, in order
+	refused map[string]bool // tasks sent to be dead-lettered
+	lastMsg []byte
+	samples []soakSample
+	base    soakSample // the restarted agent idle, before its load
 }
 
 func newSoakRun(t *testing.T, seed uint64) *soakRun {
 	s := &soakRun{t: t, r: rand.New(rand.NewPCG(seed, seed^0x50a4)), began: time.Now(), dataDir: t.TempDir(),
 		addr: freeLoopbackAddr(t), metricsAddr: freeLoopbackAddr(t), v1: map[string]bool{"t3": true},
-		model: map[string]map[string]desiredPerson{}, refused: map[string]bool{}}
-	for i, n := range soakFaceSizes {
-		s.faces = append(s.faces, newTestFace(int(seed%1000)+i, n, []string{"template", "photo"}[i%2]))
-	}
+		refused: map[string]bool{}, devs: []string{"t0", "t1", "t2", "t3", "s0"}}
+	s.taskModel = newTaskModel(s.r, seed, s.devs, soakPersons, soakFaceSizes[:], soakFaceWeights[:])
 	src := fmt.Sprintf(`[agent]
 gateway_id = "gw-soak"
 data_dir = %q
@@ -189,11 +184,9 @@ chunk_mqtt = "4KiB"
 	}
 	t.Cleanup(func() { fleet.Close() })
 	s.fleets = append(s.fleets, fleet)
-	s.devs = []string{"t0", "t1", "t2", "t3", "s0"}
 	s.connectBackOffice(true)
 	// Every terminal managed from the start: an empty list each.
 	for _, dev := range s.devs {
-		s.model[dev] = map[string]desiredPerson{}
 		s.publish(wire.Task{TaskID: s.nextTaskID(), DeviceID: dev, Op: wire.SetWhitelist, Persons: []face.Person{}})
 	}
 	return s
@@ -218,15 +211,7 @@ func (s *soakRun) kill() {
 	s.connectBackOffice(false)
 }
 
-func (s *soakRun) term(dev string) *sim.Terminal {
-	for _, f := range s.fleets {
-		if t := f.Terminal(dev); t != nil {
-			return t
-		}
-	}
-	s.t.Fatalf("no terminal %s", dev)
-	return nil
-}
+func (s *soakRun) term(dev string) *sim.Terminal { return fleetTerminal(s.t, s.fleets, dev) }
 
 // soakEvent is a fault at a fraction of the load phase.
 type soakEvent struct {
@@ -309,21 +294,7 @@ func (s *soakRun) step() {
 		}
 		s.publish(ts...)
 	case n < 92:
-		persons := []face.Person{}
-		for i := range soakPersons {
-			id := fmt.Sprint("p", i)
-			q, held := s.model[dev][id]
-			switch k := s.r.IntN(3); {
-			case k == 0:
-				continue
-			case k == 1 && held:
-			default:
-				s.name++
-				q = desiredPerson{name: fmt.Sprint("name ", s.name), face: s.drawFace()}
-			}
-			persons = append(persons, s.person(id, q))
-		}
-		s.publish(wire.Task{TaskID: s.nextTaskID(), DeviceID: dev, Op: wire.SetWhitelist, Persons: persons})
+		s.publish(s.setWhitelistFor(dev))
 	case n < 97:
 		s.bo.publish("faceagent/gw-soak/tasks", s.lastMsg) // the last message again: a duplicate, no change
 	default:
@@ -338,105 +309,16 @@ func (s *soakRun) step() {
 	}
 }
 
-func (s *soakRun) nextTaskID() string {
-	s.tasks++
-	return fmt.Sprint("task-", s.tasks)
-}
-
-// drawFace draws a face of the pool, or none.
-func (s *soakRun) drawFace() *testFace {
-	total := 0
-	for _, w := range soakFaceWeights {
-		total += w
-	}
-	n := s.r.IntN(total)
-	for i := range s.faces {
-		if n -= soakFaceWeights[i]; n < 0 {
-			return &s.faces[i]
-		}
-	}
-	return nil
-}
-
-func (s *soakRun) person(id string, q desiredPerson) face.Person {
-	out := face.Person{ID: id, Name: q.name}
-	if q.face != nil {
-		out.Face = face.FaceRef{SHA256: q.face.sum, Kind: face.FaceKind(q.face.kind)}
-	}
-	return out
-}
-
-func (s *soakRun) modelPerson(q face.Person) desiredPerson {
-	out := desiredPerson{name: q.Name}
-	for i := range s.faces {
-		if s.faces[i].sum == q.Face.SHA256 {
-			out.face = &s.faces[i]
-		}
-	}
-	return out
-}
-
-func (s *soakRun) taskFor(dev string, op face.Op) wire.Task {
-	p := face.Person{ID: fmt.Sprint("p", s.r.IntN(soakPersons))}
-	if op == face.AddPerson {
-		s.name++
-		p = s.person(p.ID, desiredPerson{name: fmt.Sprint("name ", s.name), face: s.drawFace()})
-	}
-	return wire.Task{TaskID: s.nextTaskID(), DeviceID: dev, Op: op, Person: p}
-}
-
 // publish sends ts as one message and, once the broker accepted it, applies it to the
 // model. A face a desired person refers to (the gateway holds it for sure) goes without its
 // data half the time; any other with it.
 func (s *soakRun) publish(ts ...wire.Task) {
-	held := map[string]bool{}
-	for _, persons := range s.model {
-		for _, q := range persons {
-			if q.face != nil {
-				held[q.face.sum] = true
-			}
-		}
-	}
-	personOf := func(q face.Person) string {
-		m := s.modelPerson(q)
-		return personJSON(q.ID, q.Name, m.face, m.face != nil && (!held[m.face.sum] || s.r.IntN(2) == 0))
-	}
-	var parts []string
-	for _, t := range ts {
-		head := fmt.Sprintf(`{"taskId":%q,"deviceId":%q,"op":%q`, t.TaskID, t.DeviceID, t.Op)
-		switch t.Op {
-		case wire.SetWhitelist:
-			var ps []string
-			for _, q := range t.Persons {
-				ps = append(ps, personOf(q))
-			}
-			parts = append(parts, head+`,"persons":[`+strings.Join(ps, ",")+"]}")
-		case face.DeletePerson:
-			parts = append(parts, head+fmt.Sprintf(`,"person":{"id":%q}}`, t.Person.ID))
-		default:
-			parts = append(parts, head+`,"person":`+personOf(t.Person)+"}")
-		}
-	}
-	b := []byte(parts[0])
-	if len(ts) > 1 {
-		b = []byte("[" + strings.Join(parts, ",") + "]")
-	}
+	b, _ := s.messageJSON(ts)
 	s.bo.publish("faceagent/gw-soak/tasks", b)
 	s.lastMsg = b
 	for _, t := range ts {
 		s.taken = append(s.taken, t.TaskID)
-		switch t.Op {
-		case face.AddPerson:
-			s.model[t.DeviceID][t.Person.ID] = s.modelPerson(t.Person)
-		case face.DeletePerson:
-			delete(s.model[t.DeviceID], t.Person.ID)
-		case wire.SetWhitelist:
-			list := map[string]desiredPerson{}
-			for _, q := range t.Persons {
-				list[q.ID] = s.modelPerson(q)
-			}
-			s.model[t.DeviceID] = list
-		}
+		s.apply(t)
 	}
 }
 
@@ -478,15 +360,7 @@ func (s *soakRun) wrongTerminals() []string {
 			slices.Sort(want)
 		} else {
 			got, want = heldWithRevs(term), wantWithRevs(s.model[dev])
-			for _, q := range term.Persons() {
-				m := s.modelPerson(q)
-				if m.face == nil {
-					continue
-				}
-				if data, ok := term.Face(q.Face.SHA256); !ok || !bytes.Equal(data, m.face.data) {
-					wrong = append(wrong, fmt.Sprintf("%s: %s's face %.8s held %v, byte-exact %v", dev, q.ID, q.Face.SHA256, ok, bytes.Equal(data, m.face.data)))
-				}
-			}
+			wrong = append(wrong, s.wrongFaces(dev, term)...)
 		}
 		if !slices.Equal(got, want) {
 			wrong = append(wrong, fmt.Sprintf("%s holds %d, want %d: %v", dev, len(got), len(want), diffLines(got, want)))

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -98,9 +97,6 @@ type propOp struct {
 	run    func(p *propRun)
 }
 
-// propPerson is a person of the model: its name and face (nil: none).
-type propPerson = desiredPerson
-
 var propOps = []propOp{
 	{"add", 30, func(p *propRun) { p.publish(p.task(face.AddPerson)) }},
 	{"delete", 12, func(p *propRun) { p.publish(p.task(face.DeletePerson)) }},
@@ -117,26 +113,7 @@ var propOps = []propOp{
 		}
 		p.publish(ts...)
 	}},
-	{"set-whitelist", 6, func(p *propRun) {
-		// A list over the shared pool: of each id, kept as the model has it, renamed, or
-		// left out, so that the task adds, changes, keeps and deletes.
-		dev := p.dev()
-		persons := []face.Person{}
-		for i := range propPersons {
-			id := fmt.Sprint("p", i)
-			q, held := p.model[dev][id]
-			switch k := p.r.IntN(3); {
-			case k == 0:
-				continue
-			case k == 1 && held:
-			default:
-				p.name++
-				q = propPerson{name: fmt.Sprint("name ", p.name), face: p.drawFace()}
-			}
-			persons = append(persons, p.person(id, q))
-		}
-		p.publish(wire.Task{TaskID: p.nextTaskID(), DeviceID: dev, Op: wire.SetWhitelist, Persons: persons})
-	}},
+	{"set-whitelist", 6, func(p *propRun) { p.publish(p.setWhitelistFor(p.dev())) }},
 	{"redeliver", 6, func(p *propRun) {
 		if len(p.lastMsg) > 0 {
 			p.note("  the same message again")
@@ -190,40 +167,36 @@ var propOps = []propOp{
 // address, simulated protocol 2 terminals (two fleets: batching and not), a back office
 // with a kept session, the model.
 type propRun struct {
-	t                  *testing.T
-	r                  *rand.Rand
-	cfgPath, dataDir   string
-	addr, metricsAddr  string
-	devs               []string
-	fleets             []*sim.Fleet
-	faces              []testFace
-	brought            map[string]bool // the faces a task brought the data of
-	child              *testutil.Child
-	bo                 *backOffice
-	model              map[string]map[string]propPerson // device → person id → person: what the taken tasks desire
-	named              map[string]bool                  // the terminals a taken task named: managed, judged in sync
-	taken              []string                         // the taken tasks' ids
-	results            map[string]wire.Result
-	setCounts          map[string]wire.WhitelistCounts // SetWhitelist task id → its counts against the model
-	lastMsg            []byte
-	tasks, extra, name int
-	trace              []string
+	t                 *testing.T
+	r                 *rand.Rand
+	cfgPath, dataDir  string
+	addr, metricsAddr string
+	devs              []string
+	fleets            []*sim.Fleet
+	taskModel
+	child     *testutil.Child
+	bo        *backOffice
+	named     map[string]bool // the terminals a taken task named: managed, judged in sync
+	taken     []string        // the taken tasks' ids
+	results   map[string]wire.Result
+	setCounts map[string]wire.WhitelistCounts // SetWhitelist task id → its counts against the model
+	lastMsg   []byte
+	extra     int
+	trace     []string
 }
 
 func newPropRun(t *testing.T, seed uint64) *propRun {
 	p := &propRun{t: t, r: rand.New(rand.NewPCG(seed, seed^0x5eed)), addr: freeLoopbackAddr(t), metricsAddr: freeLoopbackAddr(t),
-		model: map[string]map[string]propPerson{}, named: map[string]bool{}, results: map[string]wire.Result{},
-		setCounts: map[string]wire.WhitelistCounts{}, dataDir: t.TempDir(), brought: map[string]bool{}}
-	for i, n := range propFaceSizes {
-		p.faces = append(p.faces, newTestFace(int(seed%1000)+i, n, []string{"template", "photo"}[i%2]))
+		named: map[string]bool{}, results: map[string]wire.Result{},
+		setCounts: map[string]wire.WhitelistCounts{}, dataDir: t.TempDir()}
+	for i := range propTerminals {
+		p.devs = append(p.devs, fmt.Sprint("t", i))
 	}
+	p.taskModel = newTaskModel(p.r, seed, p.devs, propPersons, propFaceSizes[:], propFaceWeights[:])
 	src := syncConfig{gateway: "gw-p", dataDir: p.dataDir, listen: p.addr, metrics: p.metricsAddr, whitelist: []string{"list_limit = 5"}}.String()
 	src += "[faces]\nchunk_mqtt = \"1KiB\"\n"
 	var batching, single []string
-	for i := range propTerminals {
-		dev := fmt.Sprint("t", i)
-		p.devs = append(p.devs, dev)
-		p.model[dev] = map[string]propPerson{}
+	for _, dev := range p.devs {
 		src += fmt.Sprintf("[[devices]]\nid = %q\n", dev)
 		if propBatching(dev) {
 			batching = append(batching, dev)
@@ -308,166 +281,30 @@ func (p *propRun) step() {
 func (p *propRun) dev() string { return p.devs[p.r.IntN(len(p.devs))] }
 
 // term is dev's simulated terminal, in whichever fleet it is.
-func (p *propRun) term(dev string) *sim.Terminal {
-	for _, f := range p.fleets {
-		if t := f.Terminal(dev); t != nil {
-			return t
-		}
-	}
-	p.t.Fatalf("no terminal %s", dev)
-	return nil
-}
+func (p *propRun) term(dev string) *sim.Terminal { return fleetTerminal(p.t, p.fleets, dev) }
 
 // propFaceWeights are the odds of each face of the pool in a draw, then of none: the
 // first faces are common, the last rare, so that the rare ones are often referred to for a
 // while and then by no desired person, and the gateway's sweep removes them.
 var propFaceWeights = [len(propFaceSizes) + 1]int{6, 3, 2, 1, 6}
 
-// drawFace draws a person's face from the pool, or none.
-func (p *propRun) drawFace() *testFace {
-	total := 0
-	for _, w := range propFaceWeights {
-		total += w
-	}
-	n := p.r.IntN(total)
-	for i, w := range propFaceWeights[:len(p.faces)] {
-		if n -= w; n < 0 {
-			return &p.faces[i]
-		}
-	}
-	return nil
-}
-
-// person is q as a task's person with id.
-func (p *propRun) person(id string, q propPerson) face.Person {
-	out := face.Person{ID: id, Name: q.name}
-	if q.face != nil {
-		out.Face = face.FaceRef{SHA256: q.face.sum, Kind: face.FaceKind(q.face.kind)}
-	}
-	return out
-}
-
-// modelPerson is a task's person as the model keeps it.
-func (p *propRun) modelPerson(q face.Person) propPerson {
-	out := propPerson{name: q.Name}
-	for i := range p.faces {
-		if p.faces[i].sum == q.Face.SHA256 {
-			out.face = &p.faces[i]
-		}
-	}
-	return out
-}
-
-// gatewayFaces are the faces the gateway holds for sure: those a desired person refers to
-// (a face no desired person refers to any more may be swept at any time).
-func (p *propRun) gatewayFaces() map[string]bool {
-	held := map[string]bool{}
-	for _, persons := range p.model {
-		for _, q := range persons {
-			if q.face != nil {
-				held[q.face.sum] = true
-			}
-		}
-	}
-	return held
-}
-
-func (p *propRun) nextTaskID() string {
-	p.tasks++
-	return fmt.Sprint("task-", p.tasks)
-}
-
 func (p *propRun) task(op face.Op) wire.Task { return p.taskFor(p.dev(), op) }
-
-// taskFor draws a task of op for dev over the shared pool of person ids.
-func (p *propRun) taskFor(dev string, op face.Op) wire.Task {
-	person := face.Person{ID: fmt.Sprint("p", p.r.IntN(propPersons))}
-	if op == face.AddPerson {
-		p.name++
-		person = p.person(person.ID, propPerson{name: fmt.Sprint("name ", p.name), face: p.drawFace()})
-	}
-	return wire.Task{TaskID: p.nextTaskID(), DeviceID: dev, Op: op, Person: person}
-}
 
 // publish sends ts as one message (an array when more than one) and waits for its
 // PUBACK: from then on the tasks are taken, and the model applies them in order. A face
 // the gateway holds when the message is sent (a desired person refers to it) goes
 // without its data half the time; any other face goes with it.
 func (p *propRun) publish(ts ...wire.Task) {
-	held := p.gatewayFaces()
-	var parts []string
-	for _, t := range ts {
-		parts = append(parts, p.taskJSON(t, held))
-	}
-	b := []byte(parts[0])
-	if len(ts) > 1 {
-		b = []byte("[" + strings.Join(parts, ",") + "]")
-	}
+	b, notes := p.messageJSON(ts)
+	p.trace = append(p.trace, notes...)
 	p.bo.publish("faceagent/gw-p/tasks", b)
 	p.lastMsg = b
 	for _, t := range ts {
 		p.taken = append(p.taken, t.TaskID)
 		p.named[t.DeviceID] = true
-		switch t.Op {
-		case face.AddPerson:
-			p.model[t.DeviceID][t.Person.ID] = p.modelPerson(t.Person)
-		case face.DeletePerson:
-			delete(p.model[t.DeviceID], t.Person.ID)
-		case wire.SetWhitelist:
-			old, list := p.model[t.DeviceID], map[string]propPerson{}
-			var c wire.WhitelistCounts
-			for _, q := range t.Persons {
-				list[q.ID] = p.modelPerson(q)
-				if was, ok := old[q.ID]; ok && was == list[q.ID] {
-					c.Unchanged++
-				} else {
-					c.Added++
-				}
-			}
-			for id := range old {
-				if _, ok := list[id]; !ok {
-					c.Deleted++
-				}
-			}
+		if c := p.apply(t); t.Op == wire.SetWhitelist {
 			p.setCounts[t.TaskID] = c
-			p.model[t.DeviceID] = list
 		}
-	}
-}
-
-// taskJSON is t as the back office writes it, each face with its data unless held has it
-// and a draw leaves the data out; it notes the task in the trace.
-func (p *propRun) taskJSON(t wire.Task, held map[string]bool) string {
-	personJSONOf := func(q face.Person) (string, string) {
-		m := p.modelPerson(q)
-		if m.face == nil {
-			return personJSON(q.ID, q.Name, nil, false), fmt.Sprintf("%s=%q", q.ID, q.Name)
-		}
-		withData := !held[m.face.sum] || p.r.IntN(2) == 0
-		note := fmt.Sprintf("%s=%q+%.8s", q.ID, q.Name, m.face.sum)
-		if !withData {
-			note += "(no data)"
-		}
-		p.brought[m.face.sum] = p.brought[m.face.sum] || withData
-		return personJSON(q.ID, q.Name, m.face, withData), note
-	}
-	head := fmt.Sprintf(`{"taskId":%q,"deviceId":%q,"op":%q`, t.TaskID, t.DeviceID, t.Op)
-	switch t.Op {
-	case wire.SetWhitelist:
-		js, notes := []string{}, []string{}
-		for _, q := range t.Persons {
-			j, n := personJSONOf(q)
-			js, notes = append(js, j), append(notes, n)
-		}
-		p.note(fmt.Sprintf("  %s %s %s [%s]", t.TaskID, t.DeviceID, t.Op, strings.Join(notes, " ")))
-		return head + `,"persons":[` + strings.Join(js, ",") + "]}"
-	case face.DeletePerson:
-		p.note(fmt.Sprintf("  %s %s %s %s", t.TaskID, t.DeviceID, t.Op, t.Person.ID))
-		return head + fmt.Sprintf(`,"person":{"id":%q}}`, t.Person.ID)
-	default:
-		j, n := personJSONOf(t.Person)
-		p.note(fmt.Sprintf("  %s %s %s %s", t.TaskID, t.DeviceID, t.Op, n))
-		return head + `,"person":` + j + "}"
 	}
 }
 
@@ -475,7 +312,7 @@ func (p *propRun) taskJSON(t wire.Task, held map[string]bool) string {
 // each face a desired person refers to, sorted.
 func (p *propRun) wantFaceFiles() []string {
 	var want []string
-	for sum := range p.gatewayFaces() {
+	for sum := range p.heldFaces() {
 		for _, f := range p.faces {
 			if f.sum == sum {
 				want = append(want, fmt.Sprintf("%s.%d", sum, len(f.data)))
@@ -484,23 +321,6 @@ func (p *propRun) wantFaceFiles() []string {
 	}
 	slices.Sort(want)
 	return want
-}
-
-// wrongFaces lists the faces of the persons term holds that it does not hold byte for
-// byte as the pool has them.
-func (p *propRun) wrongFaces(dev string) []string {
-	term := p.term(dev)
-	var wrong []string
-	for _, q := range term.Persons() {
-		m := p.modelPerson(q)
-		if q.Face.SHA256 == "" || m.face == nil {
-			continue // no face, or one not of the pool (the model's lists say which is wrong)
-		}
-		if got, ok := term.Face(q.Face.SHA256); !ok || !bytes.Equal(got, m.face.data) {
-			wrong = append(wrong, fmt.Sprintf("%s: %s's face %.8s held %v, byte-exact %v", dev, q.ID, q.Face.SHA256, ok, bytes.Equal(got, m.face.data)))
-		}
-	}
-	return wrong
 }
 
 // converge waits until every terminal holds its expected list with each face byte for
@@ -519,7 +339,7 @@ func (p *propRun) converge() {
 			if got, want := heldWithRevs(p.term(dev)), wantWithRevs(p.model[dev]); !slices.Equal(got, want) {
 				wrong = append(wrong, fmt.Sprintf("%s holds %d, want %d: %v", dev, len(got), len(want), diffLines(got, want)))
 			}
-			wrong = append(wrong, p.wrongFaces(dev)...)
+			wrong = append(wrong, p.wrongFaces(dev, p.term(dev))...)
 		}
 		missing := 0
 		for _, id := range p.taken {
