@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"bufio"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -26,9 +27,17 @@ type Child struct {
 func StartChild(t testing.TB, env ...string) *Child {
 	t.Helper()
 	cmd, out := reexec(t, env)
+	return startedChild(t, cmd, out)
+}
+
+// startedChild reads the lines of the started cmd from out, and kills it when t ends.
+func startedChild(t testing.TB, cmd *exec.Cmd, out io.Reader) *Child {
 	c := &Child{t: t, cmd: cmd, lines: make(chan string, 4096)}
 	go func() {
 		defer close(c.lines)
+		if rc, ok := out.(io.Closer); ok {
+			defer rc.Close() // the reading end, once the child closed the writing one
+		}
 		sc := bufio.NewScanner(out)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
@@ -43,6 +52,27 @@ func StartChild(t testing.TB, env ...string) *Child {
 		_ = cmd.Wait()
 	})
 	return c
+}
+
+// StartProgram starts the program at path with args as a Child: its stdout and stderr
+// (a daemon's log) come line by line to WaitLine, and it is SIGKILLed and waited for when t
+// ends. env is added to the parent's environment.
+func StartProgram(t testing.TB, path string, args []string, env ...string) *Child {
+	t.Helper()
+	cmd := exec.Command(path, args...)
+	cmd.Env = append(os.Environ(), env...)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		r.Close()
+		w.Close()
+		t.Fatal(err)
+	}
+	w.Close() // the child holds its own copy: r ends when the child does
+	return startedChild(t, cmd, r)
 }
 
 // Pid is the child's process id (its /proc/<pid> while it runs).

@@ -96,8 +96,7 @@ func (s *soakRun) checkResults() {
 }
 
 // checkResources: goroutines and descriptors back to the idle baseline, RSS of the last
-// third within soakRSSMarginKB of the first third's peak (soakRSSMarginRaceKB under -race),
-// data_dir within soakDiskBoundKB.
+// third within soakRSSMarginKB of the first third's peak, data_dir within soakDiskBoundKB.
 func (s *soakRun) checkResources() {
 	end := s.samples[len(s.samples)-1]
 	if end.goroutines > s.base.goroutines+soakGoroutineSlack {
@@ -113,15 +112,12 @@ func (s *soakRun) checkResources() {
 		}
 	}
 	firstRSS, lastRSS := soakThirds(life, func(x soakSample) int64 { return x.rssKB })
-	margin := int64(soakRSSMarginKB)
-	if raceEnabled {
-		margin = soakRSSMarginRaceKB
-	}
-	if lastRSS > firstRSS+margin {
+	if margin := int64(soakRSSMarginKB); lastRSS > firstRSS+margin {
 		s.t.Errorf("RSS grows: peak %d kB in the last third of the restarted agent's life, %d kB in the first (margin %d kB)", lastRSS, firstRSS, margin)
 	}
 	firstHeap, lastHeap := soakThirds(life, func(x soakSample) int64 { return x.heapKB })
 	s.t.Logf("restarted agent, first third → last third peaks: RSS %d → %d kB, heap %d → %d kB", firstRSS, lastRSS, firstHeap, lastHeap)
+	s.t.Logf("quiet at the end (free memory given back): RSS %d kB, heap %d kB", s.endQuiet.rssKB, s.endQuiet.heapKB)
 	for _, x := range s.samples {
 		if x.diskKB > soakDiskBoundKB {
 			s.t.Errorf("data_dir occupies %d kB at %.0f s, over its bound %d kB", x.diskKB, x.at.Seconds(), soakDiskBoundKB)

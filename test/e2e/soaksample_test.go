@@ -18,7 +18,7 @@ import (
 // from data_dir on disk.
 type soakSample struct {
 	at         time.Duration // since the soak began
-	phase      string        // warm (before load), load, base (idle after a restart), idle (the end)
+	phase      string        // warm (before load), load, base (idle after a restart), idle (the end), quiet
 	pid        int
 	rssKB      int64 // VmRSS
 	fds        int   // entries of /proc/<pid>/fd
