@@ -87,8 +87,8 @@
 // Server.Serve does; meanwhile Healthy returns the error ("broker: not accepting
 // connections since …"), and it returns nil again once Accept succeeds (or has
 // not failed for 3 s: it is waiting for a connection). OnHealthChanged's function
-// hears when Accept begins failing and when it succeeds again (not of the 3 s
-// lapse). Accepting must not end on an error: a moment without descriptors would
+// hears when Accept begins failing, when it succeeds again, and when the 3 s
+// lapse makes Healthy nil. Accepting must not end on an error: a moment without descriptors would
 // otherwise stop it until a restart.
 //
 // At most MaxConnecting connections (default 128) are between accept and CONNACK,

@@ -4,9 +4,8 @@ import "sync/atomic"
 
 // healthSignal tells the function OnHealthChanged set that Healthy or SessionsErr may
 // answer differently now: Accept began failing or accepts again, the sessions journal
-// began refusing writes or takes them again. The one change without an event is a failing
-// Accept going stale (acceptStale with no accept since): whoever shows health asks again
-// now and then.
+// began refusing writes or takes them again, or a failing Accept went stale (acceptStale
+// with no accept since: Healthy turns nil).
 type healthSignal struct {
 	fn atomic.Pointer[func()]
 }
@@ -25,7 +24,7 @@ func (h *healthSignal) changed() {
 // differently (nil: none): Accept began failing or accepts again, the sessions journal
 // began refusing writes or takes them again. It is called on the broker's goroutines,
 // with no lock held; it must not block. A failing Accept that ends without a connection
-// (Healthy turns nil acceptStale after the last failure) is not told.
+// (Healthy turns nil acceptStale after the last failure) is told then too.
 func (b *Broker) OnHealthChanged(fn func()) {
 	if fn == nil {
 		b.health.fn.Store(nil)

@@ -60,6 +60,9 @@ type tcpListener struct {
 	served  chan struct{}  // closed when Serve returns
 	failure atomic.Pointer[acceptFailure]
 	refused atomic.Int64 // sockets closed at accept by the limits
+	// stale tells health when the last failure goes stale with no accept since (healthy
+	// turns nil then): armed by each failure, on Serve's goroutine only.
+	stale *time.Timer
 
 	mu         sync.Mutex
 	conns      map[*deadlineConn]struct{}
@@ -174,7 +177,22 @@ func (l *tcpListener) acceptFailed(err error, delay time.Duration) {
 	if prev == nil {
 		l.health.changed()
 	}
+	// Accept may now wait for a connection that does not come: healthy turns nil
+	// acceptStale after this failure all the same, and whoever shows health must hear it.
+	if l.stale == nil {
+		l.stale = time.AfterFunc(acceptStale+acceptDelayMin, l.staleCheck)
+	} else {
+		l.stale.Reset(acceptStale + acceptDelayMin)
+	}
 	l.log.Warn("broker: accepting a connection failed; retrying", "error", err, "retry_in", delay)
+}
+
+// staleCheck tells health that Accept's last failure went stale, if it did and nothing
+// accepted since (an accept tells it itself).
+func (l *tcpListener) staleCheck() {
+	if f := l.failure.Load(); f != nil && time.Since(f.last) > acceptStale && !l.isClosed() {
+		l.health.changed()
+	}
 }
 
 // admit serves conn, or closes it at once when a limit is reached; false when the
@@ -275,6 +293,9 @@ func (l *tcpListener) Close(closeClients listeners.CloseFn) {
 	_ = l.ln.Close()
 	if serving {
 		<-l.served // no accept after this: every connection is in conns
+	}
+	if l.stale != nil { // Serve has returned: nothing arms it again
+		l.stale.Stop()
 	}
 	l.mu.Lock()
 	open := make([]*deadlineConn, 0, len(l.conns))

@@ -55,9 +55,7 @@
 //     for the moment the first online terminal goes offline unless heard from (nothing
 //     else announces it). With no stream open the hub builds nothing and arms no timer;
 //     with streams open and nothing changing, it wakes once per KeepAlive and sends the
-//     state if it changed: the one health change without an event, a failing Accept that
-//     lapses without a new connection (the broker calls it over 3 s after the last
-//     failure), shows then.
+//     state if it changed.
 //   - Bounded: at most MaxClients streams (one more: 503); each keeps one pending message,
 //     the latest state (a slow reader skips states, it never queues them); a write that
 //     takes longer than WriteTimeout drops the stream (the browser reconnects by itself);
