@@ -180,6 +180,27 @@ func (bo *backOffice) publish(topic string, payload []byte) {
 	}
 }
 
+// waitSucceeded waits until every task of ids has its result and dead deadletters came,
+// then fails t for each of ids whose result is not succeeded. It returns with the lock
+// held, for the caller to read the deadletters; the caller unlocks.
+func (bo *backOffice) waitSucceeded(ids []string, dead int, timeout time.Duration) {
+	bo.t.Helper()
+	bo.waitFor("the results and the deadletters", timeout, func() bool {
+		for _, id := range ids {
+			if _, ok := bo.results[id]; !ok {
+				return false
+			}
+		}
+		return len(bo.dead) == dead
+	})
+	bo.mu.Lock()
+	for _, id := range ids {
+		if r := bo.results[id]; r.Status != wire.Succeeded {
+			bo.t.Errorf("task %s: %+v", id, r)
+		}
+	}
+}
+
 // waitFor waits until cond (called under the lock) holds.
 func (bo *backOffice) waitFor(what string, timeout time.Duration, cond func() bool) {
 	bo.t.Helper()

@@ -15,7 +15,6 @@ import (
 
 	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
-	"github.com/seed0e69bba5/faceagent/device/serial"
 	"github.com/seed0e69bba5/faceagent/device/sim"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
@@ -159,12 +158,8 @@ chunk_mqtt = "4KiB"
 			src += fmt.Sprintf("[[devices]]\nid = %q\n", id)
 		}
 	}
-	pty, err := serial.OpenPTY()
-	if err != nil {
-		t.Skipf("no pseudo-terminals here: %v", err)
-	}
-	t.Cleanup(func() { pty.Close() })
-	src += fmt.Sprintf("[[devices]]\nid = \"s0\"\ntransport = \"serial\"\nport = %q\n", pty.Path)
+	serialDevices, serialPorts := deviceSections(t, []string{"s0"}, true)
+	src += serialDevices
 	s.cfgPath = filepath.Join(t.TempDir(), "agent.toml")
 	if err := os.WriteFile(s.cfgPath, []byte(src), 0o600); err != nil {
 		t.Fatal(err)
@@ -184,7 +179,7 @@ chunk_mqtt = "4KiB"
 		t.Cleanup(func() { fleet.Close() })
 		s.fleets = append(s.fleets, fleet)
 	}
-	fleet, err := sim.StartSerial([]sim.SerialPort{{DeviceID: "s0", Port: pty.Master}}, opts(3, 2, soakBatch))
+	fleet, err := sim.StartSerial(serialPorts, opts(3, 2, soakBatch))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -125,20 +125,7 @@ id = "d2"
 	bo.publish("faceagent/gw-f/tasks", []byte(faceTask("x1", "d1", "p4", unknownSum, nil)))
 	bo.publish("faceagent/gw-f/tasks", []byte("["+faceTask("x2", "d2", "p5", hugeSum, huge)+`,{"taskId":"a6","deviceId":"d2","op":"AddPerson","person":{"id":"p6","name":"no face"}}]`))
 	taken := []string{"a1", "a2", "a3", "a4", "a5", "a6"}
-	bo.waitFor("the results and the deadletters", 30*time.Second, func() bool {
-		for _, id := range taken {
-			if _, ok := bo.results[id]; !ok {
-				return false
-			}
-		}
-		return len(bo.dead) == 2
-	})
-	bo.mu.Lock()
-	for _, id := range taken {
-		if r := bo.results[id]; r.Status != wire.Succeeded {
-			t.Errorf("task %s: %+v", id, r)
-		}
-	}
+	bo.waitSucceeded(taken, 2, 30*time.Second) // returns locked
 	for _, id := range []string{"x1", "x2"} {
 		if _, ok := bo.results[id]; ok {
 			t.Errorf("a dead-lettered task %s got a result", id)

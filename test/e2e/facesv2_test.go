@@ -16,7 +16,6 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
-	"github.com/seed0e69bba5/faceagent/device/serial"
 	"github.com/seed0e69bba5/faceagent/device/sim"
 	"github.com/seed0e69bba5/faceagent/internal/testutil"
 )
@@ -150,20 +149,8 @@ max_bytes = "1MiB"
 chunk_mqtt = "4KiB"
 `, dataDir)
 	chunk := 4 << 10
-	var ports []sim.SerialPort
-	for _, id := range ids {
-		if !overSerial {
-			src += fmt.Sprintf("[[devices]]\nid = %q\n", id)
-			continue
-		}
-		p, err := serial.OpenPTY()
-		if err != nil {
-			t.Skipf("no pseudo-terminals here: %v", err)
-		}
-		ports = append(ports, sim.SerialPort{DeviceID: id, Port: p.Master})
-		t.Cleanup(func() { p.Close() })
-		src += fmt.Sprintf("[[devices]]\nid = %q\ntransport = \"serial\"\nport = %q\n", id, p.Path)
-	}
+	devices, ports := deviceSections(t, ids, overSerial)
+	src += devices
 	cfg, err := config.Parse("e2e.toml", []byte(src), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -235,20 +222,7 @@ chunk_mqtt = "4KiB"
 	huge := newTestFace(36, 950<<10, "photo")
 	bo.publish("faceagent/gw-fb/tasks", []byte(fmt.Sprintf(`{"taskId":"x2","deviceId":"d2","op":"AddPerson","person":%s}`, personJSON("p11", "N p11", &huge, true))))
 
-	bo.waitFor("the results and the deadletters", 60*time.Second, func() bool {
-		for _, id := range taken {
-			if _, ok := bo.results[id]; !ok {
-				return false
-			}
-		}
-		return len(bo.dead) == 2
-	})
-	bo.mu.Lock()
-	for _, id := range taken {
-		if r := bo.results[id]; r.Status != wire.Succeeded {
-			t.Errorf("task %s: %+v", id, r)
-		}
-	}
+	bo.waitSucceeded(taken, 2, 60*time.Second) // returns locked
 	reasons := []string{bo.dead[0].Reason, bo.dead[1].Reason}
 	bo.mu.Unlock()
 	for i, want := range []string{

@@ -9,7 +9,6 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
-	"github.com/seed0e69bba5/faceagent/device/serial"
 	"github.com/seed0e69bba5/faceagent/device/sim"
 )
 
@@ -17,18 +16,10 @@ import (
 // the agent) next to one on MQTT, with garbage on the lines: every task reaches its
 // terminal, never two commands in flight, results upstream.
 func TestEndToEndSerial(t *testing.T) {
-	var ports []sim.SerialPort
 	src := fmt.Sprintf("[agent]\ngateway_id = \"gw-s\"\ndata_dir = %q\n[broker]\nlisten = \"127.0.0.1:0\"\n[dispatch]\nretry_interval = \"500ms\"\nheartbeat_timeout = \"3s\"\n", t.TempDir())
 	serialIDs := []string{"s1", "s2"}
-	for _, id := range serialIDs {
-		p, err := serial.OpenPTY()
-		if err != nil {
-			t.Skipf("no pseudo-terminals here: %v", err)
-		}
-		ports = append(ports, sim.SerialPort{DeviceID: id, Port: p.Master})
-		t.Cleanup(func() { p.Close() })
-		src += fmt.Sprintf("[[devices]]\nid = %q\ntransport = \"serial\"\nport = %q\n", id, p.Path)
-	}
+	devices, ports := deviceSections(t, serialIDs, true)
+	src += devices
 	src += "[[devices]]\nid = \"m1\"\n"
 	cfg, err := config.Parse("s.toml", []byte(src), nil)
 	if err != nil {

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/config"
 	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
-	"github.com/seed0e69bba5/faceagent/device/serial"
 	"github.com/seed0e69bba5/faceagent/device/sim"
 )
 
@@ -32,20 +30,8 @@ func TestSetWhitelistConvergesSerial(t *testing.T) { testSetWhitelistConverges(t
 func testSetWhitelistConverges(t *testing.T, overSerial bool) {
 	ids := []string{"v2", "v1", "free"}
 	src := syncConfig{gateway: "gw-sw", dataDir: t.TempDir(), backoffMax: "2s", whitelist: []string{"list_limit = 3"}, intake: []string{"max_whitelist = 20"}}.String()
-	var ports []sim.SerialPort
-	for _, id := range ids {
-		if !overSerial {
-			src += fmt.Sprintf("[[devices]]\nid = %q\n", id)
-			continue
-		}
-		p, err := serial.OpenPTY()
-		if err != nil {
-			t.Skipf("no pseudo-terminals here: %v", err)
-		}
-		ports = append(ports, sim.SerialPort{DeviceID: id, Port: p.Master})
-		t.Cleanup(func() { p.Close() })
-		src += fmt.Sprintf("[[devices]]\nid = %q\ntransport = \"serial\"\nport = %q\n", id, p.Path)
-	}
+	devices, ports := deviceSections(t, ids, overSerial)
+	src += devices
 	cfg, err := config.Parse("e2e.toml", []byte(src), nil)
 	if err != nil {
 		t.Fatal(err)

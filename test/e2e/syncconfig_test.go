@@ -4,6 +4,10 @@ import (
 	"cmp"
 	"fmt"
 	"strings"
+	"testing"
+
+	"github.com/seed0e69bba5/faceagent/device/serial"
+	"github.com/seed0e69bba5/faceagent/device/sim"
 )
 
 // syncConfig is the agent configuration the whitelist sync tests share: retries after
@@ -37,4 +41,27 @@ func (c syncConfig) String() string {
 		fmt.Fprintf(&b, "[[devices]]\nid = %q\n", id)
 	}
 	return b.String()
+}
+
+// deviceSections is the [[devices]] sections of ids, on MQTT or each on a serial line of
+// its own (a pseudo-terminal pair closed when t ends; the test is skipped without ptys),
+// and the simulator's ends of those lines.
+func deviceSections(t testing.TB, ids []string, overSerial bool) (string, []sim.SerialPort) {
+	t.Helper()
+	var src string
+	var ports []sim.SerialPort
+	for _, id := range ids {
+		if !overSerial {
+			src += fmt.Sprintf("[[devices]]\nid = %q\n", id)
+			continue
+		}
+		p, err := serial.OpenPTY()
+		if err != nil {
+			t.Skipf("no pseudo-terminals here: %v", err)
+		}
+		ports = append(ports, sim.SerialPort{DeviceID: id, Port: p.Master})
+		t.Cleanup(func() { p.Close() })
+		src += fmt.Sprintf("[[devices]]\nid = %q\ntransport = \"serial\"\nport = %q\n", id, p.Path)
+	}
+	return src, ports
 }

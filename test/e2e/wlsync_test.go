@@ -15,7 +15,6 @@ import (
 	"github.com/seed0e69bba5/faceagent/agent/store"
 	"github.com/seed0e69bba5/faceagent/agent/wire"
 	"github.com/seed0e69bba5/faceagent/device/face"
-	"github.com/seed0e69bba5/faceagent/device/serial"
 	"github.com/seed0e69bba5/faceagent/device/sim"
 )
 
@@ -60,20 +59,8 @@ func TestWhitelistSyncRepairsDriftSerial(t *testing.T) { testWhitelistSyncRepair
 func testWhitelistSyncRepairsDrift(t *testing.T, overSerial bool) {
 	ids := []string{"reset", "replace", "extra", "missing", "rev", "delfail"}
 	src := syncConfig{gateway: "gw-s", dataDir: t.TempDir(), backoffMax: "2s", whitelist: []string{"list_limit = 2"}}.String()
-	var ports []sim.SerialPort
-	for _, id := range ids {
-		if !overSerial {
-			src += fmt.Sprintf("[[devices]]\nid = %q\n", id)
-			continue
-		}
-		p, err := serial.OpenPTY()
-		if err != nil {
-			t.Skipf("no pseudo-terminals here: %v", err)
-		}
-		ports = append(ports, sim.SerialPort{DeviceID: id, Port: p.Master})
-		t.Cleanup(func() { p.Close() })
-		src += fmt.Sprintf("[[devices]]\nid = %q\ntransport = \"serial\"\nport = %q\n", id, p.Path)
-	}
+	devices, ports := deviceSections(t, ids, overSerial)
+	src += devices
 	cfg, err := config.Parse("e2e.toml", []byte(src), nil)
 	if err != nil {
 		t.Fatal(err)
