@@ -104,10 +104,13 @@ type limitedConn struct {
 	once sync.Once
 }
 
+// Close gives the slot back before it closes the socket: a peer that sees its connection
+// end and connects again must find the slot free (given back after, the new connection
+// could be refused as one too many). Open descriptors can pass the bound by the sockets
+// being closed at that moment, never by one that stays open.
 func (c *limitedConn) Close() error {
-	err := c.Conn.Close()
 	c.once.Do(func() { c.l.open.Add(-1) })
-	return err
+	return c.Conn.Close()
 }
 
 // Close closes the server's listeners and connections at once, as http.Server.Close does.

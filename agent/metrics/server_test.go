@@ -62,3 +62,31 @@ func TestServerClosesConnectionsBeyondItsBound(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // the server closes the first one's end asynchronously
 	}
 }
+
+// closeProbe is a net.Conn whose Close notes how many connections its listener counted
+// open at that moment.
+type closeProbe struct {
+	net.Conn
+	l        *limitListener
+	openSeen int64
+}
+
+func (c *closeProbe) Close() error { c.openSeen = c.l.open.Load(); return nil }
+
+// A connection's slot is free before its socket closes: a peer that sees its connection
+// end and connects at once must not be refused as one too many.
+func TestSlotFreeBeforeTheSocketCloses(t *testing.T) {
+	l := newLimitListener(nil, 1, slog.New(slog.DiscardHandler))
+	l.open.Store(1)
+	probe := &closeProbe{l: l}
+	c := &limitedConn{Conn: probe, l: l}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if probe.openSeen != 0 {
+		t.Fatalf("the socket closed while its slot was still counted (%d open)", probe.openSeen)
+	}
+	if err := c.Close(); err != nil || l.open.Load() != 0 {
+		t.Fatalf("a second Close: %v, %d open", err, l.open.Load())
+	}
+}
