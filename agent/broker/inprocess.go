@@ -65,9 +65,10 @@ func (b *Broker) HasSubscribers(topic string) bool {
 
 // WatchSubscribes calls fn after every SUBSCRIBE a client makes, once its subscriptions are
 // in the index (HasSubscribers sees them) and before its SUBACK is written, on that
-// client's connection goroutine: fn must not block. stop removes fn; it may be called any
+// client's connection goroutine: fn must not block. remote is the subscribing connection's
+// address, as SubscribeInline reports a publisher's. stop removes fn; it may be called any
 // time, more than once.
-func (b *Broker) WatchSubscribes(fn func()) (stop func()) {
+func (b *Broker) WatchSubscribes(fn func(remote string)) (stop func()) {
 	return b.subscribes.add(fn)
 }
 
@@ -77,18 +78,18 @@ type subscribeWatchers struct {
 	mqtt.HookBase
 	mu   sync.Mutex
 	next int
-	fns  map[int]func()
+	fns  map[int]func(remote string)
 }
 
 func (w *subscribeWatchers) ID() string { return "faceagent-subscribe-watchers" }
 
 func (w *subscribeWatchers) Provides(b byte) bool { return b == mqtt.OnSubscribed }
 
-func (w *subscribeWatchers) add(fn func()) func() {
+func (w *subscribeWatchers) add(fn func(remote string)) func() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.fns == nil {
-		w.fns = map[int]func(){}
+		w.fns = map[int]func(remote string){}
 	}
 	w.next++
 	id := w.next
@@ -100,19 +101,19 @@ func (w *subscribeWatchers) add(fn func()) func() {
 	}
 }
 
-func (w *subscribeWatchers) OnSubscribed(*mqtt.Client, packets.Packet, []byte) {
+func (w *subscribeWatchers) OnSubscribed(cl *mqtt.Client, _ packets.Packet, _ []byte) {
 	w.mu.Lock()
 	if len(w.fns) == 0 {
 		w.mu.Unlock()
 		return
 	}
-	fns := make([]func(), 0, len(w.fns))
+	fns := make([]func(string), 0, len(w.fns))
 	for _, fn := range w.fns {
 		fns = append(fns, fn)
 	}
 	w.mu.Unlock()
 	for _, fn := range fns {
-		fn()
+		fn(cl.Net.Remote)
 	}
 }
 

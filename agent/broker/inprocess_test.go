@@ -96,7 +96,8 @@ func TestInterceptRefusesWithTheProtocolsMeans(t *testing.T) {
 
 // The in-process bus: an inline subscription hears network clients, not in-process
 // publishers, and learns the publishing connection's address; WatchSubscribes runs once a
-// SUBSCRIBE's subscriptions are in the index (HasSubscribers sees them) and not after stop.
+// SUBSCRIBE's subscriptions are in the index (HasSubscribers sees them), with the same
+// connection's address, and not after stop.
 func TestInProcessBus(t *testing.T) {
 	b := startBroker(t, Options{})
 	type msg struct{ topic, payload, remote string }
@@ -114,6 +115,7 @@ func TestInProcessBus(t *testing.T) {
 		t.Fatal(err)
 	}
 	term := dial(t, b.Addr(), "term-1", dialOptions{noSubscribe: true})
+	var ackFrom string
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	if _, err := term.c.Publish(ctx, &paho.Publish{Topic: "dev/1/ack", QoS: 1, Payload: []byte("ack")}); err != nil {
@@ -121,6 +123,7 @@ func TestInProcessBus(t *testing.T) {
 	}
 	select {
 	case m := <-heard:
+		ackFrom = m.remote
 		if m.topic != "dev/1/ack" || m.payload != "ack" || m.remote == "" {
 			t.Errorf("heard %+v, want the terminal's ack with its address", m)
 		}
@@ -132,21 +135,28 @@ func TestInProcessBus(t *testing.T) {
 		t.Fatal("subscribers before anyone subscribed")
 	}
 	var stopped, calls atomic.Int32
-	sawSubscriber := make(chan bool, 4)
-	stop := b.WatchSubscribes(func() { stopped.Add(1) })
+	type subscribed struct {
+		indexed bool
+		remote  string
+	}
+	sawSubscriber := make(chan subscribed, 4)
+	stop := b.WatchSubscribes(func(string) { stopped.Add(1) })
 	stop()
 	stop() // harmless
-	defer b.WatchSubscribes(func() {
+	defer b.WatchSubscribes(func(remote string) {
 		calls.Add(1)
-		sawSubscriber <- b.HasSubscribers("dev/1/cmd")
+		sawSubscriber <- subscribed{b.HasSubscribers("dev/1/cmd"), remote}
 	})()
 	if _, err := term.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "dev/1/cmd", QoS: 1}}}); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case saw := <-sawSubscriber:
-		if !saw {
+		if !saw.indexed {
 			t.Error("WatchSubscribes ran before HasSubscribers saw the subscription")
+		}
+		if saw.remote != ackFrom {
+			t.Errorf("WatchSubscribes told of a SUBSCRIBE from %q, want the connection's address %q", saw.remote, ackFrom)
 		}
 	case <-time.After(waitFor):
 		t.Fatal("WatchSubscribes' function did not run")

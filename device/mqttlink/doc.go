@@ -34,9 +34,10 @@
 //     that is offline with a clean session never gets it: the agent's retry covers that.
 //   - Inline mode holds the first command after a terminal's heartbeat on a new connection
 //     when nobody is subscribed to its topic yet (a terminal that announces itself before
-//     its SUBSCRIBE), and publishes it when a SUBSCRIBE gives the topic a subscriber. Send
-//     returns nil for it all the same; a held command superseded by a newer Send, or never
-//     subscribed for, is dropped, and the agent's retry covers it.
+//     its SUBSCRIBE), and publishes it when that connection's SUBSCRIBE gives the topic a
+//     subscriber. Send returns nil for it all the same; a held command superseded by a newer
+//     Send, never subscribed for, or whose terminal subscribes on another connection (it
+//     went away and came back meanwhile) is dropped, and the agent's retry covers it.
 //   - Malformed acks and heartbeats, and messages from terminals outside Config.Devices, are
 //     Error events with the device id and topic, never dropped silently.
 //   - Inline mode does not hear messages published in-process (its own commands included):

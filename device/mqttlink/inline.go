@@ -25,8 +25,9 @@ type Bus interface {
 	HasSubscribers(topic string) bool
 	// WatchSubscribes calls fn after every SUBSCRIBE, once HasSubscribers sees its
 	// subscriptions, on the subscriber's connection goroutine (fn must not block), until
-	// stop is called.
-	WatchSubscribes(fn func()) (stop func())
+	// stop is called. remote is the subscribing connection's address, as SubscribeInline
+	// reports a publisher's.
+	WatchSubscribes(fn func(remote string)) (stop func())
 }
 
 // inline talks to an in-process broker (Config.Bus).
@@ -38,6 +39,14 @@ type Bus interface {
 // nobody subscribed to its topic it is held, and published as soon as a SUBSCRIBE makes its
 // topic match (watchSubscribes). Only then: the check costs the broker a subscriber scan
 // that allocates, and steady sends skip it without a lock.
+//
+// A held command is for the connection whose heartbeat made the check: it goes out only
+// when that connection subscribes. A SUBSCRIBE on another connection drops it. That
+// connection ended while the command waited, and the agent may have given the command up
+// since (it judges a silent terminal offline and sends something else when it returns):
+// published to the terminal's next connection it would arrive next to what the agent sends
+// there, two commands in flight. A command dropped this way is sent again by the agent's
+// retry, as one the broker dropped for want of a subscriber would be.
 type inline struct {
 	l       *Link
 	bus     Bus
@@ -47,14 +56,20 @@ type inline struct {
 
 	unsureN atomic.Int32 // len(unsure), read without mu on every publish
 	mu      sync.Mutex
-	conn    map[string]string // device → the connection (remote address) its last heartbeat came on
-	unsure  map[string]bool   // devices whose connection has not been seen subscribed
-	held    map[string][]byte // command topic → the command waiting for a subscriber
+	conn    map[string]string      // device → the connection (remote address) its last heartbeat came on
+	unsure  map[string]bool        // devices whose connection has not been seen subscribed
+	held    map[string]heldCommand // command topic → the command waiting for a subscriber
+}
+
+// heldCommand is a command waiting for its terminal's SUBSCRIBE.
+type heldCommand struct {
+	payload []byte
+	conn    string // the connection it waits for (the remote address of its heartbeat)
 }
 
 func newInline(l *Link) (transport, error) {
 	t := &inline{l: l, bus: l.cfg.Bus, filters: []string{l.ackT.filter(), l.hbT.filter()},
-		conn: map[string]string{}, unsure: map[string]bool{}, held: map[string][]byte{}}
+		conn: map[string]string{}, unsure: map[string]bool{}, held: map[string]heldCommand{}}
 	for i, f := range t.filters {
 		if err := t.bus.SubscribeInline(f, l.cfg.SubscriptionID, t.handle); err != nil {
 			for _, g := range t.filters[:i] {
@@ -110,7 +125,7 @@ func (t *inline) hold(topic string, payload []byte) bool {
 		return false
 	}
 	t.mu.Lock()
-	check := t.unsure[id]
+	check, conn := t.unsure[id], t.conn[id]
 	delete(t.held, topic) // an older try of this device's command, superseded
 	t.mu.Unlock()
 	if !check {
@@ -126,10 +141,11 @@ func (t *inline) hold(topic string, payload []byte) bool {
 		return false
 	}
 	t.mu.Lock()
-	t.held[topic] = payload
+	t.held[topic] = heldCommand{payload: payload, conn: conn}
 	t.mu.Unlock()
 	// A SUBSCRIBE handled between the check and the hold found nothing to publish: look
-	// again, and publish here if the hook has not taken it meanwhile.
+	// again, and publish here if the hook has not taken it meanwhile. The command is the
+	// agent's current one (it was just sent), so whichever connection subscribed gets it.
 	if t.bus.HasSubscribers(topic) {
 		t.mu.Lock()
 		_, still := t.held[topic]
@@ -140,18 +156,26 @@ func (t *inline) hold(topic string, payload []byte) bool {
 	return true
 }
 
-// flushHeld publishes the held commands whose topics now have a subscriber.
-func (t *inline) flushHeld() {
+// flushHeld publishes the held commands whose topics now have a subscriber and that wait
+// for remote, the connection that subscribed; it drops those whose topics another
+// connection subscribed to (see inline).
+func (t *inline) flushHeld(remote string) {
 	t.mu.Lock()
 	var ready [][2]string
-	for topic, payload := range t.held {
-		if t.bus.HasSubscribers(topic) {
-			ready = append(ready, [2]string{topic, string(payload)})
-			delete(t.held, topic)
-			if id, ok := t.l.cmdT.match(topic); ok && t.unsure[id] {
-				delete(t.unsure, id)
-				t.unsureN.Add(-1)
-			}
+	for topic, h := range t.held {
+		if !t.bus.HasSubscribers(topic) {
+			continue
+		}
+		delete(t.held, topic)
+		if h.conn != remote {
+			t.l.cfg.Logger.Debug("held command dropped: its terminal subscribed on another connection",
+				"topic", topic, "held_for", h.conn, "subscriber", remote)
+			continue
+		}
+		ready = append(ready, [2]string{topic, string(h.payload)})
+		if id, ok := t.l.cmdT.match(topic); ok && t.unsure[id] {
+			delete(t.unsure, id)
+			t.unsureN.Add(-1)
 		}
 	}
 	t.mu.Unlock()
@@ -172,12 +196,12 @@ func (t *inline) close() {
 	t.mu.Unlock()
 }
 
-// subscribed publishes held commands once a SUBSCRIBE gives their topics a subscriber
-// (Bus.WatchSubscribes). The bus calls it on the subscriber's connection goroutine before
-// the SUBACK is written, so the publish runs on a goroutine of its own and does not hold
-// the SUBACK back. Either may reach the terminal first: MQTT lets a server send a matching
-// PUBLISH before the SUBACK (3.1.1 section 3.8.4).
-func (t *inline) subscribed() {
+// subscribed publishes held commands once a SUBSCRIBE on remote gives their topics a
+// subscriber (Bus.WatchSubscribes). The bus calls it on the subscriber's connection
+// goroutine before the SUBACK is written, so the publish runs on a goroutine of its own and
+// does not hold the SUBACK back. Either may reach the terminal first: MQTT lets a server
+// send a matching PUBLISH before the SUBACK (3.1.1 section 3.8.4).
+func (t *inline) subscribed(remote string) {
 	t.mu.Lock()
 	n := len(t.held)
 	t.mu.Unlock()
@@ -186,6 +210,6 @@ func (t *inline) subscribed() {
 	}
 	go func() {
 		defer t.l.work.Done()
-		t.flushHeld()
+		t.flushHeld(remote)
 	}()
 }
