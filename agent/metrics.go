@@ -66,6 +66,7 @@ type agentMetrics struct {
 	// The desired whitelists (agent/whitelist Stats).
 	whitelistTerminals *metrics.Gauge
 	whitelistRecords   *metrics.Gauge
+	whitelistSetTasks  *metrics.Gauge
 
 	// The embedded broker's sessions journal (agent/broker, "Persistence").
 	sessionsLiveBytes   *metrics.Gauge
@@ -150,6 +151,8 @@ func (a *Agent) registerMetrics() {
 		journalFileBytes: r.NewGaugeVec("faceagent_journal_file_bytes",
 			"Bytes of each journal's files (snapshot and segments as written; the open segment's preallocated blocks not counted), by journal: outbox, forward, deadletter, syncreports, whitelist, broker_sessions.", "journal"),
 		whitelistTerminals: r.NewGauge("faceagent_whitelist_terminals", "Terminals with a desired whitelist (against whitelist.max_terminals)."),
+		whitelistSetTasks: r.NewGauge("faceagent_whitelist_set_tasks",
+			"SetWhitelist tasks kept: pending, or finished with the result not yet reported (against whitelist.max_set_tasks)."),
 		whitelistRecords: r.NewGauge("faceagent_whitelist_records",
 			"Distinct person records across the desired whitelists (against whitelist.max_records)."),
 		sessionsLiveBytes: r.NewGauge("faceagent_broker_sessions_live_bytes",
@@ -283,6 +286,7 @@ func (a *Agent) scrapeJournals() {
 		a.m.journalFileBytes.With("whitelist").Set(float64(st.FileBytes))
 		a.m.whitelistTerminals.Set(float64(st.Terminals))
 		a.m.whitelistRecords.Set(float64(st.Records))
+		a.m.whitelistSetTasks.Set(float64(st.SetTasks))
 	}
 	if a.broker == nil || !a.started.Load() {
 		return

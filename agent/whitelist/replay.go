@@ -395,7 +395,7 @@ func (s *Store) Terminals() []string {
 // Stats returns the store's sizes.
 func (s *Store) Stats() Stats {
 	s.mu.Lock()
-	st := Stats{Terminals: len(s.st.terms), Records: s.st.live, Chunks: s.st.nchunks}
+	st := Stats{Terminals: len(s.st.terms), Records: s.st.live, Chunks: s.st.nchunks, SetTasks: s.st.sets.kept()}
 	for _, t := range s.st.terms {
 		st.Members += t.members
 	}

@@ -78,6 +78,9 @@ type Stats struct {
 	Records   int // distinct records
 	Chunks    int // distinct chunks of lists
 	FileBytes int64
+	// SetTasks is the SetWhitelist tasks kept, against Options.MaxSetTasks: pending, or
+	// finished with a result not yet reported.
+	SetTasks int
 }
 
 // Store is the desired whitelists of the terminals; see the package documentation.

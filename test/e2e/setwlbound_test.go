@@ -16,11 +16,12 @@ import (
 // whitelist.max_set_tasks bounds the SetWhitelist tasks kept (pending, or with a result
 // not yet reported): with 2, SetWhitelist tasks for two offline terminals are kept and a
 // third is dead-lettered with a reason naming the key, and gets no result. Once one
-// terminal comes online and its task's result is reported there is room again: the third
-// terminal's SetWhitelist is taken, and that terminal ends holding its list.
+// terminal comes online and its task's result is reported (the agent has the PUBACK) there
+// is room again: the third terminal's SetWhitelist is taken, and that terminal ends holding
+// its list. faceagent_whitelist_set_tasks counts the kept tasks.
 func TestSetWhitelistTaskBound(t *testing.T) {
 	src := syncConfig{gateway: "gw-b", dataDir: t.TempDir(), whitelist: []string{"max_set_tasks = 2"}, devices: []string{"a", "b", "c"}}.String()
-	addr, _, stop := startAgentFull(t, parse(t, src))
+	addr, a, stop := startAgentFull(t, parse(t, src))
 	defer stop()
 	bo := connectBackOffice(t, addr, "gw-b")
 	list := []face.Person{syncPerson(1), syncPerson(2), syncPerson(3)}
@@ -40,6 +41,9 @@ func TestSetWhitelistTaskBound(t *testing.T) {
 		t.Errorf("results before any terminal came online: %+v", bo.results)
 	}
 	bo.mu.Unlock()
+	if n := metric(t, a, "faceagent_whitelist_set_tasks"); n != 2 {
+		t.Errorf("faceagent_whitelist_set_tasks = %v, want 2 (the two kept)", n)
+	}
 
 	// Terminal a comes online: its task succeeds, is reported, and makes room.
 	fleet, err := sim.StartMQTT("mqtt://"+addr, []string{"a", "c"}, sim.Options{Seed: 3,
@@ -55,6 +59,9 @@ func TestSetWhitelistTaskBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	bo.waitFor("a's result", 30*time.Second, func() bool { _, ok := bo.results["a-set"]; return ok })
+	// The back office has the result before the agent has its PUBACK: the task leaves the
+	// bound only then.
+	pollUntil(t, "a's task to leave the bound", func() bool { return metric(t, a, "faceagent_whitelist_set_tasks") == 1 })
 	set("c-set-2", "c")
 	bo.waitFor("c's result", 30*time.Second, func() bool { _, ok := bo.results["c-set-2"]; return ok })
 	bo.mu.Lock()
