@@ -217,6 +217,10 @@ type ClientState struct {
 	// faceagent patch (DISCONNECT delivered): lingerWanted: Stop shuts the write side and
 	// the reader drains before closing (DisconnectLinger).
 	linger atomic.Uint32
+	// faceagent patch (CONNACK first): closed once the CONNACK is written (connectClient);
+	// the writer goroutine writes nothing before. nil: no wait (a client not connected by
+	// attachClient).
+	connacked chan struct{}
 }
 
 // newClient returns a new instance of Client. This is almost exclusively used by Server
@@ -259,6 +263,18 @@ func newClient(c net.Conn, o *ops) *Client {
 
 // WriteLoop ranges over pending outbound messages and writes them to the client connection.
 func (cl *Client) WriteLoop() {
+	// faceagent patch (CONNACK first): a client is registered, and messages are routed to
+	// its queue, before its CONNACK is written (connectClient); written as they came, a
+	// PUBLISH went out ahead of the CONNACK [MQTT-3.2.0-1], and the client dropped the
+	// connection.
+	if g := cl.State.connacked; g != nil {
+		select {
+		case <-g:
+		case <-cl.State.open.Done():
+			cl.dropQueued()
+			return
+		}
+	}
 	for {
 		select {
 		case pk := <-cl.State.outbound:

@@ -601,6 +601,7 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 	defer s.Listeners.ClientsWg.Done()
 	s.Listeners.ClientsWg.Add(1)
 
+	cl.State.connacked = make(chan struct{}) // faceagent patch (CONNACK first): see WriteLoop
 	go cl.WriteLoop()
 	defer cl.Stop(nil)
 
@@ -766,6 +767,12 @@ func (s *Server) connectClient(cl *Client, listener string) (err error) {
 	err = s.SendConnack(cl, code, sessionPresent, nil) // [MQTT-3.1.4-5] [MQTT-3.2.0-1] [MQTT-3.2.0-2] &[MQTT-3.14.0-1]
 	if err != nil {
 		return fmt.Errorf("ack connection packet: %w", err)
+	}
+	// faceagent patch (CONNACK first): what was routed to the client since its
+	// registration goes out now, behind the CONNACK (WritePacket buffered the CONNACK for
+	// the writer to flush first if the queue held packets already).
+	if g := cl.State.connacked; g != nil {
+		close(g)
 	}
 
 	s.loop.willDelayed.Delete(cl.ID) // [MQTT-3.1.3-9]
