@@ -64,8 +64,8 @@ Flags:
 		return 1
 	}
 	defer c.Close()
-	fmt.Fprintf(stdout, "%-12s %-7s %6s %6s %6s %6s %6s %7s %-7s %7s %-10s %8s  %s\n",
-		"terminal", "online", "queue", "sent", "ok", "failed", "retry", "persons", "in-sync", "paused", "firmware", "seen", "last error")
+	fmt.Fprintf(stdout, "%-12s %-7s %6s %6s %6s %6s %6s %7s %-13s %7s %-10s %8s  %s\n",
+		"terminal", "online", "queue", "sent", "ok", "failed", "retry", "persons", "sync", "paused", "firmware", "seen", "last error")
 	code := 0
 	now := time.Now()
 	for _, id := range ids {
@@ -89,8 +89,8 @@ Flags:
 		if st.InFlight != "" {
 			queue += "+1"
 		}
-		fmt.Fprintf(stdout, "%-12s %-7v %6s %6d %6d %6d %6d %7d %-7v %7v %-10s %8s  %s\n", id, st.Online, queue, st.Sent,
-			st.Succeeded, st.Failed, st.Retries, st.Persons, st.InSync, st.Paused, clipText(st.Firmware, 10), seen, clipText(st.LastError, 60))
+		fmt.Fprintf(stdout, "%-12s %-7v %6s %6d %6d %6d %6d %7d %-13s %7v %-10s %8s  %s\n", id, st.Online, queue, st.Sent,
+			st.Succeeded, st.Failed, st.Retries, st.Persons, syncLabel(&st), st.Paused, clipText(st.Firmware, 10), seen, clipText(st.LastError, 60))
 	}
 	return code
 }

@@ -43,7 +43,7 @@ func TestStates(t *testing.T) {
 		t.Errorf("exit %d (d2 has no state: want 1)\n%s%s", code, out.String(), errOut.String())
 	}
 	d1 := summaryRow(t, out.String(), "d1")
-	if !strings.HasPrefix(d1, "true 4+1 10 9 1 0 33 true false fw-9 ") || !strings.HasSuffix(d1, "refused by the device: code 17") {
+	if !strings.HasPrefix(d1, "true 4+1 10 9 1 0 33 yes false fw-9 ") || !strings.HasSuffix(d1, "refused by the device: code 17") {
 		t.Errorf("d1 row %q", d1)
 	}
 	if !strings.Contains(summaryRow(t, out.String(), "d2"), "not found") {

@@ -161,20 +161,7 @@ func (t *statusTable) render(w io.Writer, now time.Time) int {
 		case st.Online:
 			state = "online"
 		}
-		// As the operator's page judges it, in the same order.
-		sync := "not confirmed"
-		switch {
-		case st.SyncStatus == "unmanaged": // the device state's value for a terminal no task named
-			sync = "unmanaged"
-		case st.SyncStatus == string(wire.SyncStarted):
-			sync = "syncing"
-		case st.SyncStatus == string(wire.SyncFailed):
-			sync = "failed"
-		case st.InSync:
-			sync = "yes"
-		case st.QueueDepth > 0 || st.InFlight != "":
-			sync = "pending"
-		}
+		sync := syncLabel(&st)
 		inFlight := "-"
 		if st.InFlight != "" {
 			inFlight = clipText(st.InFlight, 20)
@@ -292,4 +279,24 @@ func status(ctx context.Context, o statusOptions, stdout io.Writer) error {
 			draw()
 		}
 	}
+}
+
+// syncLabel says whether the terminal holds its list, as the operator's page judges it, in
+// the same order: "unmanaged" (no task named it), "syncing", "failed", "yes", "pending"
+// (commands queued or in flight), else "not confirmed" (a protocol 1 terminal cannot say
+// what it holds).
+func syncLabel(st *wire.DeviceState) string {
+	switch {
+	case st.SyncStatus == "unmanaged": // the device state's value for a terminal no task named
+		return "unmanaged"
+	case st.SyncStatus == string(wire.SyncStarted):
+		return "syncing"
+	case st.SyncStatus == string(wire.SyncFailed):
+		return "failed"
+	case st.InSync:
+		return "yes"
+	case st.QueueDepth > 0 || st.InFlight != "":
+		return "pending"
+	}
+	return "not confirmed"
 }
