@@ -451,21 +451,11 @@ func TestInlineHoldsACommandUntilItsTerminalSubscribes(t *testing.T) {
 		}
 		return true
 	}})
-	got := make(chan paho.PublishReceived, 4)
+	got := make(chan *paho.Publish, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cm, err := autopaho.NewConnection(ctx, autopaho.ClientConfig{
-		ServerUrls: []*url.URL{mustURL(t, burl)}, KeepAlive: 10, CleanStartOnInitialConnection: true,
-		ClientConfig: paho.ClientConfig{ClientID: "term-t1", OnPublishReceived: []func(paho.PublishReceived) (bool, error){
-			func(pr paho.PublishReceived) (bool, error) { got <- pr; return true, nil }}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cm := terminalConn(t, ctx, burl, got)
 	defer cm.Disconnect(context.Background())
-	if err := cm.AwaitConnection(ctx); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := cm.Publish(ctx, &paho.Publish{Topic: "dev/face/t1/heartbeat", QoS: 1, Payload: []byte(`{"deviceId":"t1"}`)}); err != nil {
 		t.Fatal(err)
 	}
@@ -495,9 +485,9 @@ func TestInlineHoldsACommandUntilItsTerminalSubscribes(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case pr := <-got:
-		if c, err := face.ParseCommandJSON(pr.Packet.Payload); err != nil || !c.Equal(&cmd) || pr.Packet.Topic != "dev/face/t1" {
-			t.Fatalf("got %s on %s: %v", pr.Packet.Payload, pr.Packet.Topic, err)
+	case p := <-got:
+		if c, err := face.ParseCommandJSON(p.Payload); err != nil || !c.Equal(&cmd) || p.Topic != "dev/face/t1" {
+			t.Fatalf("got %s on %s: %v", p.Payload, p.Topic, err)
 		}
 	case <-ctx.Done():
 		t.Fatal("the held command was not published after the SUBSCRIBE")
@@ -508,9 +498,9 @@ func TestInlineHoldsACommandUntilItsTerminalSubscribes(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case pr := <-got:
-		if c, err := face.ParseCommandJSON(pr.Packet.Payload); err != nil || !c.Equal(&next) {
-			t.Fatalf("got %s: %v", pr.Packet.Payload, err)
+	case p := <-got:
+		if c, err := face.ParseCommandJSON(p.Payload); err != nil || !c.Equal(&next) {
+			t.Fatalf("got %s: %v", p.Payload, err)
 		}
 	case <-ctx.Done():
 		t.Fatal("a command to a subscribed terminal was not delivered")
