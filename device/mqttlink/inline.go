@@ -46,7 +46,10 @@ type Bus interface {
 // since (it judges a silent terminal offline and sends something else when it returns):
 // published to the terminal's next connection it would arrive next to what the agent sends
 // there, two commands in flight. A command dropped this way is sent again by the agent's
-// retry, as one the broker dropped for want of a subscriber would be.
+// retry, as one the broker dropped for want of a subscriber would be. Not covered: a
+// connection that heartbeats, then stays unsubscribed and silent until the agent judges its
+// terminal offline, still gets the command held for it when it subscribes at last (the hold
+// is for the round trip between a heartbeat and its SUBSCRIBE).
 type inline struct {
 	l       *Link
 	bus     Bus
