@@ -383,8 +383,10 @@ func (o *Outbox) requeueInflight(d *device) {
 }
 
 // batchInFlight reports whether messageID is d's batch in flight with that try: its
-// failed Send counts as a failed try of the batch.
+// failed Send counts as a failed try of the batch. The slot holds one of the batch's
+// tasks, not necessarily its first: a late ack of the first task's own earlier send may
+// have finished it while the batch was on its way, and the slot passed to the next.
 func (d *device) batchInFlight(messageID string, try int) bool {
 	b := d.live.batch
-	return b != nil && b.id == messageID && b.sends == try && d.inflight != nil && d.inflight == b.items[0]
+	return b != nil && b.id == messageID && b.sends == try && d.inflight != nil && slices.Contains(b.items, d.inflight)
 }

@@ -38,6 +38,9 @@ type recSender struct {
 	sent chan Command
 	all  []Command
 	fail error
+	// during, when set, runs inside each Send (what happens while the command is on its
+	// way); a non-nil error it returns is the Send's.
+	during func(Command) error
 }
 
 func newRecSender() *recSender { return &recSender{sent: make(chan Command, 100_000)} }
@@ -45,8 +48,13 @@ func newRecSender() *recSender { return &recSender{sent: make(chan Command, 100_
 func (s *recSender) Send(ctx context.Context, deviceID string, cmd Command) error {
 	s.mu.Lock()
 	s.all = append(s.all, cmd)
-	err := s.fail
+	err, during := s.fail, s.during
 	s.mu.Unlock()
+	if during != nil {
+		if e := during(cmd); e != nil {
+			err = e
+		}
+	}
 	s.sent <- cmd
 	return err
 }
