@@ -22,6 +22,13 @@ import (
 // OnQosDropped of the taken-over client and hands them to the new client once it is
 // registered (OnSessionEstablished), or at once when it already is. Redelivered messages
 // may arrive after newer ones: at-least-once, not ordering, is what QoS 1 promises.
+//
+// Each message goes to the new client once. OnQosDropped reports what the old set held
+// when mochi cleared it, while the takeover is under way: deliver skips what the new
+// client copied with the session (its set still holds it, its reader not started).
+// OnQosPublish rescues only a message still in the old set, put there after the clearing:
+// a publisher's hooks may run long after it put the message in flight, when the new client
+// was sent the copy and acknowledged it, and nothing then tells the two apart.
 type takeoverGuard struct {
 	mqtt.HookBase
 	srv   *mqtt.Server
@@ -107,9 +114,22 @@ func (g *takeoverGuard) settled(cl *mqtt.Client) {
 	g.mu.Unlock()
 }
 
-// OnQosPublish catches a message routed to a client that was already taken over.
+// OnQosPublish catches a message routed to a client that was already taken over and that
+// OnQosDropped does not report: one still in the old client's in-flight set, put there
+// after mochi cleared it (or before, the clearing still to come: the two rescues are one).
+//
+// mochi calls it after putting the message in flight, on the publisher's goroutine, and the
+// hooks before it (the session store's) take their time: a message put in the set before
+// the takeover copied it may be seen here only after the new client was sent that copy and
+// acknowledged it. Rescued then, it was delivered a second time, as a new message (a new
+// packet id, no DUP): deliver's check finds in the new client's set only what it has not
+// acknowledged yet. Such a message is no longer in the old set (cleared, and reported by
+// OnQosDropped while the takeover was under way), so it is left alone.
 func (g *takeoverGuard) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ int) {
-	if cl.IsTakenOver() && pk.FixedHeader.Type == packets.Publish {
+	if !cl.IsTakenOver() || pk.FixedHeader.Type != packets.Publish {
+		return
+	}
+	if held, ok := cl.State.Inflight.Get(pk.PacketID); ok && samePublish(held, pk) {
 		g.rescue(cl, pk)
 	}
 }
