@@ -26,9 +26,9 @@ import (
 // Each message goes to the new client once. OnQosDropped reports what the old set held
 // when mochi cleared it, while the takeover is under way: deliver skips what the new
 // client copied with the session (its set still holds it, its reader not started).
-// OnQosPublish rescues only a message still in the old set, put there after the clearing:
-// a publisher's hooks may run long after it put the message in flight, when the new client
-// was sent the copy and acknowledged it, and nothing then tells the two apart.
+// OnQosPublish rescues only a message still in the old set (see rescue): a publisher's
+// hooks may run long after it put the message in flight, when the new client was sent the
+// copy and acknowledged it.
 type takeoverGuard struct {
 	mqtt.HookBase
 	srv   *mqtt.Server
@@ -115,22 +115,11 @@ func (g *takeoverGuard) settled(cl *mqtt.Client) {
 }
 
 // OnQosPublish catches a message routed to a client that was already taken over and that
-// OnQosDropped does not report: one still in the old client's in-flight set, put there
-// after mochi cleared it (or before, the clearing still to come: the two rescues are one).
-//
-// mochi calls it after putting the message in flight, on the publisher's goroutine, and the
-// hooks before it (the session store's) take their time: a message put in the set before
-// the takeover copied it may be seen here only after the new client was sent that copy and
-// acknowledged it. Rescued then, it was delivered a second time, as a new message (a new
-// packet id, no DUP): deliver's check finds in the new client's set only what it has not
-// acknowledged yet. Such a message is no longer in the old set (cleared, and reported by
-// OnQosDropped while the takeover was under way), so it is left alone.
+// OnQosDropped does not report: one put in the old client's in-flight set after mochi
+// cleared it (rescue, routed).
 func (g *takeoverGuard) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ int) {
-	if !cl.IsTakenOver() || pk.FixedHeader.Type != packets.Publish {
-		return
-	}
-	if held, ok := cl.State.Inflight.Get(pk.PacketID); ok && samePublish(held, pk) {
-		g.rescue(cl, pk)
+	if cl.IsTakenOver() && pk.FixedHeader.Type == packets.Publish {
+		g.rescue(cl, pk, true)
 	}
 }
 
@@ -139,7 +128,7 @@ func (g *takeoverGuard) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64
 // messages are meant to go, never arrives here marked.
 func (g *takeoverGuard) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
 	if cl.IsTakenOver() && pk.FixedHeader.Type == packets.Publish {
-		g.rescue(cl, pk)
+		g.rescue(cl, pk, false)
 	}
 }
 
@@ -197,9 +186,29 @@ func (g *takeoverGuard) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 	}
 }
 
-func (g *takeoverGuard) rescue(old *mqtt.Client, pk packets.Packet) {
-	pk = pk.Copy(true)
+// rescue hands pk, routed to old after old was taken over, to the client taking the session
+// over: kept for it until it is established, or delivered at once when it is.
+//
+// With routed (OnQosPublish), only while old's set still holds pk, under the guard's lock.
+// mochi calls OnQosPublish after putting the message in flight, on the publisher's
+// goroutine, and the hooks before the guard's (the session store's) take their time: the
+// hooks of a message put in the set before the takeover copied it may run after the new
+// client was sent that copy and acknowledged it. Rescued then, it was delivered a second
+// time as a new message (a new packet id, no DUP): deliver's check finds in the new client's
+// set only what it has not acknowledged. Such a message is no longer in old's set: mochi
+// cleared it and OnQosDropped reported it while the takeover was under way, before the new
+// client was established, which takes this lock to end the takeover: a message still in
+// the set here, looked up under the lock, is either to be cleared (then both rescues keep
+// one copy in pending) or was put there after the clearing, which nothing else reports.
+func (g *takeoverGuard) rescue(old *mqtt.Client, pk packets.Packet, routed bool) {
 	g.mu.Lock()
+	if routed {
+		if held, ok := old.State.Inflight.Get(pk.PacketID); !ok || !samePublish(held, pk) {
+			g.mu.Unlock()
+			return
+		}
+	}
+	pk = pk.Copy(true)
 	if t, ok := g.incoming[old.ID]; ok {
 		for _, p := range t.pending {
 			if p.PacketID == pk.PacketID && samePublish(p, pk) {
@@ -259,7 +268,7 @@ func (g *takeoverGuard) deliver(cl *mqtt.Client, pk packets.Packet) {
 	// never sent. It goes on as a message routed to cl now would (a copy it holds already is
 	// not delivered twice).
 	if cl.IsTakenOver() {
-		g.rescue(cl, pk)
+		g.rescue(cl, pk, false)
 		return
 	}
 	// A message that finds the client's queue of pending writes full waits in flight for its
