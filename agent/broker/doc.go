@@ -444,6 +444,12 @@
 //   - A message that waits in a session for its client's writer loses its message
 //     expiry interval (mochi marks waiting messages with Expiry -1, as it does those
 //     waiting for send quota): it is sent without one.
+//   - A resumed session's connection, also one that takes the session over while
+//     messages are routed to it, is sent each unacknowledged message once
+//     (TestTakeoverDuringPublishes). One that was in flight when the session's earlier
+//     connection ended goes with DUP, also when that connection had it still queued or
+//     the session was offline when it came (mochi does not tell these apart); one that
+//     waited in the session for the writer goes without.
 //   - The bounds count what mochi's structures cost, they do not measure it: a
 //     message's ~830 bytes besides its parts is the packet struct it is held in, and a
 //     subscription's count assumes no other filter shares its levels. The copy a write

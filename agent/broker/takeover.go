@@ -22,6 +22,13 @@ import (
 // OnQosDropped of the taken-over client and hands them to the new client once it is
 // registered (OnSessionEstablished), or at once when it already is. Redelivered messages
 // may arrive after newer ones: at-least-once, not ordering, is what QoS 1 promises.
+//
+// Each message goes to the new client once. OnQosDropped reports what the old set held
+// when mochi cleared it, while the takeover is under way: deliver skips what the new
+// client copied with the session (its set still holds it, its reader not started).
+// OnQosPublish rescues only a message still in the old set (see rescue): a publisher's
+// hooks may run long after it put the message in flight, when the new client was sent the
+// copy and acknowledged it.
 type takeoverGuard struct {
 	mqtt.HookBase
 	srv   *mqtt.Server
@@ -107,10 +114,12 @@ func (g *takeoverGuard) settled(cl *mqtt.Client) {
 	g.mu.Unlock()
 }
 
-// OnQosPublish catches a message routed to a client that was already taken over.
+// OnQosPublish catches a message routed to a client that was already taken over and that
+// OnQosDropped does not report: one put in the old client's in-flight set after mochi
+// cleared it (rescue, routed).
 func (g *takeoverGuard) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ int) {
 	if cl.IsTakenOver() && pk.FixedHeader.Type == packets.Publish {
-		g.rescue(cl, pk)
+		g.rescue(cl, pk, true)
 	}
 }
 
@@ -119,7 +128,7 @@ func (g *takeoverGuard) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64
 // messages are meant to go, never arrives here marked.
 func (g *takeoverGuard) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
 	if cl.IsTakenOver() && pk.FixedHeader.Type == packets.Publish {
-		g.rescue(cl, pk)
+		g.rescue(cl, pk, false)
 	}
 }
 
@@ -177,9 +186,29 @@ func (g *takeoverGuard) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 	}
 }
 
-func (g *takeoverGuard) rescue(old *mqtt.Client, pk packets.Packet) {
-	pk = pk.Copy(true)
+// rescue hands pk, routed to old after old was taken over, to the client taking the session
+// over: kept for it until it is established, or delivered at once when it is.
+//
+// With routed (OnQosPublish), only while old's set still holds pk, under the guard's lock.
+// mochi calls OnQosPublish after putting the message in flight, on the publisher's
+// goroutine, and the hooks before the guard's (the session store's) take their time: the
+// hooks of a message put in the set before the takeover copied it may run after the new
+// client was sent that copy and acknowledged it. Rescued then, it was delivered a second
+// time as a new message (a new packet id, no DUP): deliver's check finds in the new client's
+// set only what it has not acknowledged. Such a message is no longer in old's set: mochi
+// cleared it and OnQosDropped reported it while the takeover was under way, before the new
+// client was established, which takes this lock to end the takeover: a message still in
+// the set here, looked up under the lock, is either to be cleared (then both rescues keep
+// one copy in pending) or was put there after the clearing, which nothing else reports.
+func (g *takeoverGuard) rescue(old *mqtt.Client, pk packets.Packet, routed bool) {
 	g.mu.Lock()
+	if routed {
+		if held, ok := old.State.Inflight.Get(pk.PacketID); !ok || !samePublish(held, pk) {
+			g.mu.Unlock()
+			return
+		}
+	}
+	pk = pk.Copy(true)
 	if t, ok := g.incoming[old.ID]; ok {
 		for _, p := range t.pending {
 			if p.PacketID == pk.PacketID && samePublish(p, pk) {
@@ -239,7 +268,7 @@ func (g *takeoverGuard) deliver(cl *mqtt.Client, pk packets.Packet) {
 	// never sent. It goes on as a message routed to cl now would (a copy it holds already is
 	// not delivered twice).
 	if cl.IsTakenOver() {
-		g.rescue(cl, pk)
+		g.rescue(cl, pk, false)
 		return
 	}
 	// A message that finds the client's queue of pending writes full waits in flight for its

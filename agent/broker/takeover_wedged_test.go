@@ -69,13 +69,16 @@ func TestTakeoverRedeliveryWaitsForNoOne(t *testing.T) {
 		t.Fatal("the second connection did not take the session over")
 	}
 	// What mochi routed to the old client just before the new one was registered, as the
-	// publisher's goroutine hands it to the guard.
+	// publisher's goroutine hands it to the guard: put in the old client's set (ended by
+	// the takeover, where it counts nowhere), then the hooks.
 	guard := newTakeoverGuard(srv, nil, slog.New(slog.DiscardHandler))
 	routedToOld := func(payload string) {
-		guard.OnQosPublish(old, packets.Packet{
+		pk := packets.Packet{
 			FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
 			TopicName:   "faceagent/gw/results", PacketID: 9, Payload: []byte(payload),
-		}, time.Now().Unix(), 0)
+		}
+		old.State.Inflight.Set(pk)
+		guard.OnQosPublish(old, pk, time.Now().Unix(), 0)
 	}
 
 	routedToOld("result-0")

@@ -211,6 +211,12 @@ func (i *Inflight) Clone() *Inflight {
 // 0x93 and gets the same flood on its next resume), and the waiting ones, still Expiry -1,
 // went out again with the next free quota. A client without a Receive Maximum (MQTT
 // 3.1.1: maximumSendQuota 0) has no quota, and gets them all as before.
+//
+// faceagent patch (resend once): every message it returns is no longer waiting (Expiry 0
+// in the set), also without send quota. It returned those early, still waiting: a message
+// that waited in the session taken over (its connection's queue of pending writes full)
+// was resent here and sent again by the writer's drain (takeNextInto, which no longer
+// skipped it as inherited) under the same packet id, without DUP.
 func (i *Inflight) takeResend() []packets.Packet {
 	i.Lock()
 	defer i.Unlock()
@@ -224,29 +230,32 @@ func (i *Inflight) takeResend() []packets.Packet {
 	sort.Slice(m, func(i, j int) bool {
 		return createdBefore(&m[i], &m[j])
 	})
-	if atomic.LoadInt32(&i.maximumSendQuota) == 0 {
-		return m
-	}
+	unlimited := atomic.LoadInt32(&i.maximumSendQuota) == 0
 	send := m[:0]
 	for _, pk := range m {
 		p := i.internal[pk.PacketID]
-		switch {
-		case pk.FixedHeader.Type == packets.Pubrel:
-			i.DecreaseSendQuota()
-		case pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Qos == 0:
-		case atomic.LoadInt32(&i.sendQuota) > 0:
-			i.DecreaseSendQuota()
-			if p.Expiry < 0 { // sent now: no longer waiting (as in sendNextImmediate)
-				p.Expiry = 0 // pk keeps -1: never sent, no DUP (ResendInflightMessages)
-				i.waiting--
+		if !unlimited {
+			switch {
+			case pk.FixedHeader.Type == packets.Pubrel:
+				i.DecreaseSendQuota()
+			case pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Qos == 0:
+			case atomic.LoadInt32(&i.sendQuota) > 0:
+				i.DecreaseSendQuota()
+			default:
+				if p.Expiry >= 0 { // sent before: waits again, and goes out as a duplicate
+					p.Expiry = -1
+					p.FixedHeader.Dup = true
+					i.waiting++
+				}
+				continue
 			}
-		default:
-			if p.Expiry >= 0 { // sent before: waits again, and goes out as a duplicate
-				p.Expiry = -1
-				p.FixedHeader.Dup = true
-				i.waiting++
-			}
-			continue
+		}
+		// faceagent patch (resend once): sent now, so no longer waiting (as in takeNextInto),
+		// with send quota or without. pk keeps -1: never sent, no DUP
+		// (ResendInflightMessages).
+		if p.Expiry < 0 {
+			p.Expiry = 0
+			i.waiting--
 		}
 		send = append(send, pk)
 	}

@@ -6,6 +6,8 @@ package mqtt
 // and what a resumed session is sent again.
 //
 //	go test -race -run 'TestMessageWaitingForSendQuotaStaysInFlight|TestResume|TestResumedSessionSendsEachMessageOnce' github.com/mochi-mqtt/server/v2
+//
+// faceagent patch (resend once): TestResumeWithoutSendQuotaSendsWaitingMessagesOnce.
 
 import (
 	"bufio"
@@ -307,5 +309,64 @@ func TestResumedSessionSendsEachMessageOnce(t *testing.T) {
 	}
 	if msg, _, dup := again.readPublish(); msg != "after" {
 		t.Fatalf("got %q (DUP %v) after the resumed session's messages, want after", msg, dup)
+	}
+}
+
+// A kept session whose messages waited in its in-flight set for the writer (its queue of
+// pending writes full) resumes on a connection without send quota (no Receive Maximum: an
+// MQTT 5 client that announced none, or MQTT 3.1.1): each message is sent once, and none
+// again once acknowledged. takeResend returned the waiting ones without taking them out of
+// waiting when the connection had no send quota, so the reader (after the next PUBACK) or
+// the writer's drain sent each a second time, under the same packet id, without DUP.
+func TestResumeWithoutSendQuotaSendsWaitingMessagesOnce(t *testing.T) {
+	for _, version := range []byte{4, 5} {
+		t.Run(fmt.Sprint("v", version), func(t *testing.T) {
+			const id, topic, n = "held", "held/results", 5
+			s := newQuotaServer(t, func(c *Capabilities) {
+				c.MaximumClientWritesPendingBytes = 1 // every message beyond the first one queued waits
+			})
+			c, _ := connectSession(t, s, id, version, false, 0)
+			c.subscribe(topic)
+			for i := 0; i < n; i++ { // not read: the writer is held up by the first ones, the rest wait
+				if err := s.Publish(topic, []byte(fmt.Sprintf("msg-%d", i)), false, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if cl, _ := s.Clients.Get(id); !cl.State.Inflight.hasWaiting() {
+				t.Fatal("no message waits for the writer")
+			}
+			_ = c.conn.Close()
+
+			again, present := connectSession(t, s, id, version, false, 0)
+			if !present {
+				t.Fatal("session not resumed")
+			}
+			var ids []uint16
+			for i := 0; i < n; i++ { // all read before acknowledging: a pipe buffers nothing
+				// (DUP on the one or two the old connection's writer took, not on the others)
+				got, pid, _ := again.readPublish()
+				if want := fmt.Sprintf("msg-%d", i); got != want {
+					t.Fatalf("got %q, want %s", got, want)
+				}
+				ids = append(ids, pid)
+			}
+			// Not yet acknowledged: a message routed now wakes the writer, which sends what
+			// waits for it first.
+			if err := s.Publish(topic, []byte("after"), false, 1); err != nil {
+				t.Fatal(err)
+			}
+			got, pid, dup := again.readPublish()
+			if got != "after" || dup {
+				t.Fatalf("got %q (DUP %v) once the session's messages were sent, want after", got, dup)
+			}
+			for _, pid := range ids {
+				again.puback(pid)
+			}
+			again.puback(pid)
+			again.processed()
+			if cl, _ := s.Clients.Get(id); cl.State.Inflight.Len() != 0 {
+				t.Fatalf("%d messages still in flight, want none", cl.State.Inflight.Len())
+			}
+		})
 	}
 }

@@ -1,0 +1,58 @@
+package broker
+
+import (
+	"testing"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// TestLateHooksOfACopiedMessageRedeliverNothing: a publisher puts a message in a kept
+// session's in-flight set, and its hooks (OnQosPublish) run only after a new connection has
+// taken the session over (its goroutine descheduled in between, or held up by the session
+// store's hook, which runs first). The takeover copied the message to the new connection,
+// which was sent it and acknowledged it. The guard, seeing the message routed to a
+// connection taken over, delivered it again as a new message (a new packet id, no DUP):
+// the check against the new connection's set no longer found it.
+func TestLateHooksOfACopiedMessageRedeliverNothing(t *testing.T) {
+	const id, topic = "copied", "copied/results"
+	b := startBroker(t, Options{})
+	first, _ := connectKept(t, b.Addr(), id, true)
+	subscribeMem(t, first, topic)
+	old, ok := b.Server().Clients.Get(id)
+	if !ok {
+		t.Fatal("first connection not registered")
+	}
+	first.close()
+	eventually(t, "the first connection closed", old.Closed)
+	if err := b.Server().Publish(topic, []byte("copied"), false, 1); err != nil {
+		t.Fatal(err)
+	}
+	routed, ok := old.State.Inflight.Get(1)
+	if !ok || string(routed.Payload) != "copied" {
+		t.Fatal("the message is not in the kept session's set")
+	}
+
+	next, present := connectKept(t, b.Addr(), id, false)
+	if !present {
+		t.Fatal("session not resumed")
+	}
+	got, pid, _ := readPublish(t, next)
+	if got != "copied" {
+		t.Fatalf("got %q, want copied", got)
+	}
+	next.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pid})
+	cl, ok := b.Server().Clients.Get(id)
+	if !ok || cl == old {
+		t.Fatal("the new connection is not registered")
+	}
+	eventually(t, "the message acknowledged", func() bool { return cl.State.Inflight.Len() == 0 })
+
+	// The publisher's hooks, late: mochi calls them after putting the message in flight.
+	b.takeover.OnQosPublish(old, routed, routed.Created, 0)
+	if err := b.Server().Publish(topic, []byte("after"), false, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, dup := readPublish(t, next); got != "after" {
+		t.Fatalf("got %q (DUP %v) after the acknowledged message, want after", got, dup)
+	}
+}
