@@ -21,7 +21,8 @@ import (
 // field test saw 2 of 1,000 every time. The guard sees those messages in OnQosPublish and
 // OnQosDropped of the taken-over client and hands them to the new client once it is
 // registered (OnSessionEstablished), or at once when it already is. Redelivered messages
-// may arrive after newer ones: at-least-once, not ordering, is what QoS 1 promises.
+// may arrive after newer ones: at-least-once, not ordering, is what QoS 1 promises. A
+// client that starts clean is handed none: they were its discarded session's.
 //
 // Each message goes to the new client once. OnQosDropped reports what the old set held
 // when mochi cleared it, while the takeover is under way: deliver skips what the new
@@ -220,10 +221,21 @@ func (g *takeoverGuard) rescue(old *mqtt.Client, pk packets.Packet, routed bool)
 		g.mu.Unlock()
 		return
 	}
+	// A clean start discards the session taken over, and with it what was routed to it
+	// (the new client may not even subscribe to its topic).
+	if s := g.settling[old.ID]; s != nil && s.next.Properties.Clean {
+		g.mu.Unlock()
+		g.log.Debug("a message for a session a clean start discarded is dropped", "client", old.ID, "topic", pk.TopicName)
+		return
+	}
 	g.mu.Unlock()
 	// The new client is registered already (the message was routed to the old one just
-	// before): deliver now.
+	// before): deliver now, unless it started clean.
 	if cl, ok := g.srv.Clients.Get(old.ID); ok && cl != old && !cl.IsTakenOver() {
+		if cl.Properties.Clean {
+			g.log.Debug("a message for a session a clean start discarded is dropped", "client", old.ID, "topic", pk.TopicName)
+			return
+		}
 		g.deliver(cl, pk)
 		return
 	}

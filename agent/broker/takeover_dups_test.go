@@ -2,6 +2,7 @@ package broker
 
 import (
 	"testing"
+	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
 )
@@ -54,5 +55,48 @@ func TestLateHooksOfACopiedMessageRedeliverNothing(t *testing.T) {
 	}
 	if got, _, dup := readPublish(t, next); got != "after" {
 		t.Fatalf("got %q (DUP %v) after the acknowledged message, want after", got, dup)
+	}
+}
+
+// TestStaleRouteToASessionStartedCleanIsDropped: a message routed to a kept session's
+// connection whose hooks run after a new connection of its client took the session over
+// with a clean start belongs to the session the clean start discarded. The guard delivered
+// it to the new connection, which never subscribed to its topic (or dropped it, with a
+// warning, when the new connection was not yet registered).
+func TestStaleRouteToASessionStartedCleanIsDropped(t *testing.T) {
+	const id, topic = "cleaned", "cleaned/results"
+	b := startBroker(t, Options{})
+	first, _ := connectKept(t, b.Addr(), id, true)
+	subscribeMem(t, first, topic)
+	old, ok := b.Server().Clients.Get(id)
+	if !ok {
+		t.Fatal("first connection not registered")
+	}
+	next, present := connectKept(t, b.Addr(), id, true)
+	if present {
+		t.Fatal("a clean start resumed the session")
+	}
+	eventually(t, "the old connection taken over", old.IsTakenOver)
+	cl, ok := b.Server().Clients.Get(id)
+	if !ok || cl == old {
+		t.Fatal("the new connection is not registered")
+	}
+
+	// A publisher's stale route: the message lands in the old connection's set after the
+	// takeover ended it, and its hooks run then.
+	stale := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: topic,
+		Payload: []byte("stale"), PacketID: 7, Created: time.Now().Unix()}
+	old.State.Inflight.Set(stale)
+	b.takeover.OnQosPublish(old, stale, stale.Created, 0)
+
+	// The new connection subscribes elsewhere and is sent a message there: the SUBACK and
+	// then that message are the first packets it reads (a delivered stale message would
+	// come before either).
+	subscribeMem(t, next, "cleaned/other")
+	if err := b.Server().Publish("cleaned/other", []byte("marker"), false, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := readPublish(t, next); got != "marker" {
+		t.Fatalf("the clean session was sent %q, want only the marker", got)
 	}
 }
