@@ -449,7 +449,9 @@
 //     (TestTakeoverDuringPublishes). One that was in flight when the session's earlier
 //     connection ended goes with DUP, also when that connection had it still queued or
 //     the session was offline when it came (mochi does not tell these apart); one that
-//     waited in the session for the writer goes without.
+//     waited in the session for the writer goes without. A connection that starts clean
+//     is sent nothing of the session it discards, also not a message routed to that
+//     session's connection as the takeover happened.
 //   - The bounds count what mochi's structures cost, they do not measure it: a
 //     message's ~830 bytes besides its parts is the packet struct it is held in, and a
 //     subscription's count assumes no other filter shares its levels. The copy a write
