@@ -4,8 +4,22 @@ import (
 	"testing"
 	"time"
 
+	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
+
+// keptSubscriber connects client id with a kept session subscribed to topic and returns
+// the connection and the broker's client for it.
+func keptSubscriber(t *testing.T, b *Broker, id, topic string) (*memClient, *mqtt.Client) {
+	t.Helper()
+	c, _ := connectKept(t, b.Addr(), id, true)
+	subscribeMem(t, c, topic)
+	cl, ok := b.Server().Clients.Get(id)
+	if !ok {
+		t.Fatal("first connection not registered")
+	}
+	return c, cl
+}
 
 // TestLateHooksOfACopiedMessageRedeliverNothing: a publisher puts a message in a kept
 // session's in-flight set, and its hooks (OnQosPublish) run only after a new connection has
@@ -17,12 +31,7 @@ import (
 func TestLateHooksOfACopiedMessageRedeliverNothing(t *testing.T) {
 	const id, topic = "copied", "copied/results"
 	b := startBroker(t, Options{})
-	first, _ := connectKept(t, b.Addr(), id, true)
-	subscribeMem(t, first, topic)
-	old, ok := b.Server().Clients.Get(id)
-	if !ok {
-		t.Fatal("first connection not registered")
-	}
+	first, old := keptSubscriber(t, b, id, topic)
 	first.close()
 	eventually(t, "the first connection closed", old.Closed)
 	if err := b.Server().Publish(topic, []byte("copied"), false, 1); err != nil {
@@ -66,12 +75,7 @@ func TestLateHooksOfACopiedMessageRedeliverNothing(t *testing.T) {
 func TestStaleRouteToASessionStartedCleanIsDropped(t *testing.T) {
 	const id, topic = "cleaned", "cleaned/results"
 	b := startBroker(t, Options{})
-	first, _ := connectKept(t, b.Addr(), id, true)
-	subscribeMem(t, first, topic)
-	old, ok := b.Server().Clients.Get(id)
-	if !ok {
-		t.Fatal("first connection not registered")
-	}
+	_, old := keptSubscriber(t, b, id, topic)
 	next, present := connectKept(t, b.Addr(), id, true)
 	if present {
 		t.Fatal("a clean start resumed the session")

@@ -18,12 +18,7 @@ import (
 func TestDeliveryToATakenOverConnectionMovesOn(t *testing.T) {
 	const id, topic = "late", "late/results"
 	b := startBroker(t, Options{})
-	old, _ := connectKept(t, b.Addr(), id, true)
-	subscribeMem(t, old, topic)
-	oldClient, ok := b.Server().Clients.Get(id)
-	if !ok {
-		t.Fatal("first connection not registered")
-	}
+	_, oldClient := keptSubscriber(t, b, id, topic)
 	next, present := connectKept(t, b.Addr(), id, false)
 	if !present {
 		t.Fatal("session not resumed")

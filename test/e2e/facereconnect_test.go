@@ -80,27 +80,7 @@ heartbeat_timeout = "1s"
 id = "t2"
 `, t.TempDir())
 	logs := newLogWatch()
-	a, err := agent.New(&agent.Options{Config: parse(t, src), Logger: slog.New(logs)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent stop: %v", err)
-		}
-	}()
-	select {
-	case <-a.Ready():
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("agent not ready")
-	}
-	addr := a.BrokerAddr()
+	addr, a, _ := startAgentOpts(t, &agent.Options{Config: parse(t, src), Logger: slog.New(logs)})
 	bo := connectBackOffice(t, addr, "gw-rc")
 
 	fleet, err := sim.StartMQTT("mqtt://"+addr, []string{"t2"}, sim.Options{Seed: 7, Protocol: 2,

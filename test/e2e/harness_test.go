@@ -40,7 +40,14 @@ func startAgentFull(t testing.TB, cfg *config.Config) (addr string, a *agent.Age
 	if cfg.Metrics.Listen == "" {
 		cfg.Metrics.Listen = "127.0.0.1:0"
 	}
-	a, err := agent.New(&agent.Options{Config: cfg, Version: "e2e"})
+	return startAgentOpts(t, &agent.Options{Config: cfg, Version: "e2e"})
+}
+
+// startAgentOpts is startAgentFull with the agent's options as they are (a logger of the
+// test's, say).
+func startAgentOpts(t testing.TB, opts *agent.Options) (addr string, a *agent.Agent, stop func()) {
+	t.Helper()
+	a, err := agent.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

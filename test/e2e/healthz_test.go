@@ -26,26 +26,7 @@ import (
 // runAgent runs an agent with src until the test ends.
 func runAgent(t *testing.T, src string) *agent.Agent {
 	t.Helper()
-	a, err := agent.New(&agent.Options{Config: parse(t, src)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
-	select {
-	case <-a.Ready():
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("not ready")
-	}
+	_, a, _ := startAgentOpts(t, &agent.Options{Config: parse(t, src)})
 	return a
 }
 
