@@ -64,7 +64,9 @@ func (w *logWatch) has(parts ...string) bool {
 // subscriber: the link holds it for the connection that heartbeated), is found offline when
 // the chunk's retry falls due (retry_interval is longer than heartbeat_timeout and shorter
 // than the outage: the chunk is given up, the transfer goes on with the question), and
-// comes back on a new connection, which subscribes before it heartbeats.
+// comes back on a new connection, which subscribes before it heartbeats. The chunk must
+// leave before t2's last heartbeat is heartbeat_timeout old: 2 s leaves a loaded machine
+// well over a second for the task's way in.
 func TestFaceChunkForAConnectionThatWentAway(t *testing.T) {
 	src := fmt.Sprintf(`[agent]
 gateway_id = "gw-rc"
@@ -74,8 +76,8 @@ listen = "127.0.0.1:0"
 [metrics]
 listen = "127.0.0.1:0"
 [dispatch]
-retry_interval = "2s"
-heartbeat_timeout = "1s"
+retry_interval = "3s"
+heartbeat_timeout = "2s"
 [[devices]]
 id = "t2"
 `, t.TempDir())
@@ -98,7 +100,7 @@ id = "t2"
 	pollUntil(t, "t2 online", func() bool { return metric(t, a, `faceagent_device_online{device="t2"}`) == 1 })
 
 	term := fleet.Terminal("t2")
-	term.GoOffline(4 * time.Second)
+	term.GoOffline(6 * time.Second)
 	waitFor(t, "the broker to see t2's connection end", func() bool {
 		return logs.has("client disconnected", "facesim-t2")
 	}, logs.wake)
