@@ -222,20 +222,22 @@ func (g *takeoverGuard) rescue(old *mqtt.Client, pk packets.Packet, routed bool)
 		return
 	}
 	// A clean start discards the session taken over, and with it what was routed to it
-	// (the new client may not even subscribe to its topic).
-	if s := g.settling[old.ID]; s != nil && s.next.Properties.Clean {
-		g.mu.Unlock()
+	// (the new client may not even subscribe to its topic): the one taking over, or the
+	// one registered already once its takeover is settled.
+	startedClean := false
+	if s := g.settling[old.ID]; s != nil {
+		startedClean = s.next.Properties.Clean
+	}
+	g.mu.Unlock()
+	cl, ok := g.srv.Clients.Get(old.ID)
+	registered := ok && cl != old && !cl.IsTakenOver()
+	if startedClean || (registered && cl.Properties.Clean) {
 		g.log.Debug("a message for a session a clean start discarded is dropped", "client", old.ID, "topic", pk.TopicName)
 		return
 	}
-	g.mu.Unlock()
 	// The new client is registered already (the message was routed to the old one just
-	// before): deliver now, unless it started clean.
-	if cl, ok := g.srv.Clients.Get(old.ID); ok && cl != old && !cl.IsTakenOver() {
-		if cl.Properties.Clean {
-			g.log.Debug("a message for a session a clean start discarded is dropped", "client", old.ID, "topic", pk.TopicName)
-			return
-		}
+	// before): deliver now.
+	if registered {
 		g.deliver(cl, pk)
 		return
 	}
